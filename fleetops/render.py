@@ -1,0 +1,205 @@
+"""Run the stack program under the Pulumi SDK's mock monitor and collect the Kubernetes manifests it declares.
+
+One program, two consumers: `pulumi up` sends these same inputs to clusters; render records them
+without an engine, a cloud or a cluster. The mock monitor accepts what the real engine rejects, so
+render checks the engine's rules itself: unique URNs and unique objects per cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import runpy
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import resource as pulumi_resource
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime import stack as pulumi_stack
+from pulumi.runtime.proto import source_pb2
+from pulumi.runtime.sync_await import _sync_await
+
+from fleetops import git, spec
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK_PROGRAM = ROOT / "stacks" / "__main__.py"
+PROVIDER_TYPE = "pulumi:providers:kubernetes"
+
+# Apply order, also used to sort output so that a reader meets namespaces before what lives in them.
+KIND_ORDER = {
+    "CustomResourceDefinition": 0,
+    "Namespace": 1,
+    "PriorityClass": 2,
+    "ClusterRole": 2,
+    "ClusterRoleBinding": 2,
+    "ServiceAccount": 4,
+    "ConfigMap": 4,
+    "DaemonSet": 6,
+    "Deployment": 6,
+}
+CLUSTER_SCOPED = {
+    "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+    "ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "Cohort", "NodeGroup", "NodePool", "Queue",
+}
+
+
+class RenderError(Exception):
+    """The program could not be rendered: it raised, or it broke a rule the real engine enforces."""
+
+
+def kind_rank(manifest: dict[str, Any]) -> int:
+    kind = manifest["kind"]
+    if kind in KIND_ORDER:
+        return KIND_ORDER[kind]
+    return 3 if kind in CLUSTER_SCOPED else 5
+
+
+def object_key(cluster: str, manifest: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    meta = manifest.get("metadata", {})
+    return (cluster, manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""), meta["name"])
+
+
+@dataclass
+class DesiredState:
+    environment: str
+    revision: str
+    clusters: dict[str, list[dict[str, Any]]]
+    resources: int  # every resource the program registered: objects, providers and components
+
+    def objects(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        for cluster, manifests in self.clusters.items():
+            for manifest in manifests:
+                yield cluster, manifest
+
+    @property
+    def object_count(self) -> int:
+        return sum(len(m) for m in self.clusters.values())
+
+
+def _plain(value: Any) -> Any:
+    # Inputs travel through protobuf Struct, where every number is a double: give integers back.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class _Recorder(pulumi.runtime.Mocks):
+    objects: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    providers: dict[str, str] = field(default_factory=dict)
+    count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
+        with self.lock:
+            self.count += 1
+            if args.typ == PROVIDER_TYPE:
+                return args.name, {}
+            if args.custom and args.typ.startswith("kubernetes:"):
+                self.objects.append((args.name, args.provider or "", args.inputs))
+        # Components and objects resolve to their inputs, like a create that the server echoes.
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        return {}
+
+
+class _Monitor(pulumi_mocks.MockMonitor):
+    """The SDK's mock monitor, plus the URN uniqueness check the real engine makes."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.duplicate_urns: list[str] = []
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if urn in self.resources:
+            self.duplicate_urns.append(urn)
+        return super().RegisterResource(request)
+
+
+def _no_stack_trace() -> source_pb2.StackTrace:
+    return source_pb2.StackTrace()
+
+
+@contextlib.contextmanager
+def _fast_registration() -> Iterator[None]:
+    """SDK settings that matter only to a real engine, turned off for the length of a render.
+
+    Source positions feed the engine's diagnostics and the mock monitor drops them, yet capturing
+    them walks the Python stack for every resource (~30% of registration time). The SDK allocates
+    many short-lived futures per resource; collecting cycles mid-render costs more than it frees.
+    """
+    original = pulumi_resource._get_stack_trace
+    was_enabled = gc.isenabled()
+    pulumi_resource._get_stack_trace = _no_stack_trace
+    gc.collect()
+    gc.freeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        pulumi_resource._get_stack_trace = original
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+        if not was_enabled:
+            gc.disable()
+
+
+def run_program(program: Path, config: dict[str, str], stack: str) -> tuple[_Recorder, _Monitor]:
+    """Run a Pulumi program file afresh under mocks and wait for every registration."""
+    recorder = _Recorder()
+    monitor = _Monitor(recorder)
+    pulumi_settings.set_root_resource(None)
+    pulumi.runtime.set_mocks(recorder, project="fleetops", stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config({k if ":" in k else f"fleetops:{k}": v for k, v in config.items()})
+    with _fast_registration():
+        try:
+            runpy.run_path(str(program), run_name="__main__")
+            _sync_await(pulumi_stack.wait_for_rpcs())
+        except spec.SpecError:
+            raise
+        except Exception as exc:  # the program is user code: report what it raised, not a traceback
+            raise RenderError(f"{program}: the stack program failed: {type(exc).__name__}: {exc}") from exc
+    return recorder, monitor
+
+
+def render(
+    env_file: str | Path,
+    revision: str | None = None,
+    program: Path = STACK_PROGRAM,
+    display: str | None = None,
+) -> DesiredState:
+    """environments/<env>.yaml -> the manifests of every cluster, validated against engine rules."""
+    env = spec.load_environment(env_file, display=display)  # fail on bad input before any Pulumi work
+    revision = revision or git.revision(Path(env_file).resolve().parent)
+    recorder, monitor = run_program(
+        program, {"environment": env.environment, "specFile": str(env_file), "revision": revision}, env.environment
+    )
+    if monitor.duplicate_urns:
+        raise RenderError(f"{program}: two resources share the URN {monitor.duplicate_urns[0]}")
+    clusters: dict[str, list[dict[str, Any]]] = {c.name: [] for c in env.clusters}
+    seen: set[tuple[str, str, str, str, str]] = set()
+    for name, provider, inputs in recorder.objects:
+        cluster = provider.rsplit("::", 1)[-1]
+        if cluster not in clusters:
+            raise RenderError(f"{program}: resource {name!r} is not bound to a cluster provider")
+        manifest = _plain(inputs)
+        key = object_key(cluster, manifest)
+        if key in seen:
+            raise RenderError(f"{program}: {cluster} declares {key[2]} {key[3] + '/' if key[3] else ''}{key[4]} twice")
+        seen.add(key)
+        clusters[cluster].append(manifest)
+    for manifests in clusters.values():
+        manifests.sort(key=lambda m: (kind_rank(m), m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+    return DesiredState(environment=env.environment, revision=revision, clusters=clusters, resources=recorder.count)

@@ -1,0 +1,599 @@
+"""The environment model: what `environments/<env>.yaml` may say, and the facts derived from it.
+
+Loading keeps the line and column of every YAML node so that each error names the place a
+person has to edit: `environments/prod.yaml:42:7: tenants[3].quota["nvidia.com/gpu"].burst: ...`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+HOURS_PER_MONTH = 730
+
+Loc = tuple[str | int, ...]
+
+
+class SpecError(Exception):
+    """One or more problems in an environment file, each already formatted as `file:line:col: path: msg`."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(problems[0] if problems else "invalid environment")
+        self.problems = problems
+
+
+# --- field types -------------------------------------------------------------------------
+
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_FINGERPRINT = re.compile(r"^sha256:[0-9a-f]{64}$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS1123.match(value):
+        raise ValueError(
+            f"must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters), got {value!r}"
+        )
+    return value
+
+
+def _resource_name(value: str) -> str:
+    if not _RESOURCE.match(value):
+        raise ValueError(f"must be an extended resource name like 'nvidia.com/gpu', got {value!r}")
+    return value
+
+
+def _fingerprint(value: str) -> str:
+    if not _FINGERPRINT.match(value):
+        raise ValueError(f"must be 'sha256:' and 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"must be a CIDR block like 10.20.0.0/16, got {value!r} ({exc})") from None
+    return value
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for key, val in value.items():
+        if not _LABEL_KEY.match(key):
+            raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+        if not _LABEL_VALUE.match(val):
+            raise ValueError(f"label value {val!r} of {key!r} is not a valid Kubernetes label value")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_dns_label)]
+ResourceName = Annotated[str, AfterValidator(_resource_name)]
+Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
+Cidr = Annotated[str, AfterValidator(_cidr)]
+Labels = Annotated[dict[str, str], AfterValidator(_labels)]
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+Workload = Literal["training", "inference", "batch"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --- devices -------------------------------------------------------------------------------
+
+# GPU models that the NVIDIA driver can partition with MIG.
+MIG_CAPABLE_PREFIXES = ("A100", "A30", "H100", "H200", "H800", "B200", "GB200")
+
+PluginKind = Literal["nvidia", "ascend", "fpga"]
+
+
+def plugin_kind(resource: str) -> PluginKind | None:
+    """Which device plugin advertises a device resource."""
+    if resource.startswith("nvidia.com/"):
+        return "nvidia"
+    if resource.startswith("huawei.com/Ascend"):
+        return "ascend"
+    if resource.startswith(("fpga.intel.com/", "amd.com/xilinx", "xilinx.com/")):
+        return "fpga"
+    return None
+
+
+def is_mig_capable(model: str) -> bool:
+    return model.upper().startswith(MIG_CAPABLE_PREFIXES)
+
+
+class Device(Model):
+    resource: ResourceName
+    model: str = Field(min_length=1, max_length=63)
+    per_node: Positive
+
+
+class Mig(Model):
+    strategy: Literal["single", "mixed"] = "single"
+    # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7} or {"3g.40gb": 1, "2g.20gb": 2}
+    profiles: dict[Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb$")], Positive] = Field(min_length=1)
+
+
+class Sharing(Model):
+    mode: Literal["exclusive", "time-slicing", "mig"] = "exclusive"
+    replicas: int | None = None
+    mig: Mig | None = None
+
+
+class Taint(Model):
+    key: Annotated[str, Field(pattern=_LABEL_KEY.pattern)]
+    value: Annotated[str, Field(pattern=_LABEL_VALUE.pattern)] = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodeMatch(Model):
+    """How the reconciler recognises a live node as a member: by name glob and/or labels."""
+
+    name_pattern: str | None = None
+    labels: Labels = {}
+
+
+class Pool(Model):
+    name: Name
+    device: Device
+    nodes: Count
+    sharing: Sharing = Sharing()
+    labels: Labels = {}
+    taints: list[Taint] = []
+    match: NodeMatch = NodeMatch()
+
+
+class EdgeGroup(Model):
+    name: Name
+    device: Device
+    nodes: Count
+    heartbeat_seconds: Positive
+    offline_grace_seconds: Positive
+    latency_ms: Positive
+    autonomy: bool = True
+    fingerprints: list[Fingerprint] = []
+    labels: Labels = {}
+    taints: list[Taint] = []
+    match: NodeMatch = NodeMatch()
+
+
+class Cluster(Model):
+    name: Name
+    role: Literal["center", "edge"]
+    context: str = Field(min_length=1)
+    kubeconfig: str | None = None
+    edge_runtime: Literal["kubeedge", "openyurt"] = "kubeedge"
+    pools: list[Pool] = []
+    edge_groups: list[EdgeGroup] = []
+
+
+# --- tenants, priorities, scheduling ------------------------------------------------------
+
+
+class Quota(Model):
+    guaranteed: Count
+    burst: Count
+
+
+class TenantNetwork(Model):
+    egress_cidrs: list[Cidr] = []
+    allow_from_tenants: list[Name] = []
+    allow_to_endpoints: list[Name] = []
+
+
+class Tenant(Model):
+    name: Name
+    clusters: list[Name] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1)
+    priority_classes: list[Name] = []
+    quota: dict[ResourceName, Quota] = {}
+    pools: list[Name] | None = None
+    edge_groups: list[Name] = []
+    isolation: Literal["shared", "strict"] = "shared"
+    network: TenantNetwork = TenantNetwork()
+
+
+class PriorityClass(Model):
+    name: Name
+    value: Annotated[int, Field(ge=-2147483648, le=1000000000)]
+    workload: Workload
+    preemption: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    global_default: bool = False
+    description: str = ""
+
+
+class Scheduler(Model):
+    backend: Literal["kueue", "volcano"] = "kueue"
+    # Share of a tenant's guaranteed quota that idle capacity may lend to its cohort.
+    lend_fraction: Annotated[float, Field(ge=0, le=1)] = 1.0
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
+
+
+class Endpoint(Model):
+    name: Name
+    cidr: Cidr
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(min_length=1)
+
+
+class Network(Model):
+    default_deny: bool = True
+    allow_dns: bool = True
+    center_endpoints: list[Endpoint] = []
+
+
+class Monitoring(Model):
+    namespace: Name = "monitoring"
+    dcgm_namespace: Name = "gpu-monitoring"
+    gpu_utilisation_low_percent: Annotated[int, Field(ge=1, le=100)] = 30
+    gpu_utilisation_for_minutes: Positive = 30
+    quota_exhaustion_percent: Annotated[int, Field(ge=1, le=100)] = 90
+
+
+class Budget(Model):
+    monthly: Annotated[float, Field(gt=0)]
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+    alert_at: list[Fraction] = []
+
+
+class Reconciler(Model):
+    image: str = "ghcr.io/fleetops/fleetops:0.1.0"
+    namespace: Name = "fleetops-system"
+    replicas: Positive = 2
+    interval_seconds: Positive = 60
+
+
+class Environment(Model):
+    environment: Name
+    clusters: list[Cluster] = Field(min_length=1)
+    tenants: list[Tenant] = []
+    priority_classes: list[PriorityClass] = []
+    scheduler: Scheduler = Scheduler()
+    network: Network = Network()
+    monitoring: Monitoring = Monitoring()
+    prices: dict[str, Annotated[float, Field(ge=0)]] = {}
+    budget: Budget
+    reconciler: Reconciler = Reconciler()
+
+
+# --- loading with positions ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Line/column (1-based) of every node, by its path in the document."""
+
+    file: str
+    nodes: dict[Loc, tuple[int, int]]
+
+    def at(self, loc: Loc) -> tuple[int, int]:
+        # A missing field has no node of its own: point at the nearest ancestor that exists.
+        for end in range(len(loc), -1, -1):
+            if loc[:end] in self.nodes:
+                return self.nodes[loc[:end]]
+        return (1, 1)
+
+    def error(self, loc: Loc, msg: str) -> str:
+        line, col = self.at(loc)
+        path = format_loc(loc)
+        return f"{self.file}:{line}:{col}: {path + ': ' if path else ''}{msg}"
+
+
+def format_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
+            out += f".{part}" if out else part
+        else:
+            out += f'["{part}"]'
+    return out
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _positions(node: yaml.Node, loc: Loc, nodes: dict[Loc, tuple[int, int]], file: str) -> None:
+    nodes[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                mark = key_node.start_mark
+                raise SpecError([f"{file}:{mark.line + 1}:{mark.column + 1}: {format_loc(loc + (key,))}: duplicate key"])
+            seen.add(key)
+            _positions(value_node, loc + (key,), nodes, file)
+            # Errors about a field point at its key, where a person reads the field's name.
+            nodes[loc + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _positions(item, loc + (i,), nodes, file)
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
+    """YAML text -> plain data and the position of each node; errors carry file:line:col."""
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        data = None if root is None else loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        raise SpecError([f"{file}:{line}:{col}: invalid YAML: {what}"]) from None
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. an unreadable timestamp scalar
+        raise SpecError([f"{file}:1:1: invalid YAML: {exc}"]) from None
+    finally:
+        loader.dispose()
+    nodes: dict[Loc, tuple[int, int]] = {}
+    if root is not None:
+        _positions(root, (), nodes, file)
+    return data, Positions(file, nodes)
+
+
+def _pydantic_problems(exc: ValidationError, pos: Positions) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if p != "[key]")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if "input" in err and err["type"] not in ("extra_forbidden", "missing") and not isinstance(err["input"], (dict, list)):
+            if "got" not in msg:
+                msg = f"{msg}, got {err['input']!r}"
+        problems.append(pos.error(loc, msg))
+    return problems
+
+
+def parse_environment(text: str, file: str) -> Environment:
+    """Validate an environment document; raises SpecError with every problem found."""
+    data, pos = parse_yaml(text, file)
+    if data is None:
+        raise SpecError([f"{file}:1:1: the file is empty; an environment needs at least 'environment', 'clusters' and 'budget'"])
+    if not isinstance(data, dict):
+        raise SpecError([pos.error((), f"the document must be a mapping, got {type(data).__name__}")])
+    try:
+        env = Environment.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_pydantic_problems(exc, pos)) from None
+    problems = [pos.error(loc, msg) for loc, msg in cross_checks(env)]
+    if problems:
+        raise SpecError(problems)
+    return env
+
+
+def load_environment(path: str | Path, display: str | None = None) -> Environment:
+    """Read and validate `environments/<env>.yaml`."""
+    path = Path(path)
+    file = display or str(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise SpecError([f"{file}:1:1: no such environment file"]) from None
+    if size > MAX_FILE_BYTES:
+        raise SpecError([f"{file}:1:1: file is {size} bytes, more than the {MAX_FILE_BYTES} byte limit for an environment"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"{file}:1:1: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+    return parse_environment(text, file)
+
+
+# --- cross-field checks ----------------------------------------------------------------------
+
+
+def _duplicates(items: Iterable[tuple[Loc, str]], what: str) -> Iterator[tuple[Loc, str]]:
+    seen: dict[str, Loc] = {}
+    for loc, name in items:
+        if name in seen:
+            yield loc + ("name",), f"duplicate {what} name {name!r} (first at {format_loc(seen[name])})"
+        else:
+            seen[name] = loc
+
+
+def _sharing_checks(loc: Loc, device: Device, sharing: Sharing) -> Iterator[tuple[Loc, str]]:
+    sloc = loc + ("sharing",)
+    if sharing.mode == "time-slicing":
+        if sharing.replicas is None:
+            yield sloc + ("replicas",), "time-slicing needs replicas (>= 2)"
+        elif sharing.replicas < 2:
+            yield sloc + ("replicas",), f"time-slicing replicas must be >= 2, got {sharing.replicas}"
+    elif sharing.replicas is not None:
+        yield sloc + ("replicas",), f"replicas only applies to time-slicing, not {sharing.mode}"
+    if sharing.mode == "mig":
+        if plugin_kind(device.resource) != "nvidia" or not is_mig_capable(device.model):
+            yield sloc + ("mode",), f"MIG is not available on {device.model} ({device.resource})"
+        if sharing.mig is None:
+            yield sloc + ("mig",), "mode mig needs a mig section with profiles"
+        elif sharing.mig.strategy == "single" and len(sharing.mig.profiles) != 1:
+            yield sloc + ("mig", "profiles"), "MIG strategy single takes exactly one profile"
+    elif sharing.mig is not None:
+        yield sloc + ("mig",), f"a mig section only applies to mode mig, not {sharing.mode}"
+    if sharing.mode != "exclusive" and plugin_kind(device.resource) != "nvidia":
+        yield sloc + ("mode",), f"{sharing.mode} is only supported by the NVIDIA device plugin, not {device.resource}"
+
+
+def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """Rules that span fields: unique names, references that resolve, sharing valid for the device."""
+    yield from _duplicates(((("clusters", i), c.name) for i, c in enumerate(env.clusters)), "cluster")
+    yield from _duplicates(((("tenants", i), t.name) for i, t in enumerate(env.tenants)), "tenant")
+    yield from _duplicates(((("priority_classes", i), p.name) for i, p in enumerate(env.priority_classes)), "priority class")
+    yield from _duplicates(((("network", "center_endpoints", i), e.name) for i, e in enumerate(env.network.center_endpoints)), "endpoint")
+    # Pools and edge groups become Kueue ResourceFlavors and node labels: unique fleet-wide.
+    groups = [
+        (("clusters", ci, kind, gi), g.name)
+        for ci, c in enumerate(env.clusters)
+        for kind, members in (("pools", c.pools), ("edge_groups", c.edge_groups))
+        for gi, g in enumerate(members)
+    ]
+    yield from _duplicates(groups, "pool or edge group")
+
+    for ci, cluster in enumerate(env.clusters):
+        for pi, pool in enumerate(cluster.pools):
+            loc: Loc = ("clusters", ci, "pools", pi)
+            yield from _sharing_checks(loc, pool.device, pool.sharing)
+            if plugin_kind(pool.device.resource) is None:
+                yield loc + ("device", "resource"), f"no device plugin is known for {pool.device.resource}"
+        for gi, group in enumerate(cluster.edge_groups):
+            loc = ("clusters", ci, "edge_groups", gi)
+            if cluster.role != "edge":
+                yield loc, f"edge groups belong to clusters with role edge; {cluster.name} has role {cluster.role}"
+            if plugin_kind(group.device.resource) is None:
+                yield loc + ("device", "resource"), f"no device plugin is known for {group.device.resource}"
+
+    models = {g.device.model for c in env.clusters for g in (*c.pools, *c.edge_groups)}
+    for model in sorted(models - set(env.prices)):
+        yield ("prices",), f"no price per device-hour for device model {model!r}"
+
+    clusters = {c.name: c for c in env.clusters}
+    classes = {p.name for p in env.priority_classes}
+    endpoints = {e.name for e in env.network.center_endpoints}
+    tenant_names = {t.name for t in env.tenants}
+    for ti, tenant in enumerate(env.tenants):
+        loc = ("tenants", ti)
+        for k, name in enumerate(tenant.clusters):
+            if name not in clusters:
+                yield loc + ("clusters", k), f"unknown cluster {name!r}"
+        mine = [clusters[n] for n in tenant.clusters if n in clusters]
+        pools = {p.name: p for c in mine for p in c.pools}
+        groups_here = {g.name: g for c in mine for g in c.edge_groups}
+        for k, name in enumerate(tenant.pools or []):
+            if name not in pools:
+                yield loc + ("pools", k), f"unknown pool {name!r} in the tenant's clusters {tenant.clusters}"
+        for k, name in enumerate(tenant.edge_groups):
+            if name not in groups_here:
+                yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
+        for k, name in enumerate(tenant.priority_classes):
+            if name not in classes:
+                yield loc + ("priority_classes", k), f"unknown priority class {name!r}"
+        for k, name in enumerate(tenant.network.allow_from_tenants):
+            if name not in tenant_names:
+                yield loc + ("network", "allow_from_tenants", k), f"unknown tenant {name!r}"
+        for k, name in enumerate(tenant.network.allow_to_endpoints):
+            if name not in endpoints:
+                yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
+        for resource, quota in tenant.quota.items():
+            qloc = loc + ("quota", resource)
+            if quota.burst < quota.guaranteed:
+                yield qloc + ("burst",), f"must be >= guaranteed ({quota.guaranteed}), got {quota.burst}"
+            # The quota applies in every cluster of the tenant, so each must offer the resource.
+            for cluster in mine:
+                if not any(resource in group_capacity(g) for g in eligible_groups(tenant, [cluster])):
+                    yield qloc, f"no pool or edge group of cluster {cluster.name} open to this tenant offers {resource}"
+
+
+# --- derived facts ----------------------------------------------------------------------------
+
+Group = Pool | EdgeGroup
+
+
+def physical_devices(group: Group) -> int:
+    return group.nodes * group.device.per_node
+
+
+def group_capacity(group: Group) -> dict[str, int]:
+    """Schedulable units per device resource, after sharing: what quotas are drawn from."""
+    devices = physical_devices(group)
+    sharing = group.sharing if isinstance(group, Pool) else Sharing()
+    if sharing.mode == "time-slicing":
+        return {group.device.resource: devices * (sharing.replicas or 1)}
+    if sharing.mode == "mig" and sharing.mig is not None:
+        if sharing.mig.strategy == "single":
+            (count,) = sharing.mig.profiles.values()
+            return {group.device.resource: devices * count}
+        return {f"nvidia.com/mig-{profile}": devices * count for profile, count in sorted(sharing.mig.profiles.items())}
+    return {group.device.resource: devices}
+
+
+def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
+    """The pools (and edge groups) a tenant's workloads may land on, in declaration order."""
+    out: list[Group] = []
+    for cluster in clusters:
+        out += [p for p in cluster.pools if tenant.pools is None or p.name in tenant.pools]
+        out += [g for g in cluster.edge_groups if g.name in tenant.edge_groups]
+    return out
+
+
+def cluster_by_name(env: Environment, name: str) -> Cluster:
+    return next(c for c in env.clusters if c.name == name)
+
+
+def capacity(env: Environment) -> dict[str, dict[str, int]]:
+    """cluster -> device resource -> schedulable units."""
+    out: dict[str, dict[str, int]] = {}
+    for cluster in env.clusters:
+        per = out.setdefault(cluster.name, {})
+        for group in (*cluster.pools, *cluster.edge_groups):
+            for resource, count in group_capacity(group).items():
+                per[resource] = per.get(resource, 0) + count
+    return out
+
+
+def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
+    """cluster -> device resource -> {"guaranteed": sum, "burst": sum} over tenants placed there."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for tenant in env.tenants:
+        for cluster in tenant.clusters:
+            for resource, quota in tenant.quota.items():
+                slot = out.setdefault(cluster, {}).setdefault(resource, {"guaranteed": 0, "burst": 0})
+                slot["guaranteed"] += quota.guaranteed
+                slot["burst"] += quota.burst
+    return out
+
+
+def monthly_cost(env: Environment) -> float:
+    """Every declared physical device priced per device-hour, for a 730-hour month."""
+    return round(
+        sum(
+            physical_devices(g) * env.prices.get(g.device.model, 0.0) * HOURS_PER_MONTH
+            for c in env.clusters
+            for g in (*c.pools, *c.edge_groups)
+        ),
+        2,
+    )
+
+
+POOL_LABEL = "fleetops.io/pool"
+EDGE_GROUP_LABEL = "fleetops.io/edge-group"
+NVIDIA_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by NVIDIA mig-manager
+
+
+def node_labels(group: Group) -> dict[str, str]:
+    """The labels every member node of a pool or edge group carries: the pool contract."""
+    key = POOL_LABEL if isinstance(group, Pool) else EDGE_GROUP_LABEL
+    labels = {key: group.name, **group.labels}
+    if plugin_kind(group.device.resource) == "nvidia":
+        labels[NVIDIA_CONFIG_LABEL] = group.name
+    if isinstance(group, Pool) and group.sharing.mode == "mig":
+        labels[MIG_CONFIG_LABEL] = group.name
+    return dict(sorted(labels.items()))
+
+
+def matches_node(group: Group, name: str, labels: dict[str, str]) -> bool:
+    """Whether a live node belongs to a group by its declared selectors."""
+    match = group.match
+    if match.name_pattern is None and not match.labels:
+        return False
+    if match.name_pattern is not None and not fnmatch.fnmatchcase(name, match.name_pattern):
+        return False
+    return all(labels.get(k) == v for k, v in match.labels.items())

@@ -1,0 +1,42 @@
+"""A node pool or edge group as the scheduler sees it: a Kueue ResourceFlavor and the node contract."""
+
+from __future__ import annotations
+
+import pulumi
+
+from fleetops import spec
+from modules.kube import Target, declare
+
+
+def flavor_manifest(target: Target, group: spec.Group) -> dict:
+    labels = spec.node_labels(group)
+    key = spec.POOL_LABEL if isinstance(group, spec.Pool) else spec.EDGE_GROUP_LABEL
+    body: dict = {"nodeLabels": {key: labels[key]}}
+    if group.taints:
+        body["nodeTaints"] = [t.model_dump(exclude_defaults=False) for t in group.taints]
+        # Workloads admitted to a tainted flavor must be able to land on its nodes.
+        body["tolerations"] = [
+            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in group.taints
+        ]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": target.metadata(group.name),
+        "spec": body,
+    }
+
+
+class NodePool(pulumi.ComponentResource):
+    """Kueue flavor for the pool, plus the labels and taints its nodes must carry (read by the reconciler)."""
+
+    def __init__(self, target: Target, group: spec.Group, scheduler: spec.Scheduler, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("fleetops:fleet:NodePool", f"{target.cluster}/{group.name}", None, opts)
+        if scheduler.backend == "kueue":
+            declare(self, target, flavor_manifest(target, group))
+        self.register_outputs(
+            {
+                "labels": spec.node_labels(group),
+                "taints": [t.model_dump() for t in group.taints],
+                "capacity": spec.group_capacity(group),
+            }
+        )

@@ -1,0 +1,42 @@
+"""Priority classes of one cluster: Kubernetes PriorityClass and, with Kueue, WorkloadPriorityClass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from fleetops import spec
+from modules.kube import Target, declare
+
+
+def priority_class_manifest(target: Target, pc: spec.PriorityClass) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": target.metadata(pc.name, labels={"fleetops.io/workload": pc.workload}),
+        "value": pc.value,
+        "preemptionPolicy": pc.preemption,
+        "globalDefault": pc.global_default,
+        "description": pc.description or f"{pc.workload} workloads",
+    }
+
+
+def workload_priority_manifest(target: Target, pc: spec.PriorityClass) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "WorkloadPriorityClass",
+        "metadata": target.metadata(pc.name, labels={"fleetops.io/workload": pc.workload}),
+        "value": pc.value,
+        "description": pc.description or f"{pc.workload} workloads",
+    }
+
+
+class Priorities(pulumi.ComponentResource):
+    def __init__(self, target: Target, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("fleetops:fleet:Priorities", target.cluster, None, opts)
+        for pc in env.priority_classes:
+            declare(self, target, priority_class_manifest(target, pc))
+            if env.scheduler.backend == "kueue":
+                declare(self, target, workload_priority_manifest(target, pc))
+        self.register_outputs({"classes": [pc.name for pc in env.priority_classes]})

@@ -1,0 +1,233 @@
+"""A tenant on one cluster: namespace, quotas, default-deny network and its scheduler queue.
+
+Quota semantics (per cluster): `guaranteed` is what the tenant always gets (Kueue nominalQuota,
+Volcano guarantee); `burst` is the most it may hold by borrowing idle capacity (nominalQuota +
+borrowingLimit, Volcano capability, and the namespace ResourceQuota hard limit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from fleetops import spec
+from modules.kube import Target, declare, quantity_name
+
+DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+
+
+def split(total: int, weights: list[int]) -> list[int]:
+    """Split `total` in proportion to `weights`, by largest remainder, so the parts sum to `total`."""
+    whole = sum(weights)
+    if whole == 0:
+        return [0] * len(weights)
+    raw = [total * w / whole for w in weights]
+    parts = [int(r) for r in raw]
+    order = sorted(range(len(weights)), key=lambda i: (-(raw[i] - parts[i]), i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def namespace_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": target.metadata(
+            tenant.name,
+            labels={
+                "fleetops.io/tenant": tenant.name,
+                "fleetops.io/isolation": tenant.isolation,
+                "pod-security.kubernetes.io/enforce": "baseline",
+            },
+        ),
+    }
+
+
+def quota_manifests(target: Target, tenant: spec.Tenant) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": target.metadata(f"device-{quantity_name(resource)}", tenant.name, labels={"fleetops.io/device-resource": quantity_name(resource)}),
+            "spec": {"hard": {f"requests.{resource}": str(quota.burst)}},
+        }
+        for resource, quota in sorted(tenant.quota.items())
+    ]
+
+
+def limit_range_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": target.metadata("defaults", tenant.name),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                    "default": {"cpu": "2", "memory": "8Gi"},
+                }
+            ]
+        },
+    }
+
+
+def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment) -> list[dict[str, Any]]:
+    def policy(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": target.metadata(name, tenant.name),
+            "spec": {"podSelector": {}, **body},
+        }
+
+    out = []
+    if env.network.default_deny:
+        out.append(policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}))
+    if env.network.allow_dns:
+        out.append(
+            policy(
+                "allow-dns",
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [
+                        {
+                            "to": [
+                                {
+                                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                                }
+                            ],
+                            "ports": DNS,
+                        }
+                    ],
+                },
+            )
+        )
+    same = [{"podSelector": {}}]
+    out.append(policy("allow-same-namespace", {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": same}], "egress": [{"to": same}]}))
+    if tenant.network.allow_from_tenants:
+        sources = [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+            for name in sorted(tenant.network.allow_from_tenants)
+        ]
+        out.append(policy("allow-from-tenants", {"policyTypes": ["Ingress"], "ingress": [{"from": sources}]}))
+    if tenant.network.egress_cidrs:
+        blocks = [{"ipBlock": {"cidr": cidr}} for cidr in sorted(tenant.network.egress_cidrs)]
+        out.append(policy("allow-egress-cidrs", {"policyTypes": ["Egress"], "egress": [{"to": blocks}]}))
+    endpoints = {e.name: e for e in env.network.center_endpoints}
+    for name in sorted(tenant.network.allow_to_endpoints):
+        endpoint = endpoints[name]
+        rule = {
+            "to": [{"ipBlock": {"cidr": endpoint.cidr}}],
+            "ports": [{"port": p, "protocol": "TCP"} for p in endpoint.ports],
+        }
+        out.append(policy(f"allow-endpoint-{name}", {"policyTypes": ["Egress"], "egress": [rule]}))
+    return out
+
+
+def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float) -> list[dict[str, Any]]:
+    """Kueue resourceGroups for the tenant's device quotas.
+
+    Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
+    profiles of one GPU) are covered together; each flavor then lists every covered resource.
+    """
+    offers = {r: [g.name for g in groups if r in spec.group_capacity(g)] for r in sorted(tenant.quota)}
+    bundles: list[tuple[list[str], list[str]]] = []  # (resources, flavors)
+    for resource, flavors in offers.items():
+        joined = [b for b in bundles if set(b[1]) & set(flavors)]
+        resources = sorted({resource, *(r for b in joined for r in b[0])})
+        names = {f for b in joined for f in b[1]} | set(flavors)
+        bundles = [b for b in bundles if b not in joined] + [(resources, [g.name for g in groups if g.name in names])]
+    by_name = {g.name: g for g in groups}
+    out = []
+    for resources, flavors in bundles:
+        quotas: dict[str, list[dict[str, int]]] = {}
+        for resource in resources:
+            quota = tenant.quota[resource]
+            weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
+            nominal = split(quota.guaranteed, weights)
+            borrow = split(quota.burst - quota.guaranteed, weights)
+            quotas[resource] = [
+                {"nominalQuota": n, "borrowingLimit": b, "lendingLimit": int(n * lend_fraction)}
+                for n, b in zip(nominal, borrow)
+            ]
+        out.append(
+            {
+                "coveredResources": resources,
+                "flavors": [
+                    {"name": flavor, "resources": [{"name": r, **quotas[r][i]} for r in resources]}
+                    for i, flavor in enumerate(flavors)
+                ],
+            }
+        )
+    return out
+
+
+def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group], scheduler: spec.Scheduler) -> list[dict[str, Any]]:
+    cluster_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": target.metadata(tenant.name, labels={"fleetops.io/tenant": tenant.name}),
+        "spec": {
+            "cohortName": target.cluster,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction),
+            "preemption": {
+                "reclaimWithinCohort": scheduler.reclaim_within_cohort,
+                "withinClusterQueue": scheduler.within_cluster_queue,
+            },
+        },
+    }
+    local_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": target.metadata(f"{tenant.name}-queue", tenant.name),
+        "spec": {"clusterQueue": tenant.name},
+    }
+    return [cluster_queue, local_queue]
+
+
+def volcano_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
+    guaranteed = {r: str(q.guaranteed) for r, q in sorted(tenant.quota.items())}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": target.metadata(tenant.name, labels={"fleetops.io/tenant": tenant.name}),
+        "spec": {
+            "guarantee": {"resource": guaranteed},
+            "deserved": guaranteed,
+            "capability": {r: str(q.burst) for r, q in sorted(tenant.quota.items())},
+            "reclaimable": True,
+            "weight": 1,
+        },
+    }
+
+
+class Tenant(pulumi.ComponentResource):
+    def __init__(
+        self,
+        target: Target,
+        tenant: spec.Tenant,
+        env: spec.Environment,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", None, opts)
+        cluster = spec.cluster_by_name(env, target.cluster)
+        groups = spec.eligible_groups(tenant, [cluster])
+        manifests = [
+            namespace_manifest(target, tenant),
+            *quota_manifests(target, tenant),
+            limit_range_manifest(target, tenant),
+            *network_manifests(target, tenant, env),
+        ]
+        if env.scheduler.backend == "kueue":
+            manifests += kueue_manifests(target, tenant, groups, env.scheduler)
+        else:
+            manifests.append(volcano_manifest(target, tenant))
+        for manifest in manifests:
+            declare(self, target, manifest)
+        self.register_outputs({"namespace": tenant.name, "pools": [g.name for g in groups]})
