@@ -1,0 +1,115 @@
+"""What differs between two sets of Kubernetes objects, field by field.
+
+Two uses, one model: the plan compares desired (base) with desired (head); the reconciler
+compares live with desired. Live objects carry fields fleetops never set (status, managedFields,
+server defaults), so a live object is first projected onto the fields the desired one sets:
+fleetops owns what it sends and nothing else, the way server-side apply does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+ObjectKey = tuple[str, str, str, str, str]  # cluster, apiVersion, kind, namespace, name
+
+SERVER_METADATA = (
+    "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers",
+)
+# Annotations that change without the object's meaning changing.
+VOLATILE_ANNOTATIONS = (
+    "fleetops.io/revision",
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deprecated.daemonset.template.generation",
+)
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    op: str  # add | remove | replace
+    path: str  # JSON pointer, e.g. /spec/hard/requests.nvidia.com~1gpu
+    old: Any = None
+    new: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "path": self.path, "old": self.old, "new": self.new}
+
+
+@dataclass
+class Changes:
+    added: list[ObjectKey] = field(default_factory=list)
+    removed: list[ObjectKey] = field(default_factory=list)
+    changed: dict[ObjectKey, list[FieldChange]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    def count(self) -> int:
+        return len(self.added) + len(self.removed) + len(self.changed)
+
+
+def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without what the server sets or what changes on every revision."""
+    out = copy.deepcopy(dict(manifest))
+    out.pop("status", None)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        for key in SERVER_METADATA:
+            meta.pop(key, None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            for key in VOLATILE_ANNOTATIONS:
+                annotations.pop(key, None)
+            if not annotations:
+                meta.pop("annotations")
+    return out
+
+
+def project(live: Any, desired: Any) -> Any:
+    """`live` cut down to the fields that `desired` sets (lists of equal length element by element)."""
+    if isinstance(desired, dict) and isinstance(live, dict):
+        return {k: project(live[k], v) for k, v in desired.items() if k in live}
+    if isinstance(desired, list) and isinstance(live, list) and len(desired) == len(live):
+        return [project(lv, dv) for lv, dv in zip(live, desired)]
+    return live
+
+
+def _resolve(doc: Any, pointer: str) -> Any:
+    return jsonpatch.JsonPointer(pointer).resolve(doc, None)
+
+
+def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldChange]:
+    """Field-level differences that turn `old` into `new` (both already normalised)."""
+    patch = jsonpatch.make_patch(dict(old), dict(new))
+    changes = []
+    for op in patch.patch:
+        if op["op"] in ("move", "copy"):  # report as what a reader thinks of: a value that changed
+            changes.append(FieldChange("replace", op["path"], _resolve(old, op["path"]), _resolve(new, op["path"])))
+        else:
+            changes.append(FieldChange(op["op"], op["path"], _resolve(old, op["path"]), op.get("value")))
+    return changes
+
+
+def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChange]:
+    """How a live object differs from what fleetops wants, judged only on the fields fleetops sets."""
+    want = normalize(desired)
+    return field_changes(project(normalize(live), want), want)
+
+
+def compare(before: Mapping[ObjectKey, Mapping[str, Any]], after: Mapping[ObjectKey, Mapping[str, Any]]) -> Changes:
+    """Objects added, removed and changed (with their fields) between two desired states."""
+    changes = Changes(
+        added=sorted(k for k in after if k not in before),
+        removed=sorted(k for k in before if k not in after),
+    )
+    for key in sorted(k for k in after if k in before):
+        fields = field_changes(normalize(before[key]), normalize(after[key]))
+        if fields:
+            changes.changed[key] = fields
+    return changes
