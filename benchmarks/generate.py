@@ -1,0 +1,129 @@
+"""Synthetic large environments for benchmarks: valid, policy-clean fleets of a chosen size.
+
+    python benchmarks/generate.py --scale 1 > /tmp/large.yaml     # 20 clusters, 200 pools, 1,000 tenants, 200 edge groups
+
+`scale` multiplies tenants, pools and edge groups (clusters stay at 20), so growth can be measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from typing import Any
+
+import yaml
+
+CENTER_CLUSTERS = 16
+EDGE_CLUSTERS = 4
+POOL_KINDS = [
+    ({"resource": "nvidia.com/gpu", "model": "H100-SXM-80GB", "per_node": 8}, {"mode": "exclusive"}),
+    ({"resource": "nvidia.com/gpu", "model": "A100-PCIE-40GB", "per_node": 4}, {"mode": "time-slicing", "replicas": 4}),
+    ({"resource": "nvidia.com/gpu", "model": "A100-SXM4-80GB", "per_node": 8}, {"mode": "mig", "mig": {"strategy": "single", "profiles": {"1g.10gb": 7}}}),
+    ({"resource": "huawei.com/Ascend910", "model": "Ascend910B", "per_node": 8}, {"mode": "exclusive"}),
+    ({"resource": "fpga.intel.com/region-ce48969398f05f33946d560708be108a", "model": "Arria10-GX1150", "per_node": 2}, {"mode": "exclusive"}),
+]
+PRICES = {"H100-SXM-80GB": 2.9, "A100-PCIE-40GB": 1.4, "A100-SXM4-80GB": 1.8, "Ascend910B": 1.1, "Arria10-GX1150": 0.9, "Jetson-AGX-Orin": 0.05}
+
+
+def _fingerprint(name: str) -> str:
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, Any]:
+    pools_per_cluster = max(1, round(12.5 * scale))
+    groups_per_edge = max(1, round(50 * scale))
+    tenants = max(1, round(1000 * scale))
+    clusters: list[dict[str, Any]] = []
+    for c in range(CENTER_CLUSTERS):
+        pools = []
+        for p in range(pools_per_cluster):
+            device, sharing = POOL_KINDS[p % len(POOL_KINDS)]
+            pools.append(
+                {
+                    "name": f"c{c}-pool{p}",
+                    "device": device,
+                    "nodes": 40,
+                    "sharing": sharing,
+                    "match": {"name_pattern": f"c{c}-pool{p}-*"},
+                }
+            )
+        clusters.append({"name": f"center-{c}", "role": "center", "context": f"center-{c}", "pools": pools})
+    for e in range(EDGE_CLUSTERS):
+        groups = [
+            {
+                "name": f"e{e}-group{g}",
+                "device": {"resource": "nvidia.com/gpu", "model": "Jetson-AGX-Orin", "per_node": 1},
+                "nodes": 20,
+                "heartbeat_seconds": 10,
+                "offline_grace_seconds": 300,
+                "latency_ms": 15,
+                "fingerprints": [_fingerprint(f"e{e}-group{g}")],
+                "match": {"name_pattern": f"e{e}-group{g}-*"},
+            }
+            for g in range(groups_per_edge)
+        ]
+        clusters.append(
+            {"name": f"edge-{e}", "role": "edge", "context": f"edge-{e}", "edge_runtime": "kubeedge" if e % 2 == 0 else "openyurt", "edge_groups": groups}
+        )
+    tenant_list = []
+    for t in range(tenants):
+        edge = t % 10 == 9
+        if edge:
+            e = t % EDGE_CLUSTERS
+            tenant_list.append(
+                {
+                    "name": f"tenant-{t}",
+                    "clusters": [f"edge-{e}"],
+                    "workloads": ["inference"],
+                    "priority_classes": ["inference-critical"],
+                    "edge_groups": [f"e{e}-group{t % groups_per_edge}"],
+                    "quota": {"nvidia.com/gpu": {"guaranteed": 1, "burst": 2}},
+                    "network": {"allow_to_endpoints": ["model-registry"]},
+                }
+            )
+            continue
+        c = t % CENTER_CLUSTERS
+        resources = {"nvidia.com/gpu": {"guaranteed": 2, "burst": 8}}
+        if t % 3 == 0:
+            resources["huawei.com/Ascend910"] = {"guaranteed": 1, "burst": 4}
+        tenant_list.append(
+            {
+                "name": f"tenant-{t}",
+                "clusters": [f"center-{c}"],
+                "workloads": ["training", "inference"],
+                "priority_classes": ["training-standard", "inference-critical"],
+                "quota": resources,
+                "network": {"allow_to_endpoints": ["model-registry"]},
+            }
+        )
+    return {
+        "environment": name,
+        "clusters": clusters,
+        "tenants": tenant_list,
+        "priority_classes": [
+            {"name": "inference-critical", "value": 100000, "workload": "inference"},
+            {"name": "training-standard", "value": 5000, "workload": "training"},
+            {"name": "batch-low", "value": 100, "workload": "batch", "preemption": "Never", "global_default": True},
+        ],
+        "scheduler": {"backend": "kueue"},
+        "network": {"center_endpoints": [{"name": "model-registry", "cidr": "10.20.0.0/24", "ports": [443]}]},
+        "prices": PRICES,
+        "budget": {"monthly": 1e9, "currency": "USD", "alert_at": [0.8, 0.95]},
+    }
+
+
+def synthetic_yaml(scale: float = 1.0, name: str = "large") -> str:
+    return yaml.safe_dump(synthetic_environment(scale, name), sort_keys=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--name", default="large")
+    args = parser.parse_args()
+    sys.stdout.write(synthetic_yaml(args.scale, args.name))
+
+
+if __name__ == "__main__":
+    main()
