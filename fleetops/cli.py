@@ -22,8 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml")]
 DirOpt = Annotated[Path, typer.Option("--environments", help="Folder of environment files", envvar="FLEETOPS_ENVIRONMENTS")]
