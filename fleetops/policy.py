@@ -510,12 +510,20 @@ class Waivers:
     problems: list[str]  # expired or malformed entries, each `file:line: ...`; they waive nothing
 
 
+def display_path(path: Path) -> str:
+    """A path as a person would type it from here: relative to the working folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def load_waivers(path: Path, today: dt.date) -> Waivers:
     """Each entry is validated on its own: a bad or expired waiver is reported and waives nothing."""
     if not path.is_file():
         return Waivers([], [])
     try:
-        tree, positions = spec.parse_yaml(path.read_text(), str(path))
+        tree, positions = spec.parse_yaml(path.read_text(), display_path(path))
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     if tree is None:
@@ -536,7 +544,7 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
             problems.append(positions.error(("waivers", i), f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
             continue
         line, _ = positions.at(("waivers", i))
-        active.append(LoadedWaiver(waiver, f"{path}:{line}"))
+        active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
     return Waivers(active, problems)
 
 
