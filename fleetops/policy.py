@@ -246,8 +246,8 @@ def regorus_error(exc: Exception, directory: Path) -> str:
     message = _REGORUS_MESSAGE.search(text)
     msg = message.group("msg").strip() if message else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     if where:
-        return f"{directory / where.group('file')}:{where.group('line')}:{where.group('col')}: {msg}"
-    return f"{directory}: {msg}"
+        return f"{display_path(directory / where.group('file'))}:{where.group('line')}:{where.group('col')}: {msg}"
+    return f"{display_path(directory)}: {msg}"
 
 
 def _with_timeout(seconds: float, what: str, work: Any) -> Any:
