@@ -811,21 +811,29 @@ def provider_cluster(provider: Any) -> str | None:
 
 
 def manifest_from_props(resource_type: str, props: dict[str, Any]) -> dict[str, Any]:
-    """kubernetes:<group/version>:<Kind> props are the manifest; apiVersion and kind come from the type when absent."""
+    """kubernetes:<group/version>:<Kind> props are the manifest; apiVersion and kind come from the type when absent.
+
+    The server-set `status` is dropped: policies judge what Git declares.
+    """
     _, api, kind = resource_type.split(":", 2)
-    api_version = api.removeprefix("core/")
-    manifest = dict(props)
-    manifest.setdefault("apiVersion", api_version)
+    manifest = {k: v for k, v in props.items() if k != "status"}
+    manifest.setdefault("apiVersion", api.removeprefix("core/"))
     manifest.setdefault("kind", kind)
     return manifest
 
 
-def stack_resources(resources: Iterable[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True)
+class StackObject:
+    entry: dict[str, Any]
+    urn: str
+
+
+def stack_objects(resources: Iterable[Any]) -> tuple[list[StackObject], list[str]]:
     """Policy-input resources from Pulumi stack resources (PolicyResource-like: resource_type, props, provider, urn)."""
     out, problems = [], []
     for r in resources:
-        if not r.resource_type.startswith("kubernetes:") or r.resource_type.startswith("pulumi:providers:"):
-            continue
+        if not r.resource_type.startswith("kubernetes:"):
+            continue  # providers are pulumi:providers:kubernetes; components are fleetops:fleet:*
         cluster = provider_cluster(getattr(r, "provider", None))
         if cluster is None:
             problems.append(f"{r.urn}: no Kubernetes provider, so no cluster")
@@ -834,12 +842,59 @@ def stack_resources(resources: Iterable[Any]) -> tuple[list[dict[str, Any]], lis
         if not isinstance(manifest.get("metadata"), dict) or "name" not in manifest["metadata"]:
             problems.append(f"{r.urn}: manifest without metadata.name")
             continue
-        out.append(resource_entry(cluster, manifest))
+        out.append(StackObject(resource_entry(cluster, manifest), r.urn))
     return out, problems
 
 
-def stack_environment(resources: list[dict[str, Any]]) -> str | None:
-    """The environment every rendered object is stamped with (label fleetops.io/environment)."""
-    names = {r["manifest"]["metadata"].get("labels", {}).get("fleetops.io/environment") for r in resources}
-    names.discard(None)
-    return names.pop() if len(names) == 1 else None
+def _stamp(objects: list[StackObject], where: str, key: str) -> set[str]:
+    return {o.entry["manifest"]["metadata"].get(where, {}).get(key) for o in objects} - {None}
+
+
+def stack_input(resources: Iterable[Any], environments: Path = ROOT / "environments") -> tuple[dict[str, Any], list[StackObject]]:
+    """A Pulumi stack's resources -> the same policy input `fleetops check` builds from a render.
+
+    The environment is the one every object is stamped with (label fleetops.io/environment); its
+    spec and derived facts come from that environment file in this checkout.
+    """
+    objects, problems = stack_objects(resources)
+    if problems:
+        raise PolicyError(problems[0])
+    names = _stamp(objects, "labels", "fleetops.io/environment")
+    if len(names) != 1:
+        raise PolicyError(f"stack objects must carry one fleetops.io/environment label, found {sorted(names) or 'none'}")
+    name = names.pop()
+    try:
+        env = spec.load_environment(environments / f"{name}.yaml")
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+    revisions = _stamp(objects, "annotations", "fleetops.io/revision")
+    revision = revisions.pop() if len(revisions) == 1 else "unknown"
+    return build_input(env, (o.entry for o in objects), revision), objects
+
+
+def validate_stack(
+    resources: Iterable[Any],
+    report_violation: Any,
+    kind: Literal["deny", "warn"],
+    environments: Path = ROOT / "environments",
+    engine: Engine | None = None,
+    policies_dir: Path = POLICIES_DIR,
+) -> Verdict | None:
+    """The Pulumi policy pack's stack validation: report each unwaived `kind` decision as a violation.
+
+    No decision (bad stack, engine failure) is itself a violation of the deny policy: fail closed.
+    """
+    try:
+        document, objects = stack_input(resources, environments)
+        verdict = evaluate_input(document, engine, policies_dir)
+    except PolicyError as exc:
+        if kind == "deny":
+            report_violation(f"fleetops policy gate could not decide: {exc}", None)
+        return None
+    urns = {(o.entry["cluster"], o.entry["kind"], o.entry["namespace"], o.entry["name"]): o.urn for o in objects}
+    for d in verdict.decisions:
+        if d.status == kind:
+            r = d.resource
+            urn = urns.get((r.get("cluster"), r.get("kind"), r.get("namespace", ""), r.get("name")))
+            report_violation(f"[{d.rule}] {d.msg}", urn)
+    return verdict
