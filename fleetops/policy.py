@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -224,6 +223,44 @@ def package_of(source: str) -> str:
     return match.group(1) if match else ""
 
 
+@dataclass(frozen=True)
+class RuleMeta:
+    """A `# METADATA` block and the rule it annotates, for reports and the audit."""
+
+    file: str
+    line: int  # of the rule head
+    rule: str  # the head, e.g. "deny" or "warn"
+    title: str
+    description: str
+    severity: str
+    control_id: str
+
+
+_METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
+
+
+def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
+    """Every rule-scoped METADATA block of the shipped policies; a block that is not YAML is a PolicyError.
+
+    OPA rejects such a block at compile time, so catching it here keeps both engines in step.
+    """
+    out = []
+    for name, source in bundle.policies.items():
+        for match in _METADATA.finditer(source):
+            body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
+            line = source.count("\n", 0, match.start(2)) + 1
+            try:
+                meta = yaml.safe_load(body) or {}
+            except yaml.YAMLError as exc:
+                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
+            if meta.get("scope") == "package" or match.group(2) == "package":
+                continue
+            custom = meta.get("custom") or {}
+            out.append(RuleMeta(name, line, match.group(2), str(meta.get("title", "")), str(meta.get("description", "")),
+                                str(custom.get("severity", "")), str(custom.get("control_id", ""))))
+    return out
+
+
 # --- engines --------------------------------------------------------------------------------
 
 Results = dict[str, dict[str, list[dict[str, Any]]]]  # package ("fleet.quota") -> {"deny": [...], "warn": [...]}
@@ -248,26 +285,6 @@ def regorus_error(exc: Exception, directory: Path) -> str:
     if where:
         return f"{display_path(directory / where.group('file'))}:{where.group('line')}:{where.group('col')}: {msg}"
     return f"{display_path(directory)}: {msg}"
-
-
-def _with_timeout(seconds: float, what: str, work: Any) -> Any:
-    """Run `work()` in a daemon thread; give up after `seconds` (the thread is abandoned, the caller fails closed)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=what, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise PolicyError(f"{what}: no answer within {seconds:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def collect(document: Any, packages: dict[str, set[str]]) -> Results:
@@ -309,7 +326,6 @@ class EmbeddedEngine:
                 problem = regorus_error(exc, bundle.directory)
                 break
         if problem is not None:
-            del engine  # in this thread: see evaluate
             raise PolicyError(problem)
         engine.add_data_json(json.dumps(bundle.data))
         return engine
@@ -321,31 +337,25 @@ class EmbeddedEngine:
             f'"{p}": {{' + ", ".join(f'"{k}": data.{p}.{k}' for k in sorted(kinds)) + "}" for p, kinds in packages.items() if kinds
         ) + "}"
 
-        def run() -> Any:
-            # A regorus Engine may only be used, and dropped, by the thread that made it: the
-            # traceback of an error would otherwise carry it to the caller's thread.
-            engine = self.load(bundle, bundle.policies)
-            try:
-                engine.set_input_json(json.dumps(document))
-                return json.loads(engine.eval_query_as_json(query))
-            except RuntimeError as exc:
-                raise PolicyError(regorus_error(exc, bundle.directory)) from None
-            finally:
-                del engine
-
+        started = time.perf_counter()
+        engine = self.load(bundle, bundle.policies)
         try:
-            answer = _with_timeout(self.timeout, "embedded policy engine", run)
+            engine.set_input_json(json.dumps(document))
+            answer = json.loads(engine.eval_query_as_json(query))
             value = answer["result"][0]["expressions"][0]["value"]
-        except PolicyError:
-            raise
         except RuntimeError as exc:
             raise PolicyError(regorus_error(exc, bundle.directory)) from None
         except (KeyError, IndexError, TypeError) as exc:
             raise PolicyError(f"embedded policy engine: unexpected answer ({type(exc).__name__}: {exc})") from None
-        except BaseException as exc:  # pyo3 panics derive from BaseException: still no decision, so fail closed
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a Rust panic surfaces as pyo3's PanicException (a BaseException)
             raise PolicyError(f"embedded policy engine failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        # regorus holds the GIL for a whole query, so a watchdog thread could not interrupt it; the
+        # deadline is enforced when the query returns, and a late answer is no answer (fail closed).
+        elapsed = time.perf_counter() - started
+        if elapsed > self.timeout:
+            raise PolicyError(f"embedded policy engine: no answer within {self.timeout:g}s (took {elapsed:.2f}s)")
         nested: dict[str, Any] = {}
         for package, decisions in value.items():
             node = nested
@@ -787,13 +797,20 @@ def run_tests(policies_dir: Path = POLICIES_DIR) -> TestReport:
             results.append(TestResult(package, name, value is True, None if value is True else f"evaluated to {value!r}"))
         except RuntimeError as exc:
             results.append(TestResult(package, name, False, regorus_error(exc, policies_dir)))
-    report = json.loads(engine.get_coverage_report_as_json())
-    coverage = [
-        FileCoverage(f["path"], sorted(f["covered"]), sorted(f["not_covered"]))
-        for f in report.get("files", [])
-        if f["path"] in bundle.policies
-    ]
-    return TestReport(results, sorted(coverage, key=lambda c: c.path))
+    report = {f["path"]: f for f in json.loads(engine.get_coverage_report_as_json()).get("files", [])}
+    coverage = []
+    for path, source in sorted(bundle.policies.items()):
+        if path in report:
+            coverage.append(FileCoverage(path, sorted(report[path]["covered"]), sorted(report[path]["not_covered"])))
+        else:
+            # No test evaluated the file, so regorus reports nothing for it: count every code line as uncovered.
+            coverage.append(FileCoverage(path, [], _code_lines(source)))
+    return TestReport(results, coverage)
+
+
+def _code_lines(source: str) -> list[int]:
+    skip = ("#", "package ", "import ")
+    return [i for i, line in enumerate(source.splitlines(), 1) if line.strip() and not line.lstrip().startswith(skip)]
 
 
 # --- Pulumi stack -> policy input ------------------------------------------------------------------

@@ -24,6 +24,7 @@ test_at_budget_is_allowed if {
 }
 
 test_each_crossed_threshold_warns if {
+	"budget.alert_threshold" in rules(budget.warn) with input as at(800)
 	count(budget.warn) == 1 with input as at(800)
 	count(budget.warn) == 2 with input as at(960)
 }

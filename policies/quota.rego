@@ -60,7 +60,7 @@ deny contains d if {
 
 # METADATA
 # title: One tenant's guaranteed share is bounded
-# description: Where tenants share a cluster's device resource, none holds more guaranteed quota than the configured share of its capacity. A sole holder is not limited: it crowds out no one.
+# description: Where tenants share a cluster's device resource, none holds more guaranteed quota than the configured share of its capacity. A sole holder is not limited, as it crowds out no one.
 # custom:
 #   severity: medium
 #   control_id: FLEET-QUOTA-03
