@@ -424,6 +424,15 @@ class OpaEngine:
             detail = json.dumps(detail)[:300]
         return PolicyError(_redact(f"OPA at {self.url}: {step}: {type(exc).__name__}: {detail}", self.token))
 
+    def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
+        """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
+        errors = getattr(exc, "errors", None)
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            first = errors[0]
+            loc = first.get("location") or {}
+            return PolicyError(_redact(f"{display_path(path)}:{loc.get('row', 1)}:{loc.get('col', 1)}: OPA at {self.url}: {first.get('message', 'rejected')}", self.token))
+        return self._fail(f"upload {display_path(path)}", exc)
+
     def evaluate(self, bundle: Bundle, document: dict[str, Any]) -> Results:
         try:
             client = self.client()
@@ -435,7 +444,7 @@ class OpaEngine:
                 try:
                     client.update_policy_from_string(text, policy_id, rego_compat=False)
                 except Exception as exc:
-                    raise self._fail(f"upload {bundle.directory / name}", exc) from None
+                    raise self._upload_error(bundle.directory / name, exc) from None
             try:
                 client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
             except Exception as exc:
