@@ -269,7 +269,9 @@ Results = dict[str, dict[str, list[dict[str, Any]]]]  # package ("fleet.quota") 
 class Engine(Protocol):
     name: str
 
-    def evaluate(self, bundle: Bundle, document: dict[str, Any]) -> Results: ...
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
+        """`text` is `document` already serialised (canonical JSON), for engines that can reuse it."""
+        ...
 
 
 _REGORUS_LOCATION = re.compile(r"-->\s*(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+)")
@@ -330,7 +332,7 @@ class EmbeddedEngine:
         engine.add_data_json(json.dumps(bundle.data))
         return engine
 
-    def evaluate(self, bundle: Bundle, document: dict[str, Any]) -> Results:
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
         packages = fleet_packages(bundle.policies)
         # One query over all packages: rules a package shares between deny and warn run once.
         query = "{" + ", ".join(
@@ -340,7 +342,7 @@ class EmbeddedEngine:
         started = time.perf_counter()
         engine = self.load(bundle, bundle.policies)
         try:
-            engine.set_input_json(json.dumps(document))
+            engine.set_input_json(text if text is not None else json.dumps(document))
             answer = json.loads(engine.eval_query_as_json(query))
             value = answer["result"][0]["expressions"][0]["value"]
         except RuntimeError as exc:
@@ -433,7 +435,7 @@ class OpaEngine:
             return PolicyError(_redact(f"{display_path(path)}:{loc.get('row', 1)}:{loc.get('col', 1)}: OPA at {self.url}: {first.get('message', 'rejected')}", self.token))
         return self._fail(f"upload {display_path(path)}", exc)
 
-    def evaluate(self, bundle: Bundle, document: dict[str, Any]) -> Results:
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
         try:
             client = self.client()
         except Exception as exc:
@@ -674,8 +676,12 @@ def apply_waivers(decisions: list[Decision], environment: str, waivers: list[Loa
     return out
 
 
-def canonical_digest(document: Any) -> str:
-    return "sha256:" + hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def canonical_json(document: Any) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def canonical_digest(document: Any, text: str | None = None) -> str:
+    return "sha256:" + hashlib.sha256((text if text is not None else canonical_json(document)).encode()).hexdigest()
 
 
 def evaluate_input(
@@ -688,8 +694,9 @@ def evaluate_input(
     engine = engine or EmbeddedEngine()
     bundle = load_bundle(policies_dir)
     waivers = load_waivers(policies_dir / WAIVERS_FILE, today or dt.date.today())
+    text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
     started = time.perf_counter()
-    results = engine.evaluate(bundle, document)
+    results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started
     decisions = apply_waivers(to_decisions(results), document["environment"], waivers.active)
     return Verdict(
@@ -697,7 +704,7 @@ def evaluate_input(
         revision=document.get("revision", ""),
         engine=engine.name,
         policy_digest=bundle.digest,
-        input_digest=canonical_digest(document),
+        input_digest=canonical_digest(document, text),
         duration_seconds=duration,
         decisions=decisions,
         waiver_problems=waivers.problems,
