@@ -155,6 +155,8 @@ def build_input(
     change: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The policy input as plain data. Spec and resources are already validated upstream."""
+    if change is not None and not isinstance(change, dict):
+        raise PolicyError(f"the change under review must be an object, got {type(change).__name__}")
     return {
         "environment": env.environment,
         "revision": revision,
@@ -230,12 +232,14 @@ class RuleMeta:
     file: str
     line: int  # of the rule head
     rule: str  # the head, e.g. "deny" or "warn"
+    rule_id: str  # the "rule" its decisions carry, e.g. "quota.tenant_share"
     title: str
     description: str
     severity: str
     control_id: str
 
 
+_RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
 _METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
 
 
@@ -256,8 +260,9 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             if meta.get("scope") == "package" or match.group(2) == "package":
                 continue
             custom = meta.get("custom") or {}
-            out.append(RuleMeta(name, line, match.group(2), str(meta.get("title", "")), str(meta.get("description", "")),
-                                str(custom.get("severity", "")), str(custom.get("control_id", ""))))
+            rule_id = _RULE_ID.search(source, match.end())
+            out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
+                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", ""))))
     return out
 
 

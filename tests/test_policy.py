@@ -278,6 +278,7 @@ def test_every_rule_has_metadata_and_a_test_that_fires_it():
         rules = set(_RULE_ID.findall(source))
         # One METADATA block per rule id (a second body of the same rule may share the first's block).
         assert heads and len(mine) >= len(rules), f"{name}: a rule without a METADATA block"
+        assert {m.rule_id for m in mine} == rules, name
         for m in mine:
             assert m.rule in ("deny", "warn") and m.title and m.description, m
             assert m.severity in {"critical", "high", "medium", "low"} and m.control_id.startswith("FLEET-"), m
