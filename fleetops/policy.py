@@ -699,11 +699,16 @@ def evaluate_input(
     engine = engine or EmbeddedEngine()
     bundle = load_bundle(policies_dir)
     waivers = load_waivers(policies_dir / WAIVERS_FILE, today or dt.date.today())
+    known = {m.rule_id for m in rule_metadata(bundle)}
+    unknown = [w for w in waivers.active if w.waiver.rule not in known]
+    # A waiver of a rule that does not exist waives nothing; say so, as it usually is a typo.
+    problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
+    active = [w for w in waivers.active if w not in unknown]
     text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
     started = time.perf_counter()
     results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started
-    decisions = apply_waivers(to_decisions(results), document["environment"], waivers.active)
+    decisions = apply_waivers(to_decisions(results), document["environment"], active)
     return Verdict(
         environment=document["environment"],
         revision=document.get("revision", ""),
@@ -712,7 +717,7 @@ def evaluate_input(
         input_digest=canonical_digest(document, text),
         duration_seconds=duration,
         decisions=decisions,
-        waiver_problems=waivers.problems,
+        waiver_problems=problems,
     )
 
 

@@ -7,6 +7,9 @@ cfg := data.fleet_data.devices
 
 group_labels := {"fleetops.io/pool", "fleetops.io/edge-group"}
 
+# Decisions name fleet concepts in the same CamelCase as Kubernetes kinds.
+concept := {"pool": "Pool", "edge_group": "EdgeGroup"}
+
 # "cluster/group" for every kube-system DaemonSet pinned to a pool or edge group by nodeSelector.
 targeted contains sprintf("%s/%s", [r.cluster, value]) if {
 	some r in input.resources
@@ -29,7 +32,7 @@ deny contains d if {
 		"rule": "devices.missing_plugin",
 		"severity": "high",
 		"msg": sprintf("%s: no device plugin DaemonSet targets %s %s (%s)", [group.cluster, group.kind, name, group.resource]),
-		"resource": {"cluster": group.cluster, "kind": group.kind, "name": name},
+		"resource": {"cluster": group.cluster, "kind": concept[group.kind], "name": name},
 	}
 }
 
@@ -73,7 +76,7 @@ deny contains d if {
 		"rule": "devices.mig_profile_invalid",
 		"severity": "high",
 		"msg": sprintf("%s: pool %s uses MIG on %s, which has no MIG profile table", [cluster, pool.name, pool.device.model]),
-		"resource": {"cluster": cluster, "kind": "pool", "name": pool.name},
+		"resource": {"cluster": cluster, "kind": "Pool", "name": pool.name},
 	}
 }
 
@@ -86,7 +89,7 @@ deny contains d if {
 		"rule": "devices.mig_profile_invalid",
 		"severity": "high",
 		"msg": sprintf("%s: pool %s: MIG profile %s does not exist on %s (valid: %s)", [cluster, pool.name, profile, family, concat(", ", cfg.mig_profiles[family])]),
-		"resource": {"cluster": cluster, "kind": "pool", "name": pool.name},
+		"resource": {"cluster": cluster, "kind": "Pool", "name": pool.name},
 	}
 }
 
@@ -106,6 +109,6 @@ deny contains d if {
 		"rule": "devices.strict_on_time_slicing",
 		"severity": "high",
 		"msg": sprintf("%s: tenant %s has isolation strict but may land on time-sliced pool %s", [cluster, tenant.name, name]),
-		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "pool", "name": name},
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "Pool", "name": name},
 	}
 }

@@ -23,7 +23,7 @@ deny contains d if {
 		"rule": "edge.heartbeat_grace",
 		"severity": "medium",
 		"msg": sprintf("%s: edge group %s heartbeats every %ds but its offline grace is %ds, want at least %d heartbeats in it", [cluster, group.name, group.heartbeat_seconds, group.offline_grace_seconds, cfg.min_heartbeats_per_grace]),
-		"resource": {"cluster": cluster, "kind": "edge_group", "name": group.name},
+		"resource": {"cluster": cluster, "kind": "EdgeGroup", "name": group.name},
 	}
 }
 
@@ -40,7 +40,7 @@ deny contains d if {
 		"rule": "edge.latency",
 		"severity": "medium",
 		"msg": sprintf("%s: edge group %s declares %d ms latency, at most %d ms allowed", [cluster, group.name, group.latency_ms, cfg.max_latency_ms]),
-		"resource": {"cluster": cluster, "kind": "edge_group", "name": group.name},
+		"resource": {"cluster": cluster, "kind": "EdgeGroup", "name": group.name},
 	}
 }
 
@@ -81,6 +81,6 @@ deny contains d if {
 		"rule": "edge.missing_fingerprints",
 		"severity": "high",
 		"msg": sprintf("%s: edge group %s has no device fingerprint allow list", [cluster, group.name]),
-		"resource": {"cluster": cluster, "kind": "edge_group", "name": group.name},
+		"resource": {"cluster": cluster, "kind": "EdgeGroup", "name": group.name},
 	}
 }

@@ -179,6 +179,15 @@ def test_a_waiver_applies_only_inside_its_scope(tmp_path):
     assert "quota.tenant_share" in verdict.rules("deny") and not verdict.waived
 
 
+def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):
+    directory = copy_policies(tmp_path)
+    write_waivers(directory, WAIVER, {**WAIVER, "rule": "quota.tenant_shares"})
+    verdict = judge(*rendered("prod"), policies_dir=directory)
+    assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
+    (problem,) = verdict.waiver_problems
+    assert re.fullmatch(r".*waivers\.yaml:\d+: waiver of quota.tenant_shares: no policy has this rule", problem)
+
+
 def test_waiver_file_that_is_not_a_list_is_bad_input(tmp_path):
     directory = copy_policies(tmp_path)
     (directory / "waivers.yaml").write_text("waivers: {rule: x}\n")
