@@ -452,6 +452,14 @@ class OpaEngine:
                     client.update_policy_from_string(text, policy_id, rego_compat=False)
                 except Exception as exc:
                     raise self._upload_error(bundle.directory / name, exc) from None
+            # A module uploaded by an older bundle (a renamed or removed file) would still add rules.
+            uploaded = {f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}" for name in bundle.policies}
+            try:
+                for stale in sorted(set(client.get_policies_list()) - uploaded):
+                    if stale.startswith(f"{self.POLICY_PREFIX}/"):
+                        client.delete_policy(stale)
+            except Exception as exc:
+                raise self._fail("remove stale policies", exc) from None
             try:
                 client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
             except Exception as exc:
@@ -462,7 +470,7 @@ class OpaEngine:
                 raise self._fail("query data.fleet", exc) from None
         if not isinstance(answer, dict) or "result" not in answer:
             raise PolicyError(f"OPA at {self.url}: query data.fleet: no result (are the policies loaded?)")
-        return collect({"fleet": answer["result"]}.get("fleet"), fleet_packages(bundle.policies))
+        return collect(answer["result"], fleet_packages(bundle.policies))
 
 
 def engine_from(opa_url: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Engine:

@@ -79,11 +79,16 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "PUT" and self.path.startswith("/v1/data/"):
             self.server.data[self.path.removeprefix("/v1/data/")] = json.loads(body)
             return self._reply(204, None)
+        if self.command == "GET" and self.path == "/v1/policies/":
+            return self._reply(200, {"result": [{"id": i} for i in self.server.policies]})
+        if self.command == "DELETE" and self.path.startswith("/v1/policies/"):
+            self.server.policies.pop(self.path.removeprefix("/v1/policies/"), None)
+            return self._reply(200, {})
         if self.command == "POST" and self.path == "/v1/data/fleet":
             return self._reply(200, self.server.answer(json.loads(body)["input"]))
         return self._reply(404, {"code": "not_found", "message": self.path})
 
-    do_PUT = do_POST = _handle
+    do_GET = do_PUT = do_POST = do_DELETE = _handle
 
 
 @contextmanager
@@ -113,6 +118,7 @@ def test_opa_engine_uploads_policies_and_data_then_queries_data_fleet():
         verdict = policy.evaluate(env, state, engine=policy.OpaEngine(server.url, token=TOKEN), today=TODAY)
     paths = [(c["method"], c["path"]) for c in server.calls]
     uploads = sorted(p for m, p in paths if m == "PUT" and p.startswith("/v1/policies/"))
+    assert ("GET", "/v1/policies/") in paths
     assert uploads == [f"/v1/policies/fleetops/{n}" for n in ("budget", "capacity", "devices", "edge", "network", "priority", "quota")]
     assert ("PUT", "/v1/data/fleet_data") in paths
     assert paths[-1] == ("POST", "/v1/data/fleet")
@@ -121,6 +127,17 @@ def test_opa_engine_uploads_policies_and_data_then_queries_data_fleet():
     assert {c["auth"] for c in server.calls} == {f"Bearer {TOKEN}"}
     assert verdict.engine == "opa"
     assert decisions(verdict) == decisions(policy.evaluate(env, state, today=TODAY))
+
+
+def test_modules_left_by_an_older_bundle_are_removed():
+    env, state = prod()
+    with fake_opa() as server:
+        server.policies["fleetops/old-quota"] = 'package fleet.quota\n\ndeny contains {"rule": "quota.old"} if { true }\n'
+        server.policies["team/other"] = "package team.other\n\nallow := true\n"
+        verdict = policy.evaluate(env, state, engine=policy.OpaEngine(server.url), today=TODAY)
+    assert ("DELETE", "/v1/policies/fleetops/old-quota") in [(c["method"], c["path"]) for c in server.calls]
+    assert "team/other" in server.policies  # what others keep in the same OPA is left alone
+    assert "quota.old" not in verdict.rules()
 
 
 def test_without_a_token_no_authorization_header_is_sent():
