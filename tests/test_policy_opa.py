@@ -246,3 +246,15 @@ def _wait_until_healthy(port: int) -> None:
         except requests.RequestException:
             continue
     raise AssertionError("opa did not become healthy")
+
+
+@pytest.mark.skipif(shutil.which("opa") is None, reason="no `opa` binary on PATH: `opa test` parity not checked here")
+def test_real_opa_passes_the_rego_tests(tmp_path):
+    # OPA loads data files by folder, so the policy data goes where the policies read it: data.fleet_data.
+    bundle = policy.load_bundle()
+    for name, text in {**bundle.policies, **bundle.tests}.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "fleet_data").mkdir()
+    (tmp_path / "fleet_data" / "data.json").write_text(json.dumps(bundle.data["fleet_data"]))
+    proc = subprocess.run(["opa", "test", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
