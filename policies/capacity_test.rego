@@ -14,7 +14,8 @@ test_enough_ready_capacity_has_no_decisions if {
 }
 
 test_not_ready_nodes_do_not_count if {
-	some d in capacity.warn with input as at([node("n1", "8", true), node("n2", "8", false)])
+	decisions := capacity.warn with input as at([node("n1", "8", true), node("n2", "8", false)])
+	some d in decisions
 	d.rule == "capacity.live_below_guaranteed"
 	d.resource.name == "nvidia.com/gpu"
 }

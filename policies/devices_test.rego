@@ -42,7 +42,8 @@ test_clean_input_has_no_decisions if {
 }
 
 test_missing_plugin_fires if {
-	some d in devices.deny with input as object.union(base, {"resources": [plugin("shared"), sliced(4)]})
+	decisions := devices.deny with input as object.union(base, {"resources": [plugin("shared"), sliced(4)]})
+	some d in decisions
 	d.rule == "devices.missing_plugin"
 	d.resource.name == "mig"
 }
@@ -63,7 +64,8 @@ test_mig_on_unknown_model_fires if {
 
 test_strict_on_time_slicing_fires if {
 	exposed := object.union(base, {"facts": {"eligible": {"secure": {"c1": ["mig", "shared"]}}}})
-	some d in devices.deny with input as exposed
+	decisions := devices.deny with input as exposed
+	some d in decisions
 	d.rule == "devices.strict_on_time_slicing"
 	d.resource.name == "shared"
 }

@@ -35,7 +35,8 @@ test_latency_fires if {
 
 test_training_on_edge_fires if {
 	trainer := object.union(base, {"spec": {"tenants": [{"name": "train", "clusters": ["center", "edge"], "workloads": ["training"]}]}})
-	some d in edge.deny with input as trainer
+	decisions := edge.deny with input as trainer
+	some d in decisions
 	d.rule == "edge.training_on_edge"
 	d.resource.cluster == "edge"
 }

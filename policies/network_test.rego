@@ -34,7 +34,8 @@ test_clean_input_has_no_decisions if {
 }
 
 test_missing_default_deny_fires if {
-	some d in network.deny with input as with_resources([namespace("center", "b")])
+	decisions := network.deny with input as with_resources([namespace("center", "b")])
+	some d in decisions
 	d.rule == "network.missing_default_deny"
 	d.resource.tenant == "b"
 }

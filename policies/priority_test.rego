@@ -50,7 +50,8 @@ test_value_below_band_fires if {
 }
 
 test_multiple_global_defaults_fires if {
-	some d in priority.deny with input as with_classes([pc("training-default", "training", 2000, "PreemptLowerPriority", true)])
+	decisions := priority.deny with input as with_classes([pc("training-default", "training", 2000, "PreemptLowerPriority", true)])
+	some d in decisions
 	d.rule == "priority.multiple_global_defaults"
 	d.resource.cluster == "c1"
 }

@@ -72,7 +72,8 @@ test_tenant_share_limit_comes_from_data if {
 
 test_missing_resourcequota_fires if {
 	bare := object.union(base, {"resources": [rq("a")]})
-	some d in quota.deny with input as bare
+	decisions := quota.deny with input as bare
+	some d in decisions
 	d.rule == "quota.missing_resourcequota"
 	d.resource.tenant == "b"
 }
