@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetops import render as render_mod
-from fleetops import schema, spec
+from fleetops import policy, schema, spec
 
 app = typer.Typer(
     help="Declarative, policy-gated GitOps for AI compute fleets.",
@@ -171,6 +171,122 @@ def render(
         err.print(f"wrote {len(files)} file(s) to {out_dir}", highlight=False)
     if summary:
         print_summary(load_or_fail(path), state)
+
+
+# --- policy gate ------------------------------------------------------------------------------
+
+
+class CheckOutput(str, Enum):
+    table = "table"
+    json = "json"
+    junit = "junit"
+
+
+PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Folder of Rego policies, data and waivers", envvar="FLEETOPS_POLICIES")]
+
+
+def verdict_table(verdict: policy.Verdict) -> Table:
+    table = Table(title=f"{verdict.environment}: policy decisions", title_justify="left")
+    for col in ("status", "rule", "severity", "resource", "message"):
+        table.add_column(col)
+    for d in verdict.decisions:
+        table.add_row(d.status, d.rule, d.severity, d.resource_ref(), d.msg + (f" (waiver {d.waived_by})" if d.waived_by else ""))
+    return table
+
+
+def verdict_junit(verdict: policy.Verdict) -> str:
+    from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+    cases = []
+    for d in verdict.decisions:
+        case = TestCase(f"{d.rule} {d.resource_ref()}", classname=f"fleetops.{d.package}", stdout=d.msg)
+        if d.status == "deny":
+            case.add_failure_info(message=d.msg, failure_type=d.severity)
+        elif d.status == "warn":
+            case.add_skipped_info(message=f"warning: {d.msg}")
+        cases.append(case)
+    # A clean run still reports one passing case, so CI shows that the gate ran.
+    cases.append(TestCase("policy gate", classname="fleetops.check", stdout=f"{len(verdict.denied)} unwaived deny decision(s)"))
+    if verdict.denied:
+        cases[-1].add_failure_info(message=f"{len(verdict.denied)} unwaived deny decision(s)")
+    return to_xml_report_string([TestSuite(f"fleetops check {verdict.environment}", cases)])
+
+
+@app.command()
+def check(
+    env: EnvOpt,
+    environments: DirOpt = DEFAULT_DIR,
+    live: Annotated[Path | None, typer.Option("--live", help="Live node inventory JSON: nodes with cluster, name, labels, capacity, allocatable, ready")] = None,
+    output: Annotated[CheckOutput, typer.Option("--output", help="table, json or junit")] = CheckOutput.table,
+    decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
+    opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine); token from $FLEETOPS_OPA_TOKEN")] = None,
+    policies: PoliciesOpt = policy.POLICIES_DIR,
+    revision: Annotated[str | None, typer.Option(help="Revision to stamp (default: the Git HEAD)")] = None,
+) -> None:
+    """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
+    path = env_file(environments, env)
+    state = render_or_fail(path, revision)
+    model = load_or_fail(path)
+    try:
+        inventory = policy.load_inventory(live) if live is not None else None
+        engine = policy.engine_from(opa_url)
+        verdict = policy.evaluate(model, state, live=inventory, engine=engine, policies_dir=policies)
+        policy.log_decisions(policy.decision_log_path(decision_log), verdict)
+    except policy.PolicyError as exc:
+        fail(f"{exc} (no decision: failing closed)")
+    for problem in verdict.waiver_problems:
+        err.print(f"waiver ignored: {problem}", markup=False, highlight=False)
+    if output is CheckOutput.json:
+        sys.stdout.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
+    elif output is CheckOutput.junit:
+        sys.stdout.write(verdict_junit(verdict))
+    else:
+        if verdict.decisions:
+            out.print(verdict_table(verdict))
+        out.print(
+            f"{verdict.environment}: {'FAIL' if verdict.denied else 'pass'}: {len(verdict.denied)} denied, "
+            f"{len(verdict.warnings)} warning(s), {len(verdict.waived)} waived ({verdict.engine} engine, "
+            f"policies {verdict.policy_digest[:19]}, {verdict.duration_seconds:.2f}s)",
+            markup=False,
+            highlight=False,
+        )
+    if verdict.denied:
+        raise typer.Exit(1)
+
+
+policy_app = typer.Typer(help="Work on the Rego policies themselves.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command("test")
+def policy_test(
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+    policies: PoliciesOpt = policy.POLICIES_DIR,
+) -> None:
+    """Run every *_test.rego with the embedded engine and report line coverage per policy file. Exit 1 on a failing test."""
+    try:
+        report = policy.run_tests(policies)
+    except policy.PolicyError as exc:
+        fail(str(exc))
+    if output is Output.json:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        tests = Table(title="policy tests", title_justify="left")
+        for col in ("result", "package", "test", "detail"):
+            tests.add_column(col)
+        for r in report.results:
+            tests.add_row("pass" if r.passed else "FAIL", r.package, r.name, r.error or "")
+        cover = Table(title="line coverage", title_justify="left")
+        for col in ("file", "covered %", "uncovered lines"):
+            cover.add_column(col)
+        for c in report.coverage:
+            cover.add_row(c.path, f"{c.percent:.1f}", ", ".join(map(str, c.not_covered)))
+        out.print(tests)
+        out.print(cover)
+        failed = sum(not r.passed for r in report.results)
+        out.print(f"{len(report.results) - failed} passed, {failed} failed", markup=False, highlight=False)
+    if not report.passed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

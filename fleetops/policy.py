@@ -1,0 +1,951 @@
+"""The policy gate: build the policy input, evaluate the Rego policies, apply waivers, log decisions.
+
+    verdict = evaluate(env, state, live=None, change=None, engine=None)
+    verdict.denied      # unwaived deny decisions: any of them fails the gate
+    verdict.decisions   # every decision, deny / warn / waived
+
+Policies are Rego v1 files under `policies/` (packages `fleet.<domain>`, each exposing `deny` and
+`warn` sets). Two engines give the same decisions: `EmbeddedEngine` (regorus, in-process, the
+default) and `OpaEngine` (an OPA server, through opa-python-client). Anything that keeps the engine
+from answering - a policy that does not parse, an unreachable server, a timeout - raises
+`PolicyError`, and callers fail closed: no answer is never a pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fleetops import spec
+from fleetops.render import DesiredState, object_key
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES_DIR = ROOT / "policies"
+DATA_FILE = "data.yaml"
+WAIVERS_FILE = "waivers.yaml"
+DATA_ROOT = "fleet_data"  # policy data is data.fleet_data; policies are data.fleet.*
+MAX_WAIVER_DAYS = 90
+DEFAULT_TIMEOUT = 30.0
+
+Status = Literal["deny", "warn", "waived"]
+
+
+class PolicyError(Exception):
+    """The gate could not decide: bad policy, bad input, engine failure or timeout. Callers fail closed."""
+
+
+# --- input ---------------------------------------------------------------------------------
+
+
+class _Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Quantity = int | str
+
+
+class LiveNode(_Edge):
+    """One live node as the reconciler lists it: device quantities are Kubernetes quantity strings or ints."""
+
+    cluster: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    labels: dict[str, str] = {}
+    capacity: dict[str, Quantity] = {}
+    allocatable: dict[str, Quantity] = {}
+    ready: bool
+
+
+class Inventory(_Edge):
+    nodes: list[LiveNode]
+
+
+class PolicyInput(BaseModel):
+    """The document every policy reads as `input` (policies/README.md describes each field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    environment: str
+    revision: str
+    spec: dict[str, Any]
+    resources: list[dict[str, Any]]
+    facts: dict[str, Any]
+    live: Inventory | None = None
+    change: dict[str, Any] | None = None
+
+
+def load_inventory(path: Path) -> Inventory:
+    """`--live INVENTORY.json`: a list of nodes or `{"nodes": [...]}`; errors name file:line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PolicyError(f"{path}:1:1: cannot read the live inventory: {exc.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    try:
+        return Inventory.model_validate({"nodes": raw} if isinstance(raw, list) else raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PolicyError(f"{path}:1:1: {where}: {first['msg']}") from None
+
+
+def resource_entry(cluster: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    _, api_version, kind, namespace, name = object_key(cluster, manifest)
+    return {"cluster": cluster, "kind": kind, "apiVersion": api_version, "name": name, "namespace": namespace, "manifest": manifest}
+
+
+def _group_fact(cluster: str, group: spec.Group) -> dict[str, Any]:
+    sharing = group.sharing if isinstance(group, spec.Pool) else None
+    return {
+        "cluster": cluster,
+        "kind": "pool" if isinstance(group, spec.Pool) else "edge_group",
+        "model": group.device.model,
+        "resource": group.device.resource,
+        "physical_devices": spec.physical_devices(group),
+        "sharing": sharing.mode if sharing else "exclusive",
+        "replicas": sharing.replicas if sharing else None,
+        "units": spec.group_capacity(group),
+    }
+
+
+def derived_facts(env: spec.Environment) -> dict[str, Any]:
+    """Facts an auditor can recompute from the environment file; policies compare against them."""
+    quota = spec.quota_sums(env)
+    holders: dict[tuple[str, str], int] = {}
+    for tenant in env.tenants:
+        for cluster in tenant.clusters:
+            for resource, q in tenant.quota.items():
+                if q.guaranteed > 0:
+                    holders[cluster, resource] = holders.get((cluster, resource), 0) + 1
+    clusters = {c.name: c for c in env.clusters}
+    return {
+        "capacity": spec.capacity(env),
+        "quota": {
+            c: {r: {**sums, "tenants": holders.get((c, r), 0)} for r, sums in per.items()} for c, per in quota.items()
+        },
+        "monthly_cost": spec.monthly_cost(env),
+        "hours_per_month": spec.HOURS_PER_MONTH,
+        "groups": {g.name: _group_fact(c.name, g) for c in env.clusters for g in (*c.pools, *c.edge_groups)},
+        "eligible": {
+            t.name: {c: [g.name for g in spec.eligible_groups(t, [clusters[c]])] for c in t.clusters if c in clusters}
+            for t in env.tenants
+        },
+    }
+
+
+def build_input(
+    env: spec.Environment,
+    resources: Iterable[dict[str, Any]],
+    revision: str,
+    live: Inventory | None = None,
+    change: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The policy input as plain data. Spec and resources are already validated upstream."""
+    if change is not None and not isinstance(change, dict):
+        raise PolicyError(f"the change under review must be an object, got {type(change).__name__}")
+    return {
+        "environment": env.environment,
+        "revision": revision,
+        "spec": env.model_dump(mode="json"),
+        "resources": list(resources),
+        "facts": derived_facts(env),
+        "live": live.model_dump(mode="json") if live is not None else None,
+        "change": change,
+    }
+
+
+def policy_input(
+    env: spec.Environment, state: DesiredState, live: Inventory | None = None, change: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return build_input(env, (resource_entry(c, m) for c, m in state.objects()), state.revision, live, change)
+
+
+# --- policies on disk -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The policy files and data one evaluation uses, with the digest the decision log records."""
+
+    directory: Path
+    policies: dict[str, str]  # path relative to the directory -> Rego source, tests excluded
+    tests: dict[str, str]
+    data: dict[str, Any]
+    digest: str
+
+
+def _is_test(path: Path) -> bool:
+    return path.name.endswith("_test.rego")
+
+
+def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
+    if not directory.is_dir():
+        raise PolicyError(f"{directory}: no policy folder")
+    files = sorted(p for p in directory.rglob("*.rego") if ".venv" not in p.parts)
+    sources = {p.relative_to(directory).as_posix(): p.read_text() for p in files}
+    policies = {k: v for k, v in sources.items() if not _is_test(Path(k))}
+    if not policies:
+        raise PolicyError(f"{directory}: no .rego policies")
+    data_path = directory / DATA_FILE
+    data_text = data_path.read_text() if data_path.is_file() else ""
+    try:
+        data = yaml.safe_load(data_text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
+        raise PolicyError(f"{data_path}:{line}: not YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise PolicyError(f"{data_path}:1:1: policy data must be a mapping")
+    digest = hashlib.sha256()
+    for name, text in [*sorted(policies.items()), (DATA_FILE, data_text)]:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    tests = {k: v for k, v in sources.items() if _is_test(Path(k))}
+    return Bundle(directory, policies, tests, {DATA_ROOT: data}, "sha256:" + digest.hexdigest())
+
+
+_PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
+
+
+def package_of(source: str) -> str:
+    match = _PACKAGE.search(source)
+    return match.group(1) if match else ""
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    """A `# METADATA` block and the rule it annotates, for reports and the audit."""
+
+    file: str
+    line: int  # of the rule head
+    rule: str  # the head, e.g. "deny" or "warn"
+    rule_id: str  # the "rule" its decisions carry, e.g. "quota.tenant_share"
+    title: str
+    description: str
+    severity: str
+    control_id: str
+
+
+_RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
+_METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
+
+
+def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
+    """Every rule-scoped METADATA block of the shipped policies; a block that is not YAML is a PolicyError.
+
+    OPA rejects such a block at compile time, so catching it here keeps both engines in step.
+    """
+    out = []
+    for name, source in bundle.policies.items():
+        for match in _METADATA.finditer(source):
+            body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
+            line = source.count("\n", 0, match.start(2)) + 1
+            try:
+                meta = yaml.safe_load(body) or {}
+            except yaml.YAMLError as exc:
+                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
+            if meta.get("scope") == "package" or match.group(2) == "package":
+                continue
+            custom = meta.get("custom") or {}
+            rule_id = _RULE_ID.search(source, match.end())
+            out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
+                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", ""))))
+    return out
+
+
+# --- engines --------------------------------------------------------------------------------
+
+Results = dict[str, dict[str, list[dict[str, Any]]]]  # package ("fleet.quota") -> {"deny": [...], "warn": [...]}
+
+
+class Engine(Protocol):
+    name: str
+
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
+        """`text` is `document` already serialised (canonical JSON), for engines that can reuse it."""
+        ...
+
+
+_REGORUS_LOCATION = re.compile(r"-->\s*(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+)")
+_REGORUS_MESSAGE = re.compile(r"^error:\s*(?P<msg>.+)$", re.MULTILINE)
+
+
+def regorus_error(exc: Exception, directory: Path) -> str:
+    """regorus errors come with a Rust backtrace; keep the place and the message only."""
+    text = str(exc)
+    where = _REGORUS_LOCATION.search(text)
+    message = _REGORUS_MESSAGE.search(text)
+    msg = message.group("msg").strip() if message else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if where:
+        return f"{display_path(directory / where.group('file'))}:{where.group('line')}:{where.group('col')}: {msg}"
+    return f"{display_path(directory)}: {msg}"
+
+
+def collect(document: Any, packages: dict[str, set[str]]) -> Results:
+    """Pick each package's deny and warn out of the `data.fleet` document; anything malformed is an engine error."""
+    if not isinstance(document, dict):
+        raise PolicyError("the engine returned no data.fleet document")
+    results: Results = {}
+    for package in sorted(packages):
+        node: Any = document
+        for part in package.split(".")[1:]:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if not isinstance(node, dict) or not packages[package] <= node.keys():
+            raise PolicyError(f"data.{package}: the engine returned no {' and '.join(sorted(packages[package]))}")
+        decisions = {k: node[k] for k in sorted(packages[package])}
+        for kind, items in decisions.items():
+            if not isinstance(items, list) or not all(isinstance(d, dict) and "rule" in d for d in items):
+                raise PolicyError(f"{package}.{kind}: decisions must be objects with a rule, got {str(items)[:120]}")
+        results[package] = decisions
+    return results
+
+
+class EmbeddedEngine:
+    """regorus, in-process: no server to run, the default."""
+
+    name = "embedded"
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
+        self.timeout = timeout
+
+    def load(self, bundle: Bundle, sources: dict[str, str]) -> Any:
+        import regorus
+
+        engine = regorus.Engine()
+        problem = None
+        for name, text in sources.items():
+            try:
+                engine.add_policy(name, text)
+            except RuntimeError as exc:
+                problem = regorus_error(exc, bundle.directory)
+                break
+        if problem is not None:
+            raise PolicyError(problem)
+        engine.add_data_json(json.dumps(bundle.data))
+        return engine
+
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
+        packages = fleet_packages(bundle.policies)
+        # One query over all packages: rules a package shares between deny and warn run once.
+        query = "{" + ", ".join(
+            f'"{p}": {{' + ", ".join(f'"{k}": data.{p}.{k}' for k in sorted(kinds)) + "}" for p, kinds in packages.items() if kinds
+        ) + "}"
+
+        started = time.perf_counter()
+        engine = self.load(bundle, bundle.policies)
+        try:
+            engine.set_input_json(text if text is not None else json.dumps(document))
+            answer = json.loads(engine.eval_query_as_json(query))
+            value = answer["result"][0]["expressions"][0]["value"]
+        except RuntimeError as exc:
+            raise PolicyError(regorus_error(exc, bundle.directory)) from None
+        except (KeyError, IndexError, TypeError) as exc:
+            raise PolicyError(f"embedded policy engine: unexpected answer ({type(exc).__name__}: {exc})") from None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a Rust panic surfaces as pyo3's PanicException (a BaseException)
+            raise PolicyError(f"embedded policy engine failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        # regorus holds the GIL for a whole query, so a watchdog thread could not interrupt it; the
+        # deadline is enforced when the query returns, and a late answer is no answer (fail closed).
+        elapsed = time.perf_counter() - started
+        if elapsed > self.timeout:
+            raise PolicyError(f"embedded policy engine: no answer within {self.timeout:g}s (took {elapsed:.2f}s)")
+        nested: dict[str, Any] = {}
+        for package, decisions in value.items():
+            node = nested
+            for part in package.split(".")[1:]:
+                node = node.setdefault(part, {})
+            node.update(decisions)
+        return collect(nested, packages)
+
+
+_DECISION_RULE = re.compile(r"^(deny|warn)\b", re.MULTILINE)
+
+
+def fleet_packages(sources: dict[str, str]) -> dict[str, set[str]]:
+    """`fleet.<domain>` package -> which of deny / warn it defines (tests excluded by the caller).
+
+    A package without warn rules has no `warn` document at all, and referencing it would make the
+    whole query undefined, so only defined rules are queried.
+    """
+    out: dict[str, set[str]] = {}
+    for source in sources.values():
+        package = package_of(source)
+        if package.startswith("fleet."):
+            out.setdefault(package, set()).update(_DECISION_RULE.findall(source))
+    return dict(sorted(out.items()))
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+class OpaEngine:
+    """An OPA server: policies and data are uploaded (PUT /v1/policies, /v1/data), then data.fleet is queried.
+
+    The bearer token travels only in the Authorization header; every message this class raises has
+    it redacted, and the URL is shown without user information.
+    """
+
+    name = "opa"
+    POLICY_PREFIX = "fleetops"
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+            raise PolicyError(f"--opa-url: want http(s)://HOST[:PORT], got {self._shown(url)}")
+        self.url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl = parts.scheme == "https"
+        self.token = token
+        self.timeout = timeout
+
+    @staticmethod
+    def _shown(url: str) -> str:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+    def client(self) -> Any:
+        from opa_client.opa import OpaClient
+
+        # retries=0: a failed upload or query is reported, not hidden behind back-off.
+        return OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
+
+    def _fail(self, step: str, exc: Exception) -> PolicyError:
+        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        if isinstance(detail, (dict, list)):
+            detail = json.dumps(detail)[:300]
+        return PolicyError(_redact(f"OPA at {self.url}: {step}: {type(exc).__name__}: {detail}", self.token))
+
+    def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
+        """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
+        errors = getattr(exc, "errors", None)
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            first = errors[0]
+            loc = first.get("location") or {}
+            return PolicyError(_redact(f"{display_path(path)}:{loc.get('row', 1)}:{loc.get('col', 1)}: OPA at {self.url}: {first.get('message', 'rejected')}", self.token))
+        return self._fail(f"upload {display_path(path)}", exc)
+
+    def evaluate(self, bundle: Bundle, document: dict[str, Any], text: str | None = None) -> Results:
+        try:
+            client = self.client()
+        except Exception as exc:
+            raise self._fail("connect", exc) from None
+        with client:
+            for name, text in bundle.policies.items():
+                policy_id = f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}"
+                try:
+                    client.update_policy_from_string(text, policy_id, rego_compat=False)
+                except Exception as exc:
+                    raise self._upload_error(bundle.directory / name, exc) from None
+            # A module uploaded by an older bundle (a renamed or removed file) would still add rules.
+            uploaded = {f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}" for name in bundle.policies}
+            try:
+                for stale in sorted(set(client.get_policies_list()) - uploaded):
+                    if stale.startswith(f"{self.POLICY_PREFIX}/"):
+                        client.delete_policy(stale)
+            except Exception as exc:
+                raise self._fail("remove stale policies", exc) from None
+            try:
+                client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
+            except Exception as exc:
+                raise self._fail("upload policy data", exc) from None
+            try:
+                answer = client.query_rule(input_data=document, package_path="fleet")
+            except Exception as exc:
+                raise self._fail("query data.fleet", exc) from None
+        if not isinstance(answer, dict) or "result" not in answer:
+            raise PolicyError(f"OPA at {self.url}: query data.fleet: no result (are the policies loaded?)")
+        return collect(answer["result"], fleet_packages(bundle.policies))
+
+
+def engine_from(opa_url: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Engine:
+    """`--opa-url` or FLEETOPS_OPA_URL selects an OPA server (token: FLEETOPS_OPA_TOKEN); else the embedded engine."""
+    url = opa_url or os.environ.get("FLEETOPS_OPA_URL")
+    if url:
+        return OpaEngine(url, token=os.environ.get("FLEETOPS_OPA_TOKEN") or None, timeout=timeout)
+    return EmbeddedEngine(timeout=timeout)
+
+
+# --- waivers --------------------------------------------------------------------------------
+
+
+class WaiverScope(_Edge):
+    environment: str = Field(min_length=1)
+    cluster: str | None = None
+    tenant: str | None = None
+    resource: str | None = None  # "Kind/name" or "Kind/namespace/name", as decisions show it
+
+
+class Waiver(_Edge):
+    rule: str = Field(pattern=r"^[a-z_]+\.[a-z_]+$")
+    scope: WaiverScope
+    owner: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    ticket: str = Field(min_length=1)
+    created: dt.date
+    expires: dt.date
+
+    @field_validator("created", "expires", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        if isinstance(value, dt.date):
+            return value
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise ValueError(f"must be a date YYYY-MM-DD, got {value!r}")
+
+    @model_validator(mode="after")
+    def _window(self) -> Waiver:
+        days = (self.expires - self.created).days
+        if days < 0:
+            raise ValueError(f"expires {self.expires} is before created {self.created}")
+        if days > MAX_WAIVER_DAYS:
+            raise ValueError(f"expires {days} days after created, at most {MAX_WAIVER_DAYS} allowed")
+        return self
+
+    def matches(self, environment: str, decision: Decision) -> bool:
+        s = self.scope
+        return (
+            self.rule == decision.rule
+            and s.environment == environment
+            and s.cluster in (None, decision.resource.get("cluster"))
+            and s.tenant in (None, decision.resource.get("tenant"))
+            and s.resource in (None, decision.resource_ref(with_cluster=False))
+        )
+
+
+@dataclass(frozen=True)
+class LoadedWaiver:
+    waiver: Waiver
+    where: str  # file:line
+
+
+@dataclass(frozen=True)
+class Waivers:
+    active: list[LoadedWaiver]
+    problems: list[str]  # expired or malformed entries, each `file:line: ...`; they waive nothing
+
+
+def display_path(path: Path) -> str:
+    """A path as a person would type it from here: relative to the working folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_waivers(path: Path, today: dt.date) -> Waivers:
+    """Each entry is validated on its own: a bad or expired waiver is reported and waives nothing."""
+    if not path.is_file():
+        return Waivers([], [])
+    try:
+        tree, positions = spec.parse_yaml(path.read_text(), display_path(path))
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+    if tree is None:
+        return Waivers([], [])
+    entries = tree.get("waivers") if isinstance(tree, dict) else None
+    if not isinstance(entries, list):
+        raise PolicyError(positions.error((), "want a mapping with a 'waivers' list"))
+    active, problems = [], []
+    for i, entry in enumerate(entries):
+        try:
+            waiver = Waiver.model_validate(entry)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                msg = "required field is missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+                problems.append(positions.error(("waivers", i, *err["loc"]), msg))
+            continue
+        if waiver.expires < today:
+            problems.append(positions.error(("waivers", i), f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
+            continue
+        line, _ = positions.at(("waivers", i))
+        active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
+    return Waivers(active, problems)
+
+
+# --- decisions and the verdict -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    package: str
+    kind: Literal["deny", "warn"]
+    rule: str
+    msg: str
+    severity: str
+    resource: dict[str, Any]
+    waived_by: str | None = None  # file:line of the waiver
+
+    @property
+    def status(self) -> Status:
+        return "waived" if self.waived_by else self.kind
+
+    def resource_ref(self, with_cluster: bool = True) -> str:
+        r = self.resource
+        parts = [r.get("kind"), r.get("namespace"), r.get("name")]
+        ref = "/".join(str(p) for p in parts if p)
+        return f"{r['cluster']}:{ref}" if with_cluster and r.get("cluster") else ref
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "rule": self.rule,
+            "severity": self.severity,
+            "msg": self.msg,
+            "resource": self.resource,
+            "package": self.package,
+            **({"waived_by": self.waived_by} if self.waived_by else {}),
+        }
+
+
+@dataclass
+class Verdict:
+    environment: str
+    revision: str
+    engine: str
+    policy_digest: str
+    input_digest: str
+    duration_seconds: float
+    decisions: list[Decision]
+    waiver_problems: list[str] = field(default_factory=list)
+
+    @property
+    def denied(self) -> list[Decision]:
+        return [d for d in self.decisions if d.status == "deny"]
+
+    @property
+    def warnings(self) -> list[Decision]:
+        return [d for d in self.decisions if d.status == "warn"]
+
+    @property
+    def waived(self) -> list[Decision]:
+        return [d for d in self.decisions if d.status == "waived"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.denied
+
+    def rules(self, status: Status | None = None) -> set[str]:
+        return {d.rule for d in self.decisions if status is None or d.status == status}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "revision": self.revision,
+            "engine": self.engine,
+            "policy_digest": self.policy_digest,
+            "input_digest": self.input_digest,
+            "duration_seconds": round(self.duration_seconds, 4),
+            "passed": self.ok,
+            "summary": {s: sum(d.status == s for d in self.decisions) for s in ("deny", "warn", "waived")},
+            "decisions": [d.as_dict() for d in self.decisions],
+            "waiver_problems": self.waiver_problems,
+        }
+
+
+def to_decisions(results: Results) -> list[Decision]:
+    out = []
+    for package, kinds in results.items():
+        for kind in ("deny", "warn"):
+            for d in kinds.get(kind, []):
+                out.append(
+                    Decision(
+                        package=package,
+                        kind=kind,  # type: ignore[arg-type]
+                        rule=str(d["rule"]),
+                        msg=str(d.get("msg", "")),
+                        severity=str(d.get("severity", "high" if kind == "deny" else "low")),
+                        resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
+                    )
+                )
+    # Stable order for reports and digests: denies first, then by rule and resource.
+    return sorted(out, key=lambda d: (d.kind != "deny", d.rule, d.resource_ref(), d.msg))
+
+
+def apply_waivers(decisions: list[Decision], environment: str, waivers: list[LoadedWaiver]) -> list[Decision]:
+    out = []
+    for d in decisions:
+        match = next((w for w in waivers if w.waiver.matches(environment, d)), None)
+        out.append(Decision(**{**d.__dict__, "waived_by": match.where}) if match else d)
+    return out
+
+
+def canonical_json(document: Any) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def canonical_digest(document: Any, text: str | None = None) -> str:
+    return "sha256:" + hashlib.sha256((text if text is not None else canonical_json(document)).encode()).hexdigest()
+
+
+def evaluate_input(
+    document: dict[str, Any],
+    engine: Engine | None = None,
+    policies_dir: Path = POLICIES_DIR,
+    today: dt.date | None = None,
+) -> Verdict:
+    """Evaluate a ready-made policy input (the Pulumi policy pack builds its own)."""
+    engine = engine or EmbeddedEngine()
+    bundle = load_bundle(policies_dir)
+    waivers = load_waivers(policies_dir / WAIVERS_FILE, today or dt.date.today())
+    known = {m.rule_id for m in rule_metadata(bundle)}
+    unknown = [w for w in waivers.active if w.waiver.rule not in known]
+    # A waiver of a rule that does not exist waives nothing; say so, as it usually is a typo.
+    problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
+    active = [w for w in waivers.active if w not in unknown]
+    text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
+    started = time.perf_counter()
+    results = engine.evaluate(bundle, document, text)
+    duration = time.perf_counter() - started
+    decisions = apply_waivers(to_decisions(results), document["environment"], active)
+    return Verdict(
+        environment=document["environment"],
+        revision=document.get("revision", ""),
+        engine=engine.name,
+        policy_digest=bundle.digest,
+        input_digest=canonical_digest(document, text),
+        duration_seconds=duration,
+        decisions=decisions,
+        waiver_problems=problems,
+    )
+
+
+def evaluate(
+    env: spec.Environment,
+    state: DesiredState,
+    live: Inventory | None = None,
+    change: dict[str, Any] | None = None,
+    engine: Engine | None = None,
+    policies_dir: Path = POLICIES_DIR,
+    today: dt.date | None = None,
+) -> Verdict:
+    """Judge a rendered environment. Raises PolicyError when no decision could be made."""
+    return evaluate_input(policy_input(env, state, live, change), engine, policies_dir, today)
+
+
+# --- decision log ----------------------------------------------------------------------------
+
+DEFAULT_DECISION_LOG = Path(".fleetops") / "decisions.jsonl"
+
+
+def decision_log_path(option: Path | None = None) -> Path:
+    return option or Path(os.environ.get("FLEETOPS_DECISION_LOG") or DEFAULT_DECISION_LOG)
+
+
+def log_decisions(path: Path, verdict: Verdict) -> None:
+    """Append one JSON line per evaluation. Only decisions and digests: the input itself stays out."""
+    record = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **verdict.as_dict()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot write the decision log: {exc.strerror}") from None
+
+
+# --- Rego tests and coverage -------------------------------------------------------------------
+
+_TEST_RULE = re.compile(r"^(test_\w+)\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class TestResult:
+    package: str
+    name: str
+    passed: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FileCoverage:
+    path: str
+    covered: list[int]
+    not_covered: list[int]
+
+    @property
+    def percent(self) -> float:
+        total = len(self.covered) + len(self.not_covered)
+        return 100.0 if total == 0 else round(100 * len(self.covered) / total, 1)
+
+
+@dataclass(frozen=True)
+class TestReport:
+    results: list[TestResult]
+    coverage: list[FileCoverage]  # shipped policies only, not the tests themselves
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "tests": [r.__dict__ for r in self.results],
+            "coverage": [{"path": c.path, "percent": c.percent, "not_covered": c.not_covered} for c in self.coverage],
+        }
+
+
+def discover_tests(tests: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """(package, rule) for each `test_*` rule; a rule defined twice runs once, as OPA does."""
+    for _, source in sorted(tests.items()):
+        package = package_of(source)
+        yield from ((package, name) for name in dict.fromkeys(_TEST_RULE.findall(source)))
+
+
+def run_tests(policies_dir: Path = POLICIES_DIR) -> TestReport:
+    """Run every `*_test.rego` through the embedded engine, with line coverage of the policies.
+
+    Tests pass inputs with `with input as` / `with data.fleet_data... as` (verified on regorus
+    0.9.1); a test passes when its rule evaluates to true, fails when undefined or false.
+    """
+    bundle = load_bundle(policies_dir)
+    if not bundle.tests:
+        raise PolicyError(f"{policies_dir}: no *_test.rego files")
+    embedded = EmbeddedEngine()
+    engine = embedded.load(bundle, {**bundle.policies, **bundle.tests})
+    engine.set_enable_coverage(True)
+    engine.set_input_json("{}")
+    results = []
+    for package, name in discover_tests(bundle.tests):
+        try:
+            value = engine.eval_rule(f"data.{package}.{name}")
+            results.append(TestResult(package, name, value is True, None if value is True else f"evaluated to {value!r}"))
+        except RuntimeError as exc:
+            results.append(TestResult(package, name, False, regorus_error(exc, policies_dir)))
+    report = {f["path"]: f for f in json.loads(engine.get_coverage_report_as_json()).get("files", [])}
+    coverage = []
+    for path, source in sorted(bundle.policies.items()):
+        if path in report:
+            coverage.append(FileCoverage(path, sorted(report[path]["covered"]), sorted(report[path]["not_covered"])))
+        else:
+            # No test evaluated the file, so regorus reports nothing for it: count every code line as uncovered.
+            coverage.append(FileCoverage(path, [], _code_lines(source)))
+    return TestReport(results, coverage)
+
+
+def _code_lines(source: str) -> list[int]:
+    skip = ("#", "package ", "import ")
+    return [i for i, line in enumerate(source.splitlines(), 1) if line.strip() and not line.lstrip().startswith(skip)]
+
+
+# --- Pulumi stack -> policy input ------------------------------------------------------------------
+
+
+def provider_cluster(provider: Any) -> str | None:
+    """A pulumi_kubernetes provider resource is named after its cluster (modules/cluster.py)."""
+    if provider is None:
+        return None
+    name = getattr(provider, "name", None)
+    if name:
+        return str(name)
+    urn = getattr(provider, "urn", "") or ""
+    return urn.rsplit("::", 1)[-1] or None
+
+
+def manifest_from_props(resource_type: str, props: dict[str, Any]) -> dict[str, Any]:
+    """kubernetes:<group/version>:<Kind> props are the manifest; apiVersion and kind come from the type when absent.
+
+    The server-set `status` is dropped: policies judge what Git declares.
+    """
+    _, api, kind = resource_type.split(":", 2)
+    manifest = {k: v for k, v in props.items() if k != "status"}
+    manifest.setdefault("apiVersion", api.removeprefix("core/"))
+    manifest.setdefault("kind", kind)
+    return manifest
+
+
+@dataclass(frozen=True)
+class StackObject:
+    entry: dict[str, Any]
+    urn: str
+
+
+def stack_objects(resources: Iterable[Any]) -> tuple[list[StackObject], list[str]]:
+    """Policy-input resources from Pulumi stack resources (PolicyResource-like: resource_type, props, provider, urn)."""
+    out, problems = [], []
+    for r in resources:
+        if not r.resource_type.startswith("kubernetes:"):
+            continue  # providers are pulumi:providers:kubernetes; components are fleetops:fleet:*
+        cluster = provider_cluster(getattr(r, "provider", None))
+        if cluster is None:
+            problems.append(f"{r.urn}: no Kubernetes provider, so no cluster")
+            continue
+        manifest = manifest_from_props(r.resource_type, dict(r.props))
+        if not isinstance(manifest.get("metadata"), dict) or "name" not in manifest["metadata"]:
+            problems.append(f"{r.urn}: manifest without metadata.name")
+            continue
+        out.append(StackObject(resource_entry(cluster, manifest), r.urn))
+    return out, problems
+
+
+def _stamp(objects: list[StackObject], where: str, key: str) -> set[str]:
+    return {o.entry["manifest"]["metadata"].get(where, {}).get(key) for o in objects} - {None}
+
+
+def stack_input(resources: Iterable[Any], environments: Path = ROOT / "environments") -> tuple[dict[str, Any], list[StackObject]]:
+    """A Pulumi stack's resources -> the same policy input `fleetops check` builds from a render.
+
+    The environment is the one every object is stamped with (label fleetops.io/environment); its
+    spec and derived facts come from that environment file in this checkout.
+    """
+    objects, problems = stack_objects(resources)
+    if problems:
+        raise PolicyError(problems[0])
+    names = _stamp(objects, "labels", "fleetops.io/environment")
+    if len(names) != 1:
+        raise PolicyError(f"stack objects must carry one fleetops.io/environment label, found {sorted(names) or 'none'}")
+    name = names.pop()
+    try:
+        env = spec.load_environment(environments / f"{name}.yaml")
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+    revisions = _stamp(objects, "annotations", "fleetops.io/revision")
+    revision = revisions.pop() if len(revisions) == 1 else "unknown"
+    return build_input(env, (o.entry for o in objects), revision), objects
+
+
+def validate_stack(
+    resources: Iterable[Any],
+    report_violation: Any,
+    kind: Literal["deny", "warn"],
+    environments: Path = ROOT / "environments",
+    engine: Engine | None = None,
+    policies_dir: Path = POLICIES_DIR,
+) -> Verdict | None:
+    """The Pulumi policy pack's stack validation: report each unwaived `kind` decision as a violation.
+
+    No decision (bad stack, engine failure) is itself a violation of the deny policy: fail closed.
+    """
+    try:
+        document, objects = stack_input(resources, environments)
+        verdict = evaluate_input(document, engine, policies_dir)
+    except PolicyError as exc:
+        if kind == "deny":
+            report_violation(f"fleetops policy gate could not decide: {exc}", None)
+        return None
+    urns = {(o.entry["cluster"], o.entry["kind"], o.entry["namespace"], o.entry["name"]): o.urn for o in objects}
+    for d in verdict.decisions:
+        if d.status == kind:
+            r = d.resource
+            urn = urns.get((r.get("cluster"), r.get("kind"), r.get("namespace", ""), r.get("name")))
+            report_violation(f"[{d.rule}] {d.msg}", urn)
+    return verdict

@@ -1,0 +1,43 @@
+# METADATA
+# title: Budget
+# description: The projected monthly cost of every declared device stays within the environment's budget; alert thresholds warn ahead of it.
+package fleet.budget
+
+cost := input.facts.monthly_cost
+
+budget := input.spec.budget
+
+percent := round((cost * 100) / budget.monthly)
+
+# METADATA
+# title: Projected cost within budget
+# description: Physical devices x price per device-hour x 730 hours is at most the monthly budget.
+# custom:
+#   severity: high
+#   control_id: FLEET-BUDGET-01
+deny contains d if {
+	cost > budget.monthly
+	d := {
+		"rule": "budget.over_budget",
+		"severity": "high",
+		"msg": sprintf("projected monthly cost %d %s exceeds the budget of %d (%d%%)", [round(cost), budget.currency, round(budget.monthly), percent]),
+		"resource": {"kind": "Budget", "name": input.environment},
+	}
+}
+
+# METADATA
+# title: Budget alert threshold crossed
+# description: Warn for each alert threshold (fraction of the monthly budget) that the projected cost has reached.
+# custom:
+#   severity: low
+#   control_id: FLEET-BUDGET-02
+warn contains d if {
+	some threshold in budget.alert_at
+	cost >= budget.monthly * threshold
+	d := {
+		"rule": "budget.alert_threshold",
+		"severity": "low",
+		"msg": sprintf("projected monthly cost %d %s is %d%% of the budget of %d, past the %d%% alert", [round(cost), budget.currency, percent, round(budget.monthly), round(threshold * 100)]),
+		"resource": {"kind": "Budget", "name": input.environment},
+	}
+}

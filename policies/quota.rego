@@ -1,0 +1,120 @@
+# METADATA
+# title: Device quota
+# description: Guaranteed and burst device quota fit each cluster's schedulable capacity, and every tenant namespace enforces it.
+package fleet.quota
+
+cfg := data.fleet_data.quota
+
+# Integer limits: quotas are whole devices, and flooring once here keeps OPA and regorus from
+# disagreeing on the last bit of a float product.
+allowed(units, fraction) := floor((units * fraction) + 0.000001)
+
+capacity_of(cluster, resource) := object.get(object.get(input.facts.capacity, cluster, {}), resource, 0)
+
+# "cluster/namespace/requests.<resource>" for every hard limit that a rendered ResourceQuota sets.
+enforced contains sprintf("%s/%s/%s", [r.cluster, r.namespace, key]) if {
+	some r in input.resources
+	r.kind == "ResourceQuota"
+	some key, _ in r.manifest.spec.hard
+}
+
+# METADATA
+# title: Guaranteed quota fits capacity with headroom
+# description: Per cluster and device resource, the guaranteed quota of all tenants is at most capacity x (1 - headroom), so failed or drained nodes do not break promises.
+# custom:
+#   severity: high
+#   control_id: FLEET-QUOTA-01
+deny contains d if {
+	some cluster, per in input.facts.quota
+	some resource, q in per
+	units := capacity_of(cluster, resource)
+	limit := allowed(units, 1 - cfg.headroom)
+	q.guaranteed > limit
+	d := {
+		"rule": "quota.guaranteed_over_capacity",
+		"severity": "high",
+		"msg": sprintf("%s: guaranteed %s quota %d exceeds %d (capacity %d less %d%% headroom)", [cluster, resource, q.guaranteed, limit, units, round(cfg.headroom * 100)]),
+		"resource": {"cluster": cluster, "kind": "DeviceResource", "name": resource},
+	}
+}
+
+# METADATA
+# title: Burst quota fits capacity
+# description: No tenant may burst to more devices of a resource than its cluster has.
+# custom:
+#   severity: high
+#   control_id: FLEET-QUOTA-02
+deny contains d if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+	some resource, q in tenant.quota
+	units := capacity_of(cluster, resource)
+	q.burst > units
+	d := {
+		"rule": "quota.burst_over_capacity",
+		"severity": "high",
+		"msg": sprintf("%s: tenant %s bursts to %d %s but the cluster has %d", [cluster, tenant.name, q.burst, resource, units]),
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource},
+	}
+}
+
+# METADATA
+# title: One tenant's guaranteed share is bounded
+# description: Where tenants share a cluster's device resource, none holds more guaranteed quota than the configured share of its capacity. A sole holder is not limited, as it crowds out no one.
+# custom:
+#   severity: medium
+#   control_id: FLEET-QUOTA-03
+deny contains d if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+	some resource, q in tenant.quota
+	input.facts.quota[cluster][resource].tenants > 1
+	units := capacity_of(cluster, resource)
+	limit := allowed(units, cfg.max_tenant_share)
+	q.guaranteed > limit
+	d := {
+		"rule": "quota.tenant_share",
+		"severity": "medium",
+		"msg": sprintf("%s: tenant %s guarantees %d of %d %s, above the %d%% share limit (%d)", [cluster, tenant.name, q.guaranteed, units, resource, round(cfg.max_tenant_share * 100), limit]),
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource},
+	}
+}
+
+# METADATA
+# title: Every quota is enforced by a ResourceQuota
+# description: Each tenant namespace has a ResourceQuota limiting requests of every device resource in the tenant's quota; without it pods bypass the scheduler queue's limits.
+# custom:
+#   severity: high
+#   control_id: FLEET-QUOTA-04
+deny contains d if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+	some resource, _ in tenant.quota
+	not sprintf("%s/%s/requests.%s", [cluster, tenant.name, resource]) in enforced
+	d := {
+		"rule": "quota.missing_resourcequota",
+		"severity": "high",
+		"msg": sprintf("%s: namespace %s has no ResourceQuota on requests.%s", [cluster, tenant.name, resource]),
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "Namespace", "name": tenant.name},
+	}
+}
+
+# METADATA
+# title: Reachable devices without a quota
+# description: A tenant whose pools offer a device resource it has no quota for can request that resource without limit (taints only slow this down).
+# custom:
+#   severity: low
+#   control_id: FLEET-QUOTA-05
+warn contains d if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+	some group in input.facts.eligible[tenant.name][cluster]
+	some resource, _ in input.facts.groups[group].units
+	not tenant.quota[resource]
+	d := {
+		"rule": "quota.unbounded_device",
+		"severity": "low",
+		"msg": sprintf("%s: tenant %s can reach %s through its pools but has no quota for it", [cluster, tenant.name, resource]),
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "Namespace", "name": tenant.name},
+	}
+}

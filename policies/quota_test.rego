@@ -1,0 +1,84 @@
+package fleet.quota_test
+
+import data.fleet.quota
+
+# Two tenants share 100 GPUs on c1: guaranteed 90 = capacity less 10% headroom, a holds exactly 50%.
+base := {
+	"facts": {
+		"capacity": {"c1": {"nvidia.com/gpu": 100}},
+		"quota": {"c1": {"nvidia.com/gpu": {"guaranteed": 90, "burst": 160, "tenants": 2}}},
+		"eligible": {"a": {"c1": ["p1"]}, "b": {"c1": ["p1"]}},
+		"groups": {"p1": {"units": {"nvidia.com/gpu": 100}}},
+	},
+	"spec": {"tenants": [
+		{"name": "a", "clusters": ["c1"], "quota": {"nvidia.com/gpu": {"guaranteed": 50, "burst": 100}}},
+		{"name": "b", "clusters": ["c1"], "quota": {"nvidia.com/gpu": {"guaranteed": 40, "burst": 60}}},
+	]},
+	"resources": [rq("a"), rq("b")],
+}
+
+rq(ns) := {"cluster": "c1", "kind": "ResourceQuota", "namespace": ns, "manifest": {"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}}
+
+tenants(a_quota) := [
+	{"name": "a", "clusters": ["c1"], "quota": a_quota},
+	{"name": "b", "clusters": ["c1"], "quota": {"nvidia.com/gpu": {"guaranteed": 40, "burst": 60}}},
+]
+
+rules(decisions) := {d.rule | some d in decisions}
+
+test_clean_input_has_no_decisions if {
+	count(quota.deny) == 0 with input as base
+	count(quota.warn) == 0 with input as base
+}
+
+test_guaranteed_over_capacity_fires if {
+	over := object.union(base, {"facts": {"quota": {"c1": {"nvidia.com/gpu": {"guaranteed": 91}}}}})
+	"quota.guaranteed_over_capacity" in rules(quota.deny) with input as over
+}
+
+test_guaranteed_over_capacity_counts_missing_capacity_as_zero if {
+	facts := object.union(object.remove(base.facts, ["capacity"]), {"capacity": {}})
+	gone := object.union(object.remove(base, ["facts"]), {"facts": facts})
+	"quota.guaranteed_over_capacity" in rules(quota.deny) with input as gone
+}
+
+test_burst_over_capacity_fires if {
+	over := object.union(base, {"spec": {"tenants": tenants({"nvidia.com/gpu": {"guaranteed": 50, "burst": 101}})}})
+	"quota.burst_over_capacity" in rules(quota.deny) with input as over
+}
+
+test_burst_at_capacity_is_allowed if {
+	full := object.union(base, {"spec": {"tenants": tenants({"nvidia.com/gpu": {"guaranteed": 50, "burst": 100}})}})
+	not "quota.burst_over_capacity" in rules(quota.deny) with input as full
+}
+
+test_tenant_share_fires if {
+	greedy := object.union(base, {"spec": {"tenants": tenants({"nvidia.com/gpu": {"guaranteed": 51, "burst": 100}})}})
+	"quota.tenant_share" in rules(quota.deny) with input as greedy
+}
+
+test_tenant_share_ignores_a_sole_holder if {
+	alone := object.union(base, {
+		"spec": {"tenants": tenants({"nvidia.com/gpu": {"guaranteed": 51, "burst": 100}})},
+		"facts": {"quota": {"c1": {"nvidia.com/gpu": {"tenants": 1}}}},
+	})
+	not "quota.tenant_share" in rules(quota.deny) with input as alone
+}
+
+test_tenant_share_limit_comes_from_data if {
+	greedy := object.union(base, {"spec": {"tenants": tenants({"nvidia.com/gpu": {"guaranteed": 51, "burst": 100}})}})
+	not "quota.tenant_share" in rules(quota.deny) with input as greedy with data.fleet_data.quota.max_tenant_share as 0.6
+}
+
+test_missing_resourcequota_fires if {
+	bare := object.union(base, {"resources": [rq("a")]})
+	decisions := quota.deny with input as bare
+	some d in decisions
+	d.rule == "quota.missing_resourcequota"
+	d.resource.tenant == "b"
+}
+
+test_unbounded_device_warns if {
+	more := object.union(base, {"facts": {"groups": {"p1": {"units": {"nvidia.com/gpu": 100, "huawei.com/Ascend910": 8}}}}})
+	"quota.unbounded_device" in rules(quota.warn) with input as more
+}

@@ -1,0 +1,330 @@
+"""The policy gate in-process: input contract, decisions on bundled and mutated environments, waivers, failure modes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetops import policy, render, spec
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVIRONMENTS = ROOT / "environments"
+# A day inside the bundled waiver's window (created 2026-12-01, expires 2027-02-28): these tests judge
+# the policies, not the calendar. The CLI tests run on the real date.
+TODAY = dt.date(2026, 12, 2)
+
+
+@lru_cache(maxsize=None)
+def rendered(name: str) -> tuple[spec.Environment, render.DesiredState]:
+    path = ENVIRONMENTS / f"{name}.yaml"
+    return spec.load_environment(path), render.render(path, revision="test")
+
+
+def mutated(tmp_path: Path, change) -> tuple[spec.Environment, render.DesiredState]:
+    doc = yaml.safe_load((ENVIRONMENTS / "prod.yaml").read_text())
+    change(doc)
+    path = tmp_path / "prod.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return spec.load_environment(path), render.render(path, revision="test")
+
+
+def judge(env, state, **kw) -> policy.Verdict:
+    return policy.evaluate(env, state, today=kw.pop("today", TODAY), **kw)
+
+
+def copy_policies(tmp_path: Path) -> Path:
+    target = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", target, ignore=shutil.ignore_patterns("pack"))
+    return target
+
+
+# --- the bundled environments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+def test_bundled_environments_pass(name):
+    verdict = judge(*rendered(name))
+    assert verdict.ok, [d.msg for d in verdict.denied]
+
+
+def test_prod_warns_at_the_80_percent_budget_alert_and_carries_its_waiver():
+    verdict = judge(*rendered("prod"))
+    alerts = [d.msg for d in verdict.warnings if d.rule == "budget.alert_threshold"]
+    assert alerts == ["projected monthly cost 539981 USD is 90% of the budget of 600000, past the 80% alert"]
+    (waived,) = verdict.waived
+    assert waived.rule == "quota.tenant_share"
+    assert waived.resource == {"cluster": "center-sh", "tenant": "llm-pretrain", "kind": "DeviceResource", "name": "nvidia.com/gpu"}
+    assert re.fullmatch(r".*policies/waivers\.yaml:\d+", waived.waived_by)
+
+
+# --- the input contract ----------------------------------------------------------------------------
+
+
+def test_policy_input_carries_spec_resources_and_derived_facts():
+    env, state = rendered("prod")
+    document = policy.policy_input(env, state)
+    policy.PolicyInput.model_validate(document)  # the documented shape
+    assert document["environment"] == "prod" and document["revision"] == "test"
+    assert len(document["resources"]) == state.object_count
+    quota = next(r for r in document["resources"] if r["kind"] == "ResourceQuota")
+    assert set(quota) == {"cluster", "kind", "apiVersion", "name", "namespace", "manifest"}
+    facts = document["facts"]
+    # center-bj GPUs: 16x8 exclusive + 4x8 MIG 1g.10gb x7 + 8x4 time-sliced x4
+    assert facts["capacity"]["center-bj"]["nvidia.com/gpu"] == 128 + 224 + 128
+    assert facts["quota"]["center-bj"]["nvidia.com/gpu"] == {"guaranteed": 272, "burst": 472, "tenants": 4}
+    assert facts["monthly_cost"] == 539981.0
+    assert facts["eligible"]["speech"] == {"center-bj": ["h100-mig", "a100-infer"]}
+    assert facts["groups"]["a100-infer"]["units"] == {"nvidia.com/gpu": 128}
+    assert document["live"] is None and document["change"] is None
+
+
+# --- mutations that must be denied ------------------------------------------------------------------
+
+
+def _tenant(doc, name):
+    return next(t for t in doc["tenants"] if t["name"] == name)
+
+
+def _pool(doc, name):
+    return next(p for c in doc["clusters"] for p in c.get("pools", []) if p["name"] == name)
+
+
+MUTATIONS = {
+    "quota.guaranteed_over_capacity": lambda d: _tenant(d, "vision")["quota"].update({"nvidia.com/gpu": {"guaranteed": 300, "burst": 300}}),
+    "priority.multiple_global_defaults": lambda d: d["priority_classes"][1].update(global_default=True),
+    "devices.time_slicing_replicas": lambda d: _pool(d, "a100-infer")["sharing"].update(replicas=8),
+    "edge.training_on_edge": lambda d: _tenant(d, "factory-vision").update(workloads=["training", "inference"]),
+    "network.missing_default_deny": lambda d: d["network"].update(default_deny=False),
+    "budget.over_budget": lambda d: d["budget"].update(monthly=500000),
+    "devices.strict_on_time_slicing": lambda d: _tenant(d, "speech").update(isolation="strict"),
+    "network.egress_anywhere": lambda d: _tenant(d, "research")["network"].update(egress_cidrs=["0.0.0.0/0"]),
+    "edge.latency": lambda d: d["clusters"][2]["edge_groups"][0].update(latency_ms=35),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(MUTATIONS))
+def test_mutated_prod_is_denied_with_the_rule(tmp_path, rule):
+    verdict = judge(*mutated(tmp_path, MUTATIONS[rule]))
+    assert not verdict.ok
+    assert rule in verdict.rules("deny")
+
+
+def test_a_deny_names_the_place_to_look(tmp_path):
+    verdict = judge(*mutated(tmp_path, MUTATIONS["devices.time_slicing_replicas"]))
+    (d,) = [d for d in verdict.denied if d.rule == "devices.time_slicing_replicas"]
+    assert d.resource_ref() == "center-bj:ConfigMap/kube-system/nvidia-device-plugin-a100-infer"
+    assert "8 replicas, at most 4 allowed" in d.msg
+
+
+# --- waivers ------------------------------------------------------------------------------------------
+
+
+def test_an_expired_waiver_waives_nothing_and_is_reported():
+    verdict = judge(*rendered("prod"), today=dt.date(2027, 3, 1))
+    assert "quota.tenant_share" in verdict.rules("deny")
+    (problem,) = verdict.waiver_problems
+    assert re.fullmatch(r".*policies/waivers\.yaml:\d+:\d+: waivers\[0\]: waiver of quota.tenant_share expired on 2027-02-28 .*", problem)
+
+
+WAIVER = {
+    "rule": "quota.tenant_share",
+    "scope": {"environment": "prod", "cluster": "center-sh", "tenant": "llm-pretrain"},
+    "owner": "capacity@example.com",
+    "reason": "second rack pending",
+    "ticket": "FLEET-1",
+    "created": "2026-11-01",
+    "expires": "2027-01-15",
+}
+
+
+def write_waivers(directory: Path, *waivers: dict) -> None:
+    (directory / "waivers.yaml").write_text(yaml.safe_dump({"waivers": list(waivers)}, sort_keys=False))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"expires": "2027-02-15"}, "expires 106 days after created, at most 90 allowed"),
+        ({"expires": "2026-10-01"}, "is before created"),
+        ({"created": None}, "must be a date YYYY-MM-DD"),
+        ({"rule": "tenant share"}, "String should match pattern"),
+        ({"scope": {"cluster": "center-sh"}}, "required field is missing"),
+        ({"owner": ""}, "at least 1 character"),
+    ],
+)
+def test_a_malformed_waiver_is_reported_with_file_and_line_and_waives_nothing(tmp_path, change, message):
+    directory = copy_policies(tmp_path)
+    bad = {**WAIVER, **change}
+    if change.get("created", "") is None:
+        del bad["created"]
+        message = "required field is missing"
+    write_waivers(directory, bad)
+    verdict = judge(*rendered("prod"), policies_dir=directory)
+    assert "quota.tenant_share" in verdict.rules("deny")
+    assert verdict.waiver_problems and all(re.match(r".*waivers\.yaml:\d+:\d+: waivers\[0\]", p) for p in verdict.waiver_problems)
+    assert any(message in p for p in verdict.waiver_problems), verdict.waiver_problems
+
+
+def test_a_waiver_applies_only_inside_its_scope(tmp_path):
+    directory = copy_policies(tmp_path)
+    write_waivers(directory, {**WAIVER, "scope": {"environment": "prod", "cluster": "center-bj", "tenant": "llm-pretrain"}})
+    verdict = judge(*rendered("prod"), policies_dir=directory)
+    assert "quota.tenant_share" in verdict.rules("deny") and not verdict.waived
+
+
+def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):
+    directory = copy_policies(tmp_path)
+    write_waivers(directory, WAIVER, {**WAIVER, "rule": "quota.tenant_shares"})
+    verdict = judge(*rendered("prod"), policies_dir=directory)
+    assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
+    (problem,) = verdict.waiver_problems
+    assert re.fullmatch(r".*waivers\.yaml:\d+: waiver of quota.tenant_shares: no policy has this rule", problem)
+
+
+def test_waiver_file_that_is_not_a_list_is_bad_input(tmp_path):
+    directory = copy_policies(tmp_path)
+    (directory / "waivers.yaml").write_text("waivers: {rule: x}\n")
+    with pytest.raises(policy.PolicyError, match=r"waivers\.yaml:1:1: want a mapping with a 'waivers' list"):
+        judge(*rendered("prod"), policies_dir=directory)
+
+
+# --- live inventory ----------------------------------------------------------------------------------
+
+
+def test_live_capacity_below_guaranteed_is_a_warning(tmp_path):
+    nodes = [
+        {"cluster": "edge-sh-factory", "name": f"line1-orin-{i}", "labels": {}, "capacity": {"nvidia.com/gpu": "1"},
+         "allocatable": {"nvidia.com/gpu": "1"}, "ready": i < 50}
+        for i in range(70)
+    ]
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"nodes": nodes}))
+    verdict = judge(*rendered("prod"), live=policy.load_inventory(inventory))
+    assert verdict.ok  # a shortfall is reported, never a deny: the reconciler must not thrash
+    shortfalls = [d.msg for d in verdict.warnings if d.rule == "capacity.live_below_guaranteed"]
+    assert "edge-sh-factory: Ready nodes offer 50 nvidia.com/gpu but tenants are guaranteed 60" in shortfalls
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"nodes": [\n  {"cluster": "c", "name": "n"\n', r"inventory\.json:3:1: not JSON"),
+        ('[{"cluster": "c", "name": "n"}]', r"inventory\.json:1:1: nodes\.0\.ready: Field required"),
+    ],
+)
+def test_a_bad_inventory_names_the_file(tmp_path, text, message):
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(text)
+    with pytest.raises(policy.PolicyError, match=message):
+        policy.load_inventory(inventory)
+
+
+# --- failing closed ----------------------------------------------------------------------------------
+
+
+def test_a_policy_that_does_not_parse_fails_closed_naming_file_and_line(tmp_path):
+    directory = copy_policies(tmp_path)
+    with (directory / "quota.rego").open("a") as fh:
+        fh.write("\nbroken if {\n\tx := \n}\n")
+    with pytest.raises(policy.PolicyError, match=r"quota\.rego:\d+:\d+: "):
+        judge(*rendered("dev"), policies_dir=directory)
+
+
+def test_an_engine_that_does_not_answer_in_time_fails_closed():
+    with pytest.raises(policy.PolicyError, match="no answer within 0s"):
+        judge(*rendered("dev"), engine=policy.EmbeddedEngine(timeout=0))
+
+
+def test_decisions_without_a_rule_are_an_engine_error():
+    with pytest.raises(policy.PolicyError, match="decisions must be objects with a rule"):
+        policy.collect({"quota": {"deny": ["over"]}}, {"fleet.quota": {"deny"}})
+
+
+# --- Rego tests, coverage, metadata --------------------------------------------------------------------
+
+
+def test_rego_tests_pass_with_at_least_90_percent_line_coverage():
+    report = policy.run_tests()
+    assert report.passed, [r for r in report.results if not r.passed]
+    assert {c.path for c in report.coverage} >= {f"{p}.rego" for p in ("quota", "priority", "devices", "network", "edge", "budget", "capacity")}
+    for c in report.coverage:
+        assert c.percent >= 90, f"{c.path}: {c.percent}% covered, uncovered lines {c.not_covered}"
+
+
+def test_coverage_shows_the_lines_no_test_reaches(tmp_path):
+    directory = copy_policies(tmp_path)
+    (directory / "budget_test.rego").unlink()
+    report = policy.run_tests(directory)
+    budget = next(c for c in report.coverage if c.path == "budget.rego")
+    assert budget.percent < 90 and budget.not_covered
+
+
+def test_a_failing_rego_test_fails_the_run(tmp_path):
+    directory = copy_policies(tmp_path)
+    (directory / "extra_test.rego").write_text("package fleet.extra_test\n\nimport data.fleet.budget\n\ntest_wrong if {\n\tcount(budget.deny) == 1 with input as {}\n}\n")
+    report = policy.run_tests(directory)
+    assert not report.passed
+    (failed,) = [r for r in report.results if not r.passed]
+    assert (failed.package, failed.name) == ("fleet.extra_test", "test_wrong")
+
+
+_RULE_ID = re.compile(r'"rule": "([a-z_]+\.[a-z_]+)"')
+
+
+def test_every_rule_has_metadata_and_a_test_that_fires_it():
+    bundle = policy.load_bundle()
+    metas = policy.rule_metadata(bundle)
+    for name, source in bundle.policies.items():
+        mine = [m for m in metas if m.file == name]
+        heads = re.findall(r"^(?:deny|warn) contains", source, re.MULTILINE)
+        rules = set(_RULE_ID.findall(source))
+        # One METADATA block per rule id (a second body of the same rule may share the first's block).
+        assert heads and len(mine) >= len(rules), f"{name}: a rule without a METADATA block"
+        assert {m.rule_id for m in mine} == rules, name
+        for m in mine:
+            assert m.rule in ("deny", "warn") and m.title and m.description, m
+            assert m.severity in {"critical", "high", "medium", "low"} and m.control_id.startswith("FLEET-"), m
+        tests = bundle.tests[name.replace(".rego", "_test.rego")]
+        for rule in rules:
+            assert f'"{rule}"' in tests, f"{name}: no test fires {rule}"
+
+
+def test_metadata_that_is_not_yaml_is_rejected(tmp_path):
+    directory = copy_policies(tmp_path)
+    path = directory / "edge.rego"
+    path.write_text(path.read_text().replace("# title: Edge latency bound", "# title: Edge: latency: bound"))
+    with pytest.raises(policy.PolicyError, match=r"edge\.rego:\d+: METADATA is not YAML"):
+        policy.rule_metadata(policy.load_bundle(directory))
+
+
+# --- decision log ----------------------------------------------------------------------------------
+
+
+def test_decision_log_records_provenance_and_decisions(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETOPS_OPA_TOKEN", "s3cret-token")
+    verdict = judge(*rendered("prod"))
+    log = tmp_path / "log" / "decisions.jsonl"
+    policy.log_decisions(log, verdict)
+    policy.log_decisions(log, verdict)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    record = json.loads(lines[0])
+    assert {"time", "environment", "revision", "policy_digest", "input_digest", "engine", "decisions", "duration_seconds"} <= set(record)
+    assert record["environment"] == "prod" and record["engine"] == "embedded"
+    assert record["policy_digest"].startswith("sha256:") and record["input_digest"].startswith("sha256:")
+    assert "s3cret-token" not in log.read_text()
+
+
+def test_policy_digest_covers_policies_and_data(tmp_path):
+    directory = copy_policies(tmp_path)
+    before = policy.load_bundle(directory).digest
+    data = directory / "data.yaml"
+    data.write_text(data.read_text().replace("headroom: 0.1", "headroom: 0.2"))
+    assert policy.load_bundle(directory).digest != before

@@ -1,0 +1,161 @@
+"""`fleetops check` and `fleetops policy test` as a person or CI runs them: real subprocesses, exit codes, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEETOPS = [sys.executable, "-m", "fleetops.cli"]
+
+
+def crd_dir() -> Path | None:
+    # The shared CRD schemas sit next to the main checkout; a worktree may sit one level deeper.
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "crds").is_dir():
+            return base / "shared" / "crds"
+    return None
+
+
+def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), **env}
+    environ.pop("FLEETOPS_OPA_URL", None)
+    if "FLEETOPS_CRD_DIR" not in environ and crd_dir() is not None:
+        environ["FLEETOPS_CRD_DIR"] = str(crd_dir())
+    return subprocess.run([*FLEETOPS, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+
+
+def mutated_env_dir(tmp_path: Path, change) -> Path:
+    directory = tmp_path / "environments"
+    directory.mkdir()
+    doc = yaml.safe_load((ROOT / "environments" / "prod.yaml").read_text())
+    change(doc)
+    (directory / "prod.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return directory
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _crds():
+    if crd_dir() is None and "FLEETOPS_CRD_DIR" not in os.environ:
+        pytest.skip("no shared CRD schemas (../shared/crds or FLEETOPS_CRD_DIR): render cannot validate custom resources")
+
+
+def test_check_prod_passes_with_its_budget_warning_and_logs_the_decision(tmp_path):
+    proc = run("check", "--env", "prod", "--output", "json", tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] is True and report["summary"]["deny"] == 0
+    assert [d["msg"] for d in report["decisions"] if d["rule"] == "budget.alert_threshold"] == [
+        "projected monthly cost 539981 USD is 90% of the budget of 600000, past the 80% alert"
+    ]
+    assert [d["rule"] for d in report["decisions"] if d["status"] == "waived"] == ["quota.tenant_share"]
+    (line,) = (tmp_path / "decisions.jsonl").read_text().splitlines()
+    logged = json.loads(line)
+    assert logged["environment"] == "prod" and logged["engine"] == "embedded"
+    assert logged["policy_digest"] == report["policy_digest"] and logged["input_digest"] == report["input_digest"]
+
+
+@pytest.mark.parametrize("name", ["dev", "staging"])
+def test_check_other_bundled_environments_pass(tmp_path, name):
+    proc = run("check", "--env", name, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(rf"^{name}: pass: 0 denied", proc.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    "rule, change",
+    [
+        ("quota.guaranteed_over_capacity", lambda d: d["tenants"][0]["quota"].update({"nvidia.com/gpu": {"guaranteed": 300, "burst": 300}})),
+        ("edge.training_on_edge", lambda d: d["tenants"][5].update(workloads=["training", "inference"])),
+        ("network.missing_default_deny", lambda d: d["network"].update(default_deny=False)),
+    ],
+)
+def test_check_a_denied_change_exits_1_naming_the_rule(tmp_path, rule, change):
+    environments = mutated_env_dir(tmp_path, change)
+    proc = run("check", "--env", "prod", "--environments", str(environments), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert rule in proc.stdout and "prod: FAIL" in proc.stdout
+
+
+def test_check_junit_marks_denies_as_failures(tmp_path):
+    environments = mutated_env_dir(tmp_path, lambda d: d["budget"].update(monthly=500000))
+    proc = run("check", "--env", "prod", "--environments", str(environments), "--output", "junit", tmp_path=tmp_path)
+    assert proc.returncode == 1
+    suite = ET.fromstring(proc.stdout).find("testsuite")
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert "budget.over_budget Budget/prod" in failed and "policy gate" in failed
+
+
+def test_check_with_an_expired_waiver_exits_1_and_reports_the_waiver(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("pack"))
+    waivers = yaml.safe_load((policies / "waivers.yaml").read_text())
+    waivers["waivers"][0].update(created="2026-01-05", expires="2026-03-31")
+    (policies / "waivers.yaml").write_text(yaml.safe_dump(waivers, sort_keys=False))
+    proc = run("check", "--env", "prod", "--policies", str(policies), tmp_path=tmp_path)
+    assert proc.returncode == 1
+    assert "quota.tenant_share" in proc.stdout
+    assert re.search(r"waiver ignored: .*waivers\.yaml:\d+:\d+: waivers\[0\]: waiver of quota.tenant_share expired on 2026-03-31", proc.stderr)
+
+
+def test_check_a_policy_that_does_not_parse_exits_2_in_one_line(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("pack"))
+    (policies / "edge.rego").write_text((policies / "edge.rego").read_text() + "\ndeny contains d if {\n")
+    proc = run("check", "--env", "dev", "--policies", str(policies), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r".*edge\.rego:\d+:\d+: .*\(no decision: failing closed\)", line)
+    assert not (tmp_path / "decisions.jsonl").exists()
+
+
+def test_check_an_unreachable_opa_exits_2_and_never_prints_the_token(tmp_path):
+    proc = run("check", "--env", "dev", "--opa-url", "http://127.0.0.1:9", tmp_path=tmp_path, FLEETOPS_OPA_TOKEN="s3cret-opa-token")
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "OPA at http://127.0.0.1:9" in proc.stderr and "failing closed" in proc.stderr
+    assert "s3cret-opa-token" not in proc.stdout + proc.stderr
+
+
+def test_check_a_bad_live_inventory_exits_2_naming_the_file(tmp_path):
+    inventory = tmp_path / "live.json"
+    inventory.write_text('{"nodes": [{"cluster": "dev-center", "name": "n1"}]}')
+    proc = run("check", "--env", "dev", "--live", str(inventory), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert re.search(r"live\.json:1:1: nodes\.0\.ready: Field required", proc.stderr)
+
+
+def test_policy_test_reports_every_test_and_coverage(tmp_path):
+    proc = run("policy", "test", "--output", "json", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] and len(report["tests"]) >= 30
+    assert all(c["percent"] >= 90 for c in report["coverage"])
+    table = run("policy", "test", tmp_path=tmp_path)
+    assert table.returncode == 0 and re.search(r"\d+ passed, 0 failed", table.stdout)
+
+
+def test_policy_test_exits_1_on_a_failing_test(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("pack"))
+    (policies / "wrong_test.rego").write_text("package fleet.wrong_test\n\ntest_always_fails if {\n\tfalse\n}\n")
+    proc = run("policy", "test", "--policies", str(policies), tmp_path=tmp_path)
+    assert proc.returncode == 1
+    assert re.search(r"FAIL .*fleet\.wrong_test .*test_always_fails", proc.stdout)

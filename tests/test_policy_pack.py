@@ -1,0 +1,110 @@
+"""The Pulumi policy pack's stack validation, without the Pulumi CLI: PolicyResource args built from a render."""
+
+from __future__ import annotations
+
+import datetime as dt
+import runpy
+from pathlib import Path
+
+import pytest
+import yaml
+from pulumi_policy import PolicyProviderResource, PolicyResource, PolicyResourceOptions, StackValidationArgs
+
+from fleetops import policy, render, spec
+
+ROOT = Path(__file__).resolve().parent.parent
+PACK = ROOT / "policies" / "pack"
+
+
+def pulumi_type(manifest: dict) -> str:
+    api = manifest["apiVersion"]
+    return f"kubernetes:{api if '/' in api else 'core/' + api}:{manifest['kind']}"
+
+
+def stack_resources(state: render.DesiredState) -> list[PolicyResource]:
+    """What Pulumi hands a stack validation: each object's outputs as props, its cluster's provider."""
+    opts = PolicyResourceOptions(protect=False, ignore_changes=[], delete_before_replace=None, aliases=[],
+                                 additional_secret_outputs=[], custom_timeouts=None)
+    out = []
+    for cluster in state.clusters:
+        urn = f"urn:pulumi:{state.environment}::fleetops::pulumi:providers:kubernetes::{cluster}"
+        provider = PolicyProviderResource("pulumi:providers:kubernetes", {}, urn, cluster)
+        out.append(PolicyResource("pulumi:providers:kubernetes", {}, urn, cluster, opts, None, None, [], {}))
+        out.append(PolicyResource("fleetops:fleet:Cluster", {}, f"urn:x::{cluster}", cluster, opts, None, None, [], {}))
+        for i, (c, manifest) in enumerate((c, m) for c, m in state.objects() if c == cluster):
+            # The engine's outputs carry status; typed resources may omit apiVersion/kind in props.
+            props = {**{k: v for k, v in manifest.items() if i % 2 or k not in ("apiVersion", "kind")}, "status": {"phase": "Active"}}
+            out.append(PolicyResource(pulumi_type(manifest), props, f"urn:obj:{cluster}:{i}", manifest["metadata"]["name"], opts, provider, None, [], {}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pack() -> dict:
+    # Imported, not run as __main__: the PolicyPack (which serves Pulumi's analyzer gRPC) is not started.
+    return runpy.run_path(str(PACK / "__main__.py"), run_name="fleetops_pack")
+
+
+def validate(pack: dict, name: str, resources: list[PolicyResource]) -> list[tuple[str, str | None]]:
+    reported: list[tuple[str, str | None]] = []
+    pack[name](StackValidationArgs(resources), lambda message, urn=None: reported.append((message, urn)))
+    return reported
+
+
+def rendered(tmp_path: Path | None = None, change=None) -> tuple[spec.Environment, render.DesiredState]:
+    path = ROOT / "environments" / "prod.yaml"
+    if change is not None:
+        doc = yaml.safe_load(path.read_text())
+        change(doc)
+        path = tmp_path / "prod.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return spec.load_environment(path), render.render(path, revision="test")
+
+
+def test_the_pack_declares_a_mandatory_and_an_advisory_stack_policy(pack):
+    levels = {p.name: p.enforcement_level.value for p in pack["POLICIES"]}
+    assert levels == {"fleetops-deny": "mandatory", "fleetops-warn": "advisory"}
+    assert yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"] == "python"
+    assert "pulumi-policy==1.21.0" in (PACK / "requirements.txt").read_text().splitlines()
+
+
+def test_stack_input_equals_the_render_input():
+    env, state = rendered()
+    document, _ = policy.stack_input(stack_resources(state))
+    expected = policy.policy_input(env, state)
+    assert document["facts"] == expected["facts"] and document["spec"] == expected["spec"]
+    key = lambda r: (r["cluster"], r["kind"], r["namespace"], r["name"])  # noqa: E731
+    assert sorted(document["resources"], key=key) == sorted(expected["resources"], key=key)
+
+
+def test_prod_stack_has_no_mandatory_violation_and_reports_its_warnings(pack):
+    _, state = rendered()
+    resources = stack_resources(state)
+    assert validate(pack, "validate_denies", resources) == []
+    warnings = [m for m, _ in validate(pack, "validate_warnings", resources)]
+    assert "[budget.alert_threshold] projected monthly cost 539981 USD is 90% of the budget of 600000, past the 80% alert" in warnings
+
+
+def test_a_deny_is_a_mandatory_violation_on_the_resource(pack, tmp_path):
+    _, state = rendered(tmp_path, lambda d: d["clusters"][0]["pools"][2]["sharing"].update(replicas=8))
+    resources = stack_resources(state)
+    violations = validate(pack, "validate_denies", resources)
+    (message, urn) = next(v for v in violations if v[0].startswith("[devices.time_slicing_replicas]"))
+    target = next(r for r in resources if r.urn == urn)
+    assert target.resource_type == "kubernetes:core/v1:ConfigMap" and target.name == "nvidia-device-plugin-a100-infer"
+
+
+def test_a_stack_the_gate_cannot_read_is_a_mandatory_violation(pack):
+    _, state = rendered()
+    resources = stack_resources(state)
+    orphan = next(r for r in resources if r.provider is not None)
+    orphan.provider = None
+    (message, urn), = validate(pack, "validate_denies", resources)
+    assert message.startswith("fleetops policy gate could not decide: ") and "no Kubernetes provider" in message and urn is None
+    assert validate(pack, "validate_warnings", resources) == []
+
+
+def test_waivers_apply_in_the_pack_as_in_check(tmp_path):
+    _, state = rendered()
+    document, _ = policy.stack_input(stack_resources(state))
+    verdict = policy.evaluate_input(document, today=dt.date(2026, 12, 2))
+    assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
