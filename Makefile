@@ -3,12 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: plan test bench clean
+.PHONY: setup plan test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 
 plan: $(STAMP)  ## the main job on the bundled prod environment
 	$(VENV)/bin/fleetops render --env prod -o build/prod --summary

@@ -289,6 +289,48 @@ def policy_test(
         raise typer.Exit(1)
 
 
+# --- plan ---------------------------------------------------------------------------------------
+
+
+class PlanFormat(str, Enum):
+    markdown = "markdown"
+    json = "json"
+    junit = "junit"
+
+
+@app.command()
+def plan(
+    env: EnvOpt,
+    base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
+    head: Annotated[str | None, typer.Option(help="Head revision (default: the working tree)")] = None,
+    approvals: Annotated[int, typer.Option(min=0, envvar="FLEETOPS_APPROVALS", help="Approvals the change has (CI sets FLEETOPS_APPROVALS)")] = 0,
+    output: Annotated[PlanFormat, typer.Option("--output", help="markdown (PR comment), json or junit")] = PlanFormat.markdown,
+    only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect")] = False,
+    repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),
+) -> None:
+    """What a change does to objects, capacity, quota and cost, judged by the base revision's policies. Exit 1 when denied."""
+    from fleetops import git
+    from fleetops import plan as plan_mod
+
+    try:
+        top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
+        result = plan_mod.build(top, env, base, head, approvals, plan_mod.judge)
+    except git.GitError as exc:
+        fail(f"{repo}: not a Git repository ({exc})")
+    except plan_mod.PlanError as exc:
+        fail(str(exc))
+    code = 1 if result["verdict"] == "denied" else 0
+    if only_on_change and result["no_effect"]:
+        raise typer.Exit(code)
+    if output is PlanFormat.json:
+        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    elif output is PlanFormat.junit:
+        sys.stdout.write(plan_mod.junit(result))
+    else:
+        sys.stdout.write(plan_mod.markdown(result))
+    raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()

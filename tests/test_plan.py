@@ -1,0 +1,203 @@
+"""`fleetops plan` on real temporary Git repositories with real commits."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import os
+from xml.etree import ElementTree
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEET_PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A Git repository on main with one commit of this project's fleet: program, modules, engine, policies."""
+    repo = tmp_path / "fleet"
+    repo.mkdir()
+    for part in FLEET_PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.is_file():
+            shutil.copy2(src, repo / part)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "user.name", "Test")
+    commit(repo, "fleet")
+    git(repo, "checkout", "-q", "-b", "change")
+    return repo
+
+
+def edit(repo: Path, old: str, new: str, env: str = "prod") -> None:
+    path = repo / "environments" / f"{env}.yaml"
+    text = path.read_text()
+    assert old in text, f"test setup: {old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def plan(repo: Path, *args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
+    return subprocess.run(
+        [sys.executable, "-m", "fleetops.cli", "plan", "--repo", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=repo,
+        env=env,
+    )
+
+
+def plan_json(repo: Path, *args: str) -> tuple[int, dict]:
+    out = plan(repo, "--env", "prod", "--output", "json", *args)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_quota_raise_shows_quota_capacity_and_clusterqueue_change(repo: Path) -> None:
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 112, burst: 176}")
+    commit(repo, "vision: more GPUs")
+    code, result = plan_json(repo)
+    assert result["quota_changes"] == [
+        {
+            "tenant": "vision",
+            "cluster": "center-bj",
+            "resource": "nvidia.com/gpu",
+            "before": {"guaranteed": 96, "burst": 160},
+            "after": {"guaranteed": 112, "burst": 176},
+        }
+    ]
+    row = next(r for r in result["capacity"] if r["cluster"] == "center-bj" and r["resource"] == "nvidia.com/gpu")
+    assert (row["before"]["guaranteed"], row["after"]["guaranteed"]) == (272, 288)
+    changed = {(o["kind"], o["namespace"], o["name"]) for o in result["objects"]["changed"]}
+    assert ("ClusterQueue", "", "vision") in changed
+    assert ("ResourceQuota", "vision", "device-nvidia-com-gpu") in changed
+    quota = next(o for o in result["objects"]["changed"] if o["kind"] == "ResourceQuota")
+    assert quota["fields"] == [{"op": "replace", "path": "/spec/hard/requests.nvidia.com~1gpu", "old": "160", "new": "176"}]
+    assert result["cost"]["delta"] == 0
+    assert not result["objects"]["added"] and not result["objects"]["removed"]
+
+
+def test_pool_added_adds_its_objects_capacity_and_cost(repo: Path) -> None:
+    edit(
+        repo,
+        "  - name: center-sh\n    role: center\n    context: prod-sh\n    pools:\n",
+        "  - name: center-sh\n    role: center\n    context: prod-sh\n    pools:\n"
+        "      - name: h100-extra\n"
+        "        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n"
+        "        nodes: 8\n"
+        "        match: {name_pattern: \"sh-h100-*\"}\n",
+    )
+    commit(repo, "center-sh: 8 H100 nodes")
+    code, result = plan_json(repo)
+    added = {(o["cluster"], o["kind"], o["name"]) for o in result["objects"]["added"]}
+    assert ("center-sh", "ResourceFlavor", "h100-extra") in added
+    assert ("center-sh", "DaemonSet", "nvidia-device-plugin-h100-extra") in added
+    assert result["groups"] == {"added": ["center-sh/h100-extra"], "removed": []}
+    assert result["cost"]["delta"] == pytest.approx(64 * 2.9 * 730)
+    row = next(r for r in result["capacity"] if r["cluster"] == "center-sh" and r["resource"] == "nvidia.com/gpu")
+    assert (row["before"]["devices"], row["after"]["devices"]) == (64, 128)
+
+
+def test_pool_removed_removes_its_objects(repo: Path) -> None:
+    text = (repo / "environments" / "prod.yaml").read_text()
+    block = re.search(r"      - name: fpga-arria10\n(?:        .*\n)+", text)
+    assert block
+    (repo / "environments" / "prod.yaml").write_text(text.replace(block.group(0), ""))
+    edit(repo, "      fpga.intel.com/region-ce48969398f05f33946d560708be108a: {guaranteed: 4, burst: 8}\n", "")
+    edit(repo, "pools: [a100-mig, fpga-arria10]", "pools: [a100-mig]")
+    commit(repo, "retire the FPGA pool")
+    code, result = plan_json(repo)
+    removed = {(o["kind"], o["name"]) for o in result["objects"]["removed"]}
+    assert ("ResourceFlavor", "fpga-arria10") in removed
+    assert ("DaemonSet", "fpga-device-plugin-fpga-arria10") in removed
+    assert ("ResourceQuota", "device-fpga-intel-com-region-ce48969398f05f33946d560708be108a") in removed
+    assert result["groups"]["removed"] == ["center-sh/fpga-arria10"]
+    assert result["cost"]["delta"] == pytest.approx(-8 * 0.9 * 730)
+
+
+def test_price_change_moves_cost_only(repo: Path) -> None:
+    edit(repo, "H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.1")
+    commit(repo, "new H100 price")
+    code, result = plan_json(repo)
+    assert result["objects"] == {"added": [], "removed": [], "changed": [], "per_cluster": {}}
+    assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
+    md = plan(repo, "--env", "prod").stdout
+    assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**)" in md
+
+
+def test_deleted_environment_file_removes_everything(repo: Path) -> None:
+    (repo / "environments" / "dev.yaml").unlink()
+    commit(repo, "drop dev")
+    out = plan(repo, "--env", "dev", "--output", "json")
+    result = json.loads(out.stdout)
+    assert result["head"]["exists"] is False
+    assert len(result["objects"]["removed"]) > 50 and not result["objects"]["added"]
+    assert result["cost"]["after"] == 0
+    md = plan(repo, "--env", "dev").stdout
+    assert "deletes `environments/dev.yaml`" in md
+
+
+def test_invalid_yaml_at_head_is_one_line_exit_2(repo: Path) -> None:
+    edit(repo, "  - name: vision\n", "  - name: vision\n   bad: [\n")
+    commit(repo, "broken")
+    out = plan(repo, "--env", "prod")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: invalid YAML", lines[0]), out.stderr
+
+
+def test_no_effect_prints_nothing_with_only_on_change(repo: Path) -> None:
+    (repo / "environments" / "prod.yaml").write_text((repo / "environments" / "prod.yaml").read_text() + "\n# a comment only\n")
+    commit(repo, "comment")
+    out = plan(repo, "--env", "prod", "--only-on-change")
+    assert out.returncode == 0 and out.stdout == ""
+    code, result = plan_json(repo)
+    assert result["no_effect"] is True
+
+
+def test_working_tree_and_index_untouched_and_temp_removed(repo: Path) -> None:
+    edit(repo, "H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.0")  # uncommitted: head is the working tree
+    (repo / "environments" / "new-file.txt").write_text("untracked\n")
+    git(repo, "add", "environments/new-file.txt")
+    status_before = git(repo, "status", "--porcelain")
+    index_before = (repo / ".git" / "index").read_bytes()
+    tmpdir = repo.parent / "tmp"
+    tmpdir.mkdir()
+    out = plan(repo, "--env", "prod", "--output", "json", tmpdir=tmpdir)
+    assert json.loads(out.stdout)["cost"]["delta"] == pytest.approx(160 * 0.1 * 730)
+    assert git(repo, "status", "--porcelain") == status_before
+    assert (repo / ".git" / "index").read_bytes() == index_before
+    assert list(tmpdir.iterdir()) == []
+    assert git(repo, "worktree", "list").count("\n") == 1
+
+
+def test_unknown_base_revision_is_exit_2(repo: Path) -> None:
+    out = plan(repo, "--env", "prod", "--base", "no-such-rev")
+    assert out.returncode == 2
+    assert "unknown revision 'no-such-rev'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_junit_output_is_xml_with_a_suite(repo: Path) -> None:
+    out = plan(repo, "--env", "prod", "--output", "junit")
+    suite = ElementTree.fromstring(out.stdout).find("testsuite")
+    assert suite is not None and suite.get("name") == "fleetops plan prod"
+    assert len(suite.findall("testcase")) >= 1
