@@ -240,9 +240,10 @@ def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
 
-def change_facts(base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]], policy_files: list[str], approvals: int) -> dict[str, Any]:
+def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]], policy_files: list[str], approvals: int) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
+        "environment": environment,
         "base_revision": base.revision,
         "head_revision": head.revision,
         "environment_added": not base.exists and head.exists,
@@ -270,7 +271,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
         policy_files = changed_policy_files(repo, base, head)
-        facts = change_facts(before, after, quota, groups, policy_files, approvals)
+        facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals)
         # The base revision's policies judge the change: a pull request cannot weaken its own gate.
         policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
         decisions = judge(after.env, after.objects, facts, policies)
@@ -428,5 +429,30 @@ def junit(plan: dict[str, Any]) -> str:
     return to_xml_report_string([TestSuite(f"fleetops plan {plan['environment']}", cases)])
 
 
-def judge(env, objects, facts, policies):  # TEMPORARY until fleetops.policy lands
-    return []
+def judge(
+    env: spec.Environment | None,
+    objects: dict[diff.ObjectKey, dict[str, Any]],
+    facts: dict[str, Any],
+    policies: Path,
+) -> list[dict[str, Any]]:
+    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's)."""
+    from fleetops import policy
+
+    resources = (policy.resource_entry(key[0], manifest) for key, manifest in objects.items())
+    if env is not None:
+        document = policy.build_input(env, resources, facts["head_revision"], change=facts)
+    else:  # the environment is deleted at head: only the change rules have anything to judge
+        document = {"environment": facts["environment"], "revision": facts["head_revision"], "spec": None,
+                    "resources": [], "facts": None, "live": None, "change": facts}
+    try:
+        verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
+    except policy.PolicyError as exc:
+        raise PlanError(f"policy gate (fail closed): {exc}") from None
+    decisions = [
+        {"state": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource_ref(), "waived_by": d.waived_by}
+        for d in verdict.decisions
+    ]
+    return decisions + [
+        {"state": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "waived_by": None}
+        for problem in verdict.waiver_problems
+    ]
