@@ -201,3 +201,40 @@ def test_junit_output_is_xml_with_a_suite(repo: Path) -> None:
     suite = ElementTree.fromstring(out.stdout).find("testsuite")
     assert suite is not None and suite.get("name") == "fleetops plan prod"
     assert len(suite.findall("testcase")) >= 1
+
+
+def test_large_quota_raise_needs_two_approvals(repo: Path) -> None:
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    commit(repo, "vision: a lot more GPUs")
+    code, result = plan_json(repo)
+    assert code == 1 and result["verdict"] == "denied"
+    assert {d["rule"] for d in result["decisions"] if d["state"] == "deny"} == {"change.quota_raise_approvals"}
+    code, result = plan_json(repo, "--approvals", "2")
+    assert code == 0 and result["verdict"] == "allowed"
+    out = plan(repo, "--env", "prod", "--output", "junit")
+    failures = ElementTree.fromstring(out.stdout).findall(".//failure")
+    assert out.returncode == 1 and len(failures) == 2
+
+
+def test_weakened_policy_does_not_judge_its_own_change(repo: Path) -> None:
+    # center-sh has 64 GPUs; 10% headroom allows 57 guaranteed, and tenants hold 56.
+    data = repo / "policies" / "data.yaml"
+    data.write_text(data.read_text().replace("headroom: 0.1 ", "headroom: 0.0 ", 1))
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 50, burst: 64}")
+    commit(repo, "llm-pretrain: two more GPUs, and drop the headroom rule")
+    code, result = plan_json(repo)
+    assert code == 1
+    denied = [d for d in result["decisions"] if d["state"] == "deny"]
+    assert [d["rule"] for d in denied] == ["quota.guaranteed_over_capacity"]
+    assert "center-sh" in denied[0]["msg"]
+    assert result["policy"]["policy_files_changed"] == ["policies/data.yaml"]
+    assert result["policy"]["owners"] == ["@platform-policy", "@security-compliance"]
+    assert "change.policy_files_changed" in {d["rule"] for d in result["decisions"] if d["state"] == "warn"}
+    md = plan(repo, "--env", "prod").stdout
+    assert "**Policy change**" in md and "@platform-policy" in md
+    # The head's own (weakened) policies would have let it through: that is what the base gate prevents.
+    check = subprocess.run(
+        [sys.executable, "-m", "fleetops.cli", "check", "--env", "prod", "--policies", str(repo / "policies"), "--decision-log", str(repo.parent / "d.jsonl")],
+        capture_output=True, text=True, cwd=repo, check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
