@@ -1,0 +1,84 @@
+"""Plan of a one-line change on the synthetic large fleet, against one render + check of it.
+
+    .venv/bin/python benchmarks/plan_bench.py [--scale 1.0] [--runs 2]
+
+Builds a real Git repository holding this project's program, modules, engine and policies plus
+the large environment, commits it, changes one price in the working tree, then times
+`fleetops plan` (both sides rendered in their own processes, diffed and judged) and, for the
+baseline, one in-process render + `fleetops check` evaluation of the same environment.
+Goal: plan <= 2.2x the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from generate import synthetic_yaml  # noqa: E402
+
+from fleetops import plan, policy, render, spec  # noqa: E402
+
+GOAL_RATIO = 2.2
+PARTS = ("policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
+
+
+def make_repo(tmp: Path, scale: float) -> Path:
+    repo = tmp / "fleet"
+    repo.mkdir()
+    for part in PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, repo / part)
+    (repo / "environments").mkdir()
+    (repo / "environments" / "large.yaml").write_text(synthetic_yaml(scale))
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=b", "-c", "user.email=b@x", "commit", "-qm", "large"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    env = repo / "environments" / "large.yaml"
+    env.write_text(env.read_text().replace("H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.0", 1))  # the one-line change
+    return repo
+
+
+def baseline(env_path: Path) -> float:
+    started = time.perf_counter()
+    env = spec.load_environment(env_path)
+    state = render.render(env_path, revision="bench")
+    policy.evaluate(env, state)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = make_repo(Path(tmp), args.scale)
+        base_times, plan_times = [], []
+        for _ in range(args.runs):
+            base_times.append(baseline(repo / "environments" / "large.yaml"))
+            started = time.perf_counter()
+            result = plan.build(repo, "large", "main", None, 0, plan.judge)
+            plan_times.append(time.perf_counter() - started)
+        objects = sum(1 for _ in result["capacity"])
+        b, p = statistics.median(base_times), statistics.median(plan_times)
+        print(f"scale {args.scale}: cost delta {result['cost']['delta']:,.0f}, {len(result['objects']['changed'])} objects changed, {objects} capacity rows")
+        print(f"render + check: {b:.2f} s (median of {args.runs}: {', '.join(f'{t:.2f}' for t in base_times)})")
+        print(f"plan:           {p:.2f} s (median of {args.runs}: {', '.join(f'{t:.2f}' for t in plan_times)})")
+        ratio = p / b
+        print(f"ratio plan / (render + check): {ratio:.2f} (goal <= {GOAL_RATIO}) {'OK' if ratio <= GOAL_RATIO else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
