@@ -87,7 +87,7 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         day = time[:10]
         for d in decisions:
             counts = per_rule[str(d.get("rule"))].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
-            state = d.get("state", "deny")
+            state = d.get("status")
             if state in counts:
                 counts[state] += 1
             if state == "deny":
@@ -205,63 +205,48 @@ def markdown(report: dict[str, Any]) -> str:
 
 # --- the report ------------------------------------------------------------------------------
 
-_METADATA = re.compile(r"((?:^#[^\n]*\n)+)", re.MULTILINE)
-_RULE_HEAD = re.compile(r"^(deny|warn)\s+contains\b", re.MULTILINE)
-_RULE_ID = re.compile(r'"rule"\s*:\s*"([a-z_]+\.[a-z_]+)"')
-
-
-def _metadata_block(comment: str) -> dict[str, Any] | None:
-    lines = [line[1:].removeprefix(" ") for line in comment.splitlines()]
-    if not lines or lines[0].strip() != "METADATA":
-        return None
-    try:
-        meta = yaml.safe_load("\n".join(lines[1:])) or {}
-    except yaml.YAMLError:
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def rule_inventory(policies_dir: Path, sources: dict[str, str]) -> list[dict[str, Any]]:
+def rule_inventory(bundle: policy.Bundle) -> list[dict[str, Any]]:
     """Every deny/warn rule with its METADATA (title, description, severity, control id) and place."""
-    rules = []
-    for rel, source in sorted(sources.items()):
-        package = policy.package_of(source)
-        heads = list(_RULE_HEAD.finditer(source))
-        for i, head in enumerate(heads):
-            before = source[: head.start()]
-            comments = _METADATA.findall(before)
-            meta = _metadata_block(comments[-1]) if comments and before.endswith(comments[-1]) else None
-            body = source[head.start() : heads[i + 1].start() if i + 1 < len(heads) else len(source)]
-            ids = _RULE_ID.findall(body)
-            custom = (meta or {}).get("custom") or {}
-            rules.append(
-                {
-                    "package": package,
-                    "kind": head.group(1),
-                    "rule": ids[0] if ids else f"{package}.{head.group(1)}#{i}",
-                    "title": (meta or {}).get("title", ""),
-                    "description": (meta or {}).get("description", ""),
-                    "severity": custom.get("severity", ""),
-                    "control_id": custom.get("control_id", ""),
-                    "file": f"{policies_dir.name}/{rel}",
-                    "path": rel,
-                    "line": source.count("\n", 0, head.start()) + 1,
-                    "has_metadata": meta is not None,
-                }
-            )
-    return rules
+    return [
+        {
+            "package": policy.package_of(bundle.policies[m.file]),
+            "kind": m.rule,
+            "rule": m.rule_id,
+            "title": m.title,
+            "description": m.description,
+            "severity": m.severity,
+            "control_id": m.control_id,
+            "file": f"{bundle.directory.name}/{m.file}",
+            "path": m.file,
+            "line": m.line,
+        }
+        for m in sorted(policy.rule_metadata(bundle), key=lambda m: (m.file, m.line))
+    ]
 
 
-def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult]) -> dict[str, list[dict[str, Any]]]:
-    """A test exercises the rules whose ids its body names (tests assert on `d.rule == "<id>"`)."""
+def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inventory: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Which tests exercise which rule.
+
+    A test that names a rule id (`"quota.tenant_share" in rules(quota.deny)`) exercises that rule; a
+    test that names none but reads a package's `deny` or `warn` (`count(budget.deny) == 0`) exercises
+    every rule of that kind in the package: the "does not fire" half of the evidence.
+    """
     outcome = {(r.package, r.name): r.passed for r in results}
+    by_head: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for rule in inventory:
+        by_head[(rule["package"].rsplit(".", 1)[-1], rule["kind"])].append(rule["rule"])
+    known = {rule["rule"] for rule in inventory}
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for source in tests.values():
         package = policy.package_of(source)
         starts = [(m.group(1), m.start()) for m in re.finditer(r"^(test_\w+)\b", source, re.MULTILINE)]
         for i, (name, start) in enumerate(starts):
             body = source[start : starts[i + 1][1] if i + 1 < len(starts) else len(source)]
-            for rule in dict.fromkeys(re.findall(r'"([a-z_]+\.[a-z_]+)"', body)):
+            named = [r for r in dict.fromkeys(re.findall(r'"([a-z_]+\.[a-z_]+)"', body)) if r in known]
+            if not named:
+                heads = dict.fromkeys(re.findall(r"\b([a-z_]+)\.(deny|warn)\b", body))
+                named = [r for head in heads for r in by_head.get(head, [])]
+            for rule in named:
                 out[rule].append({"name": f"{package}.{name}", "passed": outcome.get((package, name), False)})
     return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
 
@@ -305,7 +290,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     path = policies_dir / policy.WAIVERS_FILE
     if not path.is_file():
         return []
-    tree, positions = spec.parse_yaml(path.read_text(), str(path))
+    tree, positions = spec.parse_yaml(path.read_text(), policy.display_path(path))
     entries = tree.get("waivers", []) if isinstance(tree, dict) else []
     rows = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -320,7 +305,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
             "ticket": str(raw.get("ticket", "")),
             "expires": str(raw.get("expires", "")),
             "days_left": None,
-            "where": positions.error(("waivers", i), "").rstrip(": "),
+            "where": positions.error(("waivers", i), "").split(": ")[0],
         }
         try:
             waiver = policy.Waiver.model_validate(entry)
@@ -346,8 +331,8 @@ def build(
     today = today or dt.date.today()
     bundle = policy.load_bundle(policies_dir)
     tests = policy.run_tests(policies_dir)
-    evidence = tests_by_rule(bundle.tests, tests.results)
-    inventory = rule_inventory(policies_dir, bundle.policies)
+    inventory = rule_inventory(bundle)
+    evidence = tests_by_rule(bundle.tests, tests.results, inventory)
     for rule in inventory:
         rule["tests"] = evidence.get(rule["rule"], [])
         source = (policies_dir / rule.pop("path")).resolve()
