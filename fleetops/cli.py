@@ -331,6 +331,58 @@ def plan(
     raise typer.Exit(code)
 
 
+# --- audit ---------------------------------------------------------------------------------------
+
+
+class AuditFormat(str, Enum):
+    html = "html"
+    markdown = "markdown"
+    json = "json"
+
+
+@app.command()
+def audit(
+    env: Annotated[str, typer.Option("--env", "-e", help="One environment, or 'all'")] = "all",
+    environments: DirOpt = DEFAULT_DIR,
+    decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log for the history (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
+    output: Annotated[AuditFormat, typer.Option("--output", help="html, markdown or json")] = AuditFormat.html,
+    out_file: Annotated[Path | None, typer.Option("-o", "--out", help="Write the report here (default: standard output)")] = None,
+    policies: PoliciesOpt = policy.POLICIES_DIR,
+    opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine)")] = None,
+) -> None:
+    """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
+    from fleetops import audit as audit_mod
+    from fleetops import git
+
+    paths = sorted(environments.glob("*.yaml")) if env == "all" else [env_file(environments, env)]
+    if not paths:
+        fail(f"{environments}: no environment files")
+    try:
+        repo = Path(git.run(policies, "rev-parse", "--show-toplevel").strip())
+    except git.GitError:
+        repo = policies.resolve().parent
+    try:
+        report = audit_mod.build(
+            repo, [(p.stem, p) for p in paths], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+        )
+    except policy.PolicyError as exc:
+        fail(f"{exc} (no report written)")
+    text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown, AuditFormat.json: audit_mod.as_json}[output](report)
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    # Write beside the target and rename, so a failure never leaves half a report behind.
+    tmp = out_file.with_name(f".{out_file.name}.tmp")
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out_file)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        fail(f"{out_file}: cannot write the report: {exc.strerror}")
+    err.print(f"wrote {out_file} ({len(report['policies'])} rules, {len(report['environments'])} environment(s))", highlight=False)
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,376 @@
+"""The reviewer's report: every rule, its evidence, every waiver, every decision, in one file.
+
+The report is plain data first (`build`), then a format (`html`, `markdown`, `json`). The JSON is
+stable for the same input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the
+wall clock; the HTML adds the wall-clock generation time for the reader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+import jinja2
+import yaml
+from pydantic import ValidationError
+
+from fleetops import git, policy, spec
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+# --- provenance ------------------------------------------------------------------------------
+
+
+def last_change(repo: Path, file: str, line: int) -> dict[str, str] | None:
+    """The commit, author and date that last touched one line (None when the line is not committed)."""
+    try:
+        out = git.run(repo, "blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", file)
+    except git.GitError:
+        return None
+    fields: dict[str, str] = {}
+    lines = out.splitlines()
+    if not lines:
+        return None
+    fields["commit"] = lines[0].split()[0]
+    for text in lines[1:]:
+        key, _, value = text.partition(" ")
+        if key in ("author", "author-time", "author-tz"):
+            fields[key] = value
+    if set(fields["commit"]) == {"0"}:
+        return None
+    when = dt.datetime.fromtimestamp(int(fields.get("author-time", "0")), tz=dt.timezone.utc)
+    return {"commit": fields["commit"], "author": fields.get("author", ""), "date": when.date().isoformat()}
+
+
+def revision_time(repo: Path) -> str:
+    """SOURCE_DATE_EPOCH when set (reproducible builds), else the HEAD commit's time, in UTC."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None:
+        try:
+            epoch = git.run(repo, "log", "-1", "--format=%ct").strip()
+        except git.GitError:
+            epoch = "0"
+    return dt.datetime.fromtimestamp(int(epoch or 0), tz=dt.timezone.utc).isoformat()
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
+    """Decisions per rule per day, and the latest denials, from a decision log (JSONL)."""
+    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [], "latest_denials": [], "problems": []}
+    if log is None or not log.is_file():
+        return empty
+    per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    denials: list[dict[str, Any]] = []
+    times: list[str] = []
+    problems: list[str] = []
+    for number, text in enumerate(log.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            entry = json.loads(text)
+            time = str(entry["time"])
+            decisions = list(entry.get("decisions", []))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            problems.append(f"{log}:{number}: not a decision log entry")
+            continue
+        times.append(time)
+        day = time[:10]
+        for d in decisions:
+            counts = per_rule[str(d.get("rule"))].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
+            state = d.get("status")
+            if state in counts:
+                counts[state] += 1
+            if state == "deny":
+                denials.append(
+                    {"time": time, "environment": entry.get("environment", ""), "revision": str(entry.get("revision", "")), "rule": d.get("rule"), "msg": d.get("msg", "")}
+                )
+    days = sorted({day for rule in per_rule.values() for day in rule})
+    return {
+        "source": str(log),
+        "entries": len(times),
+        "first": min(times) if times else None,
+        "last": max(times) if times else None,
+        "days": days,
+        "per_rule": [{"rule": rule, "by_day": dict(sorted(by_day.items()))} for rule, by_day in sorted(per_rule.items())],
+        "latest_denials": sorted(denials, key=lambda d: d["time"], reverse=True)[:latest],
+        "problems": problems,
+    }
+
+
+# --- capacity chart --------------------------------------------------------------------------
+
+
+def capacity_chart(name: str, rows: list[dict[str, Any]]) -> str:
+    """Inline SVG: per cluster x resource, a bar of capacity with guaranteed filled and burst marked."""
+    label_w, bar_w, row_h, top = 360, 520, 26, 34
+    height = top + row_h * len(rows) + 30
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="chart-{escape(name)}-t chart-{escape(name)}-d" '
+        f'width="{label_w + bar_w + 120}" height="{height}" viewBox="0 0 {label_w + bar_w + 120} {height}">',
+        f'<title id="chart-{escape(name)}-t">{escape(name)}: guaranteed and burst quota against capacity</title>',
+        f'<desc id="chart-{escape(name)}-d">One bar per cluster and device resource. The outline is the capacity, '
+        "the filled part the guaranteed quota, the dark mark the burst quota. The table below holds the same numbers.</desc>",
+        f'<g transform="translate({label_w},{top - 12})"><rect width="12" height="12" fill="#3b6fb6"/><text x="16" y="10">guaranteed</text>'
+        '<rect x="110" width="3" height="12" fill="#111"/><text x="118" y="10">burst</text>'
+        '<rect x="175" width="12" height="12" fill="none" stroke="#777"/><text x="191" y="10">capacity</text></g>',
+    ]
+    for i, row in enumerate(rows):
+        y = top + i * row_h + 8
+        cap = max(int(row["capacity"]), 1)
+        scale = max(cap, int(row["burst"]), int(row["guaranteed"]))
+        g_w = bar_w * int(row["guaranteed"]) / scale
+        c_w = bar_w * cap / scale
+        b_x = bar_w * int(row["burst"]) / scale
+        over = int(row["guaranteed"]) > int(row["capacity"])
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 13}" text-anchor="end">{escape(row["cluster"])} · {escape(row["resource"])}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{c_w:.1f}" height="18" fill="#f4f4f4" stroke="#777"/>'
+            f'<rect x="{label_w}" y="{y + 3}" width="{g_w:.1f}" height="12" fill="{"#b00020" if over else "#3b6fb6"}"/>'
+            f'<rect x="{label_w + b_x - 1.5:.1f}" y="{y - 2}" width="3" height="22" fill="#111"/>'
+            f'<text x="{label_w + max(c_w, b_x) + 8:.1f}" y="{y + 13}">{row["guaranteed"]} / {row["burst"]} of {row["capacity"]}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# --- formats ---------------------------------------------------------------------------------
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def html(report: dict[str, Any]) -> str:
+    charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
+    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
+    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated)
+
+
+def as_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    p = report["provenance"]
+    lines = [
+        "# fleetops policy audit",
+        "",
+        f"Revision `{p['revision']}` ({p['revision_date']}), policy digest `{p['policy_digest']}`, engine {p['engine']} {p['engine_version']}.",
+        f"{len(report['policies'])} rules; {report['tests']['passed']} of {report['tests']['total']} policy tests pass; {len(report['waivers'])} waivers.",
+        "",
+        "## Policy inventory",
+        "",
+        "| control | rule | title | severity | location | last change | tests |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["policies"]:
+        change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
+        tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
+        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | `{r['file']}:{r['line']}` | {change} | {tests} |")
+    lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
+    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
+    lines += ["", "## Current decisions", ""]
+    for e in report["environments"]:
+        n = e["counts"]
+        lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
+        lines.append("")
+        lines += [f"- **{d['state']}** `{d['rule']}` {d['resource_text']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines.append("")
+    lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
+    lines += [
+        f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
+        for w in report["waivers"]
+    ]
+    h = report["history"]
+    lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
+    lines += [f"- {d['time']} {d['environment']} `{d['rule']}`: {d['msg']}" for d in h["latest_denials"]]
+    return "\n".join(lines) + "\n"
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def rule_inventory(bundle: policy.Bundle) -> list[dict[str, Any]]:
+    """Every deny/warn rule with its METADATA (title, description, severity, control id) and place."""
+    return [
+        {
+            "package": policy.package_of(bundle.policies[m.file]),
+            "kind": m.rule,
+            "rule": m.rule_id,
+            "title": m.title,
+            "description": m.description,
+            "severity": m.severity,
+            "control_id": m.control_id,
+            "file": f"{bundle.directory.name}/{m.file}",
+            "path": m.file,
+            "line": m.line,
+        }
+        for m in sorted(policy.rule_metadata(bundle), key=lambda m: (m.file, m.line))
+    ]
+
+
+def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inventory: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Which tests exercise which rule.
+
+    A test that names a rule id (`"quota.tenant_share" in rules(quota.deny)`) exercises that rule; a
+    test that names none but reads a package's `deny` or `warn` (`count(budget.deny) == 0`) exercises
+    every rule of that kind in the package: the "does not fire" half of the evidence.
+    """
+    outcome = {(r.package, r.name): r.passed for r in results}
+    by_head: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for rule in inventory:
+        by_head[(rule["package"].rsplit(".", 1)[-1], rule["kind"])].append(rule["rule"])
+    known = {rule["rule"] for rule in inventory}
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for source in tests.values():
+        package = policy.package_of(source)
+        starts = [(m.group(1), m.start()) for m in re.finditer(r"^(test_\w+)\b", source, re.MULTILINE)]
+        for i, (name, start) in enumerate(starts):
+            body = source[start : starts[i + 1][1] if i + 1 < len(starts) else len(source)]
+            named = [r for r in dict.fromkeys(re.findall(r'"([a-z_]+\.[a-z_]+)"', body)) if r in known]
+            if not named:
+                heads = dict.fromkeys(re.findall(r"\b([a-z_]+)\.(deny|warn)\b", body))
+                named = [r for head in heads for r in by_head.get(head, [])]
+            for rule in named:
+                out[rule].append({"name": f"{package}.{name}", "passed": outcome.get((package, name), False)})
+    return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
+
+
+def _resource_text(resource: dict[str, Any]) -> str:
+    return " ".join(f"{k}={resource[k]}" for k in ("cluster", "tenant", "kind", "namespace", "name") if resource.get(k))
+
+
+def environment_section(name: str, env_path: Path, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
+    from fleetops import render
+
+    try:
+        env = spec.load_environment(env_path)
+        state = render.render(env_path)
+        verdict = policy.evaluate(env, state, engine=engine, policies_dir=policies_dir)
+    except (spec.SpecError, render.RenderError) as exc:
+        problems = exc.problems if isinstance(exc, spec.SpecError) else [str(exc)]
+        return {"name": name, "error": problems[0], "counts": {"deny": 0, "warn": 0, "waived": 0}, "decisions": [], "capacity": []}
+    cap, sums = spec.capacity(env), spec.quota_sums(env)
+    capacity = [
+        {
+            "cluster": cluster,
+            "resource": resource,
+            "capacity": units,
+            "guaranteed": sums.get(cluster, {}).get(resource, {}).get("guaranteed", 0),
+            "burst": sums.get(cluster, {}).get(resource, {}).get("burst", 0),
+        }
+        for cluster, per in cap.items()
+        for resource, units in sorted(per.items())
+    ]
+    decisions = [
+        {"state": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource, "resource_text": _resource_text(d.resource), "waived_by": d.waived_by}
+        for d in verdict.decisions
+    ]
+    counts = {s: sum(1 for d in decisions if d["state"] == s) for s in ("deny", "warn", "waived")}
+    return {"name": name, "error": None, "counts": counts, "decisions": decisions, "capacity": capacity}
+
+
+def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
+    """Every waiver entry: active ones with days left, expired and malformed ones flagged with why."""
+    path = policies_dir / policy.WAIVERS_FILE
+    if not path.is_file():
+        return []
+    tree, positions = spec.parse_yaml(path.read_text(), policy.display_path(path))
+    entries = tree.get("waivers", []) if isinstance(tree, dict) else []
+    rows = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        raw = entry if isinstance(entry, dict) else {}
+        scope = raw.get("scope") if isinstance(raw.get("scope"), dict) else {}
+        row = {
+            "rule": str(raw.get("rule", "")),
+            "scope": scope,
+            "scope_text": " ".join(f"{k}={v}" for k, v in scope.items()),
+            "owner": str(raw.get("owner", "")),
+            "reason": str(raw.get("reason", "")),
+            "ticket": str(raw.get("ticket", "")),
+            "expires": str(raw.get("expires", "")),
+            "days_left": None,
+            "where": positions.error(("waivers", i), "").split(": ")[0],
+        }
+        try:
+            waiver = policy.Waiver.model_validate(entry)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            row.update(status="malformed", problem=f"{spec.format_loc(tuple(first['loc']))}: {first['msg'].removeprefix('Value error, ')}".lstrip(": "))
+        else:
+            left = (waiver.expires - today).days
+            row.update(days_left=left, status="expired" if left < 0 else "active", problem=None)
+        rows.append(row)
+    return rows
+
+
+def build(
+    repo: Path,
+    environments: list[tuple[str, Path]],
+    policies_dir: Path,
+    decision_log: Path | None,
+    engine: policy.Engine | None = None,
+    today: dt.date | None = None,
+) -> dict[str, Any]:
+    engine = engine or policy.engine_from()
+    today = today or dt.date.today()
+    bundle = policy.load_bundle(policies_dir)
+    tests = policy.run_tests(policies_dir)
+    inventory = rule_inventory(bundle)
+    evidence = tests_by_rule(bundle.tests, tests.results, inventory)
+    for rule in inventory:
+        rule["tests"] = evidence.get(rule["rule"], [])
+        source = (policies_dir / rule.pop("path")).resolve()
+        inside = source.is_relative_to(repo.resolve())
+        rule["last_change"] = last_change(repo, source.relative_to(repo.resolve()).as_posix(), rule["line"]) if inside else None
+    coverage = [
+        {
+            "file": f"{policies_dir.name}/{c.path}",
+            "covered": len(c.covered),
+            "total": len(c.covered) + len(c.not_covered),
+            "percent": c.percent,
+            "uncovered": c.not_covered,
+        }
+        for c in tests.coverage
+    ]
+    return {
+        "provenance": {
+            "revision": git.revision(repo),
+            "revision_date": revision_time(repo),
+            "policy_digest": bundle.digest,
+            "engine": engine.name,
+            "engine_version": engine_version(engine),
+        },
+        "packages": sorted({r["package"] for r in inventory}),
+        "policies": inventory,
+        "tests": {
+            "total": len(tests.results),
+            "passed": sum(r.passed for r in tests.results),
+            "failed": [f"{r.package}.{r.name}" for r in tests.results if not r.passed],
+        },
+        "coverage": coverage,
+        "environments": [environment_section(name, path, policies_dir, engine) for name, path in environments],
+        "waivers": waiver_rows(policies_dir, today),
+        "history": history(decision_log),
+    }
+
+
+def engine_version(engine: policy.Engine) -> str:
+    if isinstance(engine, policy.EmbeddedEngine):
+        return f"celine-regorus {importlib.metadata.version('celine-regorus')}"
+    return getattr(engine, "version", "") or "server"

@@ -1,0 +1,215 @@
+"""`fleetops audit`: the reviewer's report agrees with the policies, the gate and the waivers."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = ROOT / "policies"
+
+
+def shipped_rules() -> set[str]:
+    """Rule ids as the policy sources spell them, read independently of fleetops."""
+    return {
+        rule
+        for path in POLICIES.glob("*.rego")
+        if not path.name.endswith("_test.rego")
+        for rule in re.findall(r'"rule":\s*"([a-z_]+\.[a-z_]+)"', path.read_text())
+    }
+
+
+def fleetops(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleetops.cli", *args], capture_output=True, text=True, check=False, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def report_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("audit") / "audit.json"
+    run = fleetops("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
+    assert run.returncode == 0, run.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("audit") / "audit.html"
+    run = fleetops("audit", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def test_every_rule_of_the_policies_appears(report_json: dict) -> None:
+    listed = [p["rule"] for p in report_json["policies"]]
+    assert set(listed) == shipped_rules()
+    assert len(listed) == len(set(listed))  # a rule with several bodies is listed once, at its METADATA
+    for rule in report_json["policies"]:
+        assert rule["title"] and rule["description"] and rule["severity"] and rule["control_id"], rule
+        assert re.fullmatch(r"policies/\w+\.rego", rule["file"]) and rule["line"] > 0
+        assert rule["tests"], f"{rule['rule']} has no test evidence"
+
+
+def test_rule_locations_point_at_the_rule(report_json: dict) -> None:
+    for rule in report_json["policies"]:
+        line = (ROOT / rule["file"]).read_text().splitlines()[rule["line"] - 1]
+        assert line.startswith(f"{rule['kind']} contains"), (rule["rule"], line)
+
+
+def test_counts_agree_with_check(report_json: dict, tmp_path: Path) -> None:
+    for env in report_json["environments"]:
+        run = fleetops("check", "--env", env["name"], "--output", "json", "--decision-log", str(tmp_path / "d.jsonl"))
+        verdict = json.loads(run.stdout)
+        assert env["counts"] == verdict["summary"], env["name"]
+        assert sorted(d["rule"] for d in env["decisions"]) == sorted(d["rule"] for d in verdict["decisions"])
+
+
+def test_coverage_and_test_results_match_policy_test(report_json: dict) -> None:
+    run = fleetops("policy", "test", "--output", "json")
+    tests = json.loads(run.stdout)
+    assert report_json["tests"]["total"] == len(tests["tests"])
+    assert report_json["tests"]["passed"] == sum(t["passed"] for t in tests["tests"])
+    assert {c["file"]: c["percent"] for c in report_json["coverage"]} == {f"policies/{c['path']}": c["percent"] for c in tests["coverage"]}
+
+
+def test_json_is_stable_across_runs(tmp_path: Path) -> None:
+    outs = []
+    for i in range(2):
+        path = tmp_path / f"a{i}.json"
+        assert fleetops("audit", "--output", "json", "-o", str(path), "--env", "dev", "--decision-log", str(tmp_path / "none")).returncode == 0
+        outs.append(path.read_bytes())
+    assert outs[0] == outs[1]
+
+
+def _policies_with(tmp_path: Path, waivers: str) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(POLICIES, repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "policies" / "waivers.yaml").write_text(waivers)
+    return repo / "policies"
+
+
+def test_expired_and_malformed_waivers_are_flagged(tmp_path: Path) -> None:
+    policies = _policies_with(
+        tmp_path,
+        """waivers:
+  - rule: quota.tenant_share
+    scope: {environment: prod, cluster: center-sh, tenant: llm-pretrain}
+    owner: capacity-planning@example.com
+    reason: rack delayed
+    ticket: FLEET-1
+    created: 2025-01-01
+    expires: 2025-03-01
+  - rule: network.egress_anywhere
+    scope: {environment: prod}
+    owner: someone
+    reason: too long
+    ticket: FLEET-2
+    created: 2026-01-01
+    expires: 2026-12-31
+""",
+    )
+    out = tmp_path / "audit.json"
+    run = fleetops("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    status = {w["rule"]: w for w in report["waivers"]}
+    assert status["quota.tenant_share"]["status"] == "expired" and status["quota.tenant_share"]["days_left"] < 0
+    assert status["network.egress_anywhere"]["status"] == "malformed"
+    assert "90" in status["network.egress_anywhere"]["problem"]
+    prod = next(e for e in report["environments"] if e["name"] == "prod")
+    # The expired waiver waives nothing: the share rule is a deny again.
+    assert "quota.tenant_share" in {d["rule"] for d in prod["decisions"] if d["state"] == "deny"}
+    html = tmp_path / "audit.html"
+    fleetops("audit", "--env", "prod", "--policies", str(policies), "-o", str(html))
+    assert '<td class="expired">expired' in html.read_text()
+
+
+def test_history_from_the_decision_log(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    for _ in range(2):
+        assert fleetops("check", "--env", "prod", "--decision-log", str(log)).returncode == 0
+    log.write_text(
+        log.read_text()
+        + json.dumps({"time": "2026-11-30T10:00:00+00:00", "environment": "prod", "revision": "abc", "decisions": [{"rule": "budget.over_budget", "status": "deny", "msg": "over"}]})
+        + "\nnot json\n"
+    )
+    out = tmp_path / "a.json"
+    assert fleetops("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
+    history = json.loads(out.read_text())["history"]
+    assert history["entries"] == 3
+    assert history["latest_denials"][0]["rule"] == "budget.over_budget"
+    assert any(p.endswith(":4: not a decision log entry") for p in history["problems"])
+
+
+def test_bad_policy_writes_no_report(tmp_path: Path) -> None:
+    policies = _policies_with(tmp_path, "waivers: []\n")
+    (policies / "quota.rego").write_text("package fleet.quota\n\ndeny contains d if {\n")
+    out = tmp_path / "audit.html"
+    run = fleetops("audit", "--policies", str(policies), "-o", str(out))
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.glob(".audit.html*"))
+
+
+class _Outline(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_html_is_self_contained_and_semantic(report_html: Path) -> None:
+    outline = _Outline()
+    outline.feed(report_html.read_text())
+    for tag, attrs in outline.tags:
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            assert not re.match(r"^(https?:)?//", value), f"external reference {tag} {key}={value}"
+        assert tag not in ("script", "link", "iframe", "img"), tag
+    tags = [t for t, _ in outline.tags]
+    assert tags.count("h1") == 1 and "main" in tags and "nav" in tags
+    assert all(a.get("scope") == "col" for t, a in outline.tags if t == "th")
+    assert tags.count("caption") >= tags.count("table")
+    assert any(t == "svg" and a.get("role") == "img" for t, a in outline.tags)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SECTIONS = ["provenance", "inventory", "evidence", "decisions", "waivers", "history", "capacity"]
+
+
+def _chromium(url: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [
+                CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", url,
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs Debian's chromium): rendered-DOM check not run")
+def test_report_renders_in_headless_chromium_without_console_errors(report_html: Path, tmp_path: Path) -> None:
+    # The detector must see a console error when there is one, or its silence proves nothing.
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>missingFunction()</script></body></html>")
+    assert "CONSOLE" in _chromium(broken.as_uri()).stderr
+
+    run = _chromium(report_html.as_uri())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "CONSOLE" not in run.stderr, [line for line in run.stderr.splitlines() if "CONSOLE" in line]
+    dom = run.stdout
+    for section in SECTIONS:
+        assert re.search(rf'<section id="{section}" aria-labelledby="{section}-h">\s*<h2 id="{section}-h">', dom), section
+    assert dom.count('<tr id="rule-') == len(shipped_rules())
+    assert "<svg" in dom and "guaranteed and burst quota against capacity" in dom
