@@ -1,8 +1,8 @@
 """Schema validation of rendered objects, the way the API server would judge them with strict field validation.
 
 Built-in kinds are checked by `kubernetes-validate` against the schemas of a current Kubernetes
-release; custom resources against the openAPIV3Schema of their upstream CRD (`../shared/crds/`
-by default, or `FLEETOPS_CRD_DIR`). Unknown fields are errors in both, as with
+release; custom resources against the openAPIV3Schema of their upstream CRD (shipped unedited in
+`fleetops/crds/`, or `FLEETOPS_CRD_DIR`). Unknown fields are errors in both, as with
 `kubectl apply --validate=strict`: a typo must not be silently pruned by the server.
 """
 
@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def crd_dir() -> Path:
-    return Path(os.environ.get("FLEETOPS_CRD_DIR", ROOT.parent / "shared" / "crds"))
+    """`FLEETOPS_CRD_DIR`, else the upstream CRDs shipped in `fleetops/crds/`.
+
+    The files are byte-for-byte the upstream ones listed (with blob ids) in `fleetops/crds/SOURCES.md`;
+    shipping them keeps validation the same on every checkout, wherever it lies.
+    """
+    return Path(os.environ.get("FLEETOPS_CRD_DIR") or Path(__file__).resolve().parent / "crds")
 
 
 @dataclass(frozen=True)
