@@ -33,7 +33,7 @@ class ApiError(Exception):
     """An API call that failed: HTTP status (0 for timeouts), reason, and the server's Retry-After."""
 
     def __init__(self, status: int, reason: str, retry_after: float | None = None):
-        super().__init__(f"{status or 'timeout'} {reason}")
+        super().__init__(f"{status} {reason}" if status else reason)
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
@@ -504,3 +504,8 @@ class KubeCluster:
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(
             body=manifest, namespace=manifest["metadata"].get("namespace"), _request_timeout=self.timeout).to_dict())
+
+
+def connect(name: str, kubeconfig: str | None, context: str | None, in_cluster: bool = False) -> ClusterAPI:
+    """The cluster of an environment entry, by kubeconfig file and context or the pod's service account."""
+    return KubeCluster(name, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)

@@ -170,7 +170,7 @@ class ClusterResult:
 class PassResult:
     environment: str
     revision: str | None
-    status: str  # applied | clean | drift | errors | denied | invalid | unavailable
+    status: str  # applied | clean | drift | planned | errors | denied | invalid | unavailable
     reasons: list[str] = field(default_factory=list)
     clusters: dict[str, ClusterResult] = field(default_factory=dict)
     last_applied: str | None = None
@@ -211,7 +211,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def _wait(opts: Options) -> Callable[[tenacity.RetryCallState], float]:
-    jitter = tenacity.wait_exponential_jitter(initial=opts.backoff, max=opts.backoff_max)
+    jitter = tenacity.wait_exponential_jitter(multiplier=opts.backoff, max=opts.backoff_max, jitter=opts.backoff)
 
     def wait(state: tenacity.RetryCallState) -> float:
         # The server knows best how long to back off: Retry-After wins over our own schedule.
@@ -545,7 +545,7 @@ def run_pass(
     elif out.drift and opts.writes:
         out.status = "applied"
     elif out.drift:
-        out.status = "drift"
+        out.status = "planned" if opts.dry_run else "drift"
     if opts.writes and not out.errors:
         out.last_applied = state.revision
     return out
@@ -714,7 +714,7 @@ class Metrics:
                     totals[(row.resource, state)] = totals.get((row.resource, state), 0) + n
             for (resource, state), n in totals.items():
                 self.capacity.labels(name, resource, state).set(n)
-        if result.status in ("applied", "clean", "drift"):
+        if result.status in ("applied", "clean", "drift", "planned"):
             self.last_success.set(now)
 
 
@@ -792,6 +792,7 @@ class Reconciler:
         only: list[str] | None = None,
         metrics: Metrics | None = None,
         identity: str | None = None,
+        validate: Callable[[Iterable[tuple[str, Manifest]]], list[Any]] = schema.validate_objects,
     ):
         self.environment = environment
         self.source = source
@@ -801,7 +802,10 @@ class Reconciler:
         self.only = only
         self.metrics = metrics or Metrics()
         self.identity = identity  # set: elect a leader per cluster; None: the only writer (a one-off run)
+        self.validate = validate
         self.last_applied: str | None = None
+        self.last_status: str | None = None
+        self.lease_seconds = 15  # longer than the interval in service mode, or leadership flaps between passes
         self.passes = 0
         self._apis: dict[str, ClusterAPI] = {}
         self._electors: dict[str, LeaseElector] = {}
@@ -816,7 +820,7 @@ class Reconciler:
             try:
                 env = spec.load_environment(path, display=display)
                 state = render.render(path, revision=revision, display=display)
-                problems = [f"{display}: rendered object fails its schema: {p}" for p in schema.validate_objects(state.objects())]
+                problems = [f"{display}: rendered object fails its schema: {p}" for p in self.validate(state.objects())]
                 self._rendered[revision] = problems or (env, state)
             except spec.SpecError as exc:
                 self._rendered[revision] = exc.problems
@@ -839,7 +843,7 @@ class Reconciler:
             return apis
         leading = {}
         for name, api in apis.items():
-            elector = self._electors.setdefault(name, LeaseElector(api, self.opts.namespace or "", self.identity, clock=self.opts.clock))
+            elector = self._electors.setdefault(name, LeaseElector(api, self.opts.namespace or "", self.identity, self.lease_seconds, self.opts.clock))
             held = elector.acquire()
             if not held and elector.last_status == 404:
                 self._ensure_namespace(api, state, name)
@@ -861,6 +865,7 @@ class Reconciler:
         started = time.perf_counter()
         result = self._pass()
         self.passes += 1
+        self.last_status = result.status
         self.metrics.observe(result, time.perf_counter() - started, time.time())
         log.info(
             "reconcile pass",
@@ -895,6 +900,11 @@ class Reconciler:
             self.last_applied = result.last_applied
         result.last_applied = self.last_applied
         return result
+
+    @property
+    def ready(self) -> bool:
+        """A pass has judged a valid revision (applied, clean, or denied by policy: the loop works)."""
+        return self.last_status not in (None, "invalid", "unavailable")
 
     def serve(self, interval: float, stop: threading.Event) -> None:
         """Pass after pass until `stop` is set; a failing pass is logged and the next one starts on time."""
