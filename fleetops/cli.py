@@ -213,6 +213,14 @@ def print_pass(result: Any) -> None:
             table.add_row(name, "malformed", "", problem, "left out")
     if table.row_count:
         out.print(table)
+    capacity = Table(title="capacity: declared vs live", title_justify="left")
+    for col in ("cluster", "group", "resource", "nodes ready/declared", "units allocatable/declared", "unavailable"):
+        capacity.add_column(col)
+    for name, cluster in result.clusters.items():
+        for row in cluster.capacity:
+            capacity.add_row(name, row.group, row.resource, f"{row.ready_nodes}/{row.declared_nodes}", f"{row.allocatable}/{row.declared}", str(row.unavailable))
+    if capacity.row_count:
+        out.print(capacity)
     for reason in result.reasons:
         out.print(reason, markup=False, highlight=False)
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {result.last_applied or 'none'}", highlight=False)
@@ -250,8 +258,8 @@ def reconcile(
         fail("choose one of --once or --interval DURATION")
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
-    if context and len(cluster or []) != 1:
-        fail("--context names one kubeconfig context: use it with exactly one --cluster")
+    if (context or in_cluster) and len(cluster or []) != 1:
+        fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"{kubeconfig}:1:1: no such kubeconfig file")
     period = parse_interval(interval) if interval else 0.0

@@ -142,6 +142,8 @@ class ClusterResult:
     capacity: list[inventory.CapacityRow] = field(default_factory=list)
     shortfalls: list[dict[str, Any]] = field(default_factory=list)
     leader: bool = True
+    nodes_read: bool = True  # False: the node LIST failed, so capacity is unknown (not zero)
+    kinds: list[tuple[str, str]] = field(default_factory=list)  # what the next pass lists (see reconcile_cluster)
 
     @property
     def drift(self) -> list[Action]:
@@ -385,6 +387,7 @@ def live_input(env: spec.Environment, inventories: dict[str, inventory.Inventory
         "clusters": {
             name: {
                 "nodes": [n.to_dict() for n in inv.nodes],
+                "nodes_read": results[name].nodes_read,
                 "problems": inv.problems,
                 "capacity": [r.to_dict() for r in results[name].capacity],
                 "shortfalls": results[name].shortfalls,
@@ -477,6 +480,10 @@ def reconcile_cluster(
             _execute(api, action, opts)
             outcome[action.key] = action
     result.errors += [f"{a.cluster}: {a.verb} {a.target}: {a.error}" for a in result.actions if a.error]
+    # Remember every kind that may still hold managed objects: Git's kinds, kinds whose LIST failed,
+    # and kinds with objects left in place (prune off, protected, failed delete), for a later prune.
+    pruned = {a.key for a in result.actions if a.verb == "prune" and a.done}
+    result.kinds = sorted(set(kinds_of(desired)) | failed | {(k[0], k[1]) for k in live if k not in pruned})
 
 
 # --- one pass over every cluster ------------------------------------------------------------
@@ -508,10 +515,13 @@ def run_pass(
     def survey(cluster: spec.Cluster) -> tuple[inventory.Inventory, list[Action]]:
         inv, error = read_nodes(apis[cluster.name], cluster, opts)
         result = results[cluster.name]
-        if error:
-            result.errors.append(error)
         result.problems = inv.problems
         work, members = node_actions(cluster, inv, now)
+        if error:
+            # Unknown is not zero: no capacity figures, no shortfall warnings from a failed read.
+            result.errors.append(error)
+            result.nodes_read = False
+            return inv, work
         result.capacity = inventory.capacity(cluster, members)
         result.shortfalls = inventory.shortfalls(env, cluster.name, result.capacity)
         return inv, work
@@ -531,7 +541,7 @@ def run_pass(
             if opts.writes:
                 ok = not result.errors
                 data = _status_data(env, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
-                                    "ok" if ok else "errors", kinds_of(desired), "; ".join(result.errors))
+                                    "ok" if ok else "errors", result.kinds, "; ".join(result.errors))
                 try:
                     write_status(api, opts, status, data)
                 except ApiError as exc:

@@ -302,3 +302,38 @@ def test_retries_honour_retry_after_and_stop_on_errors_that_will_not_heal() -> N
     with pytest.raises(ApiError):
         reconcile.call(opts, c.list, "v1", "ConfigMap")
     assert c.count("list") == 1
+
+
+def without(state, kind: str):
+    smaller = copy.copy(state)
+    smaller.clusters = {c: [m for m in ms if m["kind"] != kind] for c, ms in state.clusters.items()}
+    return smaller
+
+
+def test_a_kind_git_dropped_entirely_is_still_found_and_pruned_later() -> None:
+    env, state, apis = converged()
+    smaller = without(state, "LimitRange")
+    kept = reconcile.run_pass(env, smaller, apis, allow, options())  # prune off: reported, remembered
+    assert {a.verb for a in kept.clusters["dev-center"].actions if a.kind == "LimitRange"} == {"orphan"}
+    reconcile.run_pass(env, smaller, apis, allow, options())
+    pruned = reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
+    assert {a.verb for a in pruned.clusters["dev-center"].drift} == {"prune"}
+    assert apis["dev-center"].objects("LimitRange") == []
+    for api in apis.values():
+        api.reset_counts()
+    reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
+    assert apis["dev-center"].count("list", "LimitRange") == 0  # forgotten once gone
+
+
+def test_a_failed_node_read_is_unknown_capacity_not_a_shortfall() -> None:
+    env, state = dev()
+    apis = {c.name: MemoryCluster(c.name, faults=Faults(scripted=[("list", "Node", 403)])) for c in env.clusters}
+    seen = {}
+
+    def gate(env, state, live):
+        seen.update(live)
+        return reconcile.GateResult(False, [])
+
+    result = reconcile.run_pass(env, state, apis, gate, options())
+    assert seen["warnings"] == [] and seen["clusters"]["dev-center"]["nodes_read"] is False
+    assert any("list nodes" in e for e in result.errors) and result.status == "errors"

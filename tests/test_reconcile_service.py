@@ -232,3 +232,21 @@ def test_cli_bad_input_is_one_line_and_exit_2(wired, repo: Path, tmp_path: Path)
 def test_cli_help() -> None:
     result = runner.invoke(cli.app, ["reconcile", "--help"])
     assert result.exit_code == 0 and "--detect-only" in result.output and "--prune" in result.output
+
+
+def test_service_loop_runs_passes_until_stopped(repo: Path, tmp_path: Path) -> None:
+    import threading
+
+    commit(repo, GOOD, "good")
+    stop = threading.Event()
+    passes = []
+
+    def gate(env, state, live):
+        passes.append(1)
+        if len(passes) == 2:
+            stop.set()  # the loop ends after this pass, without any wait
+        return reconcile.GateResult(False, [])
+
+    rec = make(repo, tmp_path, fleet(), gate, identity="only")
+    rec.serve(interval=0, stop=stop)
+    assert rec.passes == 2 and rec.last_status == "clean" and rec.ready
