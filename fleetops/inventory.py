@@ -39,61 +39,41 @@ _QUANTITY_MAP = {
     "keysrules": {"type": "string", "maxlength": 253},
     "valuesrules": {"type": "string", "regex": _QUANTITY.pattern, "maxlength": 64},
 }
+
+
+def _object(fields: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    # Unknown fields are allowed: nodes carry much the reconciler does not read, and it trusts none of it.
+    return {"type": "dict", "allow_unknown": True, "schema": fields, **extra}
+
+
+def _list_of(fields: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "list", "nullable": True, "schema": _object(fields)}
+
+
 NODE_SCHEMA: dict[str, Any] = {
-    "metadata": {
-        "type": "dict",
-        "required": True,
-        "allow_unknown": True,
-        "schema": {
-            "name": {"type": "string", "required": True, "regex": _NAME},
-            "labels": {**_LABEL_MAP, "nullable": True},
-            "annotations": {**_STRING_MAP, "nullable": True},
-            "resourceVersion": {"type": "string"},
-        },
-    },
-    "spec": {
-        "type": "dict",
-        "nullable": True,
-        "allow_unknown": True,
-        "schema": {
-            "unschedulable": {"type": "boolean", "nullable": True},
-            "taints": {
-                "type": "list",
-                "nullable": True,
-                "schema": {
-                    "type": "dict",
-                    "allow_unknown": True,
-                    "schema": {
-                        "key": {"type": "string", "required": True, "regex": spec._LABEL_KEY.pattern},
-                        "value": {"type": "string", "nullable": True},
-                        "effect": {"type": "string", "required": True, "allowed": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-                    },
-                },
-            },
-        },
-    },
-    "status": {
-        "type": "dict",
-        "nullable": True,
-        "allow_unknown": True,
-        "schema": {
-            "allocatable": {**_QUANTITY_MAP, "nullable": True},
-            "capacity": {**_QUANTITY_MAP, "nullable": True},
-            "conditions": {
-                "type": "list",
-                "nullable": True,
-                "schema": {
-                    "type": "dict",
-                    "allow_unknown": True,
-                    "schema": {
-                        "type": {"type": "string", "required": True},
-                        "status": {"type": "string", "required": True, "allowed": ["True", "False", "Unknown"]},
-                        "lastTransitionTime": {"type": "string", "nullable": True},
-                    },
-                },
-            },
-        },
-    },
+    "metadata": _object({
+        "name": {"type": "string", "required": True, "regex": _NAME},
+        "labels": {**_LABEL_MAP, "nullable": True},
+        "annotations": {**_STRING_MAP, "nullable": True},
+        "resourceVersion": {"type": "string"},
+    }, required=True),
+    "spec": _object({
+        "unschedulable": {"type": "boolean", "nullable": True},
+        "taints": _list_of({
+            "key": {"type": "string", "required": True, "regex": spec._LABEL_KEY.pattern},
+            "value": {"type": "string", "nullable": True},
+            "effect": {"type": "string", "required": True, "allowed": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        }),
+    }, nullable=True),
+    "status": _object({
+        "allocatable": {**_QUANTITY_MAP, "nullable": True},
+        "capacity": {**_QUANTITY_MAP, "nullable": True},
+        "conditions": _list_of({
+            "type": {"type": "string", "required": True},
+            "status": {"type": "string", "required": True, "allowed": ["True", "False", "Unknown"]},
+            "lastTransitionTime": {"type": "string", "nullable": True},
+        }),
+    }, nullable=True),
 }
 
 
