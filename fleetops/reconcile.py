@@ -208,8 +208,11 @@ class PassResult:
 # --- retries --------------------------------------------------------------------------------
 
 
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ApiError) and exc.retryable
+def _retryable(conflicts: bool) -> Callable[[BaseException], bool]:
+    def retryable(exc: BaseException) -> bool:
+        return isinstance(exc, ApiError) and exc.retryable and (conflicts or exc.status != 409)
+
+    return retryable
 
 
 def _wait(opts: Options) -> Callable[[tenacity.RetryCallState], float]:
@@ -225,16 +228,20 @@ def _wait(opts: Options) -> Callable[[tenacity.RetryCallState], float]:
     return wait
 
 
-def call(opts: Options, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """One API call with exponential backoff and jitter on 409/429/5xx/timeouts; other errors raise at once."""
+def call(opts: Options, fn: Callable[..., Any], *args: Any, conflicts: bool = True) -> Any:
+    """One API call with exponential backoff and jitter on 409/429/5xx/timeouts; other errors raise at once.
+
+    `conflicts=False` for writes that carry a resourceVersion precondition or create a named object:
+    sending the same body again cannot succeed, the next pass re-reads instead.
+    """
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(opts.attempts),
         wait=_wait(opts),
-        retry=tenacity.retry_if_exception(_retryable),
+        retry=tenacity.retry_if_exception(_retryable(conflicts)),
         sleep=opts.sleep,
         reraise=True,
     )
-    return retrying(fn, *args, **kwargs)
+    return retrying(fn, *args)
 
 
 # --- objects --------------------------------------------------------------------------------
@@ -417,17 +424,24 @@ def write_status(api: ClusterAPI, opts: Options, current: Manifest | None, data:
         return
     body = status_manifest(opts.namespace, data)
     if current is None:
-        call(opts, api.create, body)
+        call(opts, api.create, body, conflicts=False)
     else:
         body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        api.replace(body)  # a 409 here means another writer: no blind retry, the next pass re-reads
+        call(opts, api.replace, body, conflicts=False)  # 409: another writer; the next pass re-reads
 
 
 def read_status(api: ClusterAPI, opts: Options) -> Manifest | None:
+    """The status ConfigMap, None when there is none yet; raises ApiError when it cannot be read."""
+    return call(opts, api.get, "v1", "ConfigMap", opts.namespace, STATUS_CONFIGMAP)
+
+
+def remembered_kinds(status: Manifest | None) -> set[tuple[str, str]]:
+    """Kinds the last pass left managed objects of; a hand-mangled record counts as none."""
     try:
-        return call(opts, api.get, "v1", "ConfigMap", opts.namespace, STATUS_CONFIGMAP)
-    except ApiError:
-        return None
+        kinds = json.loads((status or {}).get("data", {}).get("kinds", "[]"))
+        return {(str(a), str(k)) for a, k in kinds}
+    except (ValueError, TypeError, AttributeError):
+        return set()
 
 
 # --- one cluster ----------------------------------------------------------------------------
@@ -437,7 +451,8 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
     assert action.key is not None
     try:
         if action.kind == "Node":
-            call(opts, api.patch_node, action.key[3], action.body)
+            precondition = "resourceVersion" in (action.body or {}).get("metadata", {})
+            call(opts, api.patch_node, action.key[3], action.body, conflicts=not precondition)
         elif action.verb == "prune":
             try:
                 call(opts, api.delete, *action.key)
@@ -462,9 +477,8 @@ def reconcile_cluster(
     opts: Options,
 ) -> None:
     """Objects (apply in kind order, then prune) and nodes of one cluster. One failure never stops the rest."""
-    previous = json.loads((status or {}).get("data", {}).get("kinds", "[]"))
     # Kinds applied last time are listed too, so that a kind Git dropped entirely is still pruned.
-    kinds = sorted(set(kinds_of(desired)) | {(a, k) for a, k in previous})
+    kinds = sorted(set(kinds_of(desired)) | remembered_kinds(status))
     live, failed = read_live(api, kinds, env.environment, opts, result)
     result.actions += object_actions(cluster.name, desired, live, failed, opts)
     result.actions += node_work
@@ -536,9 +550,17 @@ def run_pass(
         def one(cluster: spec.Cluster) -> None:
             api, result = apis[cluster.name], results[cluster.name]
             desired = state.clusters.get(cluster.name, [])
-            status = read_status(api, opts)
-            reconcile_cluster(api, env, cluster, desired, result, surveyed[cluster.name][1], status, opts)
-            if opts.writes:
+            try:
+                status, known = read_status(api, opts), True
+            except ApiError as exc:
+                status, known = None, False  # unknown: reconcile anyway, but do not overwrite the record blind
+                result.errors.append(f"{cluster.name}: read status ConfigMap: {exc}")
+            try:
+                reconcile_cluster(api, env, cluster, desired, result, surveyed[cluster.name][1], status, opts)
+            except Exception as exc:  # noqa: BLE001 - one cluster's failure is reported, the others go on
+                result.errors.append(f"{cluster.name}: {type(exc).__name__}: {exc}")
+                return
+            if opts.writes and known:
                 ok = not result.errors
                 data = _status_data(env, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
                                     "ok" if ok else "errors", result.kinds, "; ".join(result.errors))
@@ -561,15 +583,15 @@ def run_pass(
     return out
 
 
-def record_refusal(env: spec.Environment, apis: dict[str, ClusterAPI], opts: Options, result: str, message: str) -> None:
+def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: str, message: str) -> None:
     """Write a denied/invalid outcome to each status ConfigMap, keeping the last applied revision it holds."""
-    for name, api in apis.items():
-        status = read_status(api, opts)
-        if status is None:
-            continue  # nothing was ever applied here: nothing to keep, nowhere to write
-        data = dict(status.get("data") or {})
-        data.update(result=result, message=message[:1000])
+    for api in apis.values():
         try:
+            status = read_status(api, opts)
+            if status is None:
+                continue  # nothing was ever applied here: nothing to keep, nowhere to write
+            data = dict(status.get("data") or {})
+            data.update(result=result, message=message[:1000])
             write_status(api, opts, status, data)
         except ApiError:
             pass  # the record is best effort; the refusal itself already held
@@ -862,6 +884,12 @@ class Reconciler:
                 leading[name] = api
         return leading
 
+    def _held(self) -> dict[str, ClusterAPI]:
+        """Clusters reached in earlier passes that this replica may write to now (no bootstrap)."""
+        if self.identity is None:
+            return dict(self._apis)
+        return {n: api for n, api in self._apis.items() if n in self._electors and self._electors[n].acquire()}
+
     def _ensure_namespace(self, api: ClusterAPI, state: render.DesiredState, name: str) -> None:
         # The Lease lives in the reconciler's namespace, which the first apply creates: bootstrap it.
         rendered = [m for m in state.clusters.get(name, []) if m["kind"] == "Namespace" and m["metadata"]["name"] == self.opts.namespace]
@@ -892,6 +920,8 @@ class Reconciler:
             return PassResult(self.environment, None, "unavailable", notes, last_applied=self.last_applied)
         loaded = self.load(fetched.path, fetched.revision)
         if isinstance(loaded, list):
+            if self.opts.writes:
+                record_refusal(self._held(), self.opts, "invalid", "; ".join(loaded))
             return PassResult(self.environment, fetched.revision, "invalid", notes + loaded, last_applied=self.last_applied)
         env, state = loaded
         self.opts.namespace = self.opts.namespace or env.reconciler.namespace
@@ -903,7 +933,7 @@ class Reconciler:
         result = run_pass(env, state, apis, self.gate or default_gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
         if result.status == "denied" and self.opts.writes:
-            record_refusal(env, apis, self.opts, "denied", "; ".join(result.reasons))
+            record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))
         for name in set(self._apis) - set(apis):
             result.clusters[name] = ClusterResult(name, leader=False)
         if result.last_applied:

@@ -65,7 +65,9 @@ def test_invalid_and_denied_revisions_are_never_applied_and_the_last_applied_sta
     invalid = rec.run_once()
     assert invalid.status == "invalid" and invalid.revision == bad and invalid.exit_code() == 2
     assert invalid.reasons[0].startswith("environments/dev.yaml:") and "invalid YAML" in invalid.reasons[0]
-    assert sum(api.writes() for api in apis.values()) == 0 and rec.last_applied == first
+    assert sum(api.count(v) for api in apis.values() for v in ("apply", "delete", "patch", "create")) == 0  # nothing applied
+    assert rec.last_applied == first
+    assert status(apis["dev-center"])["revision"] == first and status(apis["dev-center"])["result"] == "invalid"
 
     commit(repo, BIGGER, "raise burst")
     gate_says["deny"] = True
