@@ -442,18 +442,27 @@ class KubeCluster:
         self.name = name
         self.timeout = timeout
         try:
+            cfg = client.Configuration()
             if in_cluster:
-                cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
-                api_client = client.ApiClient(cfg)
             else:
-                api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            # Retries belong to the reconciler (tenacity, with jitter, counted): urllib3's own would
+            # sleep on Retry-After out of sight and multiply every attempt.
+            cfg.retries = False
+            api_client = client.ApiClient(cfg)
         except Exception as exc:  # config errors name the file/context, never its contents
             where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'} context {context}"
             raise ApiError(TIMEOUT, f"cannot load {where}: {type(exc).__name__}") from None
-        self._dynamic = dynamic.DynamicClient(api_client)
+        self._api_client = api_client
+        self._dynamic: Any = None
+        self._make_dynamic = dynamic.DynamicClient
 
     def _resource(self, api_version: str, kind: str) -> Any:
+        # The dynamic client runs API discovery when built: do it on first use, inside _call,
+        # so an unreachable server is an ApiError of the pass, not a crash at start-up.
+        if self._dynamic is None:
+            self._dynamic = self._make_dynamic(self._api_client)
         return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
