@@ -248,6 +248,7 @@ def reconcile(
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Keep the live fleet equal to Git: fetch, validate, render, gate, then apply, prune and fix nodes per cluster."""
+    import signal
     import socket
     import threading
 
@@ -274,14 +275,22 @@ def reconcile(
         identity=None if once else (identity or socket.gethostname()),
     )
     if once:
-        result = reconciler.run_once()
+        try:
+            result = reconciler.run_once()
+        except Exception as exc:  # an engine fault: one line, not a traceback
+            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", 1)
         if output is Output.json:
             sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         else:
             print_pass(result)
         raise typer.Exit(result.exit_code())
-    rec.json_logging()
     reconciler.lease_seconds = max(15, int(3 * period))
     if metrics_port is not None:
-        rec.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
-    reconciler.serve(period, threading.Event())
+        try:
+            rec.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
+        except OSError as exc:
+            fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc.strerror or exc}")
+    rec.json_logging()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
+    reconciler.serve(period, stop)

@@ -905,7 +905,9 @@ class Reconciler:
         self.passes += 1
         self.last_status = result.status
         self.metrics.observe(result, time.perf_counter() - started, time.time())
-        log.info(
+        level = logging.INFO if result.status in ("applied", "clean", "drift", "planned") else logging.WARNING
+        log.log(
+            level,
             "reconcile pass",
             extra={"fields": {"environment": self.environment, "revision": result.revision, "status": result.status,
                               "drift": result.drift, "errors": len(result.errors), "reasons": result.reasons[:20],

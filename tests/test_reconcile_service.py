@@ -252,3 +252,15 @@ def test_service_loop_runs_passes_until_stopped(repo: Path, tmp_path: Path) -> N
     rec = make(repo, tmp_path, fleet(), gate, identity="only")
     rec.serve(interval=0, stop=stop)
     assert rec.passes == 2 and rec.last_status == "clean" and rec.ready
+
+
+def test_cli_service_mode_with_a_busy_metrics_port_is_one_line_exit_2(wired, repo: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run("--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--interval", "30s",
+                     "--metrics-host", "127.0.0.1", "--metrics-port", str(port))
+    assert result.exit_code == 2 and f"--metrics-port {port}" in result.output and "Traceback" not in result.output
