@@ -19,12 +19,18 @@ GOOD_FP = "sha256:" + "0d" * 32  # the dev-jetson allow list
 BAD_FP = "sha256:" + "ee" * 32
 
 
-def crd_validate() -> Any:
-    """Schema validation of rendered objects, or none when no CRD folder is present (a bare clone)."""
+def crd_dir() -> Path | None:
+    """The upstream CRD schemas, wherever this checkout sits (main tree or a worktree), if present."""
     for candidate in (schema.crd_dir(), ROOT.parent / "shared" / "crds", ROOT.parent.parent / "shared" / "crds"):
         if candidate.is_dir() and any(candidate.glob("*.yaml")):
-            return functools.partial(schema.validate_objects, crds=candidate)
-    return lambda objects: []
+            return candidate
+    return None
+
+
+def crd_validate() -> Any:
+    """Schema validation of rendered objects; none when no CRD folder is present (a bare clone)."""
+    found = crd_dir()
+    return functools.partial(schema.validate_objects, crds=found) if found else (lambda objects: [])
 
 
 @functools.cache
