@@ -242,7 +242,7 @@ def reconcile(
     context: Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")] = None,
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where the repository is cloned (default ~/.cache/fleetops/repos)")] = None,
-    identity: Annotated[str | None, typer.Option(help="Leader election identity in service mode (default: host name)", envvar="FLEETOPS_IDENTITY")] = None,
+    identity: Annotated[str | None, typer.Option(help="Leader election identity (default: host name); only the Lease holder writes", envvar="FLEETOPS_IDENTITY")] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
@@ -272,7 +272,7 @@ def reconcile(
     opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = rec.Reconciler(
         env, rec.GitSource(repo, ref, cache_dir), connect, gate=rec.default_gate, opts=opts, only=cluster or None,
-        identity=None if once else (identity or socket.gethostname()),
+        identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:
         try:

@@ -128,7 +128,7 @@ class Action:
     body: Manifest | None = field(default=None, repr=False)  # what an apply sends; what a node patch sends
 
     def to_dict(self) -> dict[str, Any]:
-        detail = [c.to_dict() for c in self.detail] if isinstance(self.detail, list) and self.detail and isinstance(self.detail[0], diff.FieldChange) else self.detail
+        detail = [c.to_dict() for c in self.detail] if self.verb == "update" else self.detail  # FieldChanges
         return {"cluster": self.cluster, "verb": self.verb, "kind": self.kind, "target": self.target, "detail": detail,
                 "write": self.write, "done": self.done, "error": self.error}
 
@@ -172,7 +172,7 @@ class ClusterResult:
 class PassResult:
     environment: str
     revision: str | None
-    status: str  # applied | clean | drift | planned | errors | denied | invalid | unavailable
+    status: str  # applied | clean | drift | planned | errors | denied | standby | invalid | unavailable
     reasons: list[str] = field(default_factory=list)
     clusters: dict[str, ClusterResult] = field(default_factory=dict)
     last_applied: str | None = None
@@ -186,10 +186,10 @@ class PassResult:
         return [e for c in self.clusters.values() for e in c.errors]
 
     def exit_code(self) -> int:
-        """0 ok, 1 drift left (detect-only or failed writes) or denied, 2 bad input (invalid revision, no source)."""
+        """0 ok, 1 drift left (detect-only, failed writes), denied, or another replica leads; 2 bad input (invalid revision, no source)."""
         if self.status in ("invalid", "unavailable"):
             return 2
-        if self.status in ("denied", "drift", "errors"):
+        if self.status in ("denied", "drift", "errors", "standby"):
             return 1
         return 0
 
@@ -677,6 +677,7 @@ class LeaseElector:
                  clock: Callable[[], dt.datetime] = utcnow, name: str = LEASE_NAME):
         self.api, self.namespace, self.identity, self.duration, self.clock, self.name = api, namespace, identity, duration, clock, name
         self.last_status: int | None = None  # of the last failed call: 404 means the namespace is not there yet
+        self.holder: str | None = None  # who held the Lease at the last read
 
     def _body(self, now: dt.datetime, transitions: int, acquired: str) -> Manifest:
         return {
@@ -697,6 +698,7 @@ class LeaseElector:
                 self.api.create(self._body(now, 0, _micro_time(now)))
                 return True
             held = lease.get("spec", {})
+            self.holder = held.get("holderIdentity")
             renewed = held.get("renewTime")
             expired = renewed is None or (now - inventory.parse_time(renewed)).total_seconds() > held.get("leaseDurationSeconds", self.duration)
             mine = held.get("holderIdentity") == self.identity
@@ -833,7 +835,7 @@ class Reconciler:
         self.opts = opts or Options()
         self.only = only
         self.metrics = metrics or Metrics()
-        self.identity = identity  # set: elect a leader per cluster; None: the only writer (a one-off run)
+        self.identity = identity  # set: write only where this identity holds the cluster's Lease; None: no election
         self.validate = validate
         self.last_applied: str | None = None
         self.last_status: str | None = None
@@ -931,7 +933,13 @@ class Reconciler:
             apis = self._apis_for(env)
         except (ValueError, ApiError) as exc:
             return PassResult(self.environment, fetched.revision, "unavailable", notes + [str(exc)], last_applied=self.last_applied)
-        apis = self._leaders(state, apis) if self.opts.writes else apis
+        if self.opts.writes:
+            leaders = self._leaders(state, apis)
+            if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
+                held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
+                standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
+                return PassResult(self.environment, fetched.revision, "standby", notes + held, standby, self.last_applied)
+            apis = leaders
         result = run_pass(env, state, apis, self.gate or default_gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
         if result.status == "denied" and self.opts.writes:

@@ -63,7 +63,9 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
         "env": [
             {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}},
             {"name": "FLEETOPS_IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            # The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
             {"name": "HOME", "value": CACHE},
+            {"name": "TMPDIR", "value": CACHE},
         ],
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},

@@ -111,7 +111,8 @@ def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path) -> None:
     for api in apis.values():
         api.reset_counts()
     follower = b.run_once()
-    assert all(not c.leader for c in follower.clusters.values())
+    assert follower.status == "standby" and follower.exit_code() == 1
+    assert all(not c.leader for c in follower.clusters.values()) and "replica-a holds the Lease" in follower.reasons[0]
     assert sum(api.writes() for api in apis.values()) == 0
     clock.advance(5)
     a.run_once()  # the leader renews
