@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fleetops.render import CLUSTER_SCOPED
+
 Manifest = dict[str, Any]
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
@@ -173,10 +175,7 @@ _DEFAULTS: dict[str, Manifest] = {
     "Namespace": {"spec": {"finalizers": ["kubernetes"]}},
 }
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-_CLUSTER_SCOPED = {
-    "Namespace", "Node", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-    "ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "Cohort", "NodeGroup", "NodePool", "Queue",
-}
+_CLUSTER_SCOPED = CLUSTER_SCOPED | {"Node"}  # every cluster-scoped kind fleetops renders, and nodes
 
 
 class MemoryCluster:
@@ -199,11 +198,11 @@ class MemoryCluster:
     # -- accounting ---------------------------------------------------------------------------
 
     def _enter(self, verb: str, kind: str) -> None:
-        with self._lock:
-            self.calls[(verb, kind)] += 1
         if self.latency:
             self._sleep(self.latency)
-        self.faults.check(verb, kind)
+        with self._lock:  # one seeded sequence of faults, whatever the threads
+            self.calls[(verb, kind)] += 1
+            self.faults.check(verb, kind)
 
     def count(self, verb: str | None = None, kind: str | None = None) -> int:
         return sum(n for (v, k), n in self.calls.items() if verb in (None, v) and kind in (None, k))
