@@ -625,10 +625,15 @@ class GitSource:
         root = cache_dir or Path.home() / ".cache" / "fleetops" / "repos"
         self.path = root / hashlib.sha256(self.repo.encode()).hexdigest()[:16]
 
+    @property
+    def _marker(self) -> Path:
+        return self.path / ".git" / "fleetops-checked-out"
+
     def _current(self) -> str | None:
+        # Recorded after each successful checkout: a fresh clone's HEAD was never checked out.
         try:
-            return git.run(self.path, "rev-parse", "--verify", "HEAD").strip() or None
-        except git.GitError:
+            return self._marker.read_text().strip() or None
+        except OSError:
             return None
 
     def fetch(self) -> Fetched:
@@ -642,8 +647,9 @@ class GitSource:
                         "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
             sha = self._resolve()
             git.run(self.path, "checkout", "--quiet", "--force", "--detach", sha)
+            self._marker.write_text(sha)
             return Fetched(self.path, sha)
-        except git.GitError as exc:
+        except (git.GitError, OSError) as exc:
             good = self._current()
             error = redact(str(exc))
             if good is None:

@@ -265,3 +265,14 @@ def test_cli_service_mode_with_a_busy_metrics_port_is_one_line_exit_2(wired, rep
         result = run("--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--interval", "30s",
                      "--metrics-host", "127.0.0.1", "--metrics-port", str(port))
     assert result.exit_code == 2 and f"--metrics-port {port}" in result.output and "Traceback" not in result.output
+
+
+def test_git_source_follows_a_branch_a_tag_or_a_commit(repo: Path, tmp_path: Path) -> None:
+    first = commit(repo, GOOD, "first")
+    git(repo, "tag", "v1")
+    second = commit(repo, BIGGER, "second")
+    assert reconcile.GitSource(str(repo), "main", tmp_path / "a").fetch().revision == second
+    assert reconcile.GitSource(str(repo), "v1", tmp_path / "b").fetch().revision == first
+    assert reconcile.GitSource(str(repo), first, tmp_path / "c").fetch().revision == first
+    missing = reconcile.GitSource(str(repo), "no-such-branch", tmp_path / "d").fetch()
+    assert missing.revision is None and "no branch, tag or commit 'no-such-branch'" in missing.error
