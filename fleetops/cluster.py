@@ -419,6 +419,8 @@ def _remove_path(obj: Manifest, path: str) -> None:
 
 
 def _api_error(exc: Exception) -> ApiError:
+    if type(exc).__name__ == "ResourceNotFoundError":  # discovery does not know the kind: its CRD is not installed
+        return ApiError(404, str(exc))
     status = getattr(exc, "status", None)
     if isinstance(status, int):
         headers = getattr(exc, "headers", None) or {}

@@ -251,8 +251,13 @@ def kinds_of(manifests: Iterable[Manifest]) -> list[tuple[str, str]]:
     return sorted({(m["apiVersion"], m["kind"]) for m in manifests})
 
 
-def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: str, opts: Options, result: ClusterResult) -> tuple[dict[Key, Manifest], set[tuple[str, str]]]:
-    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects and kinds that failed."""
+def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: str, opts: Options, result: ClusterResult,
+              desired: set[tuple[str, str]] | None = None) -> tuple[dict[Key, Manifest], set[tuple[str, str]]]:
+    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects and kinds that failed.
+
+    A kind only remembered from earlier passes whose type the server no longer serves (404) holds
+    nothing: it is dropped, not an error.
+    """
     live: dict[Key, Manifest] = {}
     failed: set[tuple[str, str]] = set()
     selector = managed_selector(environment)
@@ -261,6 +266,8 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
             for obj in call(opts, api.list, api_version, kind, selector):
                 live[key_of(obj)] = obj
         except ApiError as exc:
+            if exc.status == 404 and desired is not None and (api_version, kind) not in desired:
+                continue
             failed.add((api_version, kind))
             result.errors.append(f"{result.cluster}: list {kind}: {exc}")
     return live, failed
@@ -478,8 +485,9 @@ def reconcile_cluster(
 ) -> None:
     """Objects (apply in kind order, then prune) and nodes of one cluster. One failure never stops the rest."""
     # Kinds applied last time are listed too, so that a kind Git dropped entirely is still pruned.
-    kinds = sorted(set(kinds_of(desired)) | remembered_kinds(status))
-    live, failed = read_live(api, kinds, env.environment, opts, result)
+    wanted = set(kinds_of(desired))
+    kinds = sorted(wanted | remembered_kinds(status))
+    live, failed = read_live(api, kinds, env.environment, opts, result, wanted)
     result.actions += object_actions(cluster.name, desired, live, failed, opts)
     result.actions += node_work
     if opts.writes:

@@ -335,3 +335,13 @@ def test_a_failed_node_read_is_unknown_capacity_not_a_shortfall() -> None:
     result = reconcile.run_pass(env, state, apis, gate, options())
     assert seen["warnings"] == [] and seen["clusters"]["dev-center"]["nodes_read"] is False
     assert any("list nodes" in e for e in result.errors) and result.status == "errors"
+
+
+def test_a_remembered_kind_the_server_no_longer_serves_is_forgotten() -> None:
+    env, state, apis = converged()
+    smaller = without(state, "LimitRange")
+    reconcile.run_pass(env, smaller, apis, allow, options())  # LimitRange objects remain: remembered
+    apis["dev-center"].faults.scripted.append(("list", "LimitRange", 404))  # its type is gone
+    result = reconcile.run_pass(env, smaller, apis, allow, options())
+    assert not result.clusters["dev-center"].errors
+    assert ("v1", "LimitRange") not in result.clusters["dev-center"].kinds
