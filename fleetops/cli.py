@@ -393,3 +393,114 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- reconcile ---------------------------------------------------------------------------------
+
+
+def parse_interval(text: str) -> float:
+    """`60s`, `5m`, `1h` or plain seconds -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)?\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        fail(f"--interval: expected a duration like 60s, 5m or 1h, got {text!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+
+
+def print_pass(result: Any) -> None:
+    table = Table(title=f"{result.environment} at {result.revision or '(no revision)'}: {result.status}", title_justify="left")
+    for col in ("cluster", "action", "object", "detail", "result"):
+        table.add_column(col)
+    for name, cluster in result.clusters.items():
+        if not cluster.leader:
+            table.add_row(name, "standby", "", "another replica holds the Lease", "")
+        for a in cluster.actions:
+            detail = a.detail if isinstance(a.detail, str) else (", ".join(c.path for c in a.detail) if isinstance(a.detail, list) else "")
+            outcome = a.error or ("done" if a.done else ("planned" if a.write else ""))
+            table.add_row(name, a.verb, a.target, detail, outcome)
+        for problem in cluster.problems:
+            table.add_row(name, "malformed", "", problem, "left out")
+    if table.row_count:
+        out.print(table)
+    capacity = Table(title="capacity: declared vs live", title_justify="left")
+    for col in ("cluster", "group", "resource", "nodes ready/declared", "units allocatable/declared", "unavailable"):
+        capacity.add_column(col)
+    for name, cluster in result.clusters.items():
+        for row in cluster.capacity:
+            capacity.add_row(name, row.group, row.resource, f"{row.ready_nodes}/{row.declared_nodes}", f"{row.allocatable}/{row.declared}", str(row.unavailable))
+    if capacity.row_count:
+        out.print(capacity)
+    for reason in result.reasons:
+        out.print(reason, markup=False, highlight=False)
+    out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {result.last_applied or 'none'}", highlight=False)
+
+
+@app.command()
+def reconcile(
+    env: EnvOpt,
+    repo: Annotated[str, typer.Option("--repo", help="Git URL or path holding environments/", envvar="FLEETOPS_REPO")],
+    ref: Annotated[str, typer.Option(help="Branch, tag or commit to follow")] = "main",
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit with its code")] = False,
+    interval: Annotated[str | None, typer.Option(help="Service mode: a pass every DURATION (60s, 5m)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what a pass would do; write nothing")] = False,
+    detect_only: Annotated[bool, typer.Option("--detect-only", help="Report drift, write nothing; exit 1 with --once when drift exists")] = False,
+    prune: Annotated[bool, typer.Option("--prune", help="Delete managed objects that Git no longer has")] = False,
+    force_conflicts: Annotated[bool, typer.Option("--force-conflicts", help="Take fields other managers own (hand edits) back for Git")] = False,
+    cluster: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: all of the environment")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(help="Where the repository is cloned (default ~/.cache/fleetops/repos)")] = None,
+    identity: Annotated[str | None, typer.Option(help="Leader election identity (default: host name); only the Lease holder writes", envvar="FLEETOPS_IDENTITY")] = None,
+    metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+) -> None:
+    """Keep the live fleet equal to Git: fetch, validate, render, gate, then apply, prune and fix nodes per cluster."""
+    import signal
+    import socket
+    import threading
+
+    from fleetops import cluster as cluster_mod
+    from fleetops import reconcile as rec
+
+    if once == (interval is not None):
+        fail("choose one of --once or --interval DURATION")
+    if dry_run and detect_only:
+        fail("--dry-run and --detect-only are alternatives; choose one")
+    if (context or in_cluster) and len(cluster or []) != 1:
+        fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        fail(f"{kubeconfig}:1:1: no such kubeconfig file")
+    period = parse_interval(interval) if interval else 0.0
+
+    def connect(c: spec.Cluster) -> cluster_mod.ClusterAPI:
+        config = str(kubeconfig) if kubeconfig else c.kubeconfig
+        return cluster_mod.connect(c.name, config, context or c.context, in_cluster)
+
+    opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
+    reconciler = rec.Reconciler(
+        env, rec.GitSource(repo, ref, cache_dir), connect, gate=rec.default_gate, opts=opts, only=cluster or None,
+        identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
+    )
+    if once:
+        try:
+            result = reconciler.run_once()
+        except Exception as exc:  # an engine fault: one line, not a traceback
+            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", 1)
+        if output is Output.json:
+            sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        else:
+            print_pass(result)
+        raise typer.Exit(result.exit_code())
+    reconciler.lease_seconds = max(15, int(3 * period))
+    if metrics_port is not None:
+        try:
+            rec.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
+        except OSError as exc:
+            fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc.strerror or exc}")
+    rec.json_logging()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
+    reconciler.serve(period, stop)

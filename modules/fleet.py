@@ -11,6 +11,7 @@ from modules.edge_group import EdgeNodeGroup
 from modules.monitoring import Monitoring
 from modules.node_pool import NodePool
 from modules.priorities import Priorities
+from modules.reconciler import Reconciler
 from modules.tenant import Tenant
 
 
@@ -31,4 +32,5 @@ class Fleet(pulumi.ComponentResource):
                 if cluster.name in tenant.clusters:
                     Tenant(target, tenant, env, opts=child)
             Monitoring(target, cluster, env, opts=child)
+            Reconciler(target, env, opts=child)  # last: its RBAC covers the kinds declared above
         self.register_outputs({"clusters": [c.name for c in env.clusters]})

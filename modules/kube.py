@@ -8,7 +8,7 @@ data is what lets render read back exactly what `pulumi up` would send.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -50,6 +50,8 @@ class Target:
     environment: str
     revision: str
     provider: k8s.Provider
+    # (apiVersion, kind) of every object declared so far: the reconciler's RBAC is derived from it.
+    declared: set[tuple[str, str]] = field(default_factory=set, compare=False, hash=False)
 
     def labels(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {MANAGED_BY: MANAGER, ENVIRONMENT_LABEL: self.environment, CLUSTER_LABEL: self.cluster, **(extra or {})}
@@ -80,6 +82,7 @@ def _snake(key: str) -> str:
 def declare(parent: pulumi.Resource, target: Target, manifest: dict[str, Any]) -> pulumi.CustomResource:
     """Register one Kubernetes object with the cluster's provider, as a child of `parent`."""
     meta = manifest["metadata"]
+    target.declared.add((manifest["apiVersion"], manifest["kind"]))
     name = f"{target.cluster}/{meta.get('namespace', '_')}/{meta['name']}"
     opts = pulumi.ResourceOptions(parent=parent, provider=target.provider)
     body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}

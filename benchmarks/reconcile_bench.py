@@ -1,0 +1,128 @@
+"""Reconcile at fleet scale against in-memory clusters: calls and writes of a no-op and a drifted pass.
+
+    .venv/bin/python benchmarks/reconcile_bench.py                 # 2,000 nodes, ~11,000 managed objects in 20 clusters
+    .venv/bin/python benchmarks/reconcile_bench.py --scale 0.05 --nodes 100
+
+Renders the synthetic environment once (about half a minute at scale 1) and reuses that
+DesiredState for every pass. Asserts what it measures: a no-op pass issues exactly one LIST per kind
+per cluster and no write; a pass over N drifted objects writes exactly N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.generate import _fingerprint, synthetic_yaml  # noqa: E402
+from fleetops import reconcile, render, spec  # noqa: E402
+from fleetops.cluster import MemoryCluster  # noqa: E402
+
+
+def allow(env: object, state: object, live: object) -> reconcile.GateResult:
+    return reconcile.GateResult(False, [])
+
+
+def seed_nodes(env: spec.Environment, apis: dict[str, MemoryCluster], total: int) -> int:
+    """`total` nodes spread over every pool and edge group, named by the groups' patterns."""
+    groups = [(c.name, g) for c in env.clusters for g in (*c.pools, *c.edge_groups)]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for i in range(total):
+        cluster, group = groups[i % len(groups)]
+        name = (group.match.name_pattern or f"{group.name}-*").replace("*", str(i))
+        annotations = {"fleetops.io/device-fingerprint": _fingerprint(group.name)} if isinstance(group, spec.EdgeGroup) else {}
+        apis[cluster].put({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {}, "annotations": annotations},
+            "spec": {},
+            "status": {"allocatable": {group.device.resource: str(group.device.per_node), "cpu": "64", "memory": "512Gi"},
+                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]},
+        }, manager="kubelet")
+    return total
+
+
+def drift(state: render.DesiredState, apis: dict[str, MemoryCluster], count: int) -> int:
+    """Edit half of `count` ResourceQuotas by hand and delete the other half of NetworkPolicies."""
+    quotas = [(c, m) for c, m in state.objects() if m["kind"] == "ResourceQuota"][: count // 2]
+    policies = [(c, m) for c, m in state.objects() if m["kind"] == "NetworkPolicy"][: count - len(quotas)]
+    for cluster, manifest in quotas:
+        edited = copy.deepcopy(manifest)
+        edited["spec"]["hard"] = {k: "0" for k in edited["spec"]["hard"]}
+        apis[cluster].put(edited)
+    for cluster, m in policies:
+        apis[cluster].remove(m["apiVersion"], m["kind"], m["metadata"]["namespace"], m["metadata"]["name"])
+    return len(quotas) + len(policies)
+
+
+def timed_pass(env: spec.Environment, state: render.DesiredState, apis: dict[str, MemoryCluster], opts: reconcile.Options) -> tuple[reconcile.PassResult, float]:
+    for api in apis.values():
+        api.reset_counts()
+    started = time.perf_counter()
+    result = reconcile.run_pass(env, state, apis, allow, opts)
+    return result, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> dict[str, float | int]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--drifted", type=int, default=100)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "large.yaml"
+        path.write_text(synthetic_yaml(args.scale))
+        env = spec.load_environment(path)
+        started = time.perf_counter()
+        state = render.render(path, revision="bench")
+        render_seconds = time.perf_counter() - started
+    render_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    apis = {c.name: MemoryCluster(c.name) for c in env.clusters}
+    seed_nodes(env, apis, args.nodes)
+    opts = reconcile.Options(force_conflicts=True, sleep=lambda s: None)
+    first, first_seconds = timed_pass(env, state, apis, opts)
+    assert first.status == "applied" and not first.errors, first.errors[:3]
+
+    noop, noop_seconds = timed_pass(env, state, apis, opts)
+    for name, api in apis.items():
+        kinds = {m["kind"] for m in state.clusters[name]} | {"Node"}
+        lists = {k: n for (verb, k), n in api.calls.items() if verb == "list"}
+        assert lists == {k: 1 for k in kinds}, (name, lists)
+        assert api.writes() == 0, (name, api.calls)
+    assert noop.status == "clean"
+
+    drifted = drift(state, apis, args.drifted)
+    fixed, fixed_seconds = timed_pass(env, state, apis, opts)
+    writes = sum(api.writes() for api in apis.values())
+    assert writes == drifted and fixed.drift == drifted and not fixed.errors, (writes, drifted, fixed.errors[:3])
+
+    figures = {
+        "clusters": len(apis),
+        "objects": state.object_count,
+        "nodes": args.nodes,
+        "render_seconds": round(render_seconds, 2),
+        "converge_pass_seconds": round(first_seconds, 2),
+        "noop_pass_seconds": round(noop_seconds, 2),
+        "noop_lists": sum(api.count("list") for api in apis.values()),
+        "noop_writes": 0,
+        "drifted_objects": drifted,
+        "drift_pass_writes": writes,
+        "drift_pass_seconds": round(fixed_seconds, 2),
+        "peak_rss_after_render_mib": round(render_rss, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,980 @@
+"""Keep the live fleet equal to Git: one pass, and the loop around it.
+
+A pass: fetch the revision -> validate and render -> read live nodes -> gate (policy, with the live
+inventory in its input) -> per cluster, in parallel: one LIST per kind by the managed-by selector,
+diff on the fields fleetops sets, server-side apply in kind order, prune (only when asked), node
+labels/taints/quarantine/cordon, status ConfigMap. Anything that fails closed stops before the
+first write: no policy engine, an invalid revision, a denied one. The last applied revision stays.
+
+The loop adds metrics, /healthz and /readyz, JSON logs and leader election through a Lease per
+cluster, so that several replicas can run and only the leader of a cluster writes to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import http.server
+import json
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import tenacity
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from fleetops import diff, git, inventory, render, schema, spec
+from fleetops.cluster import ApiError, ClusterAPI, Key, Manifest, describe, key_of
+from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
+
+log = logging.getLogger("fleetops.reconcile")
+
+STATUS_CONFIGMAP = "fleetops-status"
+LEASE_NAME = "fleetops-reconciler"
+NODE_KIND = ("v1", "Node")
+
+
+def managed_selector(environment: str) -> str:
+    return f"{MANAGED_BY}={MANAGER},{ENVIRONMENT_LABEL}={environment}"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# --- the gate ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateResult:
+    denied: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+class Gate(Protocol):
+    def __call__(self, env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult: ...
+
+
+def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult:
+    """MERGE POINT: the policy gate of fleetops.policy, imported lazily.
+
+    Fails closed: if the engine cannot be imported or raises, the revision is denied.
+    """
+    try:
+        from fleetops import policy  # type: ignore[attr-defined]
+
+        verdict = policy.evaluate(env, state, live=live_nodes)
+        reasons = [_decision_text(d) for d in getattr(verdict, "decisions", []) if _is_deny(d)]
+        return GateResult(bool(verdict.denied), reasons or (["denied by policy"] if verdict.denied else []))
+    except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
+        return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"])
+
+
+def _is_deny(decision: Any) -> bool:
+    kind = decision.get("kind") if isinstance(decision, dict) else getattr(decision, "kind", None)
+    return kind in (None, "deny")
+
+
+def _decision_text(decision: Any) -> str:
+    if isinstance(decision, dict):
+        return f"{decision.get('rule', '?')}: {decision.get('msg', '')}"
+    return f"{getattr(decision, 'rule', '?')}: {getattr(decision, 'msg', decision)}"
+
+
+# --- options, actions, results -------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    prune: bool = False
+    dry_run: bool = False  # say what a pass would write; write nothing
+    detect_only: bool = False  # report drift; write nothing
+    force_conflicts: bool = False
+    namespace: str | None = None  # where the status ConfigMap and the Lease live; default: the spec's reconciler.namespace
+    workers: int = 4  # clusters reconciled at once
+    attempts: int = 5  # per API call, for retryable errors
+    backoff: float = 0.5  # first retry delay in seconds; doubles, with jitter, up to backoff_max
+    backoff_max: float = 30.0
+    clock: Callable[[], dt.datetime] = utcnow
+    sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def writes(self) -> bool:
+        return not (self.dry_run or self.detect_only)
+
+
+@dataclass
+class Action:
+    """One thing a pass found: a write it makes (or would make), or a finding it reports."""
+
+    cluster: str
+    verb: str  # create update prune | label taint quarantine release cordon uncordon | orphan protected unmatched ...
+    target: str
+    detail: Any = None
+    write: bool = True
+    kind: str = ""
+    done: bool = False
+    error: str | None = None
+    key: Key | None = None  # the object, for writes to it
+    body: Manifest | None = field(default=None, repr=False)  # what an apply sends; what a node patch sends
+
+    def to_dict(self) -> dict[str, Any]:
+        detail = [c.to_dict() for c in self.detail] if self.verb == "update" else self.detail  # FieldChanges
+        return {"cluster": self.cluster, "verb": self.verb, "kind": self.kind, "target": self.target, "detail": detail,
+                "write": self.write, "done": self.done, "error": self.error}
+
+
+@dataclass
+class ClusterResult:
+    cluster: str
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # malformed live nodes
+    capacity: list[inventory.CapacityRow] = field(default_factory=list)
+    shortfalls: list[dict[str, Any]] = field(default_factory=list)
+    leader: bool = True
+    nodes_read: bool = True  # False: the node LIST failed, so capacity is unknown (not zero)
+    kinds: list[tuple[str, str]] = field(default_factory=list)  # what the next pass lists (see reconcile_cluster)
+
+    @property
+    def drift(self) -> list[Action]:
+        return [a for a in self.actions if a.write]
+
+    def drift_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.drift:
+            out[a.kind] = out.get(a.kind, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "leader": self.leader,
+            "drift": len(self.drift),
+            "actions": [a.to_dict() for a in self.actions],
+            "errors": self.errors,
+            "problems": self.problems,
+            "capacity": [r.to_dict() for r in self.capacity],
+            "shortfalls": self.shortfalls,
+        }
+
+
+@dataclass
+class PassResult:
+    environment: str
+    revision: str | None
+    status: str  # applied | clean | drift | planned | errors | denied | standby | invalid | unavailable
+    reasons: list[str] = field(default_factory=list)
+    clusters: dict[str, ClusterResult] = field(default_factory=dict)
+    last_applied: str | None = None
+
+    @property
+    def drift(self) -> int:
+        return sum(len(c.drift) for c in self.clusters.values())
+
+    @property
+    def errors(self) -> list[str]:
+        return [e for c in self.clusters.values() for e in c.errors]
+
+    def exit_code(self) -> int:
+        """0 ok, 1 drift left (detect-only, failed writes), denied, or another replica leads; 2 bad input (invalid revision, no source)."""
+        if self.status in ("invalid", "unavailable"):
+            return 2
+        if self.status in ("denied", "drift", "errors", "standby"):
+            return 1
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "revision": self.revision,
+            "status": self.status,
+            "reasons": self.reasons,
+            "last_applied": self.last_applied,
+            "drift": self.drift,
+            "clusters": {n: c.to_dict() for n, c in self.clusters.items()},
+        }
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+def _retryable(conflicts: bool) -> Callable[[BaseException], bool]:
+    def retryable(exc: BaseException) -> bool:
+        return isinstance(exc, ApiError) and exc.retryable and (conflicts or exc.status != 409)
+
+    return retryable
+
+
+def _wait(opts: Options) -> Callable[[tenacity.RetryCallState], float]:
+    jitter = tenacity.wait_exponential_jitter(multiplier=opts.backoff, max=opts.backoff_max, jitter=opts.backoff)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        # The server knows best how long to back off: Retry-After wins over our own schedule.
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            return min(exc.retry_after, opts.backoff_max)
+        return jitter(state)
+
+    return wait
+
+
+def call(opts: Options, fn: Callable[..., Any], *args: Any, conflicts: bool = True) -> Any:
+    """One API call with exponential backoff and jitter on 409/429/5xx/timeouts; other errors raise at once.
+
+    `conflicts=False` for writes that carry a resourceVersion precondition or create a named object:
+    sending the same body again cannot succeed, the next pass re-reads instead.
+    """
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(opts.attempts),
+        wait=_wait(opts),
+        retry=tenacity.retry_if_exception(_retryable(conflicts)),
+        sleep=opts.sleep,
+        reraise=True,
+    )
+    return retrying(fn, *args)
+
+
+# --- objects --------------------------------------------------------------------------------
+
+
+def kinds_of(manifests: Iterable[Manifest]) -> list[tuple[str, str]]:
+    return sorted({(m["apiVersion"], m["kind"]) for m in manifests})
+
+
+def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: str, opts: Options, result: ClusterResult,
+              desired: set[tuple[str, str]] | None = None) -> tuple[dict[Key, Manifest], set[tuple[str, str]]]:
+    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects and kinds that failed.
+
+    A kind only remembered from earlier passes whose type the server no longer serves (404) holds
+    nothing: it is dropped, not an error.
+    """
+    live: dict[Key, Manifest] = {}
+    failed: set[tuple[str, str]] = set()
+    selector = managed_selector(environment)
+    for api_version, kind in kinds:
+        try:
+            for obj in call(opts, api.list, api_version, kind, selector):
+                live[key_of(obj)] = obj
+        except ApiError as exc:
+            if exc.status == 404 and desired is not None and (api_version, kind) not in desired:
+                continue
+            failed.add((api_version, kind))
+            result.errors.append(f"{result.cluster}: list {kind}: {exc}")
+    return live, failed
+
+
+def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manifest], failed: set[tuple[str, str]], opts: Options) -> list[Action]:
+    """Creates and updates in apply order, then prunes (workloads before namespaces)."""
+    actions: list[Action] = []
+    wanted: set[Key] = set()
+    for manifest in sorted(desired, key=render.kind_rank):
+        key = key_of(manifest)
+        wanted.add(key)
+        current = live.get(key)
+        if current is None:
+            # A kind whose LIST failed is unknown, not absent: apply it anyway (apply is idempotent).
+            verb = "apply" if (key[0], key[1]) in failed else "create"
+            actions.append(Action(cluster, verb, describe(key), None, kind=key[1], key=key, body=manifest))
+        elif changes := diff.drift(manifest, current):
+            actions.append(Action(cluster, "update", describe(key), changes, kind=key[1], key=key, body=manifest))
+    extra = sorted((k for k in live if k not in wanted), key=lambda k: -render.kind_rank({"kind": k[1]}))
+    for key in extra:
+        meta = live[key].get("metadata", {})
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        if labels.get(MANAGED_BY) != MANAGER:
+            continue  # never touch what fleetops does not own, whatever the server returned
+        if labels.get(CLUSTER_LABEL, cluster) != cluster:
+            actions.append(Action(cluster, "foreign", describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))
+        elif notes.get(PRUNE_ANNOTATION) == "disabled":
+            actions.append(Action(cluster, "protected", describe(key), f"{PRUNE_ANNOTATION}: disabled", write=False, kind=key[1]))
+        elif opts.prune:
+            actions.append(Action(cluster, "prune", describe(key), None, kind=key[1], key=key))
+        else:
+            actions.append(Action(cluster, "orphan", describe(key), "not in Git; --prune deletes it", write=False, kind=key[1]))
+    return actions
+
+
+# --- nodes ----------------------------------------------------------------------------------
+
+
+def _has(taints: list[dict[str, str]], taint: dict[str, str]) -> bool:
+    return any(t["key"] == taint["key"] and t["effect"] == taint["effect"] and t.get("value", "") == taint.get("value", "") for t in taints)
+
+
+def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime) -> tuple[Manifest, list[tuple[str, str, bool]]]:
+    """The merge patch that makes a member node meet its group's contract, and what it means.
+
+    Returns (patch, [(verb, detail, write)]). Labels merge key by key; taints are sent whole, with
+    the node's resourceVersion as a precondition, so a taint another controller added since the
+    read is not lost (the write gets 409 and the next pass starts from a fresh read).
+    """
+    notes: list[tuple[str, str, bool]] = []
+    labels = {k: v for k, v in spec.node_labels(group).items() if node.labels.get(k) != v}
+    if labels:
+        notes.append(("label", ", ".join(f"{k}={v}" for k, v in labels.items()), True))
+    taints = [dict(t) for t in node.taints]
+    for taint in (t.model_dump() for t in group.taints):
+        if not _has(taints, taint):
+            taints = [t for t in taints if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])] + [taint]
+            notes.append(("taint", f"{taint['key']}={taint['value']}:{taint['effect']}", True))
+    annotations: dict[str, str | None] = {}
+    unschedulable: bool | None = None
+    if isinstance(group, spec.EdgeGroup):
+        if group.fingerprints:
+            # A missing or malformed fingerprint is unknown too: quarantine is the safe reading.
+            fingerprint = node.annotations.get(inventory.FINGERPRINT_ANNOTATION)
+            known = fingerprint in group.fingerprints
+            quarantined = _has(taints, inventory.QUARANTINE_TAINT)
+            if not known and not quarantined:
+                taints.append(dict(inventory.QUARANTINE_TAINT))
+                notes.append(("quarantine", f"device fingerprint {fingerprint or '(none)'} is not in the allow list of {group.name}", True))
+            elif not known:
+                notes.append(("quarantined", f"device fingerprint {fingerprint or '(none)'} is not in the allow list of {group.name}", False))
+            elif quarantined:
+                taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
+                notes.append(("release", f"device fingerprint is now allowed in {group.name}", True))
+        if not node.ready:
+            offline = (now - node.ready_since).total_seconds() if node.ready_since else None
+            if offline is not None and offline > group.offline_grace_seconds and not node.unschedulable:
+                unschedulable = True
+                annotations[inventory.CORDON_ANNOTATION] = "offline"
+                notes.append(("cordon", f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}", True))
+            else:
+                since = f"{int(offline)}s" if offline is not None else "an unknown time"
+                notes.append(("offline", f"NotReady for {since} (grace {group.offline_grace_seconds}s)", False))
+        elif node.unschedulable and node.annotations.get(inventory.CORDON_ANNOTATION) == "offline":
+            unschedulable = False
+            annotations[inventory.CORDON_ANNOTATION] = None
+            notes.append(("uncordon", "Ready again; fleetops cordoned it while offline", True))
+    patch: Manifest = {}
+    if labels or annotations:
+        patch["metadata"] = {k: v for k, v in (("labels", labels), ("annotations", annotations)) if v}
+    if taints != node.taints or unschedulable is not None:
+        patch.setdefault("metadata", {})["resourceVersion"] = node.resource_version
+        patch["spec"] = {k: v for k, v in (("taints", taints if taints != node.taints else None), ("unschedulable", unschedulable)) if v is not None}
+    return patch, notes
+
+
+def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
+    """Per node: its actions (writes carry the node's patch); and the members of each group (for capacity)."""
+    out: list[Action] = []
+    members: dict[str, list[inventory.NodeInfo]] = {}
+    for node in inv.nodes:
+        groups = inventory.match_groups(cluster, node)
+        if not groups:
+            out.append(Action(cluster.name, "unmatched", f"Node {node.name}", "matches no pool or edge group; left alone", write=False, kind="Node"))
+            continue
+        if len(groups) > 1:
+            names = ", ".join(g.name for g in groups)
+            out.append(Action(cluster.name, "ambiguous", f"Node {node.name}", f"matches several groups ({names}); left alone", write=False, kind="Node"))
+            continue
+        members.setdefault(groups[0].name, []).append(node)
+        patch, notes = node_plan(groups[0], node, now)
+        for verb, detail, write in notes:
+            # One patch per node carries all its writes; its actions share the outcome.
+            out.append(Action(cluster.name, verb, f"Node {node.name}", detail, write=write, kind="Node",
+                              key=("v1", "Node", "", node.name), body=patch if write else None))
+    return out, members
+
+
+def read_nodes(api: ClusterAPI, cluster: spec.Cluster, opts: Options) -> tuple[inventory.Inventory, str | None]:
+    try:
+        raw = call(opts, api.list, *NODE_KIND, "")
+    except ApiError as exc:
+        return inventory.Inventory(cluster.name), f"{cluster.name}: list nodes: {exc}"
+    return inventory.read_inventory(cluster.name, raw), None
+
+
+def live_input(env: spec.Environment, inventories: dict[str, inventory.Inventory], results: dict[str, ClusterResult]) -> dict[str, Any]:
+    """The live facts the policy sees: nodes, capacity per group and shortfalls against guaranteed quota."""
+    return {
+        "clusters": {
+            name: {
+                "nodes": [n.to_dict() for n in inv.nodes],
+                "nodes_read": results[name].nodes_read,
+                "problems": inv.problems,
+                "capacity": [r.to_dict() for r in results[name].capacity],
+                "shortfalls": results[name].shortfalls,
+            }
+            for name, inv in inventories.items()
+        },
+        "warnings": [s["msg"] for r in results.values() for s in r.shortfalls],
+    }
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def status_manifest(namespace: str, data: dict[str, str]) -> Manifest:
+    # Not labelled managed-by: it is the reconciler's record, not part of the desired state to prune.
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": STATUS_CONFIGMAP, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": MANAGER}},
+        "data": data,
+    }
+
+
+def write_status(api: ClusterAPI, opts: Options, current: Manifest | None, data: dict[str, str]) -> None:
+    """Create or replace the status ConfigMap, only when its content changes (a no-op pass writes nothing)."""
+    if current is not None and current.get("data") == data:
+        return
+    body = status_manifest(opts.namespace, data)
+    if current is None:
+        call(opts, api.create, body, conflicts=False)
+    else:
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        call(opts, api.replace, body, conflicts=False)  # 409: another writer; the next pass re-reads
+
+
+def read_status(api: ClusterAPI, opts: Options) -> Manifest | None:
+    """The status ConfigMap, None when there is none yet; raises ApiError when it cannot be read."""
+    return call(opts, api.get, "v1", "ConfigMap", opts.namespace, STATUS_CONFIGMAP)
+
+
+def remembered_kinds(status: Manifest | None) -> set[tuple[str, str]]:
+    """Kinds the last pass left managed objects of; a hand-mangled record counts as none."""
+    try:
+        kinds = json.loads((status or {}).get("data", {}).get("kinds", "[]"))
+        return {(str(a), str(k)) for a, k in kinds}
+    except (ValueError, TypeError, AttributeError):
+        return set()
+
+
+# --- one cluster ----------------------------------------------------------------------------
+
+
+def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
+    assert action.key is not None
+    try:
+        if action.kind == "Node":
+            precondition = "resourceVersion" in (action.body or {}).get("metadata", {})
+            call(opts, api.patch_node, action.key[3], action.body, conflicts=not precondition)
+        elif action.verb == "prune":
+            try:
+                call(opts, api.delete, *action.key)
+            except ApiError as exc:
+                if exc.status != 404:  # already gone is what pruning wanted
+                    raise
+        else:
+            call(opts, api.apply, action.body, MANAGER, opts.force_conflicts)
+        action.done = True
+    except ApiError as exc:
+        action.error = str(exc)
+
+
+def reconcile_cluster(
+    api: ClusterAPI,
+    env: spec.Environment,
+    cluster: spec.Cluster,
+    desired: list[Manifest],
+    result: ClusterResult,
+    node_work: list[Action],
+    status: Manifest | None,
+    opts: Options,
+) -> None:
+    """Objects (apply in kind order, then prune) and nodes of one cluster. One failure never stops the rest."""
+    # Kinds applied last time are listed too, so that a kind Git dropped entirely is still pruned.
+    wanted = set(kinds_of(desired))
+    kinds = sorted(wanted | remembered_kinds(status))
+    live, failed = read_live(api, kinds, env.environment, opts, result, wanted)
+    result.actions += object_actions(cluster.name, desired, live, failed, opts)
+    result.actions += node_work
+    if opts.writes:
+        outcome: dict[Key, Action] = {}
+        for action in result.actions:
+            if not action.write:
+                continue
+            if action.kind == "Node" and action.key in outcome:
+                first = outcome[action.key]
+                action.done, action.error = first.done, first.error
+                continue
+            _execute(api, action, opts)
+            outcome[action.key] = action
+    result.errors += [f"{a.cluster}: {a.verb} {a.target}: {a.error}" for a in result.actions if a.error]
+    # Remember every kind that may still hold managed objects: Git's kinds, kinds whose LIST failed,
+    # and kinds with objects left in place (prune off, protected, failed delete), for a later prune.
+    pruned = {a.key for a in result.actions if a.verb == "prune" and a.done}
+    result.kinds = sorted(set(kinds_of(desired)) | failed | {(k[0], k[1]) for k in live if k not in pruned})
+
+
+# --- one pass over every cluster ------------------------------------------------------------
+
+
+def _status_data(env: spec.Environment, revision: str | None, result: str, kinds: list[tuple[str, str]], message: str) -> dict[str, str]:
+    return {"environment": env.environment, "revision": revision or "", "result": result,
+            "kinds": json.dumps([list(k) for k in kinds]), "message": message[:1000]}
+
+
+def run_pass(
+    env: spec.Environment,
+    state: render.DesiredState,
+    apis: dict[str, ClusterAPI],
+    gate: Gate = default_gate,
+    opts: Options | None = None,
+    last_applied: str | None = None,
+) -> PassResult:
+    """One reconcile pass of a rendered revision over the clusters in `apis` (others are not touched).
+
+    Nodes are read first because the gate judges the revision with the live inventory in view;
+    a denial stops the pass before any object is read or written.
+    """
+    opts = dataclasses.replace(opts or Options(), namespace=(opts and opts.namespace) or env.reconciler.namespace)
+    clusters = [c for c in env.clusters if c.name in apis]
+    results = {c.name: ClusterResult(c.name) for c in clusters}
+    now = opts.clock()
+
+    def survey(cluster: spec.Cluster) -> tuple[inventory.Inventory, list[Action]]:
+        inv, error = read_nodes(apis[cluster.name], cluster, opts)
+        result = results[cluster.name]
+        result.problems = inv.problems
+        work, members = node_actions(cluster, inv, now)
+        if error:
+            # Unknown is not zero: no capacity figures, no shortfall warnings from a failed read.
+            result.errors.append(error)
+            result.nodes_read = False
+            return inv, work
+        result.capacity = inventory.capacity(cluster, members)
+        result.shortfalls = inventory.shortfalls(env, cluster.name, result.capacity)
+        return inv, work
+
+    with ThreadPoolExecutor(max_workers=max(1, opts.workers)) as pool:
+        surveyed = dict(zip((c.name for c in clusters), pool.map(survey, clusters)))
+        inventories = {name: inv for name, (inv, _) in surveyed.items()}
+        verdict = gate(env, state, live_input(env, inventories, results))
+        if verdict.denied:
+            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied)
+
+        def one(cluster: spec.Cluster) -> None:
+            api, result = apis[cluster.name], results[cluster.name]
+            desired = state.clusters.get(cluster.name, [])
+            try:
+                status, known = read_status(api, opts), True
+            except ApiError as exc:
+                status, known = None, False  # unknown: reconcile anyway, but do not overwrite the record blind
+                result.errors.append(f"{cluster.name}: read status ConfigMap: {exc}")
+            try:
+                reconcile_cluster(api, env, cluster, desired, result, surveyed[cluster.name][1], status, opts)
+            except Exception as exc:  # noqa: BLE001 - one cluster's failure is reported, the others go on
+                result.errors.append(f"{cluster.name}: {type(exc).__name__}: {exc}")
+                return
+            if opts.writes and known:
+                ok = not result.errors
+                data = _status_data(env, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
+                                    "ok" if ok else "errors", result.kinds, "; ".join(result.errors))
+                try:
+                    write_status(api, opts, status, data)
+                except ApiError as exc:
+                    result.errors.append(f"{cluster.name}: status ConfigMap: {exc}")
+
+        list(pool.map(one, clusters))
+    warnings = [s["msg"] for r in results.values() for s in r.shortfalls]
+    out = PassResult(env.environment, state.revision, "clean", verdict.reasons + warnings, results, last_applied)
+    if out.errors:
+        out.status = "errors"
+    elif out.drift and opts.writes:
+        out.status = "applied"
+    elif out.drift:
+        out.status = "planned" if opts.dry_run else "drift"
+    if opts.writes and not out.errors:
+        out.last_applied = state.revision
+    return out
+
+
+def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: str, message: str) -> None:
+    """Write a denied/invalid outcome to each status ConfigMap, keeping the last applied revision it holds."""
+    for api in apis.values():
+        try:
+            status = read_status(api, opts)
+            if status is None:
+                continue  # nothing was ever applied here: nothing to keep, nowhere to write
+            data = dict(status.get("data") or {})
+            data.update(result=result, message=message[:1000])
+            write_status(api, opts, status, data)
+        except ApiError:
+            pass  # the record is best effort; the refusal itself already held
+
+
+# --- the revision ---------------------------------------------------------------------------
+
+
+_CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """URLs without their user:token part, for logs and reports."""
+    return _CREDENTIALS.sub(r"\1***@", text)
+
+
+@dataclass
+class Fetched:
+    path: Path | None
+    revision: str | None
+    error: str | None = None
+
+
+class GitSource:
+    """A clone of the repository in a cache folder, fetched each pass; on failure the last good checkout stays."""
+
+    def __init__(self, repo: str, ref: str = "main", cache_dir: Path | None = None):
+        local = Path(repo).expanduser()
+        self.repo = str(local.resolve()) if local.is_dir() else repo
+        self.ref = ref
+        root = cache_dir or Path.home() / ".cache" / "fleetops" / "repos"
+        self.path = root / hashlib.sha256(self.repo.encode()).hexdigest()[:16]
+
+    @property
+    def _marker(self) -> Path:
+        return self.path / ".git" / "fleetops-checked-out"
+
+    def _current(self) -> str | None:
+        # Recorded after each successful checkout: a fresh clone's HEAD was never checked out.
+        try:
+            return self._marker.read_text().strip() or None
+        except OSError:
+            return None
+
+    def fetch(self) -> Fetched:
+        try:
+            if not (self.path / ".git").is_dir():
+                shutil.rmtree(self.path, ignore_errors=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                git.run(self.path.parent, "clone", "--quiet", "--no-checkout", self.repo, str(self.path))
+            else:
+                git.run(self.path, "fetch", "--quiet", "--prune", "--force", "origin",
+                        "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+            sha = self._resolve()
+            git.run(self.path, "checkout", "--quiet", "--force", "--detach", sha)
+            self._marker.write_text(sha)
+            return Fetched(self.path, sha)
+        except (git.GitError, OSError) as exc:
+            good = self._current()
+            error = redact(str(exc))
+            if good is None:
+                return Fetched(None, None, f"{redact(self.repo)}: {error}")
+            return Fetched(self.path, good, f"{redact(self.repo)}: {error}; keeping the last good revision {good[:12]}")
+
+    def _resolve(self) -> str:
+        for candidate in (f"origin/{self.ref}", self.ref):
+            try:
+                return git.run(self.path, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}").strip()
+            except git.GitError:
+                continue
+        raise git.GitError(f"no branch, tag or commit {self.ref!r}")
+
+
+# --- leader election ------------------------------------------------------------------------
+
+
+def _micro_time(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """Leader election through a coordination.k8s.io/v1 Lease: take it when free or expired, renew it while held.
+
+    Every write carries the resourceVersion that was read, so two candidates racing for an expired
+    Lease cannot both win: the second write gets 409 and that candidate stays a follower.
+    """
+
+    def __init__(self, api: ClusterAPI, namespace: str, identity: str, duration: int = 15,
+                 clock: Callable[[], dt.datetime] = utcnow, name: str = LEASE_NAME):
+        self.api, self.namespace, self.identity, self.duration, self.clock, self.name = api, namespace, identity, duration, clock, name
+        self.last_status: int | None = None  # of the last failed call: 404 means the namespace is not there yet
+        self.holder: str | None = None  # who held the Lease at the last read
+
+    def _body(self, now: dt.datetime, transitions: int, acquired: str) -> Manifest:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
+                     "acquireTime": acquired, "renewTime": _micro_time(now), "leaseTransitions": transitions},
+        }
+
+    def acquire(self) -> bool:
+        """True when this candidate holds the Lease after the call."""
+        now = self.clock()
+        self.last_status = None
+        try:
+            lease = self.api.get("coordination.k8s.io/v1", "Lease", self.namespace, self.name)
+            if lease is None:
+                self.api.create(self._body(now, 0, _micro_time(now)))
+                return True
+            held = lease.get("spec", {})
+            self.holder = held.get("holderIdentity")
+            renewed = held.get("renewTime")
+            expired = renewed is None or (now - inventory.parse_time(renewed)).total_seconds() > held.get("leaseDurationSeconds", self.duration)
+            mine = held.get("holderIdentity") == self.identity
+            if not mine and not expired:
+                return False
+            transitions = held.get("leaseTransitions", 0) + (0 if mine else 1)
+            body = self._body(now, transitions, held.get("acquireTime") if mine else _micro_time(now))
+            body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
+            self.api.replace(body)
+            return True
+        except ApiError as exc:
+            self.last_status = exc.status
+            return False  # a conflict, or the API is unreachable: not the leader this round
+
+
+# --- metrics, health, logs ------------------------------------------------------------------
+
+
+class Metrics:
+    """The reconciler's Prometheus metrics, in a registry of their own (one per Reconciler)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.duration = Histogram("fleetops_reconcile_duration_seconds", "Time of one reconcile pass", registry=r)
+        self.drift = Gauge("fleetops_drift_objects", "Objects and nodes that differed from Git in the last pass", ["cluster", "kind"], registry=r)
+        self.apply_errors = Counter("fleetops_apply_errors", "Writes that failed after retries", ["cluster", "kind"], registry=r)
+        self.denials = Counter("fleetops_policy_denials", "Revisions the policy gate denied", registry=r)
+        self.capacity = Gauge("fleetops_capacity_devices", "Device units per cluster, resource and state (declared, ready, unavailable)", ["cluster", "resource", "state"], registry=r)
+        self.last_success = Gauge("fleetops_last_success_timestamp_seconds", "When a pass last ended without errors", registry=r)
+
+    def observe(self, result: PassResult, seconds: float, now: float) -> None:
+        self.duration.observe(seconds)
+        if result.status == "denied":
+            self.denials.inc()
+        self.drift.clear()
+        self.capacity.clear()
+        for name, cluster in result.clusters.items():
+            for kind, n in cluster.drift_by_kind().items():
+                self.drift.labels(name, kind).set(n)
+            for action in cluster.actions:
+                if action.error:
+                    self.apply_errors.labels(name, action.kind).inc()
+            totals: dict[tuple[str, str], int] = {}
+            for row in cluster.capacity:
+                for state, n in (("declared", row.declared), ("ready", row.allocatable), ("unavailable", row.unavailable)):
+                    totals[(row.resource, state)] = totals.get((row.resource, state), 0) + n
+            for (resource, state), n in totals.items():
+                self.capacity.labels(name, resource, state).set(n)
+        if result.status in ("applied", "clean", "drift", "planned"):
+            self.last_success.set(now)
+
+
+def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], bool]) -> http.server.ThreadingHTTPServer:
+    """/metrics, /healthz (the process answers) and /readyz (a revision has been reconciled), in a daemon thread."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/metrics":
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif self.path == "/healthz":
+                self._send(200, b"ok\n")
+            elif self.path == "/readyz":
+                ok = ready()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"not ready: no pass has completed\n")
+            else:
+                self._send(404, b"not found\n")
+
+        def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds are not news
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="fleetops-http", daemon=True).start()
+    return server
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; `extra={"fields": {...}}` adds keys. Messages are redacted of URL credentials."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": redact(record.getMessage()),
+        }
+        entry.update(getattr(record, "fields", {}) or {})
+        if record.exc_info:
+            entry["error"] = redact(f"{record.exc_info[0].__name__}: {record.exc_info[1]}") if record.exc_info[0] else None
+        return json.dumps(entry, default=str, sort_keys=True)
+
+
+def json_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("fleetops")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+Connect = Callable[[spec.Cluster], ClusterAPI]
+
+
+class Reconciler:
+    """Fetch, validate, render, gate and reconcile, pass after pass; keeps the last good and last applied revisions."""
+
+    def __init__(
+        self,
+        environment: str,
+        source: GitSource,
+        connect: Connect,
+        gate: Gate | None = None,
+        opts: Options | None = None,
+        only: list[str] | None = None,
+        metrics: Metrics | None = None,
+        identity: str | None = None,
+        validate: Callable[[Iterable[tuple[str, Manifest]]], list[Any]] = schema.validate_objects,
+    ):
+        self.environment = environment
+        self.source = source
+        self.connect = connect
+        self.gate = gate
+        self.opts = opts or Options()
+        self.only = only
+        self.metrics = metrics or Metrics()
+        self.identity = identity  # set: write only where this identity holds the cluster's Lease; None: no election
+        self.validate = validate
+        self.last_applied: str | None = None
+        self.last_status: str | None = None
+        self.lease_seconds = 15  # longer than the interval in service mode, or leadership flaps between passes
+        self.passes = 0
+        self._apis: dict[str, ClusterAPI] = {}
+        self._electors: dict[str, LeaseElector] = {}
+        self._rendered: dict[str, tuple[spec.Environment, render.DesiredState] | list[str]] = {}
+
+    def load(self, checkout: Path, revision: str) -> tuple[spec.Environment, render.DesiredState] | list[str]:
+        """The revision validated and rendered, or its problems (file:line); cached, a revision renders the same every time."""
+        if revision not in self._rendered:
+            self._rendered.clear()  # keep one: memory stays flat over a long-running loop
+            display = f"environments/{self.environment}.yaml"
+            path = checkout / display
+            try:
+                env = spec.load_environment(path, display=display)
+                state = render.render(path, revision=revision, display=display)
+                problems = [f"{display}: rendered object fails its schema: {p}" for p in self.validate(state.objects())]
+                self._rendered[revision] = problems or (env, state)
+            except spec.SpecError as exc:
+                self._rendered[revision] = exc.problems
+            except render.RenderError as exc:
+                self._rendered[revision] = [str(exc)]
+        return self._rendered[revision]
+
+    def _apis_for(self, env: spec.Environment) -> dict[str, ClusterAPI]:
+        unknown = sorted(set(self.only or []) - {c.name for c in env.clusters})
+        if unknown:
+            raise ValueError(f"no cluster {', '.join(unknown)} in environment {env.environment}")
+        for cluster in env.clusters:
+            if (self.only is None or cluster.name in self.only) and cluster.name not in self._apis:
+                self._apis[cluster.name] = self.connect(cluster)
+        return self._apis
+
+    def _leaders(self, state: render.DesiredState, apis: dict[str, ClusterAPI]) -> dict[str, ClusterAPI]:
+        """The clusters this replica leads; without an identity it is the only writer of all."""
+        if self.identity is None:
+            return apis
+        leading = {}
+        for name, api in apis.items():
+            elector = self._electors.setdefault(name, LeaseElector(api, self.opts.namespace or "", self.identity, self.lease_seconds, self.opts.clock))
+            held = elector.acquire()
+            if not held and elector.last_status == 404:
+                self._ensure_namespace(api, state, name)
+                held = elector.acquire()
+            if held:
+                leading[name] = api
+        return leading
+
+    def _held(self) -> dict[str, ClusterAPI]:
+        """Clusters reached in earlier passes that this replica may write to now (no bootstrap)."""
+        if self.identity is None:
+            return dict(self._apis)
+        return {n: api for n, api in self._apis.items() if n in self._electors and self._electors[n].acquire()}
+
+    def _ensure_namespace(self, api: ClusterAPI, state: render.DesiredState, name: str) -> None:
+        # The Lease lives in the reconciler's namespace, which the first apply creates: bootstrap it.
+        rendered = [m for m in state.clusters.get(name, []) if m["kind"] == "Namespace" and m["metadata"]["name"] == self.opts.namespace]
+        body = rendered[0] if rendered else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.opts.namespace}}
+        try:
+            call(self.opts, api.apply, body, MANAGER, self.opts.force_conflicts)
+        except ApiError:
+            pass
+
+    def run_once(self) -> PassResult:
+        started = time.perf_counter()
+        result = self._pass()
+        self.passes += 1
+        self.last_status = result.status
+        self.metrics.observe(result, time.perf_counter() - started, time.time())
+        level = logging.INFO if result.status in ("applied", "clean", "drift", "planned") else logging.WARNING
+        log.log(
+            level,
+            "reconcile pass",
+            extra={"fields": {"environment": self.environment, "revision": result.revision, "status": result.status,
+                              "drift": result.drift, "errors": len(result.errors), "reasons": result.reasons[:20],
+                              "last_applied": result.last_applied}},
+        )
+        return result
+
+    def _pass(self) -> PassResult:
+        fetched = self.source.fetch()
+        notes = [fetched.error] if fetched.error else []
+        if fetched.path is None or fetched.revision is None:
+            return PassResult(self.environment, None, "unavailable", notes, last_applied=self.last_applied)
+        loaded = self.load(fetched.path, fetched.revision)
+        if isinstance(loaded, list):
+            if self.opts.writes:
+                record_refusal(self._held(), self.opts, "invalid", "; ".join(loaded))
+            return PassResult(self.environment, fetched.revision, "invalid", notes + loaded, last_applied=self.last_applied)
+        env, state = loaded
+        self.opts.namespace = self.opts.namespace or env.reconciler.namespace
+        try:
+            apis = self._apis_for(env)
+        except (ValueError, ApiError) as exc:
+            return PassResult(self.environment, fetched.revision, "unavailable", notes + [str(exc)], last_applied=self.last_applied)
+        if self.opts.writes:
+            leaders = self._leaders(state, apis)
+            if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
+                held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
+                standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
+                return PassResult(self.environment, fetched.revision, "standby", notes + held, standby, self.last_applied)
+            apis = leaders
+        result = run_pass(env, state, apis, self.gate or default_gate, self.opts, self.last_applied)
+        result.reasons = notes + result.reasons
+        if result.status == "denied" and self.opts.writes:
+            record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))
+        for name in set(self._apis) - set(apis):
+            result.clusters[name] = ClusterResult(name, leader=False)
+        if result.last_applied:
+            self.last_applied = result.last_applied
+        result.last_applied = self.last_applied
+        return result
+
+    @property
+    def ready(self) -> bool:
+        """A pass has judged a valid revision (applied, clean, or denied by policy: the loop works)."""
+        return self.last_status not in (None, "invalid", "unavailable")
+
+    def serve(self, interval: float, stop: threading.Event) -> None:
+        """Pass after pass until `stop` is set; a failing pass is logged and the next one starts on time."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # noqa: BLE001 - the loop outlives any one pass
+                log.error("reconcile pass failed", extra={"fields": {"error": redact(f"{type(exc).__name__}: {exc}")}})
+            stop.wait(interval)

@@ -1,0 +1,190 @@
+"""The reconciler deployed into each cluster it keeps equal to Git.
+
+Each cluster runs its own reconciler (`--cluster <name> --in-cluster`): it needs no credentials for
+other clusters, an edge site keeps converging while its link to the center is down, and its RBAC
+can be cut to exactly the kinds rendered for that cluster. Replicas elect a leader through a Lease
+in the reconciler's namespace; only the leader writes.
+
+The Git URL comes from the Secret `fleetops-git` (key `url`), created by whoever installs the
+fleet: repository URLs often carry a token, which does not belong in Git.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from fleetops import spec
+from modules.kube import Target, declare
+
+NAME = "fleetops-reconciler"
+METRICS_PORT = 9090
+CACHE = "/var/cache/fleetops"
+SELECTOR = {"app.kubernetes.io/name": NAME}
+DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+# Writes through server-side apply are PATCH, and creating an object through apply also needs create.
+OBJECT_VERBS = ["list", "create", "patch", "delete"]
+
+
+def plural(kind: str) -> str:
+    """The API resource name of a kind: NetworkPolicy -> networkpolicies, PriorityClass -> priorityclasses."""
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
+
+
+def rbac_rules(kinds: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One rule per API group for the kinds the reconciler owns, plus what it does to nodes."""
+    groups: dict[str, set[str]] = {}
+    for api_version, kind in kinds:
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        groups.setdefault(group, set()).add(plural(kind))
+    rules = [{"apiGroups": [g], "resources": sorted(r), "verbs": OBJECT_VERBS} for g, r in sorted(groups.items())]
+    rules.append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]})
+    return rules
+
+
+def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[dict[str, Any]]:
+    rc, ns = env.reconciler, env.reconciler.namespace
+    labels = dict(SELECTOR)
+    args = [
+        "reconcile", "--env", env.environment, "--cluster", cluster, "--in-cluster",
+        "--interval", f"{rc.interval_seconds}s", "--prune", "--force-conflicts",
+        "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--cache-dir", f"{CACHE}/repos", "--output", "json",
+    ]
+    container = {
+        "name": "reconciler",
+        "image": rc.image,
+        "args": args,
+        "env": [
+            {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}},
+            {"name": "FLEETOPS_IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            # The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
+            {"name": "HOME", "value": CACHE},
+            {"name": "TMPDIR", "value": CACHE},
+        ],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE}],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": target.metadata(ns, labels={"pod-security.kubernetes.io/enforce": "restricted"}),
+        },
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": target.metadata(NAME, ns, labels=labels)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": target.metadata(NAME, labels=labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "spec": {
+                "replicas": rc.replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": NAME,
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [container],
+                        "volumes": [{"name": "cache", "emptyDir": {}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "spec": {"selector": labels, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "spec": {
+                "podSelector": {"matchLabels": labels},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [
+                    {
+                        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}],
+                        "ports": [{"port": METRICS_PORT, "protocol": "TCP"}],
+                    }
+                ],
+                "egress": [
+                    {
+                        "to": [
+                            {
+                                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }
+                        ],
+                        "ports": DNS,
+                    },
+                    # The API server and the Git host: HTTPS, the API server's own port, SSH.
+                    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
+                ],
+            },
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": target.metadata(NAME, ns, labels=labels),
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "namespaceSelector": {"matchNames": [ns]},
+                "endpoints": [{"port": "metrics", "interval": "30s", "path": "/metrics"}],
+            },
+        },
+    ]
+
+
+def cluster_role_manifest(target: Target) -> dict[str, Any]:
+    kinds = target.declared | {("rbac.authorization.k8s.io/v1", "ClusterRole")}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": target.metadata(NAME, labels=dict(SELECTOR)),
+        "rules": rbac_rules(kinds),
+    }
+
+
+class Reconciler(pulumi.ComponentResource):
+    """The reconciler of one cluster. Declare it last: its ClusterRole covers the kinds declared before it."""
+
+    def __init__(self, target: Target, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("fleetops:fleet:Reconciler", target.cluster, None, opts)
+        for manifest in own_manifests(target, env, target.cluster):
+            declare(self, target, manifest)
+        declare(self, target, cluster_role_manifest(target))
+        self.register_outputs({"namespace": env.reconciler.namespace, "replicas": env.reconciler.replicas})

@@ -1,0 +1,118 @@
+"""KubeCluster speaks the API server's protocol: checked against a scripted HTTP server on 127.0.0.1.
+
+This is not a real kube-apiserver (none can be installed here); it answers discovery and a few
+object paths, and records each request so the test can check what the official client sent.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from fleetops.cluster import ApiError, KubeCluster
+
+RESOURCES = {
+    "kind": "APIResourceList", "groupVersion": "v1",
+    "resources": [
+        {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap", "verbs": ["create", "delete", "get", "list", "patch", "update"]},
+        {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node", "verbs": ["get", "list", "patch"]},
+    ],
+}
+DISCOVERY = {
+    "/version": {"major": "1", "minor": "37", "gitVersion": "v1.37.0"},
+    "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+    "/api/v1": RESOURCES,
+}
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def _answer(self) -> None:
+        url = urlparse(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.requests.append({"method": self.command, "path": url.path, "query": parse_qs(url.query),
+                              "content_type": self.headers.get("Content-Type"), "body": body})
+        if url.path in DISCOVERY:
+            return self._send(200, DISCOVERY[url.path])
+        if url.path == "/api/v1/configmaps":
+            return self._send(200, {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {},
+                                    "items": [{"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}, "data": {}}]})
+        if url.path.endswith("/configmaps/missing"):
+            return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+        if url.path.endswith("/configmaps/busy"):
+            return self._send(429, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429}, {"Retry-After": "3"})
+        echo = {"apiVersion": "v1", "kind": "Node", **(body or {}), "metadata": {**(body or {}).get("metadata", {}), "resourceVersion": "8"}}
+        return self._send(200, echo)
+
+    do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _answer
+
+    def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def kube(tmp_path: Path):
+    Scripted.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = tmp_path / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "t", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+    }))
+    try:
+        yield KubeCluster("t", kubeconfig=str(config), context="t", timeout=5)
+    finally:
+        server.shutdown()
+
+
+def sent(method: str, suffix: str) -> dict:
+    return next(r for r in Scripted.requests if r["method"] == method and r["path"].endswith(suffix))
+
+
+def test_list_by_label_selector_fills_in_kind(kube: KubeCluster) -> None:
+    items = kube.list("v1", "ConfigMap", "app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev")
+    assert items[0]["kind"] == "ConfigMap" and items[0]["apiVersion"] == "v1" and items[0]["metadata"]["name"] == "a"
+    assert sent("GET", "/api/v1/configmaps")["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev"]
+
+
+def test_apply_is_a_server_side_apply_patch_with_field_manager_and_force(kube: KubeCluster) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}
+    kube.apply(body, "fleetops", force=True)
+    request = sent("PATCH", "/namespaces/default/configmaps/a")
+    assert request["content_type"] == "application/apply-patch+yaml"
+    assert request["query"]["fieldManager"] == ["fleetops"] and request["query"]["force"][0].lower() == "true"
+    assert request["body"] == body
+
+
+def test_node_patch_is_a_merge_patch(kube: KubeCluster) -> None:
+    kube.patch_node("n1", {"metadata": {"labels": {"fleetops.io/pool": "p"}}})
+    assert sent("PATCH", "/api/v1/nodes/n1")["content_type"] == "application/merge-patch+json"
+
+
+def test_not_found_is_none_and_429_carries_retry_after(kube: KubeCluster) -> None:
+    assert kube.get("v1", "ConfigMap", "default", "missing") is None
+    with pytest.raises(ApiError) as err:
+        kube.get("v1", "ConfigMap", "default", "busy")
+    assert err.value.status == 429 and err.value.retry_after == 3 and err.value.retryable
+    assert "not-a-real-token" not in str(err.value)

@@ -1,0 +1,47 @@
+"""Live node data is untrusted: validated, normalised, and left out with a reason when malformed."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from fleetops import inventory
+from reconcile_support import node
+
+
+@pytest.mark.parametrize(("text", "value"), [("8", 8), ("500m", Decimal("0.5")), ("16Gi", 16 * 2**30), ("2k", 2000), ("1e3", 1000)])
+def test_quantities(text: str, value: Decimal) -> None:
+    assert inventory.parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["eight", "8 GPUs", "", "1Q"])
+def test_not_quantities(text: str) -> None:
+    with pytest.raises(ValueError):
+        inventory.parse_quantity(text)
+
+
+def test_a_good_node_is_normalised() -> None:
+    info = inventory.read_node(node("gpu-1", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, allocatable={"nvidia.com/gpu": "8", "memory": "16Gi"}))
+    assert info.ready and info.allocatable["nvidia.com/gpu"] == 8 and info.allocatable["memory"] == 16 * 2**30
+    assert info.to_dict()["allocatable"]["nvidia.com/gpu"] == 8
+
+
+def _broken() -> list:
+    bad_label = node("a")
+    bad_label["metadata"]["labels"] = {"not a key!": "x"}
+    bad_taint = node("b")
+    bad_taint["spec"]["taints"] = [{"key": "k", "effect": "Sometimes"}]
+    bad_time = node("c")
+    bad_time["status"]["conditions"][0]["lastTransitionTime"] = "yesterday"
+    bad_status = node("d")
+    bad_status["status"] = "ready"
+    return [bad_label, bad_taint, bad_time, bad_status, {"metadata": {"name": "UPPER"}}, ["not", "a", "node"]]
+
+
+def test_malformed_nodes_are_reported_and_left_out() -> None:
+    inv = inventory.read_inventory("c1", [node("ok"), *_broken()])
+    assert [n.name for n in inv.nodes] == ["ok"]
+    assert len(inv.problems) == 6
+    assert all(p.startswith("c1: node ") and "malformed, left out" in p for p in inv.problems)
+    assert "effect" in inv.problems[1] and "yesterday" in inv.problems[2] and "#6" in inv.problems[5]

@@ -1,0 +1,347 @@
+"""One reconcile pass against in-memory clusters: converge, stay still, repair, prune, nodes, gate, faults."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+
+import pytest
+
+from fleetops import reconcile
+from fleetops.cluster import ApiError, Faults, MemoryCluster
+from reconcile_support import BAD_FP, GOOD_FP, T0, Clock, Sleeps, allow, clusters, deny, dev, node, options
+
+SELECTOR = "app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev"
+
+
+def converged() -> tuple:
+    env, state = dev()
+    apis = clusters(env)
+    assert reconcile.run_pass(env, state, apis, allow, options()).status == "applied"
+    for api in apis.values():
+        api.reset_counts()
+    return env, state, apis
+
+
+def desired(state, cluster: str, kind: str, namespace: str, name: str) -> dict:
+    return next(m for m in state.clusters[cluster] if (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]) == (kind, namespace, name))
+
+
+def test_converges_from_empty_then_a_second_pass_writes_nothing() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    first = reconcile.run_pass(env, state, apis, allow, options())
+    assert first.status == "applied" and not first.errors and first.last_applied == "rev-1"
+    for name, manifests in state.clusters.items():
+        for m in manifests:
+            assert apis[name].peek(m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]) is not None
+        apis[name].reset_counts()
+    second = reconcile.run_pass(env, state, apis, allow, options())
+    assert second.status == "clean" and second.drift == 0
+    for name, api in apis.items():
+        assert api.writes() == 0
+        kinds = {m["kind"] for m in state.clusters[name]}
+        assert {k for (verb, k), n in api.calls.items() if verb == "list"} == kinds | {"Node"}
+        assert all(n == 1 for (verb, _), n in api.calls.items() if verb == "list")  # one LIST per kind
+        assert api.count("get") == 1  # the status ConfigMap, not one GET per object
+
+
+def test_status_configmap_records_the_applied_revision() -> None:
+    env, state, apis = converged()
+    status = apis["dev-center"].peek("v1", "ConfigMap", "fleetops-system", "fleetops-status")
+    assert status["data"]["revision"] == "rev-1" and status["data"]["result"] == "ok"
+    assert "app.kubernetes.io/managed-by" not in status["metadata"]["labels"]  # never a prune candidate
+
+
+def test_hand_drift_is_repaired_in_one_pass() -> None:
+    env, state, apis = converged()
+    center = apis["dev-center"]
+    quota = copy.deepcopy(desired(state, "dev-center", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu"))
+    quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "999"
+    center.put(quota)  # kubectl edit
+    center.remove("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny")
+    center.put(node("dev-a100-0"), manager="kubelet")  # joins without the pool labels
+    result = reconcile.run_pass(env, state, apis, allow, options(force_conflicts=True))
+    verbs = {(a.verb, a.target) for a in result.clusters["dev-center"].drift}
+    assert ("update", "ResourceQuota platform-dev/device-nvidia-com-gpu") in verbs
+    assert ("create", "NetworkPolicy platform-dev/default-deny") in verbs
+    assert ("label", "Node dev-a100-0") in verbs
+    assert not result.errors
+    assert center.peek("v1", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu")["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
+    assert center.peek("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny") is not None
+    labels = center.peek("v1", "Node", "", "dev-a100-0")["metadata"]["labels"]
+    assert labels["fleetops.io/pool"] == "dev-a100" and labels["nvidia.com/device-plugin.config"] == "dev-a100"
+    for api in apis.values():
+        api.reset_counts()
+    assert reconcile.run_pass(env, state, apis, allow, options()).drift == 0
+    assert sum(api.writes() for api in apis.values()) == 0
+
+
+def test_without_force_a_hand_edit_is_a_reported_conflict_and_the_rest_still_applies() -> None:
+    env, state, apis = converged()
+    center = apis["dev-center"]
+    quota = copy.deepcopy(desired(state, "dev-center", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu"))
+    quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "999"
+    center.put(quota)
+    center.remove("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny")
+    result = reconcile.run_pass(env, state, apis, allow, options())
+    assert result.status == "errors" and result.exit_code() == 1
+    assert any("ResourceQuota platform-dev/device-nvidia-com-gpu" in e and "409" in e for e in result.errors)
+    assert center.peek("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny") is not None
+
+
+def _extra(name: str, labels: dict, annotations: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "kube-system", "labels": labels, "annotations": annotations or {}}, "data": {}}
+
+
+MANAGED = {"app.kubernetes.io/managed-by": "fleetops", "fleetops.io/environment": "dev", "fleetops.io/cluster": "dev-center"}
+
+
+def test_prune_only_when_asked_and_never_protected_or_unmanaged_objects() -> None:
+    env, state, apis = converged()
+    center = apis["dev-center"]
+    center.seed(
+        _extra("gone-from-git", MANAGED),
+        _extra("kept-by-hand", MANAGED, {"fleetops.io/prune": "disabled"}),
+        _extra("not-ours", {"app": "other"}),
+    )
+    center.reset_counts()
+    off = reconcile.run_pass(env, state, apis, allow, options())
+    found = {a.target: a.verb for a in off.clusters["dev-center"].actions}
+    assert found["ConfigMap kube-system/gone-from-git"] == "orphan"
+    assert found["ConfigMap kube-system/kept-by-hand"] == "protected"
+    assert "ConfigMap kube-system/not-ours" not in found
+    assert center.writes() == 0
+    on = reconcile.run_pass(env, state, apis, allow, options(prune=True))
+    assert [a.target for a in on.clusters["dev-center"].drift] == ["ConfigMap kube-system/gone-from-git"]
+    assert center.peek("v1", "ConfigMap", "kube-system", "gone-from-git") is None
+    assert center.peek("v1", "ConfigMap", "kube-system", "kept-by-hand") is not None
+    assert center.peek("v1", "ConfigMap", "kube-system", "not-ours") is not None
+
+
+def test_detect_only_reports_drift_and_writes_nothing() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    result = reconcile.run_pass(env, state, apis, allow, options(detect_only=True))
+    assert result.status == "drift" and result.drift == state.object_count and result.exit_code() == 1
+    assert sum(api.writes() for api in apis.values()) == 0
+    dry = reconcile.run_pass(env, state, apis, allow, options(dry_run=True))
+    assert dry.status == "planned" and dry.exit_code() == 0 and sum(api.writes() for api in apis.values()) == 0
+
+
+def test_twenty_percent_api_errors_converge_within_five_passes() -> None:
+    env, state = dev()
+    apis = {c.name: MemoryCluster(c.name, faults=Faults(rate=0.2, seed=i + 11, retry_after=2)) for i, c in enumerate(env.clusters)}
+    sleeps = Sleeps()
+    statuses = []
+    for _ in range(5):
+        statuses.append(reconcile.run_pass(env, state, apis, allow, options(sleep=sleeps)).status)
+        if statuses[-1] == "clean":
+            break
+    assert statuses[-1] == "clean", statuses
+    assert sleeps and all(s == 2 for s in sleeps)  # Retry-After honoured, never a real sleep
+    for name, manifests in state.clusters.items():
+        apis[name].faults.rate = 0
+        assert len(apis[name].list("v1", "Namespace", SELECTOR)) == sum(m["kind"] == "Namespace" for m in manifests)
+    check = reconcile.run_pass(env, state, apis, allow, options(detect_only=True))
+    assert check.drift == 0  # nothing lost, nothing half-applied
+
+
+class Killed(BaseException):
+    pass
+
+
+class DiesAfter(MemoryCluster):
+    """A cluster whose client process is killed after a number of applies."""
+
+    def __init__(self, name: str, applies: int):
+        super().__init__(name)
+        self.left = applies
+
+    def apply(self, manifest, field_manager, force=False):
+        if self.left == 0:
+            raise Killed()
+        self.left -= 1
+        return super().apply(manifest, field_manager, force)
+
+
+def test_a_pass_killed_halfway_converges_on_the_next() -> None:
+    env, state = dev()
+    apis = {c.name: DiesAfter(c.name, 10) for c in env.clusters}
+    with pytest.raises(Killed):
+        reconcile.run_pass(env, state, apis, allow, options(workers=1))
+    for api in apis.values():
+        api.left = -1
+    assert reconcile.run_pass(env, state, apis, allow, options()).status == "applied"
+    assert reconcile.run_pass(env, state, apis, allow, options()).status == "clean"
+
+
+def test_denied_revision_is_never_applied() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    result = reconcile.run_pass(env, state, apis, deny, options())
+    assert result.status == "denied" and result.exit_code() == 1 and result.reasons == ["fleet.test: denied for the test"]
+    assert sum(api.writes() for api in apis.values()) == 0
+    assert all(api.count("list") == 1 for api in apis.values())  # the nodes, for the gate's input; no objects
+
+
+def test_default_gate_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    env, state = dev()
+    monkeypatch.setitem(sys.modules, "fleetops.policy", None)  # the engine cannot be imported
+    verdict = reconcile.default_gate(env, state, {})
+    assert verdict.denied and verdict.reasons[0].startswith("policy engine unavailable")
+    broken = types.ModuleType("fleetops.policy")
+    broken.evaluate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("rego crashed"))
+    monkeypatch.setitem(sys.modules, "fleetops.policy", broken)
+    verdict = reconcile.default_gate(env, state, {})
+    assert verdict.denied and "rego crashed" in verdict.reasons[0]
+    apis = clusters(env)
+    assert reconcile.run_pass(env, state, apis, reconcile.default_gate, options()).status == "denied"
+    assert sum(api.writes() for api in apis.values()) == 0
+
+
+def test_default_gate_passes_the_live_inventory_to_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    env, state = dev()
+    seen = {}
+
+    def evaluate(env, state, live=None):
+        seen["live"] = live
+        return types.SimpleNamespace(denied=False, decisions=[])
+
+    monkeypatch.setitem(sys.modules, "fleetops.policy", types.SimpleNamespace(evaluate=evaluate))
+    apis = clusters(env)
+    apis["dev-center"].seed(node("dev-a100-0", allocatable={"nvidia.com/gpu": "16"}))
+    assert reconcile.run_pass(env, state, apis, reconcile.default_gate, options()).status == "applied"
+    nodes = seen["live"]["clusters"]["dev-center"]["nodes"]
+    assert [n["name"] for n in nodes] == ["dev-a100-0"] and nodes[0]["allocatable"]["nvidia.com/gpu"] == 16
+
+
+def test_capacity_below_guaranteed_quota_is_a_warning_in_the_gate_input_not_an_action() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    apis["dev-center"].seed(node("dev-a100-0", allocatable={"nvidia.com/gpu": "16"}))  # 1 of 2 nodes, 16 of 32 units
+    seen = {}
+
+    def gate(env, state, live):
+        seen.update(live)
+        return reconcile.GateResult(False, [])
+
+    result = reconcile.run_pass(env, state, apis, gate, options())
+    short = {s["resource"]: s for s in seen["clusters"]["dev-center"]["shortfalls"]}
+    assert short["nvidia.com/gpu"]["allocatable"] == 16 and short["nvidia.com/gpu"]["guaranteed"] == 24
+    assert "huawei.com/Ascend910" in short  # no Ascend node at all
+    assert any("below the guaranteed quota" in r for r in result.reasons)
+    rows = {(r.group, r.resource): r for r in result.clusters["dev-center"].capacity}
+    assert rows[("dev-a100", "nvidia.com/gpu")].declared == 32 and rows[("dev-a100", "nvidia.com/gpu")].ready_nodes == 1
+
+
+def test_unknown_edge_device_is_quarantined_and_reported() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    edge = apis["dev-edge"]
+    edge.seed(node("dev-orin-1", annotations={"fleetops.io/device-fingerprint": BAD_FP}),
+              node("dev-orin-2", annotations={"fleetops.io/device-fingerprint": GOOD_FP}))
+    result = reconcile.run_pass(env, state, apis, allow, options())
+    verbs = {(a.verb, a.target) for a in result.clusters["dev-edge"].actions}
+    assert ("quarantine", "Node dev-orin-1") in verbs and not any(t == "Node dev-orin-2" and v == "quarantine" for v, t in verbs)
+    taints = edge.peek("v1", "Node", "", "dev-orin-1")["spec"]["taints"]
+    assert {"key": "fleetops.io/quarantine", "value": "unknown-device", "effect": "NoExecute"} in taints
+    assert "taints" not in edge.peek("v1", "Node", "", "dev-orin-2")["spec"]
+    again = reconcile.run_pass(env, state, apis, allow, options())
+    assert [a.verb for a in again.clusters["dev-edge"].actions if a.target == "Node dev-orin-1"] == ["quarantined"]
+
+
+def test_offline_edge_node_is_cordoned_only_after_its_grace() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    edge = apis["dev-edge"]
+    edge.seed(node("dev-orin-1", ready=False, since=T0, annotations={"fleetops.io/device-fingerprint": GOOD_FP}))
+    clock = Clock(T0)
+    clock.advance(100)  # dev-jetson grace is 120 s
+    early = reconcile.run_pass(env, state, apis, allow, options(clock=clock))
+    assert [a.verb for a in early.clusters["dev-edge"].actions if a.kind == "Node"] == ["label", "offline"]
+    assert not edge.peek("v1", "Node", "", "dev-orin-1")["spec"].get("unschedulable")
+    clock.advance(60)
+    late = reconcile.run_pass(env, state, apis, allow, options(clock=clock))
+    assert [a.verb for a in late.clusters["dev-edge"].actions if a.kind == "Node"] == ["cordon"]
+    assert edge.peek("v1", "Node", "", "dev-orin-1")["spec"]["unschedulable"] is True
+    back = edge.peek("v1", "Node", "", "dev-orin-1")
+    back["status"]["conditions"][0]["status"] = "True"
+    edge.put(back, manager="kubelet")
+    healed = reconcile.run_pass(env, state, apis, allow, options(clock=clock))
+    assert [a.verb for a in healed.clusters["dev-edge"].actions if a.kind == "Node"] == ["uncordon"]
+    assert edge.peek("v1", "Node", "", "dev-orin-1")["spec"]["unschedulable"] is False
+
+
+def test_pool_taints_are_ensured_and_unmatched_or_malformed_nodes_left_alone() -> None:
+    env, state = dev()
+    apis = clusters(env)
+    center = apis["dev-center"]
+    bad = node("dev-ascend-0", allocatable={"huawei.com/Ascend910": "eight"})
+    center.seed(node("login-0"), bad, node("dev-ascend-1", allocatable={"huawei.com/Ascend910": "8"}))
+    result = reconcile.run_pass(env, state, apis, allow, options())
+    actions = {a.target: a.verb for a in result.clusters["dev-center"].actions if a.kind == "Node"}
+    assert actions["Node login-0"] == "unmatched" and actions["Node dev-ascend-1"] == "label"
+    assert "Node dev-ascend-0" not in actions
+    assert any("dev-ascend-0" in p and "malformed" in p for p in result.clusters["dev-center"].problems)
+    assert center.peek("v1", "Node", "", "login-0")["metadata"]["labels"] == {}
+    assert center.peek("v1", "Node", "", "dev-ascend-0")["metadata"]["labels"] == {}
+
+
+def test_retries_honour_retry_after_and_stop_on_errors_that_will_not_heal() -> None:
+    sleeps = Sleeps()
+    opts = options(sleep=sleeps)
+    c = MemoryCluster(faults=Faults(scripted=[("list", "ConfigMap", 429), ("list", "ConfigMap", 503)], retry_after=7))
+    assert reconcile.call(opts, c.list, "v1", "ConfigMap") == []
+    assert sleeps == [7, 7] and c.count("list") == 3
+    c = MemoryCluster(faults=Faults(scripted=[("list", "ConfigMap", 403)]))
+    with pytest.raises(ApiError):
+        reconcile.call(opts, c.list, "v1", "ConfigMap")
+    assert c.count("list") == 1
+
+
+def without(state, kind: str):
+    smaller = copy.copy(state)
+    smaller.clusters = {c: [m for m in ms if m["kind"] != kind] for c, ms in state.clusters.items()}
+    return smaller
+
+
+def test_a_kind_git_dropped_entirely_is_still_found_and_pruned_later() -> None:
+    env, state, apis = converged()
+    smaller = without(state, "LimitRange")
+    kept = reconcile.run_pass(env, smaller, apis, allow, options())  # prune off: reported, remembered
+    assert {a.verb for a in kept.clusters["dev-center"].actions if a.kind == "LimitRange"} == {"orphan"}
+    reconcile.run_pass(env, smaller, apis, allow, options())
+    pruned = reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
+    assert {a.verb for a in pruned.clusters["dev-center"].drift} == {"prune"}
+    assert apis["dev-center"].objects("LimitRange") == []
+    for api in apis.values():
+        api.reset_counts()
+    reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
+    assert apis["dev-center"].count("list", "LimitRange") == 0  # forgotten once gone
+
+
+def test_a_failed_node_read_is_unknown_capacity_not_a_shortfall() -> None:
+    env, state = dev()
+    apis = {c.name: MemoryCluster(c.name, faults=Faults(scripted=[("list", "Node", 403)])) for c in env.clusters}
+    seen = {}
+
+    def gate(env, state, live):
+        seen.update(live)
+        return reconcile.GateResult(False, [])
+
+    result = reconcile.run_pass(env, state, apis, gate, options())
+    assert seen["warnings"] == [] and seen["clusters"]["dev-center"]["nodes_read"] is False
+    assert any("list nodes" in e for e in result.errors) and result.status == "errors"
+
+
+def test_a_remembered_kind_the_server_no_longer_serves_is_forgotten() -> None:
+    env, state, apis = converged()
+    smaller = without(state, "LimitRange")
+    reconcile.run_pass(env, smaller, apis, allow, options())  # LimitRange objects remain: remembered
+    apis["dev-center"].faults.scripted.append(("list", "LimitRange", 404))  # its type is gone
+    result = reconcile.run_pass(env, smaller, apis, allow, options())
+    assert not result.clusters["dev-center"].errors
+    assert ("v1", "LimitRange") not in result.clusters["dev-center"].kinds

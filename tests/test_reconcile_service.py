@@ -1,0 +1,278 @@
+"""The loop around a pass: revisions from Git, fail-closed refusals, leader election, metrics, logs, CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetops import cli, cluster, reconcile
+from fleetops.cluster import MemoryCluster
+from reconcile_support import DEV, Clock, allow, commit, crd_validate, git, new_repo, options
+
+GOOD = DEV.read_text()
+BIGGER = GOOD.replace("nvidia.com/gpu: {guaranteed: 8, burst: 32}", "nvidia.com/gpu: {guaranteed: 8, burst: 40}")
+BAD_YAML = GOOD + "\ntenants: [unclosed\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return new_repo(tmp_path / "fleet")
+
+
+def make(repo: Path, tmp_path: Path, apis: dict[str, MemoryCluster], gate=allow, identity: str | None = None, clock=None) -> reconcile.Reconciler:
+    return reconcile.Reconciler(
+        "dev", reconcile.GitSource(str(repo), "main", tmp_path / f"cache-{identity}"), lambda c: apis[c.name],
+        gate=gate, opts=options(clock=clock or Clock()), identity=identity, validate=crd_validate(),
+    )
+
+
+def fleet() -> dict[str, MemoryCluster]:
+    return {"dev-center": MemoryCluster("dev-center"), "dev-edge": MemoryCluster("dev-edge")}
+
+
+def quota(api: MemoryCluster) -> str:
+    return api.peek("v1", "ResourceQuota", "ml-sandbox", "device-nvidia-com-gpu")["spec"]["hard"]["requests.nvidia.com/gpu"]
+
+
+def status(api: MemoryCluster) -> dict[str, str]:
+    return api.peek("v1", "ConfigMap", "fleetops-system", "fleetops-status")["data"]
+
+
+def test_invalid_and_denied_revisions_are_never_applied_and_the_last_applied_stays(repo: Path, tmp_path: Path) -> None:
+    apis = fleet()
+    first = commit(repo, GOOD, "good")
+    gate_says = {"deny": False}
+
+    def gate(env, state, live):
+        return reconcile.GateResult(gate_says["deny"], ["fleet.quota: burst too high"] if gate_says["deny"] else [])
+
+    rec = make(repo, tmp_path, apis, gate)
+    applied = rec.run_once()
+    assert applied.status == "applied" and applied.revision == first and rec.last_applied == first
+    assert quota(apis["dev-center"]) == "32" and status(apis["dev-center"])["revision"] == first
+
+    bad = commit(repo, BAD_YAML, "broken yaml")
+    for api in apis.values():
+        api.reset_counts()
+    invalid = rec.run_once()
+    assert invalid.status == "invalid" and invalid.revision == bad and invalid.exit_code() == 2
+    assert invalid.reasons[0].startswith("environments/dev.yaml:") and "invalid YAML" in invalid.reasons[0]
+    assert sum(api.count(v) for api in apis.values() for v in ("apply", "delete", "patch", "create")) == 0  # nothing applied
+    assert rec.last_applied == first
+    assert status(apis["dev-center"])["revision"] == first and status(apis["dev-center"])["result"] == "invalid"
+
+    commit(repo, BIGGER, "raise burst")
+    gate_says["deny"] = True
+    denied = rec.run_once()
+    assert denied.status == "denied" and denied.reasons == ["fleet.quota: burst too high"] and denied.exit_code() == 1
+    assert quota(apis["dev-center"]) == "32"  # not applied
+    assert status(apis["dev-center"])["revision"] == first and status(apis["dev-center"])["result"] == "denied"
+    assert rec.last_applied == first
+
+    gate_says["deny"] = False
+    later = rec.run_once()
+    assert later.status == "applied" and quota(apis["dev-center"]) == "40" and rec.last_applied == later.revision
+
+
+def test_fetch_failure_keeps_the_last_good_revision(repo: Path, tmp_path: Path) -> None:
+    apis = fleet()
+    first = commit(repo, GOOD, "good")
+    rec = make(repo, tmp_path, apis)
+    assert rec.run_once().status == "applied"
+    shutil.rmtree(repo)
+    again = rec.run_once()
+    assert again.revision == first and again.status == "clean"
+    assert "keeping the last good revision" in again.reasons[0]
+
+
+def test_no_revision_at_all_is_bad_input(tmp_path: Path) -> None:
+    rec = make(tmp_path / "nowhere", tmp_path, fleet())
+    result = rec.run_once()
+    assert result.status == "unavailable" and result.exit_code() == 2 and result.revision is None
+
+
+def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path) -> None:
+    apis = fleet()
+    commit(repo, GOOD, "good")
+    clock = Clock()
+    a = make(repo, tmp_path, apis, identity="replica-a", clock=clock)
+    b = make(repo, tmp_path, apis, identity="replica-b", clock=clock)
+    assert a.run_once().status == "applied"
+    lease = apis["dev-center"].peek("coordination.k8s.io/v1", "Lease", "fleetops-system", "fleetops-reconciler")
+    assert lease["spec"]["holderIdentity"] == "replica-a"
+    for api in apis.values():
+        api.reset_counts()
+    follower = b.run_once()
+    assert follower.status == "standby" and follower.exit_code() == 1
+    assert all(not c.leader for c in follower.clusters.values()) and "replica-a holds the Lease" in follower.reasons[0]
+    assert sum(api.writes() for api in apis.values()) == 0
+    clock.advance(5)
+    a.run_once()  # the leader renews
+    clock.advance(10)
+    assert all(not c.leader for c in b.run_once().clusters.values())  # renewed 10 s ago: still held
+    clock.advance(60)  # replica-a stopped renewing: its Lease expires
+    taken = b.run_once()
+    assert all(c.leader for c in taken.clusters.values())
+    assert apis["dev-center"].peek("coordination.k8s.io/v1", "Lease", "fleetops-system", "fleetops-reconciler")["spec"]["holderIdentity"] == "replica-b"
+    assert all(not c.leader for c in a.run_once().clusters.values())
+
+
+def test_a_stale_lease_write_loses_the_race() -> None:
+    api = MemoryCluster()
+    api.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleetops-system"}})
+    clock = Clock()
+    a = reconcile.LeaseElector(api, "fleetops-system", "a", 15, clock)
+    b = reconcile.LeaseElector(api, "fleetops-system", "b", 15, clock)
+    assert a.acquire() and not b.acquire()
+    clock.advance(30)
+    real_get = api.get
+    api.get = lambda *args: {**real_get(*args)}  # both read the same expired Lease ...
+    seen = api.get("coordination.k8s.io/v1", "Lease", "fleetops-system", "fleetops-reconciler")
+    assert b.acquire()  # ... b writes first
+    api.get = lambda *args: seen
+    assert not a.acquire()  # a writes with the resourceVersion it read: 409, stays a follower
+
+
+def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> None:
+    apis = fleet()
+    commit(repo, GOOD, "good")
+    rec = make(repo, tmp_path, apis)
+    server = reconcile.serve_http("127.0.0.1", 0, rec.metrics, lambda: rec.ready)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert urllib.request.urlopen(f"{base}/healthz").status == 200
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/readyz")
+        assert err.value.code == 503
+        rec.run_once()
+        assert urllib.request.urlopen(f"{base}/readyz").status == 200
+        text = urllib.request.urlopen(f"{base}/metrics").read().decode()
+    finally:
+        server.shutdown()
+    for name in ("fleetops_reconcile_duration_seconds_count 1.0", "fleetops_last_success_timestamp_seconds",
+                 'fleetops_drift_objects{cluster="dev-center",kind="ResourceQuota"} 3.0', "fleetops_policy_denials_total 0.0",
+                 'fleetops_capacity_devices{cluster="dev-center",resource="nvidia.com/gpu",state="declared"} 32.0'):
+        assert name in text
+
+
+def test_json_logs_carry_fields_and_never_credentials() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(reconcile.JsonFormatter())
+    logger = logging.getLogger("fleetops.test")
+    logger.addHandler(handler)
+    try:
+        logger.warning("fetch https://bot:ghp_secret@git.example.com/fleet.git failed", extra={"fields": {"revision": "abc"}})
+    finally:
+        logger.removeHandler(handler)
+    entry = json.loads(stream.getvalue())
+    assert entry["level"] == "warning" and entry["revision"] == "abc"
+    assert "ghp_secret" not in stream.getvalue() and "https://***@git.example.com" in entry["msg"]
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
+    """The CLI against memory clusters and an allowing gate (the policy engine is another issue)."""
+    apis = fleet()
+    monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
+    monkeypatch.setattr(reconcile, "default_gate", allow)
+    monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
+    return apis
+
+
+def _with_validate(init):
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "validate": crd_validate()})
+        self.opts.sleep = lambda s: None
+    return wrapped
+
+
+def run(*args: str):
+    return runner.invoke(cli.app, ["reconcile", *args])
+
+
+def test_cli_detect_only_once_exits_1_on_drift_and_0_when_converged(wired, repo: Path, tmp_path: Path) -> None:
+    commit(repo, GOOD, "good")
+    common = ["--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--once"]
+    drift = run(*common, "--detect-only", "--output", "json")
+    assert drift.exit_code == 1, drift.output
+    report = json.loads(drift.output)
+    assert report["status"] == "drift" and report["drift"] > 0
+    assert sum(api.writes() for api in wired.values()) == 0
+    applied = run(*common)
+    assert applied.exit_code == 0, applied.output
+    assert "applied" in applied.output
+    assert run(*common, "--detect-only").exit_code == 0
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(wired, repo: Path, tmp_path: Path) -> None:
+    commit(repo, BAD_YAML, "broken")
+    common = ["--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c")]
+    both = run(*common)
+    assert both.exit_code == 2 and "choose one of --once or --interval" in both.output
+    assert run(*common, "--interval", "soon").exit_code == 2
+    assert run(*common, "--once", "--context", "x").exit_code == 2
+    invalid = run(*common, "--once")
+    assert invalid.exit_code == 2 and "environments/dev.yaml:" in invalid.output and "Traceback" not in invalid.output
+    assert run(*common, "--once", "--no-such-flag").exit_code == 2
+    assert sum(api.writes() for api in wired.values()) == 0
+
+
+def test_cli_help() -> None:
+    result = runner.invoke(cli.app, ["reconcile", "--help"])
+    assert result.exit_code == 0 and "--detect-only" in result.output and "--prune" in result.output
+
+
+def test_service_loop_runs_passes_until_stopped(repo: Path, tmp_path: Path) -> None:
+    import threading
+
+    commit(repo, GOOD, "good")
+    stop = threading.Event()
+    passes = []
+
+    def gate(env, state, live):
+        passes.append(1)
+        if len(passes) == 2:
+            stop.set()  # the loop ends after this pass, without any wait
+        return reconcile.GateResult(False, [])
+
+    rec = make(repo, tmp_path, fleet(), gate, identity="only")
+    rec.serve(interval=0, stop=stop)
+    assert rec.passes == 2 and rec.last_status == "clean" and rec.ready
+
+
+def test_cli_service_mode_with_a_busy_metrics_port_is_one_line_exit_2(wired, repo: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run("--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--interval", "30s",
+                     "--metrics-host", "127.0.0.1", "--metrics-port", str(port))
+    assert result.exit_code == 2 and f"--metrics-port {port}" in result.output and "Traceback" not in result.output
+
+
+def test_git_source_follows_a_branch_a_tag_or_a_commit(repo: Path, tmp_path: Path) -> None:
+    first = commit(repo, GOOD, "first")
+    git(repo, "tag", "v1")
+    second = commit(repo, BIGGER, "second")
+    assert reconcile.GitSource(str(repo), "main", tmp_path / "a").fetch().revision == second
+    assert reconcile.GitSource(str(repo), "v1", tmp_path / "b").fetch().revision == first
+    assert reconcile.GitSource(str(repo), first, tmp_path / "c").fetch().revision == first
+    missing = reconcile.GitSource(str(repo), "no-such-branch", tmp_path / "d").fetch()
+    assert missing.revision is None and "no branch, tag or commit 'no-such-branch'" in missing.error
