@@ -58,6 +58,7 @@ def utcnow() -> dt.datetime:
 class GateResult:
     denied: bool
     reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # reported, never blocking (e.g. live capacity below quota)
 
 
 class Gate(Protocol):
@@ -65,29 +66,45 @@ class Gate(Protocol):
 
 
 def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult:
-    """MERGE POINT: the policy gate of fleetops.policy, imported lazily.
+    """The policy gate of fleetops.policy, with the live node inventory in its input.
 
-    Fails closed: if the engine cannot be imported or raises, the revision is denied.
+    Fails closed: if the engine cannot load the policies or raises, the revision is denied.
     """
     try:
-        from fleetops import policy  # type: ignore[attr-defined]
+        from fleetops import policy
 
-        verdict = policy.evaluate(env, state, live=live_nodes)
-        reasons = [_decision_text(d) for d in getattr(verdict, "decisions", []) if _is_deny(d)]
-        return GateResult(bool(verdict.denied), reasons or (["denied by policy"] if verdict.denied else []))
+        verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes))
     except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
         return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"])
+    return GateResult(
+        bool(verdict.denied),
+        [f"{d.rule}: {d.msg}" for d in verdict.denied],
+        [f"{d.rule}: {d.msg}" for d in verdict.warnings],
+    )
 
 
-def _is_deny(decision: Any) -> bool:
-    kind = decision.get("kind") if isinstance(decision, dict) else getattr(decision, "kind", None)
-    return kind in (None, "deny")
+def policy_inventory(live: dict[str, Any]) -> Any:
+    """The reconciler's live facts as the policy input's node inventory (clusters whose nodes were read)."""
+    from fleetops import policy
 
+    def quantity(value: int | float) -> int | str:
+        return value if isinstance(value, int) else str(value)
 
-def _decision_text(decision: Any) -> str:
-    if isinstance(decision, dict):
-        return f"{decision.get('rule', '?')}: {decision.get('msg', '')}"
-    return f"{getattr(decision, 'rule', '?')}: {getattr(decision, 'msg', decision)}"
+    return policy.Inventory(
+        nodes=[
+            policy.LiveNode(
+                cluster=cluster,
+                name=node["name"],
+                labels=node["labels"],
+                capacity={k: quantity(v) for k, v in node["allocatable"].items()},
+                allocatable={k: quantity(v) for k, v in node["allocatable"].items()},
+                ready=node["ready"] and not node["unschedulable"],
+            )
+            for cluster, facts in sorted(live["clusters"].items())
+            if facts["nodes_read"]
+            for node in facts["nodes"]
+        ]
+    )
 
 
 # --- options, actions, results -------------------------------------------------------------
@@ -176,6 +193,7 @@ class PassResult:
     reasons: list[str] = field(default_factory=list)
     clusters: dict[str, ClusterResult] = field(default_factory=dict)
     last_applied: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def drift(self) -> int:
@@ -199,6 +217,7 @@ class PassResult:
             "revision": self.revision,
             "status": self.status,
             "reasons": self.reasons,
+            "warnings": self.warnings,
             "last_applied": self.last_applied,
             "drift": self.drift,
             "clusters": {n: c.to_dict() for n, c in self.clusters.items()},
@@ -553,7 +572,7 @@ def run_pass(
         inventories = {name: inv for name, (inv, _) in surveyed.items()}
         verdict = gate(env, state, live_input(env, inventories, results))
         if verdict.denied:
-            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied)
+            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied, verdict.warnings)
 
         def one(cluster: spec.Cluster) -> None:
             api, result = apis[cluster.name], results[cluster.name]
@@ -578,8 +597,8 @@ def run_pass(
                     result.errors.append(f"{cluster.name}: status ConfigMap: {exc}")
 
         list(pool.map(one, clusters))
-    warnings = [s["msg"] for r in results.values() for s in r.shortfalls]
-    out = PassResult(env.environment, state.revision, "clean", verdict.reasons + warnings, results, last_applied)
+    shortfalls = [s["msg"] for r in results.values() for s in r.shortfalls]
+    out = PassResult(env.environment, state.revision, "clean", shortfalls, results, last_applied, verdict.warnings)
     if out.errors:
         out.status = "errors"
     elif out.drift and opts.writes:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import types
 
 import pytest
 
@@ -192,30 +191,35 @@ def test_default_gate_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fleetops.policy", None)  # the engine cannot be imported
     verdict = reconcile.default_gate(env, state, {})
     assert verdict.denied and verdict.reasons[0].startswith("policy engine unavailable")
-    broken = types.ModuleType("fleetops.policy")
-    broken.evaluate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("rego crashed"))
-    monkeypatch.setitem(sys.modules, "fleetops.policy", broken)
-    verdict = reconcile.default_gate(env, state, {})
+    monkeypatch.undo()
+    from fleetops import policy
+
+    monkeypatch.setattr(policy, "evaluate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("rego crashed")))
+    verdict = reconcile.default_gate(env, state, {"clusters": {}})
     assert verdict.denied and "rego crashed" in verdict.reasons[0]
     apis = clusters(env)
     assert reconcile.run_pass(env, state, apis, reconcile.default_gate, options()).status == "denied"
     assert sum(api.writes() for api in apis.values()) == 0
 
 
-def test_default_gate_passes_the_live_inventory_to_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_gate_judges_with_the_real_policies_and_the_live_inventory() -> None:
     env, state = dev()
-    seen = {}
-
-    def evaluate(env, state, live=None):
-        seen["live"] = live
-        return types.SimpleNamespace(denied=False, decisions=[])
-
-    monkeypatch.setitem(sys.modules, "fleetops.policy", types.SimpleNamespace(evaluate=evaluate))
     apis = clusters(env)
+    # One of dev-a100's two nodes is live: 16 of the 32 time-sliced units, under the 24 guaranteed.
     apis["dev-center"].seed(node("dev-a100-0", allocatable={"nvidia.com/gpu": "16"}))
-    assert reconcile.run_pass(env, state, apis, reconcile.default_gate, options()).status == "applied"
-    nodes = seen["live"]["clusters"]["dev-center"]["nodes"]
-    assert [n["name"] for n in nodes] == ["dev-a100-0"] and nodes[0]["allocatable"]["nvidia.com/gpu"] == 16
+    result = reconcile.run_pass(env, state, apis, reconcile.default_gate, options())
+    assert result.status == "applied"
+    assert any(w.startswith("capacity.live_below_guaranteed: dev-center: Ready nodes offer 16 nvidia.com/gpu") for w in result.warnings), result.warnings
+    assert result.to_dict()["warnings"] == result.warnings
+
+
+def test_default_gate_denies_what_the_policies_deny() -> None:
+    env, state = dev()
+    broken = env.model_copy(update={"budget": env.budget.model_copy(update={"monthly": 10.0})})
+    apis = clusters(env)
+    result = reconcile.run_pass(broken, state, apis, reconcile.default_gate, options())
+    assert result.status == "denied" and any(r.startswith("budget.over_budget:") for r in result.reasons)
+    assert sum(api.writes() for api in apis.values()) == 0
 
 
 def test_capacity_below_guaranteed_quota_is_a_warning_in_the_gate_input_not_an_action() -> None:
