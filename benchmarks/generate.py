@@ -85,7 +85,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
             continue
         c = t % CENTER_CLUSTERS
         resources = {"nvidia.com/gpu": {"guaranteed": 2, "burst": 8}}
-        if t % 3 == 0:
+        if t % 3 == 0 and pools_per_cluster > 3:  # small scales have no Ascend pool to draw from
             resources["huawei.com/Ascend910"] = {"guaranteed": 1, "burst": 4}
         tenant_list.append(
             {

@@ -33,26 +33,11 @@ GOAL_SECONDS = 1.0
 GOAL_GROWTH = 12.0
 
 
-def valid_environment(scale: float) -> dict:
-    """The generator's fleet, minus quotas on resources a small scale leaves without a pool.
-
-    Below scale ~0.3 a center cluster has only its first pool kind (H100), yet every third tenant
-    still asks for Ascend quota, which the spec rejects; dropping that quota keeps the shape.
-    """
-    env = synthetic_environment(scale)
-    offered = {
-        c["name"]: {g["device"]["resource"] for g in (*c.get("pools", []), *c.get("edge_groups", []))} for c in env["clusters"]
-    }
-    for tenant in env["tenants"]:
-        tenant["quota"] = {r: q for r, q in tenant["quota"].items() if all(r in offered[c] for c in tenant["clusters"])}
-    return env
-
-
 def rendered(scale: float, cache: Path) -> tuple[spec.Environment, render.DesiredState]:
     env_path = cache / f"large-{scale}.yaml"
     state_path = cache / f"state-{scale}.json"
     if not state_path.exists():
-        env_path.write_text(yaml.safe_dump(valid_environment(scale), sort_keys=False))
+        env_path.write_text(yaml.safe_dump(synthetic_environment(scale), sort_keys=False))
         state = render.render(env_path, revision="bench")
         state_path.write_text(json.dumps({"environment": state.environment, "revision": state.revision, "clusters": state.clusters, "resources": state.resources}))
     return spec.load_environment(env_path), render.DesiredState(**json.loads(state_path.read_text()))
