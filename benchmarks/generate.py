@@ -94,6 +94,8 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 "workloads": ["training", "inference"],
                 "priority_classes": ["training-standard", "inference-critical"],
                 "quota": resources,
+                # Only the pools of its quota's devices: a reachable pool without quota is a policy warning.
+                "pools": [f"c{c}-pool{p}" for p in range(pools_per_cluster) if POOL_KINDS[p % len(POOL_KINDS)][0]["resource"] in resources],
                 "network": {"allow_to_endpoints": ["model-registry"]},
             }
         )
