@@ -14,6 +14,7 @@ setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 
 plan: $(STAMP)  ## the main job on the bundled prod environment
 	$(VENV)/bin/fleetops render --env prod -o build/prod --summary
+	$(VENV)/bin/fleetops plan --env prod
 
 test: $(STAMP)  ## the whole test suite
 	$(VENV)/bin/pytest -n 2 -q
