@@ -18,7 +18,6 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 import jinja2
-import yaml
 from pydantic import ValidationError
 
 from fleetops import git, policy, spec

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleetops import reconcile, render, schema, spec
+from fleetops import reconcile, render, spec
 from fleetops.cluster import MemoryCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,20 +17,6 @@ DEV = ROOT / "environments" / "dev.yaml"
 T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
 GOOD_FP = "sha256:" + "0d" * 32  # the dev-jetson allow list
 BAD_FP = "sha256:" + "ee" * 32
-
-
-def crd_dir() -> Path | None:
-    """The upstream CRD schemas, wherever this checkout sits (main tree or a worktree), if present."""
-    for candidate in (schema.crd_dir(), ROOT.parent / "shared" / "crds", ROOT.parent.parent / "shared" / "crds"):
-        if candidate.is_dir() and any(candidate.glob("*.yaml")):
-            return candidate
-    return None
-
-
-def crd_validate() -> Any:
-    """Schema validation of rendered objects; none when no CRD folder is present (a bare clone)."""
-    found = crd_dir()
-    return functools.partial(schema.validate_objects, crds=found) if found else (lambda objects: [])
 
 
 @functools.cache

@@ -18,19 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FLEETOPS = [sys.executable, "-m", "fleetops.cli"]
 
 
-def crd_dir() -> Path | None:
-    # The shared CRD schemas sit next to the main checkout; a worktree may sit one level deeper.
-    for base in (ROOT.parent, ROOT.parent.parent):
-        if (base / "shared" / "crds").is_dir():
-            return base / "shared" / "crds"
-    return None
-
-
 def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), **env}
     environ.pop("FLEETOPS_OPA_URL", None)
-    if "FLEETOPS_CRD_DIR" not in environ and crd_dir() is not None:
-        environ["FLEETOPS_CRD_DIR"] = str(crd_dir())
     return subprocess.run([*FLEETOPS, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -45,12 +35,6 @@ def mutated_env_dir(tmp_path: Path, change) -> Path:
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _crds():
-    if crd_dir() is None and "FLEETOPS_CRD_DIR" not in os.environ:
-        pytest.skip("no shared CRD schemas (../shared/crds or FLEETOPS_CRD_DIR): render cannot validate custom resources")
 
 
 def test_check_prod_passes_with_its_budget_warning_and_logs_the_decision(tmp_path):

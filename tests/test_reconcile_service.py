@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetops import cli, cluster, reconcile
+from fleetops import cli, cluster, reconcile, schema
 from fleetops.cluster import MemoryCluster
-from reconcile_support import DEV, Clock, allow, commit, crd_validate, git, new_repo, options
+from reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
 GOOD = DEV.read_text()
 BIGGER = GOOD.replace("nvidia.com/gpu: {guaranteed: 8, burst: 32}", "nvidia.com/gpu: {guaranteed: 8, burst: 40}")
@@ -30,7 +30,7 @@ def repo(tmp_path: Path) -> Path:
 def make(repo: Path, tmp_path: Path, apis: dict[str, MemoryCluster], gate=allow, identity: str | None = None, clock=None) -> reconcile.Reconciler:
     return reconcile.Reconciler(
         "dev", reconcile.GitSource(str(repo), "main", tmp_path / f"cache-{identity}"), lambda c: apis[c.name],
-        gate=gate, opts=options(clock=clock or Clock()), identity=identity, validate=crd_validate(),
+        gate=gate, opts=options(clock=clock or Clock()), identity=identity, validate=schema.validate_objects,
     )
 
 
@@ -196,7 +196,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
 
 def _with_validate(init):
     def wrapped(self, *args, **kwargs):
-        init(self, *args, **{**kwargs, "validate": crd_validate()})
+        init(self, *args, **{**kwargs, "validate": schema.validate_objects})
         self.opts.sleep = lambda s: None
     return wrapped
 
