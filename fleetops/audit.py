@@ -189,7 +189,7 @@ def markdown(report: dict[str, Any]) -> str:
         n = e["counts"]
         lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
         lines.append("")
-        lines += [f"- **{d['state']}** `{d['rule']}` {d['resource_text']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines += [f"- **{d['state']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
         lines.append("")
     lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
     lines += [
@@ -250,10 +250,6 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
     return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
 
 
-def _resource_text(resource: dict[str, Any]) -> str:
-    return " ".join(f"{k}={resource[k]}" for k in ("cluster", "tenant", "kind", "namespace", "name") if resource.get(k))
-
-
 def environment_section(name: str, env_path: Path, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
     from fleetops import render
 
@@ -276,11 +272,8 @@ def environment_section(name: str, env_path: Path, policies_dir: Path, engine: p
         for cluster, per in cap.items()
         for resource, units in sorted(per.items())
     ]
-    decisions = [
-        {"state": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource, "resource_text": _resource_text(d.resource), "waived_by": d.waived_by}
-        for d in verdict.decisions
-    ]
-    counts = {s: sum(1 for d in decisions if d["state"] == s) for s in ("deny", "warn", "waived")}
+    decisions = policy.report_rows(verdict)
+    counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "warn", "waived")}
     return {"name": name, "error": None, "counts": counts, "decisions": decisions, "capacity": capacity}
 
 

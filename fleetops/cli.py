@@ -194,24 +194,6 @@ def verdict_table(verdict: policy.Verdict) -> Table:
     return table
 
 
-def verdict_junit(verdict: policy.Verdict) -> str:
-    from junit_xml import TestCase, TestSuite, to_xml_report_string
-
-    cases = []
-    for d in verdict.decisions:
-        case = TestCase(f"{d.rule} {d.resource_ref()}", classname=f"fleetops.{d.package}", stdout=d.msg)
-        if d.status == "deny":
-            case.add_failure_info(message=d.msg, failure_type=d.severity)
-        elif d.status == "warn":
-            case.add_skipped_info(message=f"warning: {d.msg}")
-        cases.append(case)
-    # A clean run still reports one passing case, so CI shows that the gate ran.
-    cases.append(TestCase("policy gate", classname="fleetops.check", stdout=f"{len(verdict.denied)} unwaived deny decision(s)"))
-    if verdict.denied:
-        cases[-1].add_failure_info(message=f"{len(verdict.denied)} unwaived deny decision(s)")
-    return to_xml_report_string([TestSuite(f"fleetops check {verdict.environment}", cases)])
-
-
 @app.command()
 def check(
     env: EnvOpt,
@@ -239,7 +221,7 @@ def check(
     if output is CheckOutput.json:
         sys.stdout.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
     elif output is CheckOutput.junit:
-        sys.stdout.write(verdict_junit(verdict))
+        sys.stdout.write(policy.junit_report(f"fleetops check {verdict.environment}", "fleetops.check", policy.report_rows(verdict)))
     else:
         if verdict.decisions:
             out.print(verdict_table(verdict))

@@ -277,7 +277,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         decisions = judge(after.env, after.objects, facts, policies)
         owners = policy_owners(base_tree) or policy_owners(head_tree)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
-    counts = {state: sum(1 for d in decisions if d["state"] == state) for state in ("deny", "warn", "waived")}
+    counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "warn", "waived")}
     return {
         "environment": env_name,
         "base": {"revision": base, "exists": before.exists},
@@ -359,7 +359,7 @@ def markdown(plan: dict[str, Any]) -> str:
                 f"| {r['cluster']} | `{r['resource']}` | {_arrow(b['devices'], a['devices'])} | {_arrow(b['guaranteed'], a['guaranteed'])} "
                 f"| {_arrow(b['burst'], a['burst'])} | {_arrow(b['headroom_percent'], a['headroom_percent'])} |"
             )
-    blocking = [d for d in plan["decisions"] if d["state"] == "deny"]
+    blocking = [d for d in plan["decisions"] if d["status"] == "deny"]
     if blocking:
         lines += ["", "**Denied by**:"] + [f"- `{d['rule']}` {d['msg']}" for d in blocking]
     lines += _details(f"Policy decisions ({len(plan['decisions'])})", _decision_table(plan["decisions"]))
@@ -383,10 +383,10 @@ def _details(summary: str, body: list[str]) -> list[str]:
 def _decision_table(decisions: list[dict[str, Any]]) -> list[str]:
     if not decisions:
         return []
-    rows = ["| state | rule | severity | resource | message |", "|---|---|---|---|---|"]
+    rows = ["| status | rule | severity | resource | message |", "|---|---|---|---|---|"]
     for d in decisions:
         msg = str(d["msg"]).replace("|", "\\|")
-        rows.append(f"| {d['state']} | `{d['rule']}` | {d.get('severity', '')} | {d.get('resource') or ''} | {msg} |")
+        rows.append(f"| {d['status']} | `{d['rule']}` | {d.get('severity', '')} | {d.get('resource') or ''} | {msg} |")
     return rows
 
 
@@ -411,22 +411,9 @@ def _capacity_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def junit(plan: dict[str, Any]) -> str:
-    """One test case per policy decision: CI test tabs show denials as failures."""
-    from junit_xml import TestCase, TestSuite, to_xml_report_string
+    from fleetops import policy
 
-    cases = []
-    for d in plan["decisions"]:
-        case = TestCase(name=f"{d['rule']} {d.get('resource') or ''}".strip(), classname=f"fleetops.plan.{plan['environment']}")
-        if d["state"] == "deny":
-            case.add_failure_info(message=d["msg"])
-        elif d["state"] == "warn":
-            case.stdout = f"warning: {d['msg']}"
-        else:
-            case.add_skipped_info(message=f"waived: {d['msg']}")
-        cases.append(case)
-    if not cases:
-        cases.append(TestCase(name="no policy decisions", classname=f"fleetops.plan.{plan['environment']}"))
-    return to_xml_report_string([TestSuite(f"fleetops plan {plan['environment']}", cases)])
+    return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
 
 
 def judge(
@@ -448,11 +435,7 @@ def judge(
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:
         raise PlanError(f"policy gate (fail closed): {exc}") from None
-    decisions = [
-        {"state": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource_ref(), "waived_by": d.waived_by}
-        for d in verdict.decisions
-    ]
-    return decisions + [
-        {"state": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "waived_by": None}
+    return policy.report_rows(verdict) + [
+        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "waived_by": None}
         for problem in verdict.waiver_problems
     ]

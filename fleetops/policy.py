@@ -742,6 +742,36 @@ def evaluate(
     return evaluate_input(policy_input(env, state, live, change), engine, policies_dir, today)
 
 
+def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
+    """Decisions as JUnit XML for CI test tabs: a deny fails, a waived deny is skipped, a warning passes
+    with its message; a last case, "policy gate", passes or fails with the whole verdict."""
+    from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+    cases = []
+    for d in rows:
+        case = TestCase(f"{d['rule']} {d.get('resource') or ''}".strip(), classname=classname, stdout=d["msg"])
+        if d["status"] == "deny":
+            case.add_failure_info(message=d["msg"], failure_type=d.get("severity"))
+        elif d["status"] == "waived":
+            case.add_skipped_info(message=f"waived: {d['msg']}")
+        else:
+            case.stdout = f"warning: {d['msg']}"
+        cases.append(case)
+    denied = sum(d["status"] == "deny" for d in rows)
+    gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny decision(s)")
+    if denied:
+        gate.add_failure_info(message=f"{denied} unwaived deny decision(s)")
+    return to_xml_report_string([TestSuite(suite, [*cases, gate])])
+
+
+def report_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    """The decisions as flat rows (resource as text), the shape reports and the plan share."""
+    return [
+        {"status": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource_ref(), "waived_by": d.waived_by}
+        for d in verdict.decisions
+    ]
+
+
 # --- decision log ----------------------------------------------------------------------------
 
 DEFAULT_DECISION_LOG = Path(".fleetops") / "decisions.jsonl"

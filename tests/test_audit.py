@@ -125,7 +125,7 @@ def test_expired_and_malformed_waivers_are_flagged(tmp_path: Path) -> None:
     assert "90" in status["network.egress_anywhere"]["problem"]
     prod = next(e for e in report["environments"] if e["name"] == "prod")
     # The expired waiver waives nothing: the share rule is a deny again.
-    assert "quota.tenant_share" in {d["rule"] for d in prod["decisions"] if d["state"] == "deny"}
+    assert "quota.tenant_share" in {d["rule"] for d in prod["decisions"] if d["status"] == "deny"}
     html = tmp_path / "audit.html"
     fleetops("audit", "--env", "prod", "--policies", str(policies), "-o", str(html))
     assert '<td class="expired">expired' in html.read_text()
