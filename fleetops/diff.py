@@ -80,25 +80,35 @@ def project(live: Any, desired: Any) -> Any:
     return live
 
 
-def _resolve(doc: Any, pointer: str) -> Any:
-    return jsonpatch.JsonPointer(pointer).resolve(doc, None)
-
-
 def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldChange]:
-    """Field-level differences that turn `old` into `new` (both already normalised)."""
-    patch = jsonpatch.make_patch(dict(old), dict(new))
+    """Field-level differences that turn `old` into `new` (both already normalised).
+
+    Plain add/remove/replace operations (no "move": a renamed key is a removal and an addition, as a
+    reviewer reads it). Each operation's old value is read from the document as the operations before
+    it left it, so list positions stay right.
+    """
+    ops = jsonpatch.JsonPatch.from_diff(dict(old), dict(new), optimization=False).patch
+    doc = copy.deepcopy(dict(old))
     changes = []
-    for op in patch.patch:
-        if op["op"] in ("move", "copy"):  # report as what a reader thinks of: a value that changed
-            changes.append(FieldChange("replace", op["path"], _resolve(old, op["path"]), _resolve(new, op["path"])))
-        else:
-            changes.append(FieldChange(op["op"], op["path"], _resolve(old, op["path"]), op.get("value")))
+    for op in ops:
+        before = jsonpatch.JsonPointer(op["path"]).resolve(doc, None) if op["op"] in ("remove", "replace") else None
+        changes.append(FieldChange(op["op"], op["path"], before, op.get("value")))
+        doc = jsonpatch.apply_patch(doc, [op])
     return changes
+
+
+def omit_empty(value: Any) -> Any:
+    # The API server omits empty lists and maps (`omitempty`): `args: []` sent is no `args` read back.
+    if isinstance(value, dict):
+        return {k: omit_empty(v) for k, v in value.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [omit_empty(v) for v in value]
+    return value
 
 
 def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChange]:
     """How a live object differs from what fleetops wants, judged only on the fields fleetops sets."""
-    want = normalize(desired)
+    want = omit_empty(normalize(desired))
     have = project(normalize(live), want)
     # A steady fleet is mostly equal objects: an equality test is far cheaper than building a patch.
     return [] if have == want else field_changes(have, want)

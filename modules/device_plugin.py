@@ -69,11 +69,12 @@ def daemonset_manifest(target: Target, group: spec.Group, kind: str, config_map:
     container: dict[str, Any] = {
         "name": "device-plugin",
         "image": IMAGES[kind],
-        "args": ARGS[kind],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
         "volumeMounts": [{"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"}],
     }
+    if ARGS[kind]:  # the API server drops an empty list; sending none keeps live equal to Git
+        container["args"] = ARGS[kind]
     volumes: list[dict[str, Any]] = [{"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}]
     if config_map is not None:
         container["env"] = [{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]

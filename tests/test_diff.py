@@ -1,0 +1,67 @@
+"""Field-level differences as a reviewer and the reconciler need them."""
+
+from __future__ import annotations
+
+from fleetops import diff
+
+QUOTA = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": "device-nvidia-com-gpu", "namespace": "vision", "labels": {"a": "b"}, "annotations": {"fleetops.io/revision": "r1"}},
+    "spec": {"hard": {"requests.nvidia.com/gpu": "160"}},
+}
+
+
+def test_a_renamed_key_is_a_removal_and_an_addition() -> None:
+    changes = diff.field_changes({"data": {"old-key": "v" * 50}}, {"data": {"new-key": "v" * 50}})
+    assert [(c.op, c.path, c.old, c.new) for c in changes] == [
+        ("remove", "/data/old-key", "v" * 50, None),
+        ("add", "/data/new-key", None, "v" * 50),
+    ]
+
+
+def test_list_changes_report_the_values_at_their_positions() -> None:
+    changes = diff.field_changes({"l": [1, 2, 3]}, {"l": [0, 1, 2, 3]})
+    assert [(c.op, c.path, c.old, c.new) for c in changes] == [("add", "/l/0", None, 0)]
+    moved = diff.field_changes({"l": ["a", "b", "c"]}, {"l": ["b", "c", "a"]})
+    assert all(c.op in ("add", "remove", "replace") for c in moved)
+    assert [c.old for c in moved if c.op == "remove"] == ["a"]
+
+
+def test_server_fields_and_the_revision_are_not_drift() -> None:
+    live = {
+        **QUOTA,
+        "metadata": {
+            **QUOTA["metadata"],
+            "uid": "1234",
+            "resourceVersion": "99",
+            "creationTimestamp": "2026-12-01T00:00:00Z",
+            "managedFields": [{"manager": "fleetops"}],
+            "annotations": {"fleetops.io/revision": "r0"},
+        },
+        "spec": {"hard": {"requests.nvidia.com/gpu": "160"}, "scopes": []},
+        "status": {"used": {"requests.nvidia.com/gpu": "12"}},
+    }
+    assert diff.drift(QUOTA, live) == []
+
+
+def test_a_hand_edit_is_drift_on_exactly_that_field() -> None:
+    live = {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "400"}}}
+    assert diff.drift(QUOTA, live) == [diff.FieldChange("replace", "/spec/hard/requests.nvidia.com~1gpu", "400", "160")]
+
+
+def test_an_empty_list_sent_equals_the_field_the_server_omits() -> None:
+    desired = {"kind": "DaemonSet", "metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "args": []}]}}}}
+    live = {"kind": "DaemonSet", "metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "imagePullPolicy": "IfNotPresent"}]}}}}
+    assert diff.drift(desired, live) == []
+
+
+def test_compare_sorts_objects_into_added_removed_and_changed() -> None:
+    key = ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")
+    other = ("c", "v1", "Namespace", "", "vision")
+    after = {key: {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "176"}}}, ("c", "v1", "Namespace", "", "new"): {"kind": "Namespace"}}
+    changes = diff.compare({key: QUOTA, other: {"kind": "Namespace"}}, after)
+    assert changes.added == [("c", "v1", "Namespace", "", "new")]
+    assert changes.removed == [other]
+    assert [c.new for c in changes.changed[key]] == ["176"]
+    assert diff.compare({key: QUOTA}, {key: {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {"fleetops.io/revision": "r2"}}}}).empty
