@@ -22,11 +22,11 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import spec
 from fleetops.render import DesiredState, object_key
@@ -53,7 +53,8 @@ class _Edge(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Quantity = int | str
+# A Kubernetes quantity ("8", "500m", "16Gi") or a plain count.
+Quantity = Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?([munkMGTPE]|[KMGTPE]i)?$")]
 
 
 class LiveNode(_Edge):
@@ -64,7 +65,7 @@ class LiveNode(_Edge):
     labels: dict[str, str] = {}
     capacity: dict[str, Quantity] = {}
     allocatable: dict[str, Quantity] = {}
-    ready: bool
+    ready: StrictBool
 
 
 class Inventory(_Edge):
@@ -88,9 +89,11 @@ class PolicyInput(BaseModel):
 def load_inventory(path: Path) -> Inventory:
     """`--live INVENTORY.json`: a list of nodes or `{"nodes": [...]}`; errors name file:line."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PolicyError(f"{path}:1:1: cannot read the live inventory: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}:1:1: the live inventory is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -404,12 +407,17 @@ class OpaEngine:
     POLICY_PREFIX = "fleetops"
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
-        parts = urlsplit(url)
+        want = "want http(s)://HOST[:PORT]"
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # raises on a port that is not a number in 0..65535
+        except ValueError:
+            raise PolicyError(f"--opa-url: {want}, got a malformed URL") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-            raise PolicyError(f"--opa-url: want http(s)://HOST[:PORT], got {self._shown(url)}")
-        self.url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+            raise PolicyError(f"--opa-url: {want}, got {self._shown(url)}")
+        self.url = f"{parts.scheme}://{parts.hostname}{f':{port}' if port else ''}"
         self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.port = port or (443 if parts.scheme == "https" else 80)
         self.ssl = parts.scheme == "https"
         self.token = token
         self.timeout = timeout
@@ -557,7 +565,8 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
     if not path.is_file():
         return Waivers([], [])
     try:
-        tree, positions = spec.parse_yaml(path.read_text(), display_path(path))
+        # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
+        tree, positions = spec.parse_yaml(path.read_text(), f"{path.parent.name}/{path.name}")
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     if tree is None:
@@ -573,6 +582,10 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
             for err in exc.errors(include_url=False):
                 msg = "required field is missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
                 problems.append(positions.error(("waivers", i, *err["loc"]), msg))
+            continue
+        if waiver.created > today:
+            # A waiver dated ahead would waive now and for longer than the 90 days its dates show.
+            problems.append(positions.error(("waivers", i, "created"), f"waiver of {waiver.rule} is created in the future ({waiver.created})"))
             continue
         if waiver.expires < today:
             problems.append(positions.error(("waivers", i), f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))

@@ -157,6 +157,7 @@ def write_waivers(directory: Path, *waivers: dict) -> None:
         ({"rule": "tenant share"}, "String should match pattern"),
         ({"scope": {"cluster": "center-sh"}}, "required field is missing"),
         ({"owner": ""}, "at least 1 character"),
+        ({"created": "2036-01-01", "expires": "2036-03-01"}, "is created in the future (2036-01-01)"),
     ],
 )
 def test_a_malformed_waiver_is_reported_with_file_and_line_and_waives_nothing(tmp_path, change, message):
@@ -217,13 +218,22 @@ def test_live_capacity_below_guaranteed_is_a_warning(tmp_path):
     [
         ('{"nodes": [\n  {"cluster": "c", "name": "n"\n', r"inventory\.json:3:1: not JSON"),
         ('[{"cluster": "c", "name": "n"}]', r"inventory\.json:1:1: nodes\.0\.ready: Field required"),
+        ('[{"cluster": "c", "name": "n", "ready": "yes"}]', r"inventory\.json:1:1: nodes\.0\.ready: Input should be a valid boolean"),
+        ('[{"cluster": "c", "name": "n", "ready": true, "allocatable": {"nvidia.com/gpu": "abc"}}]', r"inventory\.json:1:1: nodes\.0\.allocatable\.nvidia\.com/gpu"),
+        ("\udcff", r"inventory\.json:1:1: the live inventory is not UTF-8"),
     ],
 )
 def test_a_bad_inventory_names_the_file(tmp_path, text, message):
     inventory = tmp_path / "inventory.json"
-    inventory.write_text(text)
+    inventory.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(policy.PolicyError, match=message):
         policy.load_inventory(inventory)
+
+
+@pytest.mark.parametrize("url", ["http://h:abc", "http://[::1", "http://127.0.0.1:99999", "ftp://h", "http://h/v1/data"])
+def test_a_malformed_opa_url_is_bad_input(url):
+    with pytest.raises(policy.PolicyError, match=r"^--opa-url: want http\(s\)://HOST\[:PORT\]"):
+        policy.OpaEngine(url)
 
 
 # --- failing closed ----------------------------------------------------------------------------------
