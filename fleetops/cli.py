@@ -463,7 +463,7 @@ def reconcile(
 
     opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = rec.Reconciler(
-        env, rec.GitSource(repo, ref, cache_dir), connect, gate=rec.default_gate, opts=opts, only=cluster or None,
+        env, rec.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import http.server
 import json
@@ -65,15 +66,20 @@ class Gate(Protocol):
     def __call__(self, env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult: ...
 
 
-def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult:
+def default_gate(
+    env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any], policies_dir: Path | None = None
+) -> GateResult:
     """The policy gate of fleetops.policy, with the live node inventory in its input.
 
+    `policies_dir` is the fetched revision's `policies/` (the reconciler passes it), so the gate that
+    deploys is the one `plan` and `check` used; the installed policies otherwise.
     Fails closed: if the engine cannot load the policies or raises, the revision is denied.
     """
     try:
         from fleetops import policy
 
-        verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes))
+        where = {"policies_dir": policies_dir} if policies_dir is not None else {}
+        verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes), **where)
     except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
         return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"])
     return GateResult(
@@ -292,6 +298,9 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
     return live, failed
 
 
+NAMESPACE_NOT_PRUNED = "not in Git; a Namespace is never pruned (deleting it deletes everything in it): delete it by hand once empty"
+
+
 def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manifest], failed: set[tuple[str, str]], opts: Options) -> list[Action]:
     """Creates and updates in apply order, then prunes (workloads before namespaces)."""
     actions: list[Action] = []
@@ -316,6 +325,10 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
             actions.append(Action(cluster, "foreign", describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))
         elif notes.get(PRUNE_ANNOTATION) == "disabled":
             actions.append(Action(cluster, "protected", describe(key), f"{PRUNE_ANNOTATION}: disabled", write=False, kind=key[1]))
+        elif key[1] == "Namespace":
+            # Deleting a namespace deletes everything in it, objects fleetops does not own and protected
+            # ones included; its managed contents are pruned one by one, the namespace is left to a person.
+            actions.append(Action(cluster, "orphan", describe(key), NAMESPACE_NOT_PRUNED, write=False, kind=key[1]))
         elif opts.prune:
             actions.append(Action(cluster, "prune", describe(key), None, kind=key[1], key=key))
         else:
@@ -627,7 +640,7 @@ def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: str, mess
 # --- the revision ---------------------------------------------------------------------------
 
 
-_CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
+_CREDENTIALS = re.compile(r"(\w+://)[^/\s]*@")
 
 
 def redact(text: str) -> str:
@@ -710,6 +723,7 @@ class LeaseElector:
                  clock: Callable[[], dt.datetime] = utcnow, name: str = LEASE_NAME):
         self.api, self.namespace, self.identity, self.duration, self.clock, self.name = api, namespace, identity, duration, clock, name
         self.last_status: int | None = None  # of the last failed call: 404 means the namespace is not there yet
+        self.last_error: str | None = None  # that call's error, when it was not a lost race (409)
         self.holder: str | None = None  # who held the Lease at the last read
 
     def _body(self, now: dt.datetime, transitions: int, acquired: str) -> Manifest:
@@ -724,7 +738,7 @@ class LeaseElector:
     def acquire(self) -> bool:
         """True when this candidate holds the Lease after the call."""
         now = self.clock()
-        self.last_status = None
+        self.last_status = self.last_error = None
         try:
             lease = self.api.get("coordination.k8s.io/v1", "Lease", self.namespace, self.name)
             if lease is None:
@@ -744,6 +758,7 @@ class LeaseElector:
             return True
         except ApiError as exc:
             self.last_status = exc.status
+            self.last_error = None if exc.status == 409 else str(exc)
             return False  # a conflict, or the API is unreachable: not the leader this round
 
 
@@ -969,11 +984,17 @@ class Reconciler:
         if self.opts.writes:
             leaders = self._leaders(state, apis)
             if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
+                failed = {n: e.last_error for n, e in sorted(self._electors.items()) if n in apis and e.last_error}
+                if failed:  # an unreachable or forbidden API server is not another leader
+                    errors = {n: ClusterResult(n, leader=False, errors=[f"{n}: cannot take the Lease: {e}"]) for n, e in failed.items()}
+                    return PassResult(self.environment, fetched.revision, "errors", notes + [r.errors[0] for r in errors.values()], errors, self.last_applied)
                 held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
                 standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
                 return PassResult(self.environment, fetched.revision, "standby", notes + held, standby, self.last_applied)
             apis = leaders
-        result = run_pass(env, state, apis, self.gate or default_gate, self.opts, self.last_applied)
+        policies = fetched.path / "policies"
+        gate = self.gate or functools.partial(default_gate, policies_dir=policies if policies.is_dir() else None)
+        result = run_pass(env, state, apis, gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
         if result.status == "denied" and self.opts.writes:
             record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fleetops import reconcile
+from fleetops import render, reconcile
 from fleetops.cluster import ApiError, Faults, MemoryCluster
 from reconcile_support import BAD_FP, GOOD_FP, T0, Clock, Sleeps, allow, clusters, deny, dev, node, options
 
@@ -118,6 +118,25 @@ def test_prune_only_when_asked_and_never_protected_or_unmanaged_objects() -> Non
     assert center.peek("v1", "ConfigMap", "kube-system", "gone-from-git") is None
     assert center.peek("v1", "ConfigMap", "kube-system", "kept-by-hand") is not None
     assert center.peek("v1", "ConfigMap", "kube-system", "not-ours") is not None
+
+
+def test_a_tenant_dropped_from_git_loses_its_managed_objects_but_not_its_namespace() -> None:
+    env, state, apis = converged()
+    center = apis["dev-center"]
+    center.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "user-data", "namespace": "ml-sandbox"}, "data": {"k": "v"}})
+    fewer = env.model_copy(update={"tenants": [t for t in env.tenants if t.name != "ml-sandbox"]})
+    smaller = render.DesiredState(
+        state.environment, state.revision,
+        {c: [m for m in ms if m["metadata"].get("namespace") != "ml-sandbox" and m["metadata"]["name"] not in ("ml-sandbox", "ml-sandbox-queue")] for c, ms in state.clusters.items()},
+        state.resources,
+    )
+    result = reconcile.run_pass(fewer, smaller, apis, allow, options(prune=True))
+    verbs = {a.target: a.verb for a in result.clusters["dev-center"].actions}
+    assert verbs["Namespace ml-sandbox"] == "orphan"
+    assert verbs["NetworkPolicy ml-sandbox/default-deny"] == "prune"
+    assert center.peek("v1", "Namespace", "", "ml-sandbox") is not None
+    assert center.peek("v1", "ConfigMap", "ml-sandbox", "user-data") is not None
+    assert center.peek("networking.k8s.io/v1", "NetworkPolicy", "ml-sandbox", "default-deny") is None
 
 
 def test_detect_only_reports_drift_and_writes_nothing() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -123,6 +124,33 @@ def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path) -> None:
     assert all(c.leader for c in taken.clusters.values())
     assert apis["dev-center"].peek("coordination.k8s.io/v1", "Lease", "fleetops-system", "fleetops-reconciler")["spec"]["holderIdentity"] == "replica-b"
     assert all(not c.leader for c in a.run_once().clusters.values())
+
+
+def test_the_gate_uses_the_policies_of_the_fetched_revision(repo: Path, tmp_path: Path) -> None:
+    over = GOOD.replace("budget: {monthly: 25000", "budget: {monthly: 100")
+    shutil.copytree(DEV.parent.parent / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack", "__pycache__"))
+    commit(repo, over, "over budget")
+    apis = fleet()
+    denied = make(repo, tmp_path, apis, gate=None).run_once()
+    assert denied.status == "denied" and any(r.startswith("budget.over_budget:") for r in denied.reasons)
+    today = dt.date.today()
+    (repo / "policies" / "waivers.yaml").write_text(
+        "waivers:\n  - rule: budget.over_budget\n    scope: {environment: dev}\n    owner: finance@example.com\n"
+        f"    reason: dev runs over budget this month\n    ticket: FIN-1\n    created: {today}\n    expires: {today + dt.timedelta(days=30)}\n"
+    )
+    commit(repo, over, "waive the dev budget in Git")
+    assert make(repo, tmp_path, apis, gate=None).run_once().status == "applied"
+
+
+def test_an_unreachable_api_server_is_an_error_not_a_standby(repo: Path, tmp_path: Path) -> None:
+    apis = fleet()
+    commit(repo, GOOD, "good")
+    for api in apis.values():
+        api.faults = cluster.Faults(rate=1.0, statuses=(403,), verbs=frozenset({"get", "create", "apply"}))
+    result = make(repo, tmp_path, apis, identity="replica-a").run_once()
+    assert result.status == "errors" and result.exit_code() == 1
+    assert all("cannot take the Lease: 403" in r for r in result.reasons), result.reasons
+    assert "holds the Lease" not in " ".join(result.reasons)
 
 
 def test_a_stale_lease_write_loses_the_race() -> None:
@@ -276,3 +304,13 @@ def test_git_source_follows_a_branch_a_tag_or_a_commit(repo: Path, tmp_path: Pat
     assert reconcile.GitSource(str(repo), first, tmp_path / "c").fetch().revision == first
     missing = reconcile.GitSource(str(repo), "no-such-branch", tmp_path / "d").fetch()
     assert missing.revision is None and "no branch, tag or commit 'no-such-branch'" in missing.error
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://user:p@ssTOKEN@git.example.com/fleet.git", "https://ghp_secret@git.example.com/fleet.git", "ssh://git:tok@git.example.com:22/fleet"],
+)
+def test_credentials_in_repository_urls_are_redacted_whole(url: str) -> None:
+    shown = reconcile.redact(f"fetch {url} failed")
+    assert "TOKEN" not in shown and "secret" not in shown and "tok@" not in shown and "ssTOKEN" not in shown
+    assert "***@git.example.com" in shown
