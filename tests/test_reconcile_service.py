@@ -217,7 +217,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     """The CLI against memory clusters and an allowing gate (the policy engine is another issue)."""
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
-    monkeypatch.setattr(reconcile, "default_gate", allow)
+    monkeypatch.setattr(reconcile, "default_gate", lambda env, state, live, policies_dir=None: allow(env, state, live))
     monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
     return apis
 
