@@ -63,18 +63,25 @@ def resolve(repo: Path, rev: str) -> str:
         raise PlanError(f"{repo}: unknown revision {rev!r}") from None
 
 
-def default_base(repo: Path) -> str:
-    """The merge-base of HEAD with the default branch (origin's HEAD, else main or master)."""
+def default_base(repo: Path, head: str = "HEAD") -> str:
+    """The merge-base of the head (HEAD for the working tree) with the default branch (origin's HEAD, else main or master)."""
     candidates = []
     with contextlib.suppress(git.GitError):
         candidates.append(git.run(repo, "symbolic-ref", "--short", "refs/remotes/origin/HEAD").strip())
     candidates += ["origin/main", "main", "origin/master", "master"]
     for branch in candidates:
         try:
-            return git.run(repo, "merge-base", "HEAD", branch).strip()
+            return git.run(repo, "merge-base", head, branch).strip()
         except git.GitError:
             continue
     raise PlanError(f"{repo}: no default branch to compare with; pass --base")
+
+
+def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    # Links are skipped, not followed: a revision's tree is data, and nothing fleetops renders is a link.
+    if member.issym() or member.islnk():
+        return None
+    return tarfile.data_filter(member, dest)
 
 
 @contextlib.contextmanager
@@ -88,7 +95,7 @@ def checkout(repo: Path, rev: str) -> Iterator[Path]:
         raise PlanError(f"{repo}: cannot read revision {rev}: {archive.stderr.decode(errors='replace').strip()}")
     with tempfile.TemporaryDirectory(prefix="fleetops-plan-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout), mode="r:") as tar:
-            tar.extractall(tmp, filter="data")
+            tar.extractall(tmp, filter=_files_only)
         yield Path(tmp)
 
 
@@ -124,20 +131,30 @@ def render_sides(repo: Path, env_rel: str, revs: tuple[str, str], trees: tuple[P
         exists = (tree / env_rel).is_file()
         label = f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
         procs.append((exists, label, _start_render(tree, env_rel, stamp(repo, rev)) if exists else None))
-    for (exists, label, proc), rev, tree in zip(procs, revs, trees):
-        side = Side(revision=rev, exists=exists, tree=tree)
-        if proc is not None:
-            result = _finish_render(proc, label)
-            if "problems" in result:
-                raise PlanError("\n".join(result["problems"]))
-            side.objects = {
-                (c, m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]): m
-                for c, manifests in result["clusters"].items()
-                for m in manifests
-            }
-            side.env = _facts_model(tree / env_rel, env_rel)
-        sides.append(side)
+    try:
+        for (exists, label, proc), rev, tree in zip(procs, revs, trees):
+            sides.append(_side(rev, exists, tree, env_rel, _finish_render(proc, label) if proc is not None else None))
+    finally:
+        for _, _, proc in procs:  # a side that failed leaves the other nothing to do
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return sides[0], sides[1]
+
+
+def _side(rev: str, exists: bool, tree: Path, env_rel: str, result: dict[str, Any] | None) -> Side:
+    side = Side(revision=rev, exists=exists, tree=tree)
+    if result is None:
+        return side
+    if "problems" in result:
+        raise PlanError("\n".join(result["problems"]))
+    side.objects = {
+        (c, m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]): m
+        for c, manifests in result["clusters"].items()
+        for m in manifests
+    }
+    side.env = _facts_model(tree / env_rel, env_rel)
+    return side
 
 
 def stamp(repo: Path, rev: str) -> str:
@@ -261,8 +278,8 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int, judge: Judge) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = f"environments/{env_name}.yaml"
-    base = resolve(repo, base_rev) if base_rev else default_base(repo)
     head = resolve(repo, head_rev) if head_rev else WORKTREE
+    base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
     with checkout(repo, base) as base_tree, checkout(repo, head) as head_tree:
         before, after = render_sides(repo, env_rel, (base, head), (base_tree, head_tree))
         if not before.exists and not after.exists:

@@ -239,3 +239,20 @@ def test_weakened_policy_does_not_judge_its_own_change(repo: Path) -> None:
         capture_output=True, text=True, cwd=repo, check=False,
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_links_in_the_repository_are_skipped_not_followed(repo: Path) -> None:
+    (repo / "abs-link").symlink_to("/etc/hostname")
+    (repo / "rel-link").symlink_to("environments/prod.yaml")
+    commit(repo, "links")
+    out = plan(repo, "--env", "prod", "--base", "main", "--head", "HEAD", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["no_effect"] is True
+
+
+def test_default_base_follows_an_explicit_head(repo: Path) -> None:
+    edit(repo, "H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.1")
+    head = commit(repo, "price")
+    git(repo, "checkout", "-q", "main")  # HEAD is now main itself: the base must come from --head
+    code, result = plan_json(repo, "--head", head)
+    assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
