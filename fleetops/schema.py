@@ -25,7 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def crd_dir() -> Path:
-    return Path(os.environ.get("FLEETOPS_CRD_DIR", ROOT.parent / "shared" / "crds"))
+    """`FLEETOPS_CRD_DIR`, else the nearest `shared/crds` above the checkout.
+
+    The checkout may be the main clone (`/work/main` -> `/work/shared/crds`) or a Git worktree one
+    level deeper (`/work/wt/NAME`), so a fixed `../shared/crds` finds the schemas in only one of them.
+    """
+    if "FLEETOPS_CRD_DIR" in os.environ:
+        return Path(os.environ["FLEETOPS_CRD_DIR"])
+    for parent in ROOT.parents:
+        if (parent / "shared" / "crds").is_dir():
+            return parent / "shared" / "crds"
+    return ROOT.parent / "shared" / "crds"
 
 
 @dataclass(frozen=True)
