@@ -38,29 +38,28 @@ def test_custom_program_objects_are_collected_per_cluster(tmp_path: Path) -> Non
     assert state.clusters["edge-b"] == []
 
 
-def test_two_resources_with_one_urn_are_refused(tmp_path: Path) -> None:
-    body = (
-        'k8s.core.v1.ConfigMap("same", metadata={"name": "a", "namespace": "default"}, opts=opts)\n'
-        'k8s.core.v1.ConfigMap("same", metadata={"name": "b", "namespace": "default"}, opts=opts)\n'
+def config_maps(*objects: tuple[str, str, str]) -> str:
+    """Program lines declaring ConfigMaps on the center-a provider: (Pulumi name, name, namespace)."""
+    return "".join(
+        f'k8s.core.v1.ConfigMap("{resource}", metadata={{"name": "{name}", "namespace": "{namespace}"}}, opts=opts)\n'
+        for resource, name, namespace in objects
     )
+
+
+def test_two_resources_with_one_urn_are_refused(tmp_path: Path) -> None:
+    body = config_maps(("same", "a", "default"), ("same", "b", "default"))
     with pytest.raises(render.RenderError, match=r"two resources share the URN urn:pulumi:test::fleetops::pulumi:pulumi:Stack\$kubernetes:core/v1:ConfigMap::same$"):
         run_custom(tmp_path, body)
 
 
 def test_one_object_declared_twice_in_a_cluster_is_refused(tmp_path: Path) -> None:
-    body = (
-        'k8s.core.v1.ConfigMap("first", metadata={"name": "cfg", "namespace": "default"}, opts=opts)\n'
-        'k8s.core.v1.ConfigMap("second", metadata={"name": "cfg", "namespace": "default"}, opts=opts)\n'
-    )
+    body = config_maps(("first", "cfg", "default"), ("second", "cfg", "default"))
     with pytest.raises(render.RenderError, match=r"center-a declares ConfigMap default/cfg twice"):
         run_custom(tmp_path, body)
 
 
 def test_same_name_in_two_namespaces_is_two_objects(tmp_path: Path) -> None:
-    body = (
-        'k8s.core.v1.ConfigMap("first", metadata={"name": "cfg", "namespace": "one"}, opts=opts)\n'
-        'k8s.core.v1.ConfigMap("second", metadata={"name": "cfg", "namespace": "two"}, opts=opts)\n'
-    )
+    body = config_maps(("first", "cfg", "one"), ("second", "cfg", "two"))
     assert len(run_custom(tmp_path, body).clusters["center-a"]) == 2
 
 
