@@ -425,8 +425,8 @@ def _model_fields(loc: Loc) -> list[str]:
         if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
         field = model.model_fields.get(part)
-        if field is None:
-            return []
+        if field is None:  # a key of a mapping field (quota: {nvidia.com/gpu: Quota}): stay on its values
+            continue
         model = field.annotation
         for arg in getattr(model, "__args__", ()):  # list[Pool], Sharing | None
             if isinstance(arg, type) and issubclass(arg, BaseModel):
