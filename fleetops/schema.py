@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
+from kubernetes_validate import utils as k8s_utils
+from referencing import Registry, Resource
 
 KUBERNETES_VERSION = "1.37.0"
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,8 +81,30 @@ def crd_schemas(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return schemas
 
 
-def _crd_problems(cluster: str, manifest: dict[str, Any], schema: dict[str, Any]) -> list[SchemaProblem]:
-    validator = jsonschema.Draft7Validator(schema)
+@functools.cache
+def _crd_validator(directory: Path, key: tuple[str, str]) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(crd_schemas(directory)[key])
+
+
+@functools.cache
+def _core_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator:
+    """The validator `kubernetes_validate.validate(strict=True)` builds, built once per kind.
+
+    The library reads two JSON files and compiles the schema on every call (~15 ms an object), which
+    is most of the time to validate a fleet of 10,000 objects; the files do not change in a process.
+    """
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
+    folder = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
+    try:
+        schema = k8s_utils.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", KUBERNETES_VERSION)
+    except FileNotFoundError:
+        raise kubernetes_validate.SchemaNotFoundError(kind=kind, version=KUBERNETES_VERSION, api_version=api_version) from None
+    definitions = k8s_utils.schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _problems(cluster: str, manifest: dict[str, Any], validator: jsonschema.protocols.Validator) -> list[SchemaProblem]:
     return [
         SchemaProblem(cluster, manifest["kind"], manifest["metadata"]["name"], ".".join(str(p) for p in err.absolute_path), err.message)
         for err in sorted(validator.iter_errors(manifest), key=lambda e: list(map(str, e.absolute_path)))
@@ -88,19 +113,16 @@ def _crd_problems(cluster: str, manifest: dict[str, Any], schema: dict[str, Any]
 
 def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path | None = None) -> list[SchemaProblem]:
     """Every problem of every (cluster, manifest); an empty list means all objects are valid."""
-    schemas = crd_schemas(crds or crd_dir())
+    directory = crds or crd_dir()
+    schemas = crd_schemas(directory)
     problems: list[SchemaProblem] = []
     for cluster, manifest in objects:
         key = (manifest["apiVersion"], manifest["kind"])
         name = manifest.get("metadata", {}).get("name", "?")
-        if "/" in key[0] and key in schemas:
-            problems += _crd_problems(cluster, manifest, schemas[key])
-            continue
         try:
-            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as err:
-            path = ".".join(str(p) for p in err.path)
-            problems.append(SchemaProblem(cluster, key[1], name, path, err.message))
+            validator = _crd_validator(directory, key) if "/" in key[0] and key in schemas else _core_validator(*key)
         except kubernetes_validate.SchemaNotFoundError:
-            problems.append(SchemaProblem(cluster, key[1], name, "", f"no schema for {key[0]} {key[1]} (no built-in kind, no CRD in {crds or crd_dir()})"))
+            problems.append(SchemaProblem(cluster, key[1], name, "", f"no schema for {key[0]} {key[1]} (no built-in kind, no CRD in {directory})"))
+            continue
+        problems += _problems(cluster, manifest, validator)
     return problems

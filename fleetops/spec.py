@@ -6,6 +6,7 @@ person has to edit: `environments/prod.yaml:42:7: tenants[3].quota["nvidia.com/g
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import ipaddress
 import re
@@ -307,8 +308,13 @@ def format_loc(loc: Loc) -> str:
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _positions(node: yaml.Node, loc: Loc, nodes: dict[Loc, tuple[int, int]], file: str) -> None:
+def _positions(node: yaml.Node, loc: Loc, nodes: dict[Loc, tuple[int, int]], file: str, seen_nodes: set[int]) -> None:
     nodes[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    # An alias (*name) is the anchored node itself: walk it once, or a node that contains its own
+    # alias recurses forever and a few nested aliases multiply the walk exponentially.
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -317,12 +323,26 @@ def _positions(node: yaml.Node, loc: Loc, nodes: dict[Loc, tuple[int, int]], fil
                 mark = key_node.start_mark
                 raise SpecError([f"{file}:{mark.line + 1}:{mark.column + 1}: {format_loc(loc + (key,))}: duplicate key"])
             seen.add(key)
-            _positions(value_node, loc + (key,), nodes, file)
+            _positions(value_node, loc + (key,), nodes, file, seen_nodes)
             # Errors about a field point at its key, where a person reads the field's name.
             nodes[loc + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _positions(item, loc + (i,), nodes, file)
+            _positions(item, loc + (i,), nodes, file, seen_nodes)
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
+    """`file:line:col: invalid YAML: what`, at the place the parser stopped, naming where the construct began."""
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    problem, context, start = exc.problem or "", exc.context or "", exc.context_mark
+    if problem.startswith("but "):  # "expected a single document in the stream" "but found another document"
+        what = f"{context} {problem}"
+    elif context and start is not None and (start.line + 1, start.column + 1) != (line, col):
+        what = f"{problem} ({context} at line {start.line + 1}, column {start.column + 1})"
+    else:
+        what = ": ".join(p for p in (context, problem) if p) or "unreadable"
+    return f"{file}:{line}:{col}: invalid YAML: {what}"
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
@@ -332,35 +352,94 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         root = loader.get_single_node()
         data = None if root is None else loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        what = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        raise SpecError([f"{file}:{line}:{col}: invalid YAML: {what}"]) from None
-    except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. an unreadable timestamp scalar
+        raise SpecError([_yaml_problem(exc, file)]) from None
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:  # e.g. an unreadable timestamp scalar
         raise SpecError([f"{file}:1:1: invalid YAML: {exc}"]) from None
     finally:
         loader.dispose()
     nodes: dict[Loc, tuple[int, int]] = {}
     if root is not None:
-        _positions(root, (), nodes, file)
+        _positions(root, (), nodes, file, set())
     return data, Positions(file, nodes)
+
+
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+
+
+def _yaml_repr(value: Any) -> str:
+    """A scalar as the person wrote it in YAML: true, null, 4, 'text'."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+def _message(err: Any, fields: list[str]) -> str:
+    """One pydantic error as a short sentence in the file's own terms, without pydantic's phrasing."""
+    kind, ctx = err["type"], err.get("ctx", {})
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1)
+        return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    if kind in _TYPE_NAMES:
+        msg = f"must be {_TYPE_NAMES[kind]}"
+    elif kind in _BOUNDS:
+        op, key = _BOUNDS[kind]
+        msg = f"must be {op} {ctx[key]}"
+    elif kind == "literal_error":
+        msg = f"must be one of {ctx['expected']}"
+    elif kind in ("too_short", "string_too_short"):
+        msg = "must not be empty" if ctx.get("min_length") == 1 else f"must have at least {ctx['min_length']} items"
+    elif kind == "string_too_long":
+        msg = f"must be at most {ctx['max_length']} characters"
+    elif kind == "string_pattern_mismatch":
+        msg = f"must match {ctx['pattern']}"
+    elif kind == "value_error":
+        msg = str(ctx.get("error", err["msg"]))
+    else:
+        msg = err["msg"].replace("Input should be", "must be", 1)
+    if "got" not in msg and not isinstance(err.get("input"), (dict, list)) and "input" in err:
+        msg = f"{msg}, got {_yaml_repr(err['input'])}"
+    return msg
+
+
+def _model_fields(loc: Loc) -> list[str]:
+    """The field names of the model at `loc` (for 'did you mean'): walks Environment's annotations."""
+    model: Any = Environment
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:  # a key of a mapping field (quota: {nvidia.com/gpu: Quota}): stay on its values
+            continue
+        model = field.annotation
+        for arg in getattr(model, "__args__", ()):  # list[Pool], Sharing | None
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model = arg
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
 def _pydantic_problems(exc: ValidationError, pos: Positions) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if p != "[key]")
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        if "input" in err and err["type"] not in ("extra_forbidden", "missing") and not isinstance(err["input"], (dict, list)):
-            if "got" not in msg:
-                msg = f"{msg}, got {err['input']!r}"
-        problems.append(pos.error(loc, msg))
+        fields = _model_fields(loc) if err["type"] == "extra_forbidden" else []
+        problems.append(pos.error(loc, _message(err, fields)))
     return problems
 
 
@@ -392,9 +471,15 @@ def load_environment(path: str | Path, display: str | None = None) -> Environmen
     if size > MAX_FILE_BYTES:
         raise SpecError([f"{file}:1:1: file is {size} bytes, more than the {MAX_FILE_BYTES} byte limit for an environment"])
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+    except OSError as exc:  # a directory named *.yaml, no permission
+        raise SpecError([f"{file}:1:1: cannot read the environment file: {exc.strerror}"]) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError([f"{file}:1:1: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     return parse_environment(text, file)
 
 
@@ -432,6 +517,22 @@ def _sharing_checks(loc: Loc, device: Device, sharing: Sharing) -> Iterator[tupl
         yield sloc + ("mode",), f"{sharing.mode} is only supported by the NVIDIA device plugin, not {device.resource}"
 
 
+def _dangling_placement(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster]) -> Iterator[tuple[Loc, str]]:
+    """The tenant's clusters, pools and edge groups that name nothing declared."""
+    for k, name in enumerate(tenant.clusters):
+        if name not in clusters:
+            yield loc + ("clusters", k), f"unknown cluster {name!r}"
+    mine = [clusters[n] for n in tenant.clusters if n in clusters]
+    pools = {p.name for c in mine for p in c.pools}
+    groups = {g.name for c in mine for g in c.edge_groups}
+    for k, name in enumerate(tenant.pools or []):
+        if name not in pools:
+            yield loc + ("pools", k), f"unknown pool {name!r} in the tenant's clusters {tenant.clusters}"
+    for k, name in enumerate(tenant.edge_groups):
+        if name not in groups:
+            yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
+
+
 def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
     """Rules that span fields: unique names, references that resolve, sharing valid for the device."""
     yield from _duplicates(((("clusters", i), c.name) for i, c in enumerate(env.clusters)), "cluster")
@@ -464,24 +565,16 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
     for model in sorted(models - set(env.prices)):
         yield ("prices",), f"no price per device-hour for device model {model!r}"
 
-    clusters = {c.name: c for c in env.clusters}
+    clusters: dict[str, Cluster] = {}
+    for c in env.clusters:  # a duplicate name is reported above; resolve references to the first
+        clusters.setdefault(c.name, c)
     classes = {p.name for p in env.priority_classes}
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
-        for k, name in enumerate(tenant.clusters):
-            if name not in clusters:
-                yield loc + ("clusters", k), f"unknown cluster {name!r}"
-        mine = [clusters[n] for n in tenant.clusters if n in clusters]
-        pools = {p.name: p for c in mine for p in c.pools}
-        groups_here = {g.name: g for c in mine for g in c.edge_groups}
-        for k, name in enumerate(tenant.pools or []):
-            if name not in pools:
-                yield loc + ("pools", k), f"unknown pool {name!r} in the tenant's clusters {tenant.clusters}"
-        for k, name in enumerate(tenant.edge_groups):
-            if name not in groups_here:
-                yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
+        dangling = list(_dangling_placement(loc, tenant, clusters))
+        yield from dangling
         for k, name in enumerate(tenant.priority_classes):
             if name not in classes:
                 yield loc + ("priority_classes", k), f"unknown priority class {name!r}"
@@ -491,10 +584,13 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
         for k, name in enumerate(tenant.network.allow_to_endpoints):
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
+        mine = [clusters[n] for n in tenant.clusters if n in clusters]
         for resource, quota in tenant.quota.items():
             qloc = loc + ("quota", resource)
             if quota.burst < quota.guaranteed:
                 yield qloc + ("burst",), f"must be >= guaranteed ({quota.guaranteed}), got {quota.burst}"
+            if dangling:  # which pools offer what is unknowable until the placement names real ones
+                continue
             # The quota applies in every cluster of the tenant, so each must offer the resource.
             for cluster in mine:
                 if not any(resource in group_capacity(g) for g in eligible_groups(tenant, [cluster])):

@@ -79,7 +79,7 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
-def declare(parent: pulumi.Resource, target: Target, manifest: dict[str, Any]) -> pulumi.CustomResource:
+def declare(parent: pulumi.Resource | None, target: Target, manifest: dict[str, Any]) -> pulumi.CustomResource:
     """Register one Kubernetes object with the cluster's provider, as a child of `parent`."""
     meta = manifest["metadata"]
     target.declared.add((manifest["apiVersion"], manifest["kind"]))

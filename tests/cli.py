@@ -1,0 +1,19 @@
+"""Running the real `fleetops` console script as a subprocess, the way a person or CI does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+
+def fleetops_command() -> list[str]:
+    """The console script installed beside this interpreter (the venv's), else the module."""
+    script = Path(sys.executable).parent / "fleetops"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "fleetops.cli"]
+
+
+def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*fleetops_command(), *map(str, args)], cwd=cwd, capture_output=True, text=True, check=False, timeout=300)

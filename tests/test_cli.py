@@ -1,0 +1,63 @@
+"""The command line as people and CI use it: stable output, one file per cluster, help, usage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli import run
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_render_is_byte_identical_from_run_to_run(fmt: str) -> None:
+    first = run("render", "--env", "prod", "--output", fmt)
+    second = run("render", "--env", "prod", "--output", fmt)
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout) > 10_000
+    assert first.stdout.encode() == second.stdout.encode()
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_render_to_a_folder_writes_one_file_per_cluster(fmt: str, tmp_path: Path) -> None:
+    done = run("render", "--env", "prod", "-o", tmp_path / "prod", "--output", fmt, "--revision", "rev-cli")
+    assert done.returncode == 0, done.stderr
+    files = sorted(p.name for p in (tmp_path / "prod").iterdir())
+    assert files == sorted(f"{c}.{fmt}" for c in ("center-bj", "center-sh", "edge-sh-factory", "edge-gz-gateway"))
+    text = (tmp_path / "prod" / f"center-bj.{fmt}").read_text()
+    manifests = json.loads(text) if fmt == "json" else list(yaml.safe_load_all(text))
+    assert manifests and all(m["metadata"]["labels"]["fleetops.io/cluster"] == "center-bj" for m in manifests)
+    assert {m["metadata"]["annotations"]["fleetops.io/revision"] for m in manifests} == {"rev-cli"}
+    assert "wrote 4 file(s)" in done.stderr
+
+
+def test_validate_accepts_every_bundled_environment() -> None:
+    done = run("validate")
+    assert done.returncode == 0, done.stderr
+    assert "3 environment file(s) valid" in done.stdout
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["render"]])
+def test_help_works_for_every_command(command: list[str]) -> None:
+    done = run(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout
+    if command:
+        assert "--env" in done.stdout
+
+
+@pytest.mark.parametrize("command", [["validate"], ["render", "--env", "prod"]])
+def test_an_unknown_flag_is_a_usage_error(command: list[str]) -> None:
+    done = run(*command, "--no-such-flag")
+    assert done.returncode == 2
+    assert "No such option: --no-such-flag" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_an_unknown_environment_is_one_line(tmp_path: Path) -> None:
+    done = run("render", "--env", "nope", "-o", tmp_path / "out")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["environments/nope.yaml:1:1: no environment 'nope' (known: dev, prod, staging)"]
+    assert not (tmp_path / "out").exists()

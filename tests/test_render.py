@@ -1,0 +1,137 @@
+"""Render enforces the engine's rules, reports program failures in one line, and its speed-ups change nothing."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.resource
+import pytest
+from pulumi.runtime import resource as pulumi_resource
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime import stack as pulumi_stack
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
+
+from fleetops import render
+from tests.helpers import ROOT, small_env, write_env
+
+PROVIDER = '''
+import pulumi
+import pulumi_kubernetes as k8s
+
+opts = pulumi.ResourceOptions(provider=k8s.Provider("center-a", context="ctx-a"))
+'''
+
+
+def run_custom(tmp_path: Path, body: str) -> render.DesiredState:
+    program = tmp_path / "program.py"
+    program.write_text(PROVIDER + body)
+    return render.render(write_env(tmp_path, small_env()), revision="rev", program=program)
+
+
+def test_custom_program_objects_are_collected_per_cluster(tmp_path: Path) -> None:
+    state = run_custom(tmp_path, 'k8s.core.v1.ConfigMap("a", metadata={"name": "a", "namespace": "default"}, data={"n": "1"}, opts=opts)\n')
+    assert state.clusters["center-a"] == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "default"}, "data": {"n": "1"}}]
+    assert state.clusters["edge-b"] == []
+
+
+def config_maps(*objects: tuple[str, str, str]) -> str:
+    """Program lines declaring ConfigMaps on the center-a provider: (Pulumi name, name, namespace)."""
+    return "".join(
+        f'k8s.core.v1.ConfigMap("{resource}", metadata={{"name": "{name}", "namespace": "{namespace}"}}, opts=opts)\n'
+        for resource, name, namespace in objects
+    )
+
+
+def test_two_resources_with_one_urn_are_refused(tmp_path: Path) -> None:
+    body = config_maps(("same", "a", "default"), ("same", "b", "default"))
+    with pytest.raises(render.RenderError, match=r"two resources share the URN urn:pulumi:test::fleetops::pulumi:pulumi:Stack\$kubernetes:core/v1:ConfigMap::same$"):
+        run_custom(tmp_path, body)
+
+
+def test_one_object_declared_twice_in_a_cluster_is_refused(tmp_path: Path) -> None:
+    body = config_maps(("first", "cfg", "default"), ("second", "cfg", "default"))
+    with pytest.raises(render.RenderError, match=r"center-a declares ConfigMap default/cfg twice"):
+        run_custom(tmp_path, body)
+
+
+def test_same_name_in_two_namespaces_is_two_objects(tmp_path: Path) -> None:
+    body = config_maps(("first", "cfg", "one"), ("second", "cfg", "two"))
+    assert len(run_custom(tmp_path, body).clusters["center-a"]) == 2
+
+
+def test_an_object_without_a_cluster_provider_is_refused(tmp_path: Path) -> None:
+    body = 'k8s.core.v1.ConfigMap("loose", metadata={"name": "loose", "namespace": "default"})\n'
+    with pytest.raises(render.RenderError, match="is not bound to a cluster provider"):
+        run_custom(tmp_path, body)
+
+
+def test_an_input_known_only_after_deployment_is_refused(tmp_path: Path) -> None:
+    body = (
+        'first = k8s.core.v1.ConfigMap("first", metadata={"name": "first", "namespace": "default"}, opts=opts)\n'
+        'k8s.core.v1.ConfigMap("second", metadata={"name": "second", "namespace": "default"}, data={"uid": first.metadata.uid}, opts=opts)\n'
+    )
+    with pytest.raises(render.RenderError, match="has an input known only after deployment"):
+        run_custom(tmp_path, body)
+
+
+def test_a_failing_program_is_one_render_error(tmp_path: Path) -> None:
+    with pytest.raises(render.RenderError, match=r"the stack program failed: ZeroDivisionError: division by zero"):
+        run_custom(tmp_path, "1 / 0\n")
+
+
+def test_render_restores_the_sdk_for_a_real_run_in_the_same_process(tmp_path: Path) -> None:
+    run_custom(tmp_path, "")
+    assert pulumi.resource.register_resource is pulumi_resource.register_resource
+    assert pulumi_resource._get_stack_trace.__name__ == "_get_stack_trace"
+    assert "run_in_executor" not in vars(_ensure_event_loop())
+
+
+# --- the optimised render against the stock SDK mocks -------------------------------------------
+
+
+class _Echo(pulumi.runtime.Mocks):
+    """The SDK's documented mock: every resource resolves to its inputs, on the SDK's own monitor."""
+
+    def __init__(self) -> None:
+        self.objects: list[tuple[str, dict[str, Any]]] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        if args.typ == render.PROVIDER_TYPE:
+            return args.name, {}
+        if args.custom and args.typ.startswith("kubernetes:"):
+            self.objects.append((args.provider.rsplit("::", 1)[-1], args.inputs))
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        return {}
+
+
+def _integers(text: str) -> float | int:
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+def stock_render(env_file: Path, revision: str) -> dict[str, list[dict[str, Any]]]:
+    """The stack program under unpatched SDK mocks (not a preview, thread pool, stack traces on)."""
+    mocks = _Echo()
+    pulumi_settings.set_root_resource(None)
+    pulumi.runtime.set_mocks(mocks, project="fleetops", stack="prod", preview=False)
+    pulumi.runtime.set_all_config({"fleetops:specFile": str(env_file), "fleetops:revision": revision})
+    runpy.run_path(str(render.STACK_PROGRAM), run_name="__main__")
+    _sync_await(pulumi_stack.wait_for_rpcs())
+    clusters: dict[str, list[dict[str, Any]]] = {}
+    for cluster, inputs in mocks.objects:
+        clusters.setdefault(cluster, []).append(json.loads(json.dumps(inputs), parse_float=_integers))
+    return clusters
+
+
+def test_optimised_render_equals_the_stock_sdk_on_prod() -> None:
+    env_file = ROOT / "environments" / "prod.yaml"
+    stock = stock_render(env_file, "rev-equal")
+    ours = render.render(env_file, revision="rev-equal").clusters
+    assert sum(map(len, ours.values())) == 174
+    assert {c: sorted(ms, key=json.dumps) for c, ms in ours.items()} == {c: sorted(ms, key=json.dumps) for c, ms in stock.items()}
