@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from fleetops import inventory
-from reconcile_support import node
+from tests.reconcile_support import node
 
 
 @pytest.mark.parametrize(("text", "value"), [("8", 8), ("500m", Decimal("0.5")), ("16Gi", 16 * 2**30), ("2k", 2000), ("1e3", 1000)])

@@ -9,7 +9,7 @@ import pytest
 
 from fleetops import render, reconcile
 from fleetops.cluster import ApiError, Faults, MemoryCluster
-from reconcile_support import BAD_FP, GOOD_FP, T0, Clock, Sleeps, allow, clusters, deny, dev, node, options
+from tests.reconcile_support import BAD_FP, GOOD_FP, T0, Clock, Sleeps, allow, clusters, deny, dev, node, options
 
 SELECTOR = "app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev"
 

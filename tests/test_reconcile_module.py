@@ -8,7 +8,7 @@ import pytest
 
 from fleetops import render, schema, spec
 from modules.reconciler import NAME, plural
-from reconcile_support import ROOT
+from tests.reconcile_support import ROOT
 
 PROD = ROOT / "environments" / "prod.yaml"
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, schema
 from fleetops.cluster import MemoryCluster
-from reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
+from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
 GOOD = DEV.read_text()
 BIGGER = GOOD.replace("nvidia.com/gpu: {guaranteed: 8, burst: 32}", "nvidia.com/gpu: {guaranteed: 8, burst: 40}")

@@ -133,5 +133,5 @@ def test_optimised_render_equals_the_stock_sdk_on_prod() -> None:
     env_file = ROOT / "environments" / "prod.yaml"
     stock = stock_render(env_file, "rev-equal")
     ours = render.render(env_file, revision="rev-equal").clusters
-    assert sum(map(len, ours.values())) == 174
+    assert sum(map(len, ours.values())) == sum(map(len, stock.values())) > 150
     assert {c: sorted(ms, key=json.dumps) for c, ms in ours.items()} == {c: sorted(ms, key=json.dumps) for c, ms in stock.items()}
