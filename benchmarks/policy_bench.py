@@ -34,7 +34,8 @@ GOAL_GROWTH = 12.0
 
 
 def rendered(scale: float, cache: Path) -> tuple[spec.Environment, render.DesiredState]:
-    env_path = cache / f"large-{scale}.yaml"
+    (cache / str(scale)).mkdir(exist_ok=True)
+    env_path = cache / str(scale) / "large.yaml"  # the file is named after its environment
     state_path = cache / f"state-{scale}.json"
     if not state_path.exists():
         env_path.write_text(yaml.safe_dump(synthetic_environment(scale), sort_keys=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from enum import Enum
@@ -115,6 +116,26 @@ def print_summary(env: spec.Environment, state: render_mod.DesiredState) -> None
     )
 
 
+def write_files(files: dict[Path, str], what: str) -> None:
+    """Write each file beside its target and rename it into place: a failure leaves no half-written file."""
+    written: list[Path] = []
+    try:
+        for path, text in files.items():
+            if path.exists() and not path.is_file():
+                fail(f"{path}: not a regular file; {what} not written")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            written.append(tmp)
+            tmp.write_text(text, encoding="utf-8")
+        for path in files:
+            path.with_name(f".{path.name}.tmp").replace(path)
+    except OSError as exc:
+        for tmp in written:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fail(f"{exc.filename or next(iter(files))}: cannot write {what}: {exc.strerror}")
+
+
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     if fmt is Format.json:
         return json.dumps(manifests, indent=2, sort_keys=True) + "\n"
@@ -165,9 +186,7 @@ def render(
             sys.stdout.write(dump(manifests, output))
     else:
         files = {out_dir / f"{cluster}.{output.value}": dump(m, output) for cluster, m in state.clusters.items()}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for file, text in files.items():
-            file.write_text(text)
+        write_files(files, "rendered objects")
         err.print(f"wrote {len(files)} file(s) to {out_dir}", highlight=False)
     if summary:
         print_summary(load_or_fail(path), state)
@@ -349,19 +368,14 @@ def audit(
         )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
+    broken = [e["error"] for e in report["environments"] if e["error"]]
+    if broken:
+        fail("\n".join(broken) + "\n(no report written)")
     text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown, AuditFormat.json: audit_mod.as_json}[output](report)
     if out_file is None:
         sys.stdout.write(text)
         return
-    # Write beside the target and rename, so a failure never leaves half a report behind.
-    tmp = out_file.with_name(f".{out_file.name}.tmp")
-    try:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_file)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        fail(f"{out_file}: cannot write the report: {exc.strerror}")
+    write_files({out_file: text}, "the report")
     err.print(f"wrote {out_file} ({len(report['policies'])} rules, {len(report['environments'])} environment(s))", highlight=False)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fleetops.render import CLUSTER_SCOPED
+from fleetops.spec import SYSTEM_NAMESPACES
 
 Manifest = dict[str, Any]
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -174,7 +175,6 @@ _DEFAULTS: dict[str, Manifest] = {
     "DaemonSet": {"spec": {"revisionHistoryLimit": 10}},
     "Namespace": {"spec": {"finalizers": ["kubernetes"]}},
 }
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _CLUSTER_SCOPED = CLUSTER_SCOPED | {"Node"}  # every cluster-scoped kind fleetops renders, and nodes
 
 

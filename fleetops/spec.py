@@ -480,17 +480,24 @@ def load_environment(path: str | Path, display: str | None = None) -> Environmen
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    return parse_environment(text, file)
+    env = parse_environment(text, file)
+    if env.environment != path.stem:
+        # Objects are labelled and pruned by environment name: a file that names another environment
+        # would act on that one's objects.
+        _, pos = parse_yaml(text, file)
+        raise SpecError([pos.error(("environment",), f"must equal the file name {path.stem!r}, got {env.environment!r}")])
+    return env
 
 
 # --- cross-field checks ----------------------------------------------------------------------
 
 
-def _duplicates(items: Iterable[tuple[Loc, str]], what: str) -> Iterator[tuple[Loc, str]]:
+def _duplicates(items: Iterable[tuple[Loc, str]], what: str, named: bool = True) -> Iterator[tuple[Loc, str]]:
+    """Repeated names: `named` items are objects with a `name` field, else the names themselves."""
     seen: dict[str, Loc] = {}
     for loc, name in items:
         if name in seen:
-            yield loc + ("name",), f"duplicate {what} name {name!r} (first at {format_loc(seen[name])})"
+            yield (loc + ("name",) if named else loc), f"duplicate {what} name {name!r} (first at {format_loc(seen[name])})"
         else:
             seen[name] = loc
 
@@ -554,6 +561,10 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             yield from _sharing_checks(loc, pool.device, pool.sharing)
             if plugin_kind(pool.device.resource) is None:
                 yield loc + ("device", "resource"), f"no device plugin is known for {pool.device.resource}"
+        for kind, members in (("pools", cluster.pools), ("edge_groups", cluster.edge_groups)):
+            for gi, group in enumerate(members):
+                for key in sorted(set(group.labels) & RESERVED_LABELS):
+                    yield ("clusters", ci, kind, gi, "labels", key), f"{key} is set by fleetops from the {kind[:-1].replace('_', ' ')} itself"
         for gi, group in enumerate(cluster.edge_groups):
             loc = ("clusters", ci, "edge_groups", gi)
             if cluster.role != "edge":
@@ -571,8 +582,14 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
     classes = {p.name for p in env.priority_classes}
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
+    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
+        if tenant.name in reserved:
+            # The tenant's namespace gets default-deny and fleetops' ownership: never a system or fleetops one.
+            yield loc + ("name",), f"{tenant.name!r} is a reserved namespace ({', '.join(sorted(reserved))}); pick another tenant name"
+        for field_name, names in (("clusters", tenant.clusters), ("pools", tenant.pools or []), ("edge_groups", tenant.edge_groups)):
+            yield from _duplicates((((*loc, field_name, k), n) for k, n in enumerate(names)), field_name.rstrip("s").replace("_", " "), named=False)
         dangling = list(_dangling_placement(loc, tenant, clusters))
         yield from dangling
         for k, name in enumerate(tenant.priority_classes):
@@ -668,16 +685,18 @@ def monthly_cost(env: Environment) -> float:
     )
 
 
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 POOL_LABEL = "fleetops.io/pool"
 EDGE_GROUP_LABEL = "fleetops.io/edge-group"
 NVIDIA_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by NVIDIA mig-manager
+RESERVED_LABELS = {POOL_LABEL, EDGE_GROUP_LABEL, NVIDIA_CONFIG_LABEL, MIG_CONFIG_LABEL}
 
 
 def node_labels(group: Group) -> dict[str, str]:
     """The labels every member node of a pool or edge group carries: the pool contract."""
     key = POOL_LABEL if isinstance(group, Pool) else EDGE_GROUP_LABEL
-    labels = {key: group.name, **group.labels}
+    labels = {**group.labels, key: group.name}  # the contract's own keys win (validation rejects them too)
     if plugin_kind(group.device.resource) == "nvidia":
         labels[NVIDIA_CONFIG_LABEL] = group.name
     if isinstance(group, Pool) and group.sharing.mode == "mig":

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.cli import run
+from tests.helpers import ROOT
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
@@ -61,3 +62,29 @@ def test_an_unknown_environment_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["environments/nope.yaml:1:1: no environment 'nope' (known: dev, prod, staging)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_render_to_a_path_that_is_a_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.write_text("mine\n")
+    for out in (target, target / "sub"):
+        done = run("render", "--env", "dev", "-o", out)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "cannot write rendered objects" in done.stderr
+    assert target.read_text() == "mine\n"
+
+
+def test_audit_refuses_a_target_that_is_not_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "dir.html").mkdir()
+    done = run("audit", "--env", "dev", "-o", tmp_path / "dir.html")
+    assert done.returncode == 2 and "not a regular file" in done.stderr
+    assert list((tmp_path / "dir.html").iterdir()) == []
+
+
+def test_audit_of_an_invalid_environment_writes_no_report(tmp_path: Path) -> None:
+    envs = tmp_path / "environments"
+    envs.mkdir()
+    (envs / "dev.yaml").write_text((ROOT / "environments" / "dev.yaml").read_text().replace("nodes: 2", "nodes: -2", 1))
+    out = tmp_path / "audit.html"
+    done = run("audit", "--environments", envs, "-o", out)
+    assert done.returncode == 2 and "dev.yaml:" in done.stderr and not out.exists()
