@@ -90,7 +90,7 @@ Workload = Literal["training", "inference", "batch"]
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 # --- devices -------------------------------------------------------------------------------
