@@ -1,22 +1,28 @@
-"""`make bench`: every benchmark of the repository, one after another. Add new ones to BENCHMARKS."""
+"""`make bench`: every benchmark of the repository, each in its own process (its memory its own).
+
+Add new ones to BENCHMARKS; each prints its figures and its goals.
+"""
 
 from __future__ import annotations
 
+import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import render_bench  # noqa: E402
-
-BENCHMARKS: list[Callable[[list[str]], None]] = [render_bench.main]
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ["render_bench.py", "policy_bench.py", "plan_bench.py", "reconcile_bench.py"]
 
 
-def main() -> None:
-    for bench in BENCHMARKS:
-        bench(sys.argv[1:])
+def main() -> int:
+    failed = []
+    for name in BENCHMARKS:
+        print(f"== {name}", flush=True)
+        if subprocess.run([sys.executable, str(HERE / name)], check=False).returncode != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
