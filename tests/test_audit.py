@@ -6,12 +6,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from tests.cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
@@ -27,14 +28,10 @@ def shipped_rules() -> set[str]:
     }
 
 
-def fleetops(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fleetops.cli", *args], capture_output=True, text=True, check=False, cwd=cwd)
-
-
 @pytest.fixture(scope="module")
 def report_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("audit") / "audit.json"
-    run = fleetops("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
+    run = run("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
     assert run.returncode == 0, run.stderr
     return json.loads(out.read_text())
 
@@ -42,7 +39,7 @@ def report_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="module")
 def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("audit") / "audit.html"
-    run = fleetops("audit", "-o", str(out))
+    run = run("audit", "-o", str(out))
     assert run.returncode == 0, run.stderr
     return out
 
@@ -65,14 +62,14 @@ def test_rule_locations_point_at_the_rule(report_json: dict) -> None:
 
 def test_counts_agree_with_check(report_json: dict, tmp_path: Path) -> None:
     for env in report_json["environments"]:
-        run = fleetops("check", "--env", env["name"], "--output", "json", "--decision-log", str(tmp_path / "d.jsonl"))
+        run = run("check", "--env", env["name"], "--output", "json", "--decision-log", str(tmp_path / "d.jsonl"))
         verdict = json.loads(run.stdout)
         assert env["counts"] == verdict["summary"], env["name"]
         assert sorted(d["rule"] for d in env["decisions"]) == sorted(d["rule"] for d in verdict["decisions"])
 
 
 def test_coverage_and_test_results_match_policy_test(report_json: dict) -> None:
-    run = fleetops("policy", "test", "--output", "json")
+    run = run("policy", "test", "--output", "json")
     tests = json.loads(run.stdout)
     assert report_json["tests"]["total"] == len(tests["tests"])
     assert report_json["tests"]["passed"] == sum(t["passed"] for t in tests["tests"])
@@ -83,7 +80,7 @@ def test_json_is_stable_across_runs(tmp_path: Path) -> None:
     outs = []
     for i in range(2):
         path = tmp_path / f"a{i}.json"
-        assert fleetops("audit", "--output", "json", "-o", str(path), "--env", "dev", "--decision-log", str(tmp_path / "none")).returncode == 0
+        assert run("audit", "--output", "json", "-o", str(path), "--env", "dev", "--decision-log", str(tmp_path / "none")).returncode == 0
         outs.append(path.read_bytes())
     assert outs[0] == outs[1]
 
@@ -116,7 +113,7 @@ def test_expired_and_malformed_waivers_are_flagged(tmp_path: Path) -> None:
 """,
     )
     out = tmp_path / "audit.json"
-    run = fleetops("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out))
+    run = run("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out))
     assert run.returncode == 0, run.stderr
     report = json.loads(out.read_text())
     status = {w["rule"]: w for w in report["waivers"]}
@@ -127,21 +124,21 @@ def test_expired_and_malformed_waivers_are_flagged(tmp_path: Path) -> None:
     # The expired waiver waives nothing: the share rule is a deny again.
     assert "quota.tenant_share" in {d["rule"] for d in prod["decisions"] if d["status"] == "deny"}
     html = tmp_path / "audit.html"
-    fleetops("audit", "--env", "prod", "--policies", str(policies), "-o", str(html))
+    run("audit", "--env", "prod", "--policies", str(policies), "-o", str(html))
     assert '<td class="expired">expired' in html.read_text()
 
 
 def test_history_from_the_decision_log(tmp_path: Path) -> None:
     log = tmp_path / "decisions.jsonl"
     for _ in range(2):
-        assert fleetops("check", "--env", "prod", "--decision-log", str(log)).returncode == 0
+        assert run("check", "--env", "prod", "--decision-log", str(log)).returncode == 0
     log.write_text(
         log.read_text()
         + json.dumps({"time": "2026-11-30T10:00:00+00:00", "environment": "prod", "revision": "abc", "decisions": [{"rule": "budget.over_budget", "status": "deny", "msg": "over"}]})
         + "\nnot json\n"
     )
     out = tmp_path / "a.json"
-    assert fleetops("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
+    assert run("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
     history = json.loads(out.read_text())["history"]
     assert history["entries"] == 3
     assert history["latest_denials"][0]["rule"] == "budget.over_budget"
@@ -152,7 +149,7 @@ def test_bad_policy_writes_no_report(tmp_path: Path) -> None:
     policies = _policies_with(tmp_path, "waivers: []\n")
     (policies / "quota.rego").write_text("package fleet.quota\n\ndeny contains d if {\n")
     out = tmp_path / "audit.html"
-    run = fleetops("audit", "--policies", str(policies), "-o", str(out))
+    run = run("audit", "--policies", str(policies), "-o", str(out))
     assert run.returncode == 2
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.glob(".audit.html*"))
