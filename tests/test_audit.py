@@ -31,16 +31,16 @@ def shipped_rules() -> set[str]:
 @pytest.fixture(scope="module")
 def report_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("audit") / "audit.json"
-    run = run("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
-    assert run.returncode == 0, run.stderr
+    done = run("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
+    assert done.returncode == 0, done.stderr
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
 def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("audit") / "audit.html"
-    run = run("audit", "-o", str(out))
-    assert run.returncode == 0, run.stderr
+    done = run("audit", "-o", str(out))
+    assert done.returncode == 0, done.stderr
     return out
 
 
@@ -62,15 +62,15 @@ def test_rule_locations_point_at_the_rule(report_json: dict) -> None:
 
 def test_counts_agree_with_check(report_json: dict, tmp_path: Path) -> None:
     for env in report_json["environments"]:
-        run = run("check", "--env", env["name"], "--output", "json", "--decision-log", str(tmp_path / "d.jsonl"))
-        verdict = json.loads(run.stdout)
+        done = run("check", "--env", env["name"], "--output", "json", "--decision-log", str(tmp_path / "d.jsonl"))
+        verdict = json.loads(done.stdout)
         assert env["counts"] == verdict["summary"], env["name"]
         assert sorted(d["rule"] for d in env["decisions"]) == sorted(d["rule"] for d in verdict["decisions"])
 
 
 def test_coverage_and_test_results_match_policy_test(report_json: dict) -> None:
-    run = run("policy", "test", "--output", "json")
-    tests = json.loads(run.stdout)
+    done = run("policy", "test", "--output", "json")
+    tests = json.loads(done.stdout)
     assert report_json["tests"]["total"] == len(tests["tests"])
     assert report_json["tests"]["passed"] == sum(t["passed"] for t in tests["tests"])
     assert {c["file"]: c["percent"] for c in report_json["coverage"]} == {f"policies/{c['path']}": c["percent"] for c in tests["coverage"]}
@@ -113,8 +113,8 @@ def test_expired_and_malformed_waivers_are_flagged(tmp_path: Path) -> None:
 """,
     )
     out = tmp_path / "audit.json"
-    run = run("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out))
-    assert run.returncode == 0, run.stderr
+    done = run("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out))
+    assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     status = {w["rule"]: w for w in report["waivers"]}
     assert status["quota.tenant_share"]["status"] == "expired" and status["quota.tenant_share"]["days_left"] < 0
@@ -149,9 +149,9 @@ def test_bad_policy_writes_no_report(tmp_path: Path) -> None:
     policies = _policies_with(tmp_path, "waivers: []\n")
     (policies / "quota.rego").write_text("package fleet.quota\n\ndeny contains d if {\n")
     out = tmp_path / "audit.html"
-    run = run("audit", "--policies", str(policies), "-o", str(out))
-    assert run.returncode == 2
-    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    done = run("audit", "--policies", str(policies), "-o", str(out))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.glob(".audit.html*"))
 
 
@@ -202,10 +202,10 @@ def test_report_renders_in_headless_chromium_without_console_errors(report_html:
     broken.write_text("<html><body><script>missingFunction()</script></body></html>")
     assert "CONSOLE" in _chromium(broken.as_uri()).stderr
 
-    run = _chromium(report_html.as_uri())
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "CONSOLE" not in run.stderr, [line for line in run.stderr.splitlines() if "CONSOLE" in line]
-    dom = run.stdout
+    done = _chromium(report_html.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CONSOLE" not in done.stderr, [line for line in done.stderr.splitlines() if "CONSOLE" in line]
+    dom = done.stdout
     for section in SECTIONS:
         assert re.search(rf'<section id="{section}" aria-labelledby="{section}-h">\s*<h2 id="{section}-h">', dom), section
     assert dom.count('<tr id="rule-') == len(shipped_rules())
