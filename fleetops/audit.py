@@ -189,7 +189,7 @@ def markdown(report: dict[str, Any]) -> str:
         n = e["counts"]
         lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
         lines.append("")
-        lines += [f"- **{d['state']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
         lines.append("")
     lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
     lines += [

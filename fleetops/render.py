@@ -81,9 +81,6 @@ class DesiredState:
             for manifest in manifests:
                 yield cluster, manifest
 
-    def by_key(self) -> dict[tuple[str, str, str, str, str], dict[str, Any]]:
-        return {object_key(cluster, m): m for cluster, m in self.objects()}
-
     @property
     def object_count(self) -> int:
         return sum(len(m) for m in self.clusters.values())

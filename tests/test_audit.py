@@ -210,3 +210,14 @@ def test_report_renders_in_headless_chromium_without_console_errors(report_html:
         assert re.search(rf'<section id="{section}" aria-labelledby="{section}-h">\s*<h2 id="{section}-h">', dom), section
     assert dom.count('<tr id="rule-') == len(shipped_rules())
     assert "<svg" in dom and "guaranteed and burst quota against capacity" in dom
+
+
+def test_markdown_report_lists_rules_decisions_and_waivers(tmp_path: Path) -> None:
+    out = tmp_path / "audit.md"
+    done = run("audit", "--env", "prod", "--output", "markdown", "-o", str(out), "--decision-log", str(tmp_path / "none"))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert text.startswith("# fleetops policy audit")
+    for rule in shipped_rules():
+        assert f"`{rule}`" in text
+    assert "### prod: 0 deny, 1 warn, 1 waived" in text and "FLEET-412" in text

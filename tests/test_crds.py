@@ -6,12 +6,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from fleetops import schema
 
 CRDS = Path(schema.__file__).resolve().parent / "crds"
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "crds"
 
 
 def blob(path: Path) -> str:
@@ -25,12 +22,6 @@ def test_each_shipped_crd_has_its_upstream_blob_id() -> None:
     assert files and sorted(rows) == files
     for name in files:
         assert blob(CRDS / name) == rows[name], f"{name} differs from upstream"
-
-
-@pytest.mark.skipif(not SHARED.is_dir(), reason="no ../shared/crds beside this checkout to compare with")
-def test_shipped_crds_equal_the_shared_copies() -> None:
-    for path in sorted(SHARED.glob("*.yaml")):
-        assert (CRDS / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 def test_every_custom_kind_rendered_has_a_schema() -> None:

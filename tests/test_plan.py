@@ -75,6 +75,7 @@ def test_quota_raise_shows_quota_capacity_and_clusterqueue_change(repo: Path) ->
     edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 112, burst: 176}")
     commit(repo, "vision: more GPUs")
     code, result = plan_json(repo)
+    assert code == 0
     assert result["quota_changes"] == [
         {
             "tenant": "vision",
@@ -107,6 +108,9 @@ def test_pool_added_adds_its_objects_capacity_and_cost(repo: Path) -> None:
     )
     commit(repo, "center-sh: 8 H100 nodes")
     code, result = plan_json(repo)
+    # +135,488 a month: over prod's budget, and a rise of 25% that needs two approvals.
+    assert sorted(d["rule"] for d in result["decisions"] if d["status"] == "deny") == ["budget.over_budget", "change.cost_increase_approvals"]
+    assert code == 1
     added = {(o["cluster"], o["kind"], o["name"]) for o in result["objects"]["added"]}
     assert ("center-sh", "ResourceFlavor", "h100-extra") in added
     assert ("center-sh", "DaemonSet", "nvidia-device-plugin-h100-extra") in added
@@ -125,6 +129,7 @@ def test_pool_removed_removes_its_objects(repo: Path) -> None:
     edit(repo, "pools: [a100-mig, fpga-arria10]", "pools: [a100-mig]")
     commit(repo, "retire the FPGA pool")
     code, result = plan_json(repo)
+    assert code == 0 and "change.group_removed" in {d["rule"] for d in result["decisions"] if d["status"] == "warn"}
     removed = {(o["kind"], o["name"]) for o in result["objects"]["removed"]}
     assert ("ResourceFlavor", "fpga-arria10") in removed
     assert ("DaemonSet", "fpga-device-plugin-fpga-arria10") in removed
@@ -137,6 +142,7 @@ def test_price_change_moves_cost_only(repo: Path) -> None:
     edit(repo, "H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.1")
     commit(repo, "new H100 price")
     code, result = plan_json(repo)
+    assert code == 0
     assert result["objects"] == {"added": [], "removed": [], "changed": [], "per_cluster": {}}
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
     md = plan(repo, "--env", "prod").stdout
@@ -171,6 +177,7 @@ def test_no_effect_prints_nothing_with_only_on_change(repo: Path) -> None:
     out = plan(repo, "--env", "prod", "--only-on-change")
     assert out.returncode == 0 and out.stdout == ""
     code, result = plan_json(repo)
+    assert code == 0
     assert result["no_effect"] is True
 
 
@@ -255,4 +262,5 @@ def test_default_base_follows_an_explicit_head(repo: Path) -> None:
     head = commit(repo, "price")
     git(repo, "checkout", "-q", "main")  # HEAD is now main itself: the base must come from --head
     code, result = plan_json(repo, "--head", head)
+    assert code == 0
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)

@@ -63,7 +63,8 @@ def rendered(tmp_path: Path | None = None, change=None) -> tuple[spec.Environmen
 def test_the_pack_declares_a_mandatory_and_an_advisory_stack_policy(pack):
     levels = {p.name: p.enforcement_level.value for p in pack["POLICIES"]}
     assert levels == {"fleetops-deny": "mandatory", "fleetops-warn": "advisory"}
-    assert yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"] == "python"
+    runtime = yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"]
+    assert runtime["name"] == "python" and (PACK / runtime["options"]["virtualenv"]).resolve() == (PACK.parent.parent / ".venv").resolve()
     assert "pulumi-policy==1.21.0" in (PACK / "requirements.txt").read_text().splitlines()
 
 
