@@ -260,18 +260,7 @@ def environment_section(name: str, env_path: Path, policies_dir: Path, engine: p
     except (spec.SpecError, render.RenderError) as exc:
         problems = exc.problems if isinstance(exc, spec.SpecError) else [str(exc)]
         return {"name": name, "error": problems[0], "counts": {"deny": 0, "warn": 0, "waived": 0}, "decisions": [], "capacity": []}
-    cap, sums = spec.capacity(env), spec.quota_sums(env)
-    capacity = [
-        {
-            "cluster": cluster,
-            "resource": resource,
-            "capacity": units,
-            "guaranteed": sums.get(cluster, {}).get(resource, {}).get("guaranteed", 0),
-            "burst": sums.get(cluster, {}).get(resource, {}).get("burst", 0),
-        }
-        for cluster, per in cap.items()
-        for resource, units in sorted(per.items())
-    ]
+    capacity = spec.capacity_rows(env)
     decisions = policy.report_rows(verdict)
     counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "warn", "waived")}
     return {"name": name, "error": None, "counts": counts, "decisions": decisions, "capacity": capacity}

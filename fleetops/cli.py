@@ -74,26 +74,6 @@ def render_or_fail(path: Path, revision: str | None = None) -> render_mod.Desire
     return state
 
 
-def summary_rows(env: spec.Environment) -> list[dict[str, Any]]:
-    cap = spec.capacity(env)
-    sums = spec.quota_sums(env)
-    rows = []
-    for cluster in env.clusters:
-        for resource, units in sorted(cap[cluster.name].items()):
-            q = sums.get(cluster.name, {}).get(resource, {"guaranteed": 0, "burst": 0})
-            rows.append(
-                {
-                    "cluster": cluster.name,
-                    "resource": resource,
-                    "capacity": units,
-                    "guaranteed": q["guaranteed"],
-                    "burst": q["burst"],
-                    "headroom_percent": round(100 * (units - q["guaranteed"]) / units, 1) if units else 0.0,
-                }
-            )
-    return rows
-
-
 def print_summary(env: spec.Environment, state: render_mod.DesiredState) -> None:
     pools = Table(title=f"{env.environment}: pools and edge groups", title_justify="left")
     for col in ("cluster", "group", "device", "nodes", "sharing", "schedulable"):
@@ -106,7 +86,7 @@ def print_summary(env: spec.Environment, state: render_mod.DesiredState) -> None
     quota = Table(title="capacity and quota per cluster", title_justify="left")
     for col in ("cluster", "resource", "capacity", "guaranteed", "burst", "headroom %"):
         quota.add_column(col, justify="right" if col not in ("cluster", "resource") else "left")
-    for row in summary_rows(env):
+    for row in spec.capacity_rows(env):
         quota.add_row(row["cluster"], row["resource"], *(str(row[k]) for k in ("capacity", "guaranteed", "burst", "headroom_percent")))
     out.print(pools)
     out.print(quota)

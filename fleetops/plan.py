@@ -176,17 +176,11 @@ def capacity_rows(before: spec.Environment | None, after: spec.Environment | Non
     """Per cluster x device resource: declared units, guaranteed and burst sums, headroom, before and after."""
 
     def facts(env: spec.Environment | None) -> dict[tuple[str, str], dict[str, float]]:
-        if env is None:
-            return {}
-        cap, sums = spec.capacity(env), spec.quota_sums(env)
-        out = {}
-        for cluster, per in cap.items():
-            for resource in sorted(set(per) | set(sums.get(cluster, {}))):
-                units = per.get(resource, 0)
-                q = sums.get(cluster, {}).get(resource, {"guaranteed": 0, "burst": 0})
-                headroom = round(100 * (units - q["guaranteed"]) / units, 1) if units else 0.0
-                out[(cluster, resource)] = {"devices": units, "guaranteed": q["guaranteed"], "burst": q["burst"], "headroom_percent": headroom}
-        return out
+        rows = spec.capacity_rows(env) if env is not None else []
+        return {
+            (r["cluster"], r["resource"]): {"devices": r["capacity"], "guaranteed": r["guaranteed"], "burst": r["burst"], "headroom_percent": r["headroom_percent"]}
+            for r in rows
+        }
 
     b, a = facts(before), facts(after)
     empty = {"devices": 0, "guaranteed": 0, "burst": 0, "headroom_percent": 0.0}

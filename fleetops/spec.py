@@ -673,6 +673,26 @@ def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
+def capacity_rows(env: Environment) -> list[dict[str, Any]]:
+    """Per cluster and device resource: schedulable units, guaranteed and burst sums, headroom %."""
+    sums = quota_sums(env)
+    rows = []
+    for cluster, per in capacity(env).items():
+        for resource, units in sorted(per.items()):
+            q = sums.get(cluster, {}).get(resource, {"guaranteed": 0, "burst": 0})
+            rows.append(
+                {
+                    "cluster": cluster,
+                    "resource": resource,
+                    "capacity": units,
+                    "guaranteed": q["guaranteed"],
+                    "burst": q["burst"],
+                    "headroom_percent": round(100 * (units - q["guaranteed"]) / units, 1) if units else 0.0,
+                }
+            )
+    return rows
+
+
 def monthly_cost(env: Environment) -> float:
     """Every declared physical device priced per device-hour, for a 730-hour month."""
     return round(
