@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,5 +16,7 @@ def fleetops_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "fleetops.cli"]
 
 
-def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*fleetops_command(), *map(str, args)], cwd=cwd, capture_output=True, text=True, check=False, timeout=300)
+def run(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`env` holds variables to set on top of this process's environment."""
+    environ = {**os.environ, **env} if env else None
+    return subprocess.run([*fleetops_command(), *map(str, args)], cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=300)

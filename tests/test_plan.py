@@ -6,12 +6,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
-import os
 from xml.etree import ElementTree
 from pathlib import Path
 
 import pytest
+
+from tests.cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEET_PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
@@ -54,15 +54,7 @@ def edit(repo: Path, old: str, new: str, env: str = "prod") -> None:
 
 
 def plan(repo: Path, *args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
-    return subprocess.run(
-        [sys.executable, "-m", "fleetops.cli", "plan", "--repo", str(repo), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=repo,
-        env=env,
-    )
+    return run("plan", "--repo", repo, *args, cwd=repo, env={"TMPDIR": str(tmpdir)} if tmpdir else None)
 
 
 def plan_json(repo: Path, *args: str) -> tuple[int, dict]:
@@ -241,10 +233,7 @@ def test_weakened_policy_does_not_judge_its_own_change(repo: Path) -> None:
     md = plan(repo, "--env", "prod").stdout
     assert "**Policy change**" in md and "@platform-policy" in md
     # The head's own (weakened) policies would have let it through: that is what the base gate prevents.
-    check = subprocess.run(
-        [sys.executable, "-m", "fleetops.cli", "check", "--env", "prod", "--policies", str(repo / "policies"), "--decision-log", str(repo.parent / "d.jsonl")],
-        capture_output=True, text=True, cwd=repo, check=False,
-    )
+    check = run("check", "--env", "prod", "--policies", repo / "policies", "--decision-log", repo.parent / "d.jsonl", cwd=repo)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import cli
+
 ROOT = Path(__file__).resolve().parent.parent
-FLEETOPS = [sys.executable, "-m", "fleetops.cli"]
 
 
 def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), **env}
-    environ.pop("FLEETOPS_OPA_URL", None)
-    return subprocess.run([*FLEETOPS, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+    # An empty FLEETOPS_OPA_URL selects the embedded engine, whatever the caller's shell has set.
+    return cli.run(*args, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), "FLEETOPS_OPA_URL": "", **env})
 
 
 def mutated_env_dir(tmp_path: Path, change) -> Path:
