@@ -1,9 +1,9 @@
-# Set-up is part of every target: a fresh machine needs only python3 and make.
+# Set-up is part of every target: a fresh machine needs only python3, make, git and Go (see README).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup plan test bench clean
+.PHONY: setup tools plan test test-quick bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,12 +12,18 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 
+tools:  ## build the real servers the tests run against (OPA, etcd, kube-apiserver, Pulumi) into .tools/; cached
+	tools/build.sh
+
 plan: $(STAMP)  ## the main job on the bundled prod environment
 	$(VENV)/bin/fleetops render --env prod -o build/prod --summary
 	$(VENV)/bin/fleetops plan --env prod
 
-test: $(STAMP)  ## the whole test suite
+test: $(STAMP) tools  ## the whole test suite, the real-server tier included
 	$(VENV)/bin/pytest -n 2 -q
+
+test-quick: $(STAMP)  ## everything but the real-server tier (no Go needed)
+	$(VENV)/bin/pytest -n 2 -q -m "not real"
 
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)
 	$(PY) benchmarks/run.py

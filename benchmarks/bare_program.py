@@ -17,6 +17,6 @@ config = pulumi.Config("fleetops")
 clusters = json.loads(open(config.require("manifests"), encoding="utf-8").read())
 for cluster, manifests in clusters.items():
     provider = k8s.Provider(cluster, context=cluster, enable_server_side_apply=True)
-    target = Target(cluster=cluster, environment=pulumi.get_stack(), revision=config.require("revision"), provider=provider)
+    target = Target(cluster=cluster, environment=pulumi.get_stack(), provider=provider)
     for manifest in manifests:
         declare(None, target, manifest)

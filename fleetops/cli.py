@@ -181,7 +181,10 @@ class CheckOutput(str, Enum):
     junit = "junit"
 
 
-PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Folder of Rego policies, data and waivers", envvar="FLEETOPS_POLICIES")]
+PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Folder of Rego policies, data and waivers (default: policies/ of the repository here)", envvar="FLEETOPS_POLICIES")]
+# The repository being judged brings its own policies, as it brings its environments: never the
+# copy installed with fleetops.
+DEFAULT_POLICIES = Path("policies")
 
 
 def verdict_table(verdict: policy.Verdict) -> Table:
@@ -201,7 +204,7 @@ def check(
     output: Annotated[CheckOutput, typer.Option("--output", help="table, json or junit")] = CheckOutput.table,
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
     opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine); token from $FLEETOPS_OPA_TOKEN")] = None,
-    policies: PoliciesOpt = policy.POLICIES_DIR,
+    policies: PoliciesOpt = DEFAULT_POLICIES,
     revision: Annotated[str | None, typer.Option(help="Revision to stamp (default: the Git HEAD)")] = None,
 ) -> None:
     """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
@@ -242,7 +245,7 @@ app.add_typer(policy_app, name="policy")
 @policy_app.command("test")
 def policy_test(
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
-    policies: PoliciesOpt = policy.POLICIES_DIR,
+    policies: PoliciesOpt = DEFAULT_POLICIES,
 ) -> None:
     """Run every *_test.rego with the embedded engine and report line coverage per policy file. Exit 1 on a failing test."""
     try:
@@ -328,7 +331,7 @@ def audit(
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log for the history (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
     output: Annotated[AuditFormat, typer.Option("--output", help="html, markdown or json")] = AuditFormat.html,
     out_file: Annotated[Path | None, typer.Option("-o", "--out", help="Write the report here (default: standard output)")] = None,
-    policies: PoliciesOpt = policy.POLICIES_DIR,
+    policies: PoliciesOpt = DEFAULT_POLICIES,
     opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine)")] = None,
 ) -> None:
     """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
@@ -374,13 +377,13 @@ if __name__ == "__main__":
 # --- reconcile ---------------------------------------------------------------------------------
 
 
-def parse_interval(text: str) -> float:
+def parse_interval(text: str, option: str) -> float:
     """`60s`, `5m`, `1h` or plain seconds -> seconds."""
     import re
 
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)?\s*", text)
     if not m or float(m.group(1)) <= 0:
-        fail(f"--interval: expected a duration like 60s, 5m or 1h, got {text!r}")
+        fail(f"{option}: expected a duration like 60s, 5m or 1h, got {text!r}")
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
 
 
@@ -389,7 +392,9 @@ def print_pass(result: Any) -> None:
     for col in ("cluster", "action", "object", "detail", "result"):
         table.add_column(col)
     for name, cluster in result.clusters.items():
-        if not cluster.leader:
+        if cluster.unreachable is not None:
+            table.add_row(name, "unreachable", "", cluster.unreachable, "error")
+        elif not cluster.leader and not cluster.errors:
             table.add_row(name, "standby", "", "another replica holds the Lease", "")
         for a in cluster.actions:
             detail = a.detail if isinstance(a.detail, str) else (", ".join(c.path for c in a.detail) if isinstance(a.detail, list) else "")
@@ -408,7 +413,13 @@ def print_pass(result: Any) -> None:
     if capacity.row_count:
         out.print(capacity)
     for reason in result.reasons:
-        out.print(reason, markup=False, highlight=False)
+        if reason not in result.errors:
+            out.print(reason, markup=False, highlight=False)
+    # Errors of a cluster (not of one object, those are in the table) go to standard error, once each.
+    in_table = {f"{a.cluster}: {a.verb} {a.target}: {a.error}" for c in result.clusters.values() for a in c.actions if a.error}
+    for error in dict.fromkeys(result.errors):
+        if error not in in_table:
+            err.print(error, markup=False, highlight=False)
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {result.last_applied or 'none'}", highlight=False)
 
 
@@ -431,6 +442,7 @@ def reconcile(
     identity: Annotated[str | None, typer.Option(help="Leader election identity (default: host name); only the Lease holder writes", envvar="FLEETOPS_IDENTITY")] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
+    request_timeout: Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")] = "30s",
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Keep the live fleet equal to Git: fetch, validate, render, gate, then apply, prune and fix nodes per cluster."""
@@ -449,11 +461,12 @@ def reconcile(
         fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"{kubeconfig}:1:1: no such kubeconfig file")
-    period = parse_interval(interval) if interval else 0.0
+    period = parse_interval(interval, "--interval") if interval else 0.0
+    timeout = parse_interval(request_timeout, "--request-timeout")
 
     def connect(c: spec.Cluster) -> cluster_mod.ClusterAPI:
         config = str(kubeconfig) if kubeconfig else c.kubeconfig
-        return cluster_mod.connect(c.name, config, context or c.context, in_cluster)
+        return cluster_mod.connect(c.name, config, context or c.context, in_cluster, timeout)
 
     opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = rec.Reconciler(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import random
 import re
 import threading
@@ -30,19 +31,24 @@ Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 WRITE_VERBS = frozenset({"apply", "create", "replace", "delete", "patch"})
 RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 TIMEOUT = 0  # status of an ApiError raised for a timeout or a broken connection
+UNREACHABLE = -1  # status of a call not made: the server stopped answering earlier (never retried)
 
 
 class ApiError(Exception):
     """An API call that failed: HTTP status (0 for timeouts), reason, and the server's Retry-After."""
 
     def __init__(self, status: int, reason: str, retry_after: float | None = None):
-        super().__init__(f"{status} {reason}" if status else reason)
+        super().__init__(f"{status} {reason}" if status > 0 else reason)
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
 
     @property
     def retryable(self) -> bool:
+        # A server-side apply the server cannot even type (a field its schema lacks) comes back as a
+        # 500 on a real kube-apiserver, yet no retry can heal it.
+        if self.status == 500 and "failed to create typed patch object" in self.reason:
+            return False
         return self.status == TIMEOUT or self.status in RETRYABLE_STATUSES
 
 
@@ -417,6 +423,30 @@ def _remove_path(obj: Manifest, path: str) -> None:
 
 # --- the real API server --------------------------------------------------------------------
 
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection: an unreachable server is known in seconds
+READ_TIMEOUT = 30.0  # seconds for an answer once connected
+
+
+def _transport_reason(exc: Exception) -> str:
+    """A failed connection in a few words, not urllib3's nested repr (which also names the whole URL)."""
+    text = str(exc)
+    for marker, reason in (
+        ("Connection refused", "connection refused"),
+        ("ConnectTimeout", f"no connection within {CONNECT_TIMEOUT:g}s"),
+        ("timed out", "timed out"),
+        ("Name or service not known", "host name not found"),
+        ("NameResolution", "host name not found"),
+        ("CERTIFICATE_VERIFY_FAILED", "TLS certificate not trusted"),
+        ("SSLError", "TLS handshake failed"),
+        ("Network is unreachable", "network unreachable"),
+        ("No route to host", "no route to host"),
+        ("RemoteDisconnected", "the server closed the connection"),
+        ("Connection reset", "connection reset"),
+    ):
+        if marker in text or marker in type(exc).__name__:
+            return reason
+    return type(exc).__name__
+
 
 def _api_error(exc: Exception) -> ApiError:
     if type(exc).__name__ == "ResourceNotFoundError":  # discovery does not know the kind: its CRD is not installed
@@ -429,15 +459,25 @@ def _api_error(exc: Exception) -> ApiError:
             retry_after = float(retry) if retry is not None else None
         except ValueError:
             retry_after = None
-        return ApiError(status, str(getattr(exc, "reason", "") or type(exc).__name__), retry_after)
-    return ApiError(TIMEOUT, f"{type(exc).__name__}: {exc}")
+        return ApiError(status, _status_reason(exc), retry_after)
+    return ApiError(TIMEOUT, _transport_reason(exc))
+
+
+def _status_reason(exc: Exception) -> str:
+    """The API server's own message (a Status body) when it sent one, else the HTTP reason."""
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or getattr(exc, "reason", "") or type(exc).__name__)
 
 
 class KubeCluster:
     """A real cluster through the official client's dynamic API (any kind, including custom resources)."""
 
     def __init__(self, name: str, kubeconfig: str | None = None, context: str | None = None,
-                 in_cluster: bool = False, timeout: float = 30.0):
+                 in_cluster: bool = False, timeout: float = READ_TIMEOUT):
         from kubernetes import client, config, dynamic
 
         self.name = name
@@ -451,7 +491,7 @@ class KubeCluster:
             # Retries belong to the reconciler (tenacity, with jitter, counted): urllib3's own would
             # sleep on Retry-After out of sight and multiply every attempt.
             cfg.retries = False
-            api_client = client.ApiClient(cfg)
+            api_client = _timed_client(client.ApiClient, (CONNECT_TIMEOUT, timeout))(cfg)
         except Exception as exc:  # config errors name the file/context, never its contents
             where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'} context {context}"
             raise ApiError(TIMEOUT, f"cannot load {where}: {type(exc).__name__}") from None
@@ -476,7 +516,7 @@ class KubeCluster:
 
     def list(self, api_version: str, kind: str, label_selector: str = "") -> list[Manifest]:
         def go() -> list[Manifest]:
-            body = self._resource(api_version, kind).get(label_selector=label_selector or None, _request_timeout=self.timeout).to_dict()
+            body = self._resource(api_version, kind).get(label_selector=label_selector or None).to_dict()
             # LIST items carry no apiVersion/kind of their own.
             return [{"apiVersion": api_version, "kind": kind, **item} for item in body.get("items", [])]
 
@@ -485,7 +525,7 @@ class KubeCluster:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         def go() -> Manifest | None:
             try:
-                return self._resource(api_version, kind).get(name=name, namespace=namespace or None, _request_timeout=self.timeout).to_dict()
+                return self._resource(api_version, kind).get(name=name, namespace=namespace or None).to_dict()
             except Exception as exc:
                 if getattr(exc, "status", None) == 404:
                     return None
@@ -496,26 +536,39 @@ class KubeCluster:
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
         meta = manifest["metadata"]
         res = lambda: self._resource(manifest["apiVersion"], manifest["kind"])  # noqa: E731
+        # Strict field validation: a field the server does not know is an error, never silently dropped.
         return self._call(lambda: res().server_side_apply(
             body=manifest, name=meta["name"], namespace=meta.get("namespace"), field_manager=field_manager,
-            force_conflicts=force, _request_timeout=self.timeout).to_dict())
+            force_conflicts=force, query_params=[("fieldValidation", "Strict")]).to_dict())
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        self._call(lambda: self._resource(api_version, kind).delete(name=name, namespace=namespace or None, _request_timeout=self.timeout))
+        self._call(lambda: self._resource(api_version, kind).delete(name=name, namespace=namespace or None))
 
     def patch_node(self, name: str, patch: Manifest) -> Manifest:
         return self._call(lambda: self._resource("v1", "Node").patch(
-            body=patch, name=name, content_type="application/merge-patch+json", _request_timeout=self.timeout).to_dict())
+            body=patch, name=name, content_type="application/merge-patch+json").to_dict())
 
     def create(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).create(
-            body=manifest, namespace=manifest["metadata"].get("namespace"), _request_timeout=self.timeout).to_dict())
+            body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
 
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(
-            body=manifest, namespace=manifest["metadata"].get("namespace"), _request_timeout=self.timeout).to_dict())
+            body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
 
 
-def connect(name: str, kubeconfig: str | None, context: str | None, in_cluster: bool = False) -> ClusterAPI:
+def _timed_client(base: type, timeout: tuple[float, float]) -> type:
+    """The client class with a default (connect, read) timeout on every request, API discovery
+    included: the dynamic client's discovery passes none, and a server that accepts a connection but
+    never answers would otherwise hold a pass forever."""
+
+    class TimedApiClient(base):  # type: ignore[misc, valid-type]
+        def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+            return super().call_api(*args, _request_timeout=_request_timeout or timeout, **kwargs)
+
+    return TimedApiClient
+
+
+def connect(name: str, kubeconfig: str | None, context: str | None, in_cluster: bool = False, timeout: float = READ_TIMEOUT) -> ClusterAPI:
     """The cluster of an environment entry, by kubeconfig file and context or the pod's service account."""
-    return KubeCluster(name, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
+    return KubeCluster(name, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster, timeout=timeout)

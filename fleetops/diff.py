@@ -23,7 +23,6 @@ SERVER_METADATA = (
 )
 # Annotations that change without the object's meaning changing.
 VOLATILE_ANNOTATIONS = (
-    "fleetops.io/revision",
     "kubectl.kubernetes.io/last-applied-configuration",
     "deprecated.daemonset.template.generation",
 )

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
-from fleetops import spec
+from fleetops import git, spec
 from fleetops.render import DesiredState, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,8 +213,11 @@ def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
         raise PolicyError(f"{data_path}:{line}: not YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise PolicyError(f"{data_path}:1:1: policy data must be a mapping")
+    waivers_path = directory / WAIVERS_FILE
+    waivers_text = waivers_path.read_text() if waivers_path.is_file() else ""
+    # Everything that decides a verdict: the rules, their data and the waivers that suspend them.
     digest = hashlib.sha256()
-    for name, text in [*sorted(policies.items()), (DATA_FILE, data_text)]:
+    for name, text in [*sorted(policies.items()), (DATA_FILE, data_text), (WAIVERS_FILE, waivers_text)]:
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     tests = {k: v for k, v in sources.items() if _is_test(Path(k))}
     return Bundle(directory, policies, tests, {DATA_ROOT: data}, "sha256:" + digest.hexdigest())
@@ -433,7 +436,17 @@ class OpaEngine:
         # retries=0: a failed upload or query is reported, not hidden behind back-off.
         return OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
 
+    def _refused(self, exc: Exception) -> PolicyError | None:
+        """OPA's answer to a missing or wrong token (401, code "unauthorized"), whichever call met it first."""
+        response = getattr(exc, "response", None)
+        if getattr(exc, "expression", None) != "unauthorized" and getattr(response, "status_code", None) != 401:
+            return None
+        given = "the token in FLEETOPS_OPA_TOKEN" if self.token else "no token (set FLEETOPS_OPA_TOKEN)"
+        return PolicyError(f"OPA at {self.url}: 401 unauthorized: the server refused {given}")
+
     def _fail(self, step: str, exc: Exception) -> PolicyError:
+        if refused := self._refused(exc):
+            return refused
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         if isinstance(detail, (dict, list)):
             detail = json.dumps(detail)[:300]
@@ -441,6 +454,8 @@ class OpaEngine:
 
     def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
         """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
+        if refused := self._refused(exc):
+            return refused
         errors = getattr(exc, "errors", None)
         if isinstance(errors, list) and errors and isinstance(errors[0], dict):
             first = errors[0]
@@ -880,14 +895,25 @@ def run_tests(policies_dir: Path = POLICIES_DIR) -> TestReport:
         if path in report:
             coverage.append(FileCoverage(path, sorted(report[path]["covered"]), sorted(report[path]["not_covered"])))
         else:
-            # No test evaluated the file, so regorus reports nothing for it: count every code line as uncovered.
-            coverage.append(FileCoverage(path, [], _code_lines(source)))
+            # No test evaluated the file, so regorus reports nothing for it: all its lines are uncovered.
+            coverage.append(FileCoverage(path, [], _coverable_lines(embedded, bundle, path)))
     return TestReport(results, coverage)
 
 
-def _code_lines(source: str) -> list[int]:
-    skip = ("#", "package ", "import ")
-    return [i for i, line in enumerate(source.splitlines(), 1) if line.strip() and not line.lstrip().startswith(skip)]
+def _coverable_lines(embedded: EmbeddedEngine, bundle: Bundle, path: str) -> list[int]:
+    """The lines of a policy file that coverage counts, as regorus counts them (the lines of its
+    expressions, not braces or blank lines): evaluate the file's package once on an empty input in
+    an engine of its own, and take every line the report mentions, covered or not."""
+    engine = embedded.load(bundle, bundle.policies)
+    engine.set_enable_coverage(True)
+    engine.set_input_json("{}")
+    try:
+        engine.eval_query(f"data.{package_of(bundle.policies[path])}")
+    except RuntimeError:
+        pass  # an error part-way still leaves the lines it reached in the report
+    report = {f["path"]: f for f in json.loads(engine.get_coverage_report_as_json()).get("files", [])}
+    entry = report.get(path, {"covered": [], "not_covered": []})
+    return sorted({*entry["covered"], *entry["not_covered"]})
 
 
 # --- Pulumi stack -> policy input ------------------------------------------------------------------
@@ -904,13 +930,22 @@ def provider_cluster(provider: Any) -> str | None:
     return urn.rsplit("::", 1)[-1] or None
 
 
-def manifest_from_props(resource_type: str, props: dict[str, Any]) -> dict[str, Any]:
+def plain(value: Any) -> Any:
+    """Pulumi's policy SDK hands props as read-only mapping and sequence proxies: make them data."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(v) for v in value]
+    return value
+
+
+def manifest_from_props(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any]:
     """kubernetes:<group/version>:<Kind> props are the manifest; apiVersion and kind come from the type when absent.
 
     The server-set `status` is dropped: policies judge what Git declares.
     """
     _, api, kind = resource_type.split(":", 2)
-    manifest = {k: v for k, v in props.items() if k != "status"}
+    manifest = {k: v for k, v in plain(props).items() if k != "status"}
     manifest.setdefault("apiVersion", api.removeprefix("core/"))
     manifest.setdefault("kind", kind)
     return manifest
@@ -932,7 +967,7 @@ def stack_objects(resources: Iterable[Any]) -> tuple[list[StackObject], list[str
         if cluster is None:
             problems.append(f"{r.urn}: no Kubernetes provider, so no cluster")
             continue
-        manifest = manifest_from_props(r.resource_type, dict(r.props))
+        manifest = manifest_from_props(r.resource_type, r.props)
         if not isinstance(manifest.get("metadata"), dict) or "name" not in manifest["metadata"]:
             problems.append(f"{r.urn}: manifest without metadata.name")
             continue
@@ -944,7 +979,7 @@ def _stamp(objects: list[StackObject], where: str, key: str) -> set[str]:
     return {o.entry["manifest"]["metadata"].get(where, {}).get(key) for o in objects} - {None}
 
 
-def stack_input(resources: Iterable[Any], environments: Path = ROOT / "environments") -> tuple[dict[str, Any], list[StackObject]]:
+def stack_input(resources: Iterable[Any], environments: Path) -> tuple[dict[str, Any], list[StackObject]]:
     """A Pulumi stack's resources -> the same policy input `fleetops check` builds from a render.
 
     The environment is the one every object is stamped with (label fleetops.io/environment); its
@@ -961,18 +996,17 @@ def stack_input(resources: Iterable[Any], environments: Path = ROOT / "environme
         env = spec.load_environment(environments / f"{name}.yaml")
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
-    revisions = _stamp(objects, "annotations", "fleetops.io/revision")
-    revision = revisions.pop() if len(revisions) == 1 else "unknown"
-    return build_input(env, (o.entry for o in objects), revision), objects
+    # The pack runs in the checkout Pulumi deploys from: its commit is the revision under review.
+    return build_input(env, (o.entry for o in objects), git.revision(environments.parent)), objects
 
 
 def validate_stack(
     resources: Iterable[Any],
     report_violation: Any,
     kind: Literal["deny", "warn"],
-    environments: Path = ROOT / "environments",
+    environments: Path,
+    policies_dir: Path,
     engine: Engine | None = None,
-    policies_dir: Path = POLICIES_DIR,
 ) -> Verdict | None:
     """The Pulumi policy pack's stack validation: report each unwaived `kind` decision as a violation.
 

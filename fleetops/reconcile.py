@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleetops import diff, git, inventory, render, schema, spec
-from fleetops.cluster import ApiError, ClusterAPI, Key, Manifest, describe, key_of
+from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, key_of
 from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
 log = logging.getLogger("fleetops.reconcile")
@@ -66,20 +66,19 @@ class Gate(Protocol):
     def __call__(self, env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any]) -> GateResult: ...
 
 
-def default_gate(
-    env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any], policies_dir: Path | None = None
-) -> GateResult:
+def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: dict[str, Any], policies_dir: Path) -> GateResult:
     """The policy gate of fleetops.policy, with the live node inventory in its input.
 
-    `policies_dir` is the fetched revision's `policies/` (the reconciler passes it), so the gate that
-    deploys is the one `plan` and `check` used; the installed policies otherwise.
-    Fails closed: if the engine cannot load the policies or raises, the revision is denied.
+    `policies_dir` is the fetched revision's `policies/`, so the gate that deploys is the one `plan`
+    and `check` used. Fails closed: a revision without policies, or an engine that cannot load them
+    or raises, is denied.
     """
+    if not policies_dir.is_dir():
+        return GateResult(True, [f"the revision has no {policies_dir.name}/ folder: nothing to judge it by, nothing applied"])
     try:
         from fleetops import policy
 
-        where = {"policies_dir": policies_dir} if policies_dir is not None else {}
-        verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes), **where)
+        verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes), policies_dir=policies_dir)
     except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
         return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"])
     return GateResult(
@@ -166,6 +165,7 @@ class ClusterResult:
     shortfalls: list[dict[str, Any]] = field(default_factory=list)
     leader: bool = True
     nodes_read: bool = True  # False: the node LIST failed, so capacity is unknown (not zero)
+    unreachable: str | None = None  # why the API server was taken for unreachable in this pass
     kinds: list[tuple[str, str]] = field(default_factory=list)  # what the next pass lists (see reconcile_cluster)
 
     @property
@@ -185,6 +185,7 @@ class ClusterResult:
             "drift": len(self.drift),
             "actions": [a.to_dict() for a in self.actions],
             "errors": self.errors,
+            "unreachable": self.unreachable,
             "problems": self.problems,
             "capacity": [r.to_dict() for r in self.capacity],
             "shortfalls": self.shortfalls,
@@ -269,6 +270,50 @@ def call(opts: Options, fn: Callable[..., Any], *args: Any, conflicts: bool = Tr
     return retrying(fn, *args)
 
 
+RBAC_HINT = ("the reconciler's RBAC lacks it: modules/reconciler.py renders its ClusterRole from the revision's kinds, "
+             "and an administrator applies a new one (pulumi up): the reconciler cannot grant itself permissions")
+
+
+def explain(exc: ApiError) -> str:
+    """An API error as the pass reports it; a refusal says where the missing permission comes from."""
+    return f"{exc}; {RBAC_HINT}" if exc.status == 403 else str(exc)
+
+
+class Guard:
+    """A cluster's API for the length of one pass, which stops calling a server that stopped answering.
+
+    After `threshold` transport failures in a row (refused, timed out), every further call fails at
+    once with UNREACHABLE, which is never retried: a pass over a dead or unplugged cluster ends in
+    seconds with one line, instead of a timeout and a retry schedule per object.
+    """
+
+    def __init__(self, api: ClusterAPI, threshold: int = 3):
+        self.api, self.name, self.threshold = api, api.name, threshold
+        self.failures = 0
+        self.down: str | None = None  # why the server is taken for unreachable
+
+    def __getattr__(self, verb: str) -> Any:
+        fn = getattr(self.api, verb)
+        if not callable(fn):
+            return fn
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.down is not None:
+                raise ApiError(UNREACHABLE, f"not attempted: the API server is unreachable ({self.down})")
+            try:
+                out = fn(*args, **kwargs)
+            except ApiError as exc:
+                if exc.status == TIMEOUT:
+                    self.failures += 1
+                    if self.failures >= self.threshold:
+                        self.down = exc.reason
+                raise
+            self.failures = 0
+            return out
+
+        return guarded
+
+
 # --- objects --------------------------------------------------------------------------------
 
 
@@ -294,7 +339,7 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
             if exc.status == 404 and desired is not None and (api_version, kind) not in desired:
                 continue
             failed.add((api_version, kind))
-            result.errors.append(f"{result.cluster}: list {kind}: {exc}")
+            result.errors.append(f"{result.cluster}: list {kind}: {explain(exc)}")
     return live, failed
 
 
@@ -502,7 +547,7 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
             call(opts, api.apply, action.body, MANAGER, opts.force_conflicts)
         action.done = True
     except ApiError as exc:
-        action.error = str(exc)
+        action.error = explain(exc)
 
 
 def reconcile_cluster(
@@ -552,7 +597,7 @@ def run_pass(
     env: spec.Environment,
     state: render.DesiredState,
     apis: dict[str, ClusterAPI],
-    gate: Gate = default_gate,
+    gate: Gate,
     opts: Options | None = None,
     last_applied: str | None = None,
 ) -> PassResult:
@@ -564,11 +609,19 @@ def run_pass(
     opts = dataclasses.replace(opts or Options(), namespace=(opts and opts.namespace) or env.reconciler.namespace)
     clusters = [c for c in env.clusters if c.name in apis]
     results = {c.name: ClusterResult(c.name) for c in clusters}
+    guards = {name: Guard(api) for name, api in apis.items()}
+    apis = dict(guards)
     now = opts.clock()
 
     def survey(cluster: spec.Cluster) -> tuple[inventory.Inventory, list[Action]]:
         inv, error = read_nodes(apis[cluster.name], cluster, opts)
         result = results[cluster.name]
+        if guards[cluster.name].down is not None:
+            # Nothing more is asked of a server that does not answer: one line, no guessed actions.
+            result.unreachable = guards[cluster.name].down
+            result.errors.append(f"{cluster.name}: API server unreachable ({result.unreachable}): nothing read or written this pass")
+            result.nodes_read = False
+            return inv, []
         result.problems = inv.problems
         work, members = node_actions(cluster, inv, now)
         if error:
@@ -589,6 +642,8 @@ def run_pass(
 
         def one(cluster: spec.Cluster) -> None:
             api, result = apis[cluster.name], results[cluster.name]
+            if result.unreachable is not None:
+                return
             desired = state.clusters.get(cluster.name, [])
             try:
                 status, known = read_status(api, opts), True
@@ -599,6 +654,14 @@ def run_pass(
                 reconcile_cluster(api, env, cluster, desired, result, surveyed[cluster.name][1], status, opts)
             except Exception as exc:  # noqa: BLE001 - one cluster's failure is reported, the others go on
                 result.errors.append(f"{cluster.name}: {type(exc).__name__}: {exc}")
+                return
+            if (down := guards[cluster.name].down) is not None:
+                # The server stopped answering part-way: one line for what was not attempted.
+                skipped = [e for e in result.errors if "not attempted: the API server is unreachable" in e]
+                result.unreachable = down
+                result.errors = [e for e in result.errors if e not in skipped]
+                result.errors.append(f"{cluster.name}: API server stopped answering during the pass ({down}): "
+                                     f"{len(skipped)} call(s) not attempted; the next pass converges")
                 return
             if opts.writes and known:
                 ok = not result.errors
@@ -706,6 +769,14 @@ class GitSource:
 
 
 # --- leader election ------------------------------------------------------------------------
+
+
+def lease_failure(cluster: str, elector: LeaseElector) -> ClusterResult:
+    """A cluster whose Lease could not be read or written: a server that failed us, not another leader."""
+    if elector.last_status == TIMEOUT:
+        return ClusterResult(cluster, leader=False, unreachable=elector.last_error,
+                             errors=[f"{cluster}: API server unreachable ({elector.last_error}): nothing read or written this pass"])
+    return ClusterResult(cluster, leader=False, errors=[f"{cluster}: cannot take the Lease: {elector.last_error}"])
 
 
 def _micro_time(t: dt.datetime) -> str:
@@ -984,22 +1055,28 @@ class Reconciler:
         if self.opts.writes:
             leaders = self._leaders(state, apis)
             if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
-                failed = {n: e.last_error for n, e in sorted(self._electors.items()) if n in apis and e.last_error}
+                failed = {n: e for n, e in sorted(self._electors.items()) if n in apis and e.last_error}
                 if failed:  # an unreachable or forbidden API server is not another leader
-                    errors = {n: ClusterResult(n, leader=False, errors=[f"{n}: cannot take the Lease: {e}"]) for n, e in failed.items()}
+                    errors = {n: lease_failure(n, e) for n, e in failed.items()}
                     return PassResult(self.environment, fetched.revision, "errors", notes + [r.errors[0] for r in errors.values()], errors, self.last_applied)
                 held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
                 standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
                 return PassResult(self.environment, fetched.revision, "standby", notes + held, standby, self.last_applied)
             apis = leaders
         policies = fetched.path / "policies"
-        gate = self.gate or functools.partial(default_gate, policies_dir=policies if policies.is_dir() else None)
+        gate = self.gate or functools.partial(default_gate, policies_dir=policies)
         result = run_pass(env, state, apis, gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
         if result.status == "denied" and self.opts.writes:
             record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))
-        for name in set(self._apis) - set(apis):
-            result.clusters[name] = ClusterResult(name, leader=False)
+        for name in sorted(set(self._apis) - set(apis)):
+            elector = self._electors.get(name)
+            if elector is not None and elector.last_error:  # not another leader: a server that failed us
+                result.clusters[name] = lease_failure(name, elector)
+                result.reasons.append(result.clusters[name].errors[0])
+                result.status = "errors"
+            else:
+                result.clusters[name] = ClusterResult(name, leader=False)
         if result.last_applied:
             self.last_applied = result.last_applied
         result.last_applied = self.last_applied

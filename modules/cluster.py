@@ -10,7 +10,7 @@ from modules.kube import Target
 
 
 class Cluster(pulumi.ComponentResource):
-    def __init__(self, cluster: spec.Cluster, environment: str, revision: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, cluster: spec.Cluster, environment: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__("fleetops:fleet:Cluster", cluster.name, None, opts)
         provider = k8s.Provider(
             cluster.name,
@@ -19,5 +19,5 @@ class Cluster(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.target = Target(cluster=cluster.name, environment=environment, revision=revision, provider=provider)
+        self.target = Target(cluster=cluster.name, environment=environment, provider=provider)
         self.register_outputs({"context": cluster.context, "role": cluster.role})

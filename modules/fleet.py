@@ -16,10 +16,10 @@ from modules.tenant import Tenant
 
 
 class Fleet(pulumi.ComponentResource):
-    def __init__(self, env: spec.Environment, revision: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
         super().__init__("fleetops:fleet:Fleet", env.environment, None, opts)
         for cluster in env.clusters:
-            node = Cluster(cluster, env.environment, revision, opts=pulumi.ResourceOptions(parent=self))
+            node = Cluster(cluster, env.environment, opts=pulumi.ResourceOptions(parent=self))
             child = pulumi.ResourceOptions(parent=node)
             target = node.target
             Priorities(target, env, opts=child)

@@ -17,9 +17,17 @@ import pulumi_kubernetes as k8s
 MANAGED_BY = "app.kubernetes.io/managed-by"
 ENVIRONMENT_LABEL = "fleetops.io/environment"
 CLUSTER_LABEL = "fleetops.io/cluster"
-REVISION_ANNOTATION = "fleetops.io/revision"
 PRUNE_ANNOTATION = "fleetops.io/prune"
 MANAGER = "fleetops"
+# Read by the Pulumi Kubernetes provider: its server-side apply uses this field manager, the one the
+# reconciler uses, so `pulumi up` and `fleetops reconcile` own the same fields and never conflict.
+FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
+# Read by the Pulumi Kubernetes provider: do not wait for pods to become ready (workloads) or to be
+# selected (a Service). A device plugin on a pool whose hardware has not arrived, or on an offline
+# edge site, must not fail the deploy of everything else; rollout health is watched by monitoring
+# (PrometheusRule), as the reconciler, which never waits, also leaves it.
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+WAITS_FOR_PODS = {"DaemonSet", "Deployment", "Service"}
 
 # Built-in kinds get their typed pulumi_kubernetes class (so `pulumi up` knows their schema);
 # every other kind is a custom resource whose CRD is installed by its own operator.
@@ -48,7 +56,6 @@ class Target:
 
     cluster: str
     environment: str
-    revision: str
     provider: k8s.Provider
     # (apiVersion, kind) of every object declared so far: the reconciler's RBAC is derived from it.
     declared: set[tuple[str, str]] = field(default_factory=set, compare=False, hash=False)
@@ -63,12 +70,13 @@ class Target:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        # The revision is an annotation, not a label: labels select, and a label that changed on every
-        # commit would make every object differ from the last apply.
+        # No revision on the object: a value that changed with every commit would make every object
+        # differ from its last apply, for Pulumi and the reconciler alike. The revision applied is
+        # recorded where it is read: the reconciler's status ConfigMap and the stack's outputs.
         meta: dict[str, Any] = {
             "name": name,
             "labels": self.labels(labels),
-            "annotations": {REVISION_ANNOTATION: self.revision, **(annotations or {})},
+            "annotations": {FIELD_MANAGER_ANNOTATION: MANAGER, **(annotations or {})},
         }
         if namespace is not None:
             meta["namespace"] = namespace
@@ -82,6 +90,8 @@ def _snake(key: str) -> str:
 def declare(parent: pulumi.Resource | None, target: Target, manifest: dict[str, Any]) -> pulumi.CustomResource:
     """Register one Kubernetes object with the cluster's provider, as a child of `parent`."""
     meta = manifest["metadata"]
+    if manifest["kind"] in WAITS_FOR_PODS:
+        meta.setdefault("annotations", {})[SKIP_AWAIT_ANNOTATION] = "true"
     target.declared.add((manifest["apiVersion"], manifest["kind"]))
     name = f"{target.cluster}/{meta.get('namespace', '_')}/{meta['name']}"
     opts = pulumi.ResourceOptions(parent=parent, provider=target.provider)

@@ -17,7 +17,9 @@ def priority_class_manifest(target: Target, pc: spec.PriorityClass) -> dict[str,
         "metadata": target.metadata(pc.name, labels={"fleetops.io/workload": pc.workload}),
         "value": pc.value,
         "preemptionPolicy": pc.preemption,
-        "globalDefault": pc.global_default,
+        # The API server omits a false globalDefault: send it only when true, or live never equals Git.
+        # Dropping it later is still a change: server-side apply removes a field its manager stops sending.
+        **({"globalDefault": True} if pc.global_default else {}),
         "description": pc.description or f"{pc.workload} workloads",
     }
 

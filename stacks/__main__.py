@@ -3,7 +3,7 @@
 Config (stacks/Pulumi.<stack>.yaml):
   fleetops:environment  environment name (default: the stack name) -> environments/<name>.yaml
   fleetops:specFile     explicit path to the environment file (render sets it)
-  fleetops:revision     Git revision stamped on every object (default: the repository's HEAD)
+  fleetops:revision     Git revision deployed, exported as the stack output `revision` (default: the repository's HEAD)
 """
 
 from pathlib import Path
@@ -21,7 +21,7 @@ spec_file = config.get("specFile") or str(ROOT / "environments" / f"{name}.yaml"
 revision = config.get("revision") or git.revision(ROOT)
 
 environment = spec.load_environment(spec_file)
-Fleet(environment, revision)
+Fleet(environment)
 
 pulumi.export("environment", environment.environment)
 pulumi.export("revision", revision)

@@ -30,7 +30,7 @@ def test_render_to_a_folder_writes_one_file_per_cluster(fmt: str, tmp_path: Path
     text = (tmp_path / "prod" / f"center-bj.{fmt}").read_text()
     manifests = json.loads(text) if fmt == "json" else list(yaml.safe_load_all(text))
     assert manifests and all(m["metadata"]["labels"]["fleetops.io/cluster"] == "center-bj" for m in manifests)
-    assert {m["metadata"]["annotations"]["fleetops.io/revision"] for m in manifests} == {"rev-cli"}
+    assert {m["metadata"]["annotations"]["pulumi.com/patchFieldManager"] for m in manifests} == {"fleetops"}
     assert "wrote 4 file(s)" in done.stderr
 
 

@@ -7,7 +7,7 @@ from fleetops import diff
 QUOTA = {
     "apiVersion": "v1",
     "kind": "ResourceQuota",
-    "metadata": {"name": "device-nvidia-com-gpu", "namespace": "vision", "labels": {"a": "b"}, "annotations": {"fleetops.io/revision": "r1"}},
+    "metadata": {"name": "device-nvidia-com-gpu", "namespace": "vision", "labels": {"a": "b"}, "annotations": {"pulumi.com/patchFieldManager": "fleetops"}},
     "spec": {"hard": {"requests.nvidia.com/gpu": "160"}},
 }
 
@@ -28,7 +28,7 @@ def test_list_changes_report_the_values_at_their_positions() -> None:
     assert [c.old for c in moved if c.op == "remove"] == ["a"]
 
 
-def test_server_fields_and_the_revision_are_not_drift() -> None:
+def test_server_fields_are_not_drift() -> None:
     live = {
         **QUOTA,
         "metadata": {
@@ -37,7 +37,7 @@ def test_server_fields_and_the_revision_are_not_drift() -> None:
             "resourceVersion": "99",
             "creationTimestamp": "2026-12-01T00:00:00Z",
             "managedFields": [{"manager": "fleetops"}],
-            "annotations": {"fleetops.io/revision": "r0"},
+            "annotations": {"pulumi.com/patchFieldManager": "fleetops", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
         },
         "spec": {"hard": {"requests.nvidia.com/gpu": "160"}, "scopes": []},
         "status": {"used": {"requests.nvidia.com/gpu": "12"}},
@@ -64,4 +64,4 @@ def test_compare_sorts_objects_into_added_removed_and_changed() -> None:
     assert changes.added == [("c", "v1", "Namespace", "", "new")]
     assert changes.removed == [other]
     assert [c.new for c in changes.changed[key]] == ["176"]
-    assert diff.compare({key: QUOTA}, {key: {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {"fleetops.io/revision": "r2"}}}}).empty
+    assert diff.compare({key: QUOTA}, {key: {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {**QUOTA["metadata"]["annotations"], "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}}).empty

@@ -1,14 +1,19 @@
-"""The Pulumi policy pack's stack validation, without the Pulumi CLI: PolicyResource args built from a render."""
+"""The Pulumi policy pack's validations, without the Pulumi CLI: Pulumi's policy args built from a render.
+
+tests/test_real_pulumi.py runs the same pack under the real Pulumi engine.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import shutil
 import runpy
 from pathlib import Path
 
 import pytest
 import yaml
-from pulumi_policy import PolicyProviderResource, PolicyResource, PolicyResourceOptions, StackValidationArgs
+from pulumi_policy import PolicyProviderResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
 
 from fleetops import policy, render, spec
 
@@ -21,20 +26,20 @@ def pulumi_type(manifest: dict) -> str:
     return f"kubernetes:{api if '/' in api else 'core/' + api}:{manifest['kind']}"
 
 
-def stack_resources(state: render.DesiredState) -> list[PolicyResource]:
-    """What Pulumi hands a stack validation: each object's outputs as props, its cluster's provider."""
+def stack_resources(state: render.DesiredState) -> list[ResourceValidationArgs]:
+    """What Pulumi hands a resource validation: each object's inputs as props, its cluster's provider."""
     opts = PolicyResourceOptions(protect=False, ignore_changes=[], delete_before_replace=None, aliases=[],
                                  additional_secret_outputs=[], custom_timeouts=None)
     out = []
     for cluster in state.clusters:
         urn = f"urn:pulumi:{state.environment}::fleetops::pulumi:providers:kubernetes::{cluster}"
         provider = PolicyProviderResource("pulumi:providers:kubernetes", {}, urn, cluster)
-        out.append(PolicyResource("pulumi:providers:kubernetes", {}, urn, cluster, opts, None, None, [], {}))
-        out.append(PolicyResource("fleetops:fleet:Cluster", {}, f"urn:x::{cluster}", cluster, opts, None, None, [], {}))
+        out.append(ResourceValidationArgs("pulumi:providers:kubernetes", {}, urn, cluster, opts, None))
+        out.append(ResourceValidationArgs("fleetops:fleet:Cluster", {}, f"urn:x::{cluster}", cluster, opts, None))
         for i, (c, manifest) in enumerate((c, m) for c, m in state.objects() if c == cluster):
-            # The engine's outputs carry status; typed resources may omit apiVersion/kind in props.
-            props = {**{k: v for k, v in manifest.items() if i % 2 or k not in ("apiVersion", "kind")}, "status": {"phase": "Active"}}
-            out.append(PolicyResource(pulumi_type(manifest), props, f"urn:obj:{cluster}:{i}", manifest["metadata"]["name"], opts, provider, None, [], {}))
+            # Typed resources' inputs carry no apiVersion/kind; custom resources' do.
+            props = {k: v for k, v in manifest.items() if i % 2 or k not in ("apiVersion", "kind")}
+            out.append(ResourceValidationArgs(pulumi_type(manifest), props, f"urn:obj:{cluster}:{i}", manifest["metadata"]["name"], opts, provider))
     return out
 
 
@@ -44,9 +49,16 @@ def pack() -> dict:
     return runpy.run_path(str(PACK / "__main__.py"), run_name="fleetops_pack")
 
 
-def validate(pack: dict, name: str, resources: list[PolicyResource]) -> list[tuple[str, str | None]]:
+def validate(pack: dict, name: str, resources: list[ResourceValidationArgs], project: Path = ROOT) -> list[tuple[str, str | None]]:
+    """The engine's order: every resource through the resource policy, then the stack policy once,
+    in the project's folder, as Pulumi runs the pack."""
     reported: list[tuple[str, str | None]] = []
-    pack[name](StackValidationArgs(resources), lambda message, urn=None: reported.append((message, urn)))
+    pack["DECLARED"].clear()
+    for resource in resources:
+        pack["record_inputs"](resource, lambda message, urn=None: reported.append((message, urn)))
+    assert reported == []  # recording never reports
+    with contextlib.chdir(project):
+        pack[name](StackValidationArgs([]), lambda message, urn=None: reported.append((message, urn)))
     return reported
 
 
@@ -60,9 +72,9 @@ def rendered(tmp_path: Path | None = None, change=None) -> tuple[spec.Environmen
     return spec.load_environment(path), render.render(path, revision="test")
 
 
-def test_the_pack_declares_a_mandatory_and_an_advisory_stack_policy(pack):
+def test_the_pack_records_inputs_and_declares_a_mandatory_and_an_advisory_stack_policy(pack):
     levels = {p.name: p.enforcement_level.value for p in pack["POLICIES"]}
-    assert levels == {"fleetops-deny": "mandatory", "fleetops-warn": "advisory"}
+    assert levels == {"fleetops-inputs": "advisory", "fleetops-deny": "mandatory", "fleetops-warn": "advisory"}
     runtime = yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"]
     assert runtime["name"] == "python" and (PACK / runtime["options"]["virtualenv"]).resolve() == (PACK.parent.parent / ".venv").resolve()
     assert "pulumi-policy==1.21.0" in (PACK / "requirements.txt").read_text().splitlines()
@@ -70,7 +82,7 @@ def test_the_pack_declares_a_mandatory_and_an_advisory_stack_policy(pack):
 
 def test_stack_input_equals_the_render_input():
     env, state = rendered()
-    document, _ = policy.stack_input(stack_resources(state))
+    document, _ = policy.stack_input(stack_resources(state), ROOT / "environments")
     expected = policy.policy_input(env, state)
     assert document["facts"] == expected["facts"] and document["spec"] == expected["spec"]
     key = lambda r: (r["cluster"], r["kind"], r["namespace"], r["name"])  # noqa: E731
@@ -106,6 +118,18 @@ def test_a_stack_the_gate_cannot_read_is_a_mandatory_violation(pack):
 
 def test_waivers_apply_in_the_pack_as_in_check(tmp_path):
     _, state = rendered()
-    document, _ = policy.stack_input(stack_resources(state))
+    document, _ = policy.stack_input(stack_resources(state), ROOT / "environments")
     verdict = policy.evaluate_input(document, today=dt.date(2026, 12, 2))
     assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
+
+
+def test_the_pack_judges_with_the_policies_and_waivers_of_the_project_it_runs_in(pack, tmp_path):
+    project = tmp_path / "fleet"
+    shutil.copytree(ROOT / "environments", project / "environments")
+    shutil.copytree(ROOT / "policies", project / "policies", ignore=shutil.ignore_patterns("pack"))
+    _, state = rendered()
+    resources = stack_resources(state)
+    (project / "policies" / "waivers.yaml").write_text("waivers: []\n")  # this project waives nothing
+    denied = validate(pack, "validate_denies", resources, project)
+    assert [m for m, _ in denied if m.startswith("[quota.tenant_share]")], denied
+    assert validate(pack, "validate_denies", resources, ROOT) == []  # the bundled waiver, in the bundled repository

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetops import cli, cluster, reconcile, schema
+from fleetops import cli, cluster, reconcile, schema, spec
 from fleetops.cluster import MemoryCluster
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
@@ -100,8 +100,8 @@ def test_no_revision_at_all_is_bad_input(tmp_path: Path) -> None:
     assert result.status == "unavailable" and result.exit_code() == 2 and result.revision is None
 
 
-def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path) -> None:
-    apis = fleet()
+def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path, backend) -> None:
+    apis = backend(spec.load_environment(DEV))
     commit(repo, GOOD, "good")
     clock = Clock()
     a = make(repo, tmp_path, apis, identity="replica-a", clock=clock)
@@ -153,8 +153,8 @@ def test_an_unreachable_api_server_is_an_error_not_a_standby(repo: Path, tmp_pat
     assert "holds the Lease" not in " ".join(result.reasons)
 
 
-def test_a_stale_lease_write_loses_the_race() -> None:
-    api = MemoryCluster()
+def test_a_stale_lease_write_loses_the_race(backend) -> None:
+    api = backend(spec.load_environment(DEV))["dev-center"]
     api.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleetops-system"}})
     clock = Clock()
     a = reconcile.LeaseElector(api, "fleetops-system", "a", 15, clock)
@@ -217,7 +217,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     """The CLI against memory clusters and an allowing gate (the policy engine is another issue)."""
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
-    monkeypatch.setattr(reconcile, "default_gate", lambda env, state, live, policies_dir=None: allow(env, state, live))
+    monkeypatch.setattr(reconcile, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
     monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
     return apis
 

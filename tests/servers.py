@@ -1,0 +1,310 @@
+"""The real servers the suite runs against: OPA, etcd + kube-apiserver, and the Pulumi CLI.
+
+`make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
+server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
+stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
+when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test instead.
+
+The API servers are run the way controller-runtime's envtest runs them: no controllers, no
+kubelet, RBAC on, a static admin token, service-account signing keys for TokenRequest, and no
+webhook or APIService that would make the server dial a ClusterIP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".tools" / "bin"
+CRD_DIR = ROOT / "fleetops" / "crds"
+START_TIMEOUT = 90.0
+
+
+def tool(name: str) -> Path:
+    """A binary from .tools/bin; skip (or, in CI, fail) when `make tools` has not built it."""
+    path = BIN / name
+    if path.exists():
+        return path
+    reason = f"no {name} in .tools/bin: `make tools` builds the real servers"
+    if os.environ.get("FLEETOPS_REAL_SERVERS") == "required":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(ready: Callable[[], bool], what: str, process: Process | None = None, timeout: float = START_TIMEOUT) -> None:
+    """Poll `ready` until it holds; fail early with the server's log when its process exits."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if process is not None and not process.alive:
+            raise RuntimeError(f"{what}: the process exited ({process.returncode}); log:\n{process.tail()}")
+        time.sleep(delay)  # a readiness poll, not a timing assumption: it ends as soon as the server answers
+        delay = min(delay * 2, 0.25)
+    raise TimeoutError(f"{what}: not ready within {timeout:.0f}s" + (f"; log:\n{process.tail()}" if process else ""))
+
+
+class Process:
+    """A server process whose output goes to a log file in its folder."""
+
+    def __init__(self, name: str, argv: list[str], directory: Path, env: dict[str, str] | None = None):
+        self.name, self.argv, self.directory, self.env = name, argv, directory, env
+        self.log = directory / f"{name}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, **(self.env or {})}, start_new_session=True)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if not self.alive:
+            return
+        assert self.popen is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+        try:
+            self.popen.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+# --- OPA ------------------------------------------------------------------------------------------
+
+# OPA's own example of token authorization (docs: "Authentication and Authorization"): the token the
+# server was started with gets in; the health probe needs none.
+OPA_AUTHZ = """package system.authz
+
+default allow := false
+
+allow if input.path == ["health"]
+
+allow if input.identity == data.token
+"""
+
+
+@dataclass
+class Opa:
+    url: str
+    token: str
+    process: Process
+
+
+@contextlib.contextmanager
+def opa_server(directory: Path) -> Iterator[Opa]:
+    binary = tool("opa")
+    token = secrets.token_urlsafe(24)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "authz.rego").write_text(OPA_AUTHZ)
+    (directory / "token.json").write_text(json.dumps({"token": token}))
+    port = free_port()
+    process = Process("opa", [
+        str(binary), "run", "--server", "--addr", f"127.0.0.1:{port}", "--skip-version-check",
+        "--authentication=token", "--authorization=basic", "--log-level=error",
+        str(directory / "authz.rego"), f"{directory / 'token.json'}",
+    ], directory).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _http_ok(f"{url}/health"), "opa", process)
+        yield Opa(url, token, process)
+    finally:
+        process.stop()
+
+
+def _http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
+    import requests
+
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return requests.get(url, timeout=1, headers=headers, verify=str(ca_file) if ca_file else True).ok
+    except requests.RequestException:
+        return False
+
+
+# --- etcd and kube-apiserver ----------------------------------------------------------------------
+
+
+@dataclass
+class Etcd:
+    url: str
+    process: Process
+
+
+@contextlib.contextmanager
+def etcd_server(directory: Path) -> Iterator[Etcd]:
+    binary = tool("etcd")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    process = Process("etcd", [
+        str(binary), "--name", "fleetops-test", "--data-dir", str(directory / "data"),
+        "--listen-client-urls", url, "--advertise-client-urls", url,
+        "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+        "--initial-cluster", f"fleetops-test=http://127.0.0.1:{peer}",
+        "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a test store need not survive a power cut
+    ], directory).start()
+    try:
+        wait_until(lambda: _http_ok(f"{url}/health"), "etcd", process)
+        yield Etcd(url, process)
+    finally:
+        process.stop()
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@dataclass
+class ApiServer:
+    """One kube-apiserver on its own etcd prefix: a fresh, empty cluster."""
+
+    name: str
+    directory: Path
+    etcd: Etcd
+    port: int = field(default_factory=free_port)
+    prefix: str = field(default_factory=lambda: f"/registry-{uuid.uuid4().hex[:12]}")
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    process: Process | None = None
+    controllers: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        # kube-apiserver writes a self-signed serving certificate and its CA into --cert-dir.
+        return self.directory / "certs" / "apiserver.crt"
+
+    def _prepare(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        key = self.directory / "sa.key"
+        if not key.exists():
+            _openssl("genrsa", "-out", str(key), "2048")
+            _openssl("rsa", "-in", str(key), "-pubout", "-out", str(self.directory / "sa.pub"))
+        (self.directory / "tokens.csv").write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
+
+    def start(self) -> ApiServer:
+        binary = tool("kube-apiserver")
+        self._prepare()
+        d = self.directory
+        self.process = Process("kube-apiserver", [
+            str(binary),
+            "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--cert-dir={d / 'certs'}", f"--etcd-servers={self.etcd.url}", f"--etcd-prefix={self.prefix}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
+            f"--service-account-issuer={self.url}", f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}",
+            "--endpoint-reconciler-type=none",  # its endpoints may not be loopback addresses
+            "--v=0",
+        ], d).start()
+        wait_until(self.ready, f"kube-apiserver {self.name}", self.process)
+        return self
+
+    def ready(self) -> bool:
+        return self.ca_file.exists() and _http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
+
+    def start_controllers(self, *controllers: str) -> Process:
+        """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
+        ResourceQuota status: what `pulumi up` waits for). No serving port, no leader election."""
+        binary = tool("kube-controller-manager")
+        self.controllers = Process("kube-controller-manager", [
+            str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'controllers.kubeconfig')}",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false", "--secure-port=0", "--v=0",
+        ], self.directory).start()
+        return self.controllers
+
+    def stop(self) -> None:
+        for process in (self.controllers, self.process):
+            if process is not None:
+                process.stop()
+
+    def kubeconfig(self, path: Path, context: str | None = None, token: str | None = None) -> Path:
+        return write_kubeconfig(path, {context or self.name: (self, token or self.admin_token)})
+
+    def client(self, token: str | None = None) -> Any:
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.url
+        cfg.ssl_ca_cert = str(self.ca_file)
+        cfg.api_key = {"authorization": f"Bearer {token or self.admin_token}"}
+        return client.ApiClient(cfg)
+
+
+def write_kubeconfig(path: Path, contexts: dict[str, tuple[ApiServer, str]]) -> Path:
+    """One kubeconfig with a context (and cluster and user of the same name) per entry."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": c, "cluster": {"server": s.url, "certificate-authority": str(s.ca_file)}} for c, (s, _) in contexts.items()],
+        "users": [{"name": c, "user": {"token": token}} for c, (_, token) in contexts.items()],
+        "contexts": [{"name": c, "context": {"cluster": c, "user": c}} for c in contexts],
+        "current-context": next(iter(contexts)),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
+    """Create every shipped CRD and wait until the server serves it (Established)."""
+    from kubernetes import client
+
+    api = client.ApiextensionsV1Api(server.client())
+    names = []
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                api.create_custom_resource_definition(doc)
+                names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for name in names:
+            conditions = api.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    wait_until(established, "CRDs established")
+    return names

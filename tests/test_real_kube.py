@@ -1,0 +1,209 @@
+"""What only a real kube-apiserver can tell: it accepts every rendered object, the reconciler's own RBAC
+is enough for a pass, and a server that stops or never answers is handled in seconds.
+
+The reconcile behaviours themselves (converge, drift, conflicts, prune, nodes, Lease) run on both
+backends in tests/test_reconcile.py and tests/test_reconcile_service.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic
+
+from fleetops import reconcile, render
+from tests import servers
+from tests.backends import RealCluster
+from tests.cli import run
+from tests.reconcile_support import DEV, Sleeps, allow, commit, dev, new_repo, options
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dry_run_apply(dyn: Any, manifest: dict[str, Any]) -> str | None:
+    """Server-side apply with dryRun=All and strict field validation; the server's refusal, or None."""
+    resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+    try:
+        resource.server_side_apply(body=manifest, namespace=manifest["metadata"].get("namespace"), field_manager="fleetops",
+                                   dry_run="All", query_params=[("fieldValidation", "Strict")])
+    except Exception as exc:  # noqa: BLE001 - the server's answer is what the test reports
+        return f"{manifest['kind']} {manifest['metadata']['name']}: {getattr(exc, 'body', exc)}"
+    return None
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+def test_the_real_server_accepts_every_rendered_object_strictly(api_servers, name: str) -> None:
+    server = api_servers("one")["one"]
+    dyn = dynamic.DynamicClient(server.client())
+    state = render.render(ROOT / "environments" / f"{name}.yaml", revision="r1")
+    refused = []
+    for cluster, manifests in state.clusters.items():
+        namespaces = dyn.resources.get(api_version="v1", kind="Namespace")
+        for m in manifests:  # namespaced objects are judged in namespaces that exist
+            if m["kind"] == "Namespace":
+                namespaces.server_side_apply(body=m, field_manager="fleetops", force_conflicts=True)
+        refused += [f"{cluster}: {r}" for m in manifests if (r := dry_run_apply(dyn, m))]
+    assert refused == []
+    # The check can fail: a field no schema has is refused, in a core kind and in a custom resource.
+    quota = next(m for m in state.clusters[next(iter(state.clusters))] if m["kind"] == "ResourceQuota")
+    assert dry_run_apply(dyn, {**quota, "spec": {**quota["spec"], "hardd": {}}})
+    queue = next(m for m in state.objects() if m[1]["kind"] in ("ClusterQueue", "Queue"))[1]
+    assert dry_run_apply(dyn, {**queue, "spec": {**queue["spec"], "nominalQuota": 1}})
+
+
+# --- RBAC: a pass as the reconciler's own ServiceAccount -------------------------------------------------
+
+
+def service_account_token(server: servers.ApiServer, namespace: str, name: str) -> str:
+    """A token the way a pod gets one: TokenRequest for the ServiceAccount."""
+    core = client.CoreV1Api(server.client())
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[server.url], expiration_seconds=3600))
+    return core.create_namespaced_service_account_token(name, namespace, request).status.token
+
+
+def install_reconciler_rbac(server: servers.ApiServer, manifests: list[dict[str, Any]], drop_resource: str | None = None) -> None:
+    """What an administrator applies once (pulumi up): the reconciler's namespace, account and roles."""
+    dyn = dynamic.DynamicClient(server.client())
+    own = [m for m in manifests if m["metadata"]["name"] in ("fleetops-reconciler", "fleetops-system")
+           and m["kind"] in ("Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
+    for m in sorted(own, key=render.kind_rank):
+        if m["kind"] == "ClusterRole" and drop_resource:
+            m = {**m, "rules": [{**r, "resources": [x for x in r["resources"] if x != drop_resource]} for r in m["rules"]]}
+        dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"]).server_side_apply(body=m, field_manager="admin")
+
+
+def fleet_repo(path: Path) -> Path:
+    repo = new_repo(path)
+    import shutil
+
+    shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack"))
+    commit(repo, DEV.read_text(), "fleet")
+    return repo
+
+
+def as_reconciler(api_servers, tmp_path: Path, drop_resource: str | None = None) -> tuple[Path, Path]:
+    server = api_servers("dev-center")["dev-center"]
+    _, state = dev()
+    install_reconciler_rbac(server, state.clusters["dev-center"], drop_resource)
+    token = service_account_token(server, "fleetops-system", "fleetops-reconciler")
+    kubeconfig = servers.write_kubeconfig(tmp_path / "reconciler.kubeconfig", {"dev": (server, token)})
+    return kubeconfig, fleet_repo(tmp_path / "fleet")
+
+
+def reconcile_as(kubeconfig: Path, repo: Path, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
+    done = run("reconcile", "--env", "dev", "--repo", repo, "--once", "--cluster", "dev-center", "--kubeconfig", kubeconfig,
+               "--prune", "--force-conflicts", "--cache-dir", tmp_path / "cache", "--output", "json")
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
+
+
+def test_a_pass_as_the_reconcilers_service_account_succeeds_with_its_rendered_role(api_servers, tmp_path: Path) -> None:
+    kubeconfig, repo = as_reconciler(api_servers, tmp_path)
+    code, result, stderr = reconcile_as(kubeconfig, repo, tmp_path)
+    assert code == 0 and result["status"] == "applied", (stderr, result.get("clusters", {}).get("dev-center", {}).get("errors"))
+    code, again, _ = reconcile_as(kubeconfig, repo, tmp_path)
+    assert code == 0 and again["status"] == "clean" and again["drift"] == 0
+
+
+def test_a_pass_that_needs_a_kind_the_role_lacks_fails_with_a_clear_error(api_servers, tmp_path: Path) -> None:
+    kubeconfig, repo = as_reconciler(api_servers, tmp_path, drop_resource="limitranges")
+    code, result, stderr = reconcile_as(kubeconfig, repo, tmp_path)
+    errors = result["clusters"]["dev-center"]["errors"]
+    assert code == 1 and result["status"] == "errors"
+    lacking = [e for e in errors if "LimitRange" in e]
+    assert lacking and all("403" in e and 'cannot list resource "limitranges"' in e or 'cannot patch resource "limitranges"' in e for e in lacking), errors
+    assert any("RBAC" in e for e in lacking)  # says where the permission comes from
+    # The reconciler cannot grant itself what it lacks: the ClusterRole is an administrator's to update.
+    assert any("ClusterRole fleetops-reconciler" in e and "403" in e for e in errors), errors
+
+
+# --- faults ---------------------------------------------------------------------------------------------
+
+
+class StopsAfter(RealCluster):
+    """A cluster whose API server is stopped after a number of applies, in the middle of a pass."""
+
+    stop_after: int = -1
+
+    def apply(self, manifest, field_manager, force=False):
+        if self.stop_after == 0:
+            self.server.stop()
+        self.stop_after -= 1
+        return super().apply(manifest, field_manager, force)
+
+
+def test_a_server_stopped_mid_pass_then_restarted_converges_and_loses_nothing(api_servers, tmp_path: Path) -> None:
+    env, state = dev()
+    started = api_servers(*(c.name for c in env.clusters))
+    apis = {n: StopsAfter(n, s, tmp_path / f"{n}.kubeconfig") for n, s in started.items()}
+    assert reconcile.run_pass(env, state, apis, allow, options()).status == "applied"
+    before = {n: len(api.objects("ConfigMap")) + len(api.objects("NetworkPolicy", "networking.k8s.io/v1")) for n, api in apis.items()}
+    bigger = render.DesiredState(state.environment, "rev-2", {
+        c: [m if m["kind"] != "ResourceQuota" else {**m, "spec": {"hard": {k: "33" for k in m["spec"]["hard"]}}} for m in ms]
+        for c, ms in state.clusters.items()}, state.resources)
+    apis["dev-center"].stop_after = 1
+    sleeps = Sleeps()
+    broken = reconcile.run_pass(env, bigger, apis, allow, options(sleep=sleeps, prune=True))
+    assert broken.status == "errors" and broken.last_applied is None
+    center = broken.clusters["dev-center"]
+    assert [e for e in center.errors if "stopped answering" in e] == center.errors[-1:] and len(center.errors) <= 2, center.errors
+    assert not [a for a in center.actions if a.verb == "prune"]  # unknown is never pruned
+    assert broken.clusters["dev-edge"].errors == []  # the other cluster went on
+    started["dev-center"].start()  # same store, same address
+    healed = reconcile.run_pass(env, bigger, apis, allow, options(prune=True))
+    assert healed.status == "applied" and not healed.errors
+    assert reconcile.run_pass(env, bigger, apis, allow, options(prune=True)).status == "clean"
+    after = {n: len(api.objects("ConfigMap")) + len(api.objects("NetworkPolicy", "networking.k8s.io/v1")) for n, api in apis.items()}
+    assert after == before  # nothing managed was lost
+    quota = apis["dev-center"].peek("v1", "ResourceQuota", "ml-sandbox", "device-nvidia-com-gpu")
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "33"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket closes
+
+
+def unreachable_kubeconfig(tmp_path: Path, server: servers.ApiServer, ports: dict[str, int]) -> Path:
+    """The dev contexts, each pointing at a port of 127.0.0.1 where no API server answers."""
+    path = servers.write_kubeconfig(tmp_path / "kubeconfig", {ctx: (server, "token") for ctx in ports})
+    text = path.read_text()
+    for ctx, port in ports.items():
+        text = text.replace(f"server: {server.url}", f"server: https://127.0.0.1:{port}", 1)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("how", "mode"), [("refused", "--dry-run"), ("silent", "--dry-run"), ("refused", "--prune"), ("silent", "--prune")])
+def test_an_unreachable_server_is_one_clear_line_per_cluster_within_seconds(api_servers, tmp_path: Path, how: str, mode: str) -> None:
+    server = api_servers("one", crds=False)["one"]  # for its CA file only
+    listeners = []
+    if how == "refused":
+        ports = {"dev": closed_port(), "dev-edge": closed_port()}
+    else:  # accepts connections and never answers: only a timeout ends a call
+        for _ in range(2):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(64)
+            listeners.append(s)
+        ports = {"dev": listeners[0].getsockname()[1], "dev-edge": listeners[1].getsockname()[1]}
+    kubeconfig = unreachable_kubeconfig(tmp_path, server, ports)
+    repo = fleet_repo(tmp_path / "fleet")
+    started = time.monotonic()
+    done = run("reconcile", "--env", "dev", "--repo", repo, "--once", mode, "--kubeconfig", kubeconfig,
+               "--request-timeout", "2s", "--cache-dir", tmp_path / "cache")
+    elapsed = time.monotonic() - started
+    for s in listeners:
+        s.close()
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if "unreachable" in line]
+    assert sorted(line.split(":")[0] for line in lines) == ["dev-center", "dev-edge"], done.stderr
+    assert "planned" not in done.stdout and "create" not in done.stdout  # no rows that pretend the cluster is empty
+    assert elapsed < 60, f"took {elapsed:.0f}s"  # seconds, not the minutes of a retry schedule per object

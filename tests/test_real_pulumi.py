@@ -1,0 +1,105 @@
+"""`pulumi preview` and `pulumi up` of the dev stack with the policy pack, on real API servers.
+
+One program, two consumers: after `pulumi up` the reconciler finds no drift, and after the
+reconciler repairs a hand edit `pulumi preview` finds nothing to change (no fight over fields or
+annotations). A stack that breaks a deny rule fails its preview with the rule named.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetops import render
+from fleetops.cluster import KubeCluster
+from tests import pulumi_stack, servers
+from tests.cli import run
+from tests.reconcile_support import commit, git, new_repo
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTEXTS = {"dev-center": "dev", "dev-edge": "dev-edge"}  # the dev environment's kubeconfig contexts
+
+
+@pytest.fixture(scope="module")
+def pulumi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pulumi_stack.install_provider(tmp_path_factory.mktemp("pulumi-home"))
+
+
+def fleet_repo(path: Path, text: str) -> tuple[Path, str]:
+    """A fleet repository: the environments and policies of this one, with dev.yaml as given."""
+    repo = new_repo(path)
+    shutil.copytree(ROOT / "environments", repo / "environments")
+    shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack"))
+    return repo, commit(repo, text, "fleet")
+
+
+def dev_clusters(api_servers, tmp_path: Path) -> tuple[dict[str, servers.ApiServer], Path]:
+    started = api_servers(*CONTEXTS)
+    for server in started.values():
+        server.start_controllers("resourcequota")  # fills in quota status, which `pulumi up` waits for
+    kubeconfig = servers.write_kubeconfig(tmp_path / "kubeconfig", {CONTEXTS[n]: (s, s.admin_token) for n, s in started.items()})
+    return started, kubeconfig
+
+
+def changes(preview) -> dict[str, int]:
+    return {op: n for op, n in preview.change_summary.items() if op != "same"}
+
+
+def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
+    started, kubeconfig = dev_clusters(api_servers, tmp_path)
+    repo, revision = fleet_repo(tmp_path / "fleet", (ROOT / "environments" / "dev.yaml").read_text())
+    monkeypatch.chdir(repo)  # an inline program's project folder is the process's: the policy pack judges the repository there
+    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
+    state = render.render(repo / "environments" / "dev.yaml", revision=revision)
+
+    preview = stack.preview(policy_packs=[str(pulumi_stack.PACK)])
+    assert changes(preview)["create"] >= state.object_count, preview.change_summary
+    up = stack.up(policy_packs=[str(pulumi_stack.PACK)])
+    assert up.summary.result == "succeeded"
+    assert up.outputs["revision"].value == revision
+    for cluster, manifests in state.clusters.items():
+        api = KubeCluster(cluster, kubeconfig=str(kubeconfig), context=CONTEXTS[cluster])
+        for m in manifests:
+            live = api.get(m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])
+            assert live is not None, (cluster, m["kind"], m["metadata"]["name"])
+            owners = {f["manager"] for f in live["metadata"]["managedFields"] if f.get("subresource") != "status"}
+            assert owners == {"fleetops"}, (m["kind"], owners)  # one owner of every field Git sets
+
+    args = ("reconcile", "--env", "dev", "--repo", repo, "--once", "--kubeconfig", kubeconfig, "--cache-dir", tmp_path / "cache", "--output", "json")
+    detect = run(*args, "--detect-only")
+    assert detect.returncode == 0, detect.stdout + detect.stderr
+    assert json.loads(detect.stdout)["drift"] == 0
+
+    # A hand edit, repaired by the reconciler as the in-cluster Deployment runs it, is no change to Pulumi.
+    center = KubeCluster("dev-center", kubeconfig=str(kubeconfig), context="dev")
+    quota = center.get("v1", "ResourceQuota", "ml-sandbox", "device-nvidia-com-gpu")
+    quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "999"
+    center.replace(quota)
+    repaired = run(*args, "--force-conflicts")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    actions = [a for c in json.loads(repaired.stdout)["clusters"].values() for a in c["actions"] if a["write"]]
+    assert [(a["verb"], a["target"]) for a in actions] == [("update", "ResourceQuota ml-sandbox/device-nvidia-com-gpu")]
+    assert center.get("v1", "ResourceQuota", "ml-sandbox", "device-nvidia-com-gpu")["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
+    assert changes(stack.preview(policy_packs=[str(pulumi_stack.PACK)], refresh=True)) == {}
+
+
+def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
+    from pulumi import automation as auto
+
+    _, kubeconfig = dev_clusters(api_servers, tmp_path)
+    doc = yaml.safe_load((ROOT / "environments" / "dev.yaml").read_text())
+    doc["budget"]["monthly"] = 100  # far below what the declared devices cost
+    repo, revision = fleet_repo(tmp_path / "fleet", yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.chdir(repo)
+    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
+    with pytest.raises(auto.CommandError) as failed:
+        stack.preview(policy_packs=[str(pulumi_stack.PACK)])
+    text = str(failed.value)
+    assert "[mandatory]  fleetops-deny" in text and "[budget.over_budget]" in text
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""  # the preview wrote nothing to the fleet's repository

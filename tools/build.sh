@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build the real servers the test suite runs against, from their pinned Go modules (tools/*/go.mod).
+#
+#   tools/build.sh [NAME ...]     # default: every tool
+#
+# Each binary lands in .tools/NAME/VERSION/ and .tools/bin/NAME links to it; a binary that exists
+# for the version its go.mod pins is not built again. Versions come from the go.mod files only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS=$ROOT/.tools
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+# version MODULE_DIR MODULE_PATH: the version that tools/MODULE_DIR/go.mod selects for MODULE_PATH
+version() { (cd "tools/$1" && go list -m -f '{{.Version}}' "$2"); }
+
+# build_tool NAME VERSION BINARY_NAME -- GO BUILD ARGS...: build into .tools/NAME/VERSION unless there
+build_tool() {
+  local name=$1 version=$2 binary=$3; shift 4
+  local dest=$TOOLS/$name/$version/$binary
+  if [[ ! -x $dest ]]; then
+    echo "building $name $version" >&2
+    mkdir -p "$(dirname "$dest")"
+    local started=$SECONDS
+    (cd "tools/$name" && go build -trimpath -o "$dest.tmp" "$@")
+    mv "$dest.tmp" "$dest"
+    echo "built $name $version in $((SECONDS - started))s" >&2
+  fi
+  mkdir -p "$TOOLS/bin"
+  ln -sfn "../$name/$version/$binary" "$TOOLS/bin/$binary"
+}
+
+opa() {
+  local v; v=$(version opa github.com/open-policy-agent/opa)
+  build_tool opa "$v" opa -- -ldflags "-s -w -X github.com/open-policy-agent/opa/v1/version.Version=${v#v}" github.com/open-policy-agent/opa
+}
+
+etcd() {
+  local v; v=$(version etcd go.etcd.io/etcd/server/v3)
+  build_tool etcd "$v" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
+}
+
+# kube-apiserver and kube-controller-manager: one module, k8s.io/kubernetes with its staging modules.
+kubernetes() {
+  local binary=$1 v minor pkg=k8s.io/component-base/version
+  v=$(version kubernetes k8s.io/kubernetes)
+  minor=$(cut -d. -f2 <<<"$v")
+  build_tool kubernetes "$v" "$binary" -- -pgo=off -ldflags "-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$v" \
+    "k8s.io/kubernetes/cmd/$binary"
+}
+kube-apiserver() { kubernetes kube-apiserver; }
+kube-controller-manager() { kubernetes kube-controller-manager; }
+
+pulumi() {
+  local v; v=$(version pulumi github.com/pulumi/pulumi/pkg/v3)
+  build_tool pulumi "$v" pulumi -- -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+}
+
+# The provider module is served only at a pseudo-version; a "// release:" line in its go.mod names the release.
+pulumi-kubernetes() {
+  local mod=github.com/pulumi/pulumi-kubernetes/provider/v4 v dir
+  v=$(sed -n "s/^\/\/ release: v\([0-9.]*\)$/\1/p" tools/pulumi-kubernetes/go.mod)
+  dir=$(cd tools/pulumi-kubernetes && go list -m -f '{{.Dir}}' "$mod")
+  # Upstream's main embeds these generated files; ours embeds the same ones, copied from the module.
+  cp -f "$dir/cmd/pulumi-resource-kubernetes/schema.json" "$dir/cmd/pulumi-resource-kubernetes/terraform-mapping.json" tools/pulumi-kubernetes/
+  chmod u+w tools/pulumi-kubernetes/*.json
+  build_tool pulumi-kubernetes "v$v" pulumi-resource-kubernetes -- -ldflags "-s -w -X $mod/pkg/version.Version=$v" .
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager pulumi pulumi-kubernetes)
+for tool in "${@:-${ALL[@]}}"; do
+  case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
+done
