@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup tools plan test test-quick bench clean
+.PHONY: setup tools image plan test test-quick bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,6 +14,9 @@ setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 
 tools:  ## build the real servers the tests run against (OPA, etcd, kube-apiserver, Pulumi) into .tools/; cached
 	tools/build.sh
+
+image: $(STAMP)  ## the reconciler's OCI image in build/image (root and debootstrap; no container engine)
+	$(PY) image/build.py --out build/image
 
 plan: $(STAMP)  ## the main job on the bundled prod environment
 	$(VENV)/bin/fleetops render --env prod -o build/prod --summary

@@ -362,16 +362,6 @@ def audit(
     err.print(f"wrote {out_file} ({len(report['policies'])} rules, {len(report['environments'])} environment(s))", highlight=False)
 
 
-def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
 
 
 # --- reconcile ---------------------------------------------------------------------------------
@@ -493,3 +483,15 @@ def reconcile(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # `python -m fleetops.cli`: after every command above is registered
+    main()

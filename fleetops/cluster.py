@@ -28,7 +28,7 @@ from fleetops.spec import SYSTEM_NAMESPACES
 Manifest = dict[str, Any]
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
-WRITE_VERBS = frozenset({"apply", "create", "replace", "delete", "patch"})
+WRITE_VERBS = frozenset({"apply", "create", "replace", "delete", "patch", "approve"})
 RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 TIMEOUT = 0  # status of an ApiError raised for a timeout or a broken connection
 UNREACHABLE = -1  # status of a call not made: the server stopped answering earlier (never retried)
@@ -70,6 +70,10 @@ class ClusterAPI(Protocol):
     def create(self, manifest: Manifest) -> Manifest: ...
 
     def replace(self, manifest: Manifest) -> Manifest: ...
+
+    def approve(self, csr: Manifest) -> Manifest:
+        """Write a CertificateSigningRequest's Approved or Denied condition (its approval subresource)."""
+        ...
 
 
 def key_of(manifest: Manifest) -> Key:
@@ -384,6 +388,22 @@ class MemoryCluster:
             return self._store(key, obj, before)
 
 
+    def approve(self, csr: Manifest) -> Manifest:
+        """The approval subresource: only the conditions change; a decided request cannot be decided again."""
+        self._enter("approve", csr["kind"])
+        with self._lock:
+            key = key_of(csr)
+            before = self._objects.get(key)
+            if before is None:
+                raise ApiError(404, f"{describe(key)} not found")
+            decided = [c for c in (before.get("status") or {}).get("conditions") or [] if c.get("type") in ("Approved", "Denied")]
+            if decided:
+                raise ApiError(409, f"{describe(key)} is already {decided[0]['type'].lower()}")
+            obj = copy.deepcopy(before)
+            obj.setdefault("status", {})["conditions"] = copy.deepcopy(csr["status"]["conditions"])
+            return self._store(key, obj, before)
+
+
 _MISSING = object()
 _METADATA_MAPS = ("labels", "annotations")
 
@@ -555,6 +575,10 @@ class KubeCluster:
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(
             body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
+
+    def approve(self, csr: Manifest) -> Manifest:
+        return self._call(lambda: self._resource(csr["apiVersion"], csr["kind"]).subresources["approval"].replace(
+            body=csr, name=csr["metadata"]["name"]).to_dict())
 
 
 def _timed_client(base: type, timeout: tuple[float, float]) -> type:

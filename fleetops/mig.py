@@ -81,9 +81,9 @@ FAMILIES = {
 _MODELS = (
     (r"GB200", "GB200-186GB"),
     (r"B200", "B200-180GB"),
+    (r"H100.*96GB|GH200", "H100-96GB"),  # before H200: "GH200" contains it
     (r"H200", "H200-141GB"),
     (r"H100.*(NVL|94GB)|H800.*NVL", "H100-94GB"),
-    (r"H100.*96GB|GH200", "H100-96GB"),
     (r"H100|H800", "H100-80GB"),
     (r"A100.*80GB|A800.*80GB", "A100-80GB"),
     (r"A100|A800", "A100-40GB"),

@@ -33,7 +33,7 @@ import tenacity
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from fleetops import diff, git, inventory, render, schema, spec
+from fleetops import diff, git, identity, inventory, render, schema, spec
 from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, key_of
 from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
@@ -388,7 +388,8 @@ def _has(taints: list[dict[str, str]], taint: dict[str, str]) -> bool:
     return any(t["key"] == taint["key"] and t["effect"] == taint["effect"] and t.get("value", "") == taint.get("value", "") for t in taints)
 
 
-def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime) -> tuple[Manifest, list[tuple[str, str, bool]]]:
+def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
+              identity: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[str, str, bool]]]:
     """The merge patch that makes a member node meet its group's contract, and what it means.
 
     Returns (patch, [(verb, detail, write)]). Labels merge key by key; taints are sent whole, with
@@ -407,19 +408,23 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime) -> 
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
     if isinstance(group, spec.EdgeGroup):
-        if group.fingerprints:
-            # A missing or malformed fingerprint is unknown too: quarantine is the safe reading.
-            fingerprint = node.annotations.get(inventory.FINGERPRINT_ANNOTATION)
-            known = fingerprint in group.fingerprints
+        if group.fingerprints and identity is None:
+            notes.append(("identity", "the identity record could not be read: quarantine left as it is", False))
+        elif group.fingerprints:
+            # The kubelet key fleetops approved for this node, from a record nodes cannot write.
+            recorded = identity.get(node.name) if identity is not None else None
+            known = recorded in group.fingerprints
+            why = (f"its kubelet key {recorded} is not in the allow list of {group.name}" if recorded
+                   else f"fleetops approved no kubelet key of this node (a certificate from another approver is no proof of a device in {group.name})")
             quarantined = _has(taints, inventory.QUARANTINE_TAINT)
             if not known and not quarantined:
                 taints.append(dict(inventory.QUARANTINE_TAINT))
-                notes.append(("quarantine", f"device fingerprint {fingerprint or '(none)'} is not in the allow list of {group.name}", True))
+                notes.append(("quarantine", why, True))
             elif not known:
-                notes.append(("quarantined", f"device fingerprint {fingerprint or '(none)'} is not in the allow list of {group.name}", False))
+                notes.append(("quarantined", why, False))
             elif quarantined:
                 taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
-                notes.append(("release", f"device fingerprint is now allowed in {group.name}", True))
+                notes.append(("release", f"its kubelet key is allowed in {group.name}", True))
         if not node.ready:
             offline = (now - node.ready_since).total_seconds() if node.ready_since else None
             if offline is not None and offline > group.offline_grace_seconds and not node.unschedulable:
@@ -442,7 +447,8 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime) -> 
     return patch, notes
 
 
-def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
+def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
+                 identity: dict[str, str] | None = None) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
     """Per node: its actions (writes carry the node's patch); and the members of each group (for capacity)."""
     out: list[Action] = []
     members: dict[str, list[inventory.NodeInfo]] = {}
@@ -456,12 +462,48 @@ def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.dateti
             out.append(Action(cluster.name, "ambiguous", f"Node {node.name}", f"matches several groups ({names}); left alone", write=False, kind="Node"))
             continue
         members.setdefault(groups[0].name, []).append(node)
-        patch, notes = node_plan(groups[0], node, now)
+        patch, notes = node_plan(groups[0], node, now, identity)
         for verb, detail, write in notes:
             # One patch per node carries all its writes; its actions share the outcome.
             out.append(Action(cluster.name, verb, f"Node {node.name}", detail, write=write, kind="Node",
                               key=("v1", "Node", "", node.name), body=patch if write else None))
     return out, members
+
+
+CSR_KIND = ("certificates.k8s.io/v1", "CertificateSigningRequest")
+
+
+def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, result: ClusterResult) -> tuple[list[Action], dict[str, str] | None]:
+    """Approve or deny the pending kubelet certificate requests of guarded edge groups; the identity
+    record as it stands once they are approved. None for the record when it could not be read."""
+    try:
+        record_map = call(opts, api.get, "v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP)
+        requests = call(opts, api.list, *CSR_KIND, "")
+    except ApiError as exc:
+        result.errors.append(f"{cluster.name}: read kubelet certificate requests: {explain(exc)}")
+        return [], None
+    record = identity.read_record(record_map)
+    actions = []
+    for csr in sorted(requests, key=lambda c: c["metadata"]["name"]):
+        if not identity.pending(csr):
+            continue
+        verdict = identity.judge(cluster, identity.read_request(csr))
+        if verdict is None:
+            continue
+        if verdict.approve:
+            record[verdict.request.node] = verdict.request.fingerprint
+        actions.append(Action(cluster.name, "approve" if verdict.approve else "deny", f"CertificateSigningRequest {csr['metadata']['name']}",
+                              f"node {verdict.request.node}: {verdict.reason}", kind="CertificateSigningRequest",
+                              key=(*CSR_KIND, "", csr["metadata"]["name"]), body=identity.approval(csr, verdict)))
+    before = identity.read_record(record_map)
+    if record != before:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "data": identity.record_data(record),
+                "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {"app.kubernetes.io/part-of": MANAGER},
+                             **({"resourceVersion": record_map["metadata"]["resourceVersion"]} if record_map else {})}}
+        actions.append(Action(cluster.name, "record", f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
+                              "approved " + ", ".join(f"{node}={key}" for node, key in sorted(set(record.items()) - set(before.items()))),
+                              kind="ConfigMap", key=("v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP), body=body))
+    return actions, record
 
 
 def read_nodes(api: ClusterAPI, cluster: spec.Cluster, opts: Options) -> tuple[inventory.Inventory, str | None]:
@@ -537,6 +579,11 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
         if action.kind == "Node":
             precondition = "resourceVersion" in (action.body or {}).get("metadata", {})
             call(opts, api.patch_node, action.key[3], action.body, conflicts=not precondition)
+        elif action.kind == "CertificateSigningRequest":
+            call(opts, api.approve, action.body, conflicts=False)  # 409: decided elsewhere since the read
+        elif action.verb == "record":
+            write = api.replace if "resourceVersion" in action.body["metadata"] else api.create
+            call(opts, write, action.body, conflicts=False)
         elif action.verb == "prune":
             try:
                 call(opts, api.delete, *action.key)
@@ -575,6 +622,9 @@ def reconcile_cluster(
             if action.kind == "Node" and action.key in outcome:
                 first = outcome[action.key]
                 action.done, action.error = first.done, first.error
+                continue
+            if action.verb == "record" and any(a.error for a in result.actions if a.kind == "CertificateSigningRequest"):
+                action.error = "not recorded: an approval failed; the next pass decides again"
                 continue
             _execute(api, action, opts)
             outcome[action.key] = action
@@ -623,7 +673,9 @@ def run_pass(
             result.nodes_read = False
             return inv, []
         result.problems = inv.problems
-        work, members = node_actions(cluster, inv, now)
+        approvals, record = identity_actions(apis[cluster.name], cluster, opts, result) if identity.guarded(cluster) else ([], {})
+        work, members = node_actions(cluster, inv, now, record)
+        work = approvals + work  # a node approved in this pass is known to the quarantine decision
         if error:
             # Unknown is not zero: no capacity figures, no shortfall warnings from a failed read.
             result.errors.append(error)

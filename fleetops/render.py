@@ -50,6 +50,7 @@ KIND_ORDER = {
 CLUSTER_SCOPED = {
     "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
     "ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "Cohort", "NodeGroup", "NodePool", "Queue",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CertificateSigningRequest",
 }
 
 

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from fleetops import mig
+
 MAX_FILE_BYTES = 8 * 1024 * 1024
 HOURS_PER_MONTH = 730
 
@@ -95,9 +97,6 @@ class Model(BaseModel):
 
 # --- devices -------------------------------------------------------------------------------
 
-# GPU models that the NVIDIA driver can partition with MIG.
-MIG_CAPABLE_PREFIXES = ("A100", "A30", "H100", "H200", "H800", "B200", "GB200")
-
 PluginKind = Literal["nvidia", "ascend", "fpga"]
 
 
@@ -113,7 +112,7 @@ def plugin_kind(resource: str) -> PluginKind | None:
 
 
 def is_mig_capable(model: str) -> bool:
-    return model.upper().startswith(MIG_CAPABLE_PREFIXES)
+    return mig.family_of(model) is not None
 
 
 class Device(Model):
@@ -124,8 +123,9 @@ class Device(Model):
 
 class Mig(Model):
     strategy: Literal["single", "mixed"] = "single"
-    # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7} or {"3g.40gb": 1, "2g.20gb": 2}
-    profiles: dict[Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb$")], Positive] = Field(min_length=1)
+    # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7} or {"3g.40gb": 1, "2g.20gb": 2}; checked
+    # against the GPU model's profiles and placement rules (fleetops.mig).
+    profiles: dict[Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")], Positive] = Field(min_length=1)
 
 
 class Sharing(Model):
@@ -518,6 +518,9 @@ def _sharing_checks(loc: Loc, device: Device, sharing: Sharing) -> Iterator[tupl
             yield sloc + ("mig",), "mode mig needs a mig section with profiles"
         elif sharing.mig.strategy == "single" and len(sharing.mig.profiles) != 1:
             yield sloc + ("mig", "profiles"), "MIG strategy single takes exactly one profile"
+        elif is_mig_capable(device.model) and (problem := mig.layout_problem(device.model, dict(sharing.mig.profiles))):
+            layout = ", ".join(f"{name}: {count}" for name, count in sorted(sharing.mig.profiles.items()))
+            yield sloc + ("mig", "profiles"), f"{{{layout}}} is not a layout of one GPU: {problem}"
     elif sharing.mig is not None:
         yield sloc + ("mig",), f"a mig section only applies to mode mig, not {sharing.mode}"
     if sharing.mode != "exclusive" and plugin_kind(device.resource) != "nvidia":
@@ -569,6 +572,12 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             loc = ("clusters", ci, "edge_groups", gi)
             if cluster.role != "edge":
                 yield loc, f"edge groups belong to clusters with role edge; {cluster.name} has role {cluster.role}"
+            if group.fingerprints and not group.match.name_pattern:
+                # A kubelet's certificate request shows the node name only: that is what admits a device.
+                yield loc + ("match",), "an edge group with fingerprints needs match.name_pattern: a device is admitted by the node name its certificate request asks for"
+            if not group.autonomy and cluster.edge_runtime == "kubeedge":
+                yield loc + ("autonomy",), ("KubeEdge edge nodes are always autonomous (edgecore keeps their pods running offline); "
+                                            "autonomy: false cannot be honoured: remove it, or use edge_runtime: openyurt")
             if plugin_kind(group.device.resource) is None:
                 yield loc + ("device", "resource"), f"no device plugin is known for {group.device.resource}"
 
@@ -633,8 +642,13 @@ def group_capacity(group: Group) -> dict[str, int]:
         if sharing.mig.strategy == "single":
             (count,) = sharing.mig.profiles.values()
             return {group.device.resource: devices * count}
-        return {f"nvidia.com/mig-{profile}": devices * count for profile, count in sorted(sharing.mig.profiles.items())}
+        return {mig_resource(profile): devices * count for profile, count in sorted(sharing.mig.profiles.items())}
     return {group.device.resource: devices}
+
+
+def mig_resource(profile: str) -> str:
+    """The resource the NVIDIA device plugin advertises for a profile with strategy mixed ("+" becomes ".")."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
 
 
 def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:

@@ -1,4 +1,4 @@
-"""An edge node group: KubeEdge NodeGroup or OpenYurt NodePool, with its autonomy settings."""
+"""An edge node group: KubeEdge NodeGroup or OpenYurt NodePool, with the settings its runtime reads."""
 
 from __future__ import annotations
 
@@ -12,21 +12,19 @@ from modules.kube import Target, declare
 from modules.node_pool import NodePool
 
 
-def _settings(group: spec.EdgeGroup) -> dict[str, str]:
-    # Read by the reconciler (offline grace, fingerprints) and by people looking at the cluster.
-    return {
-        "fleetops.io/heartbeat-seconds": str(group.heartbeat_seconds),
-        "fleetops.io/offline-grace-seconds": str(group.offline_grace_seconds),
-        "fleetops.io/latency-ms": str(group.latency_ms),
-        "fleetops.io/autonomy": str(group.autonomy).lower(),
-    }
+# Read by OpenYurt's yurt-manager (node lifecycle and pod binding controllers, v1.6+) on each member
+# node, where the NodePool controller copies its spec.annotations: "0" keeps pods bound while the node
+# is offline, however long; fleetops itself cordons the node after its offline grace.
+AUTONOMY_ANNOTATION = "node.openyurt.io/autonomy-duration"
 
 
 def kubeedge_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
+    # KubeEdge reads nothing else here: edge autonomy is always on (edgecore's local store), and the
+    # node status frequency (heartbeat_seconds) is edgecore's own configuration, set when a node joins.
     return {
         "apiVersion": "apps.kubeedge.io/v1alpha1",
         "kind": "NodeGroup",
-        "metadata": target.metadata(group.name, annotations=_settings(group)),
+        "metadata": target.metadata(group.name),
         "spec": {"matchLabels": {spec.EDGE_GROUP_LABEL: group.name}},
     }
 
@@ -38,12 +36,14 @@ def openyurt_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
         "interConnectivity": False,
         "labels": spec.node_labels(group),
     }
+    if group.autonomy:
+        body["annotations"] = {AUTONOMY_ANNOTATION: "0"}
     if group.taints:
         body["taints"] = [t.model_dump() for t in group.taints]
     return {
         "apiVersion": "apps.openyurt.io/v1beta2",
         "kind": "NodePool",
-        "metadata": target.metadata(group.name, annotations=_settings(group)),
+        "metadata": target.metadata(group.name),
         "spec": body,
     }
 

@@ -47,6 +47,8 @@ _CORE: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
 }
 
 
@@ -59,6 +61,9 @@ class Target:
     provider: k8s.Provider
     # (apiVersion, kind) of every object declared so far: the reconciler's RBAC is derived from it.
     declared: set[tuple[str, str]] = field(default_factory=set, compare=False, hash=False)
+    # The rules of every Role and ClusterRole declared, by (kind, namespace, name): Kubernetes lets the
+    # reconciler write a role only if it holds the role's permissions itself.
+    grants: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict, compare=False, hash=False)
 
     def labels(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {MANAGED_BY: MANAGER, ENVIRONMENT_LABEL: self.environment, CLUSTER_LABEL: self.cluster, **(extra or {})}
@@ -93,6 +98,8 @@ def declare(parent: pulumi.Resource | None, target: Target, manifest: dict[str, 
     if manifest["kind"] in WAITS_FOR_PODS:
         meta.setdefault("annotations", {})[SKIP_AWAIT_ANNOTATION] = "true"
     target.declared.add((manifest["apiVersion"], manifest["kind"]))
+    if manifest["kind"] in ("Role", "ClusterRole"):
+        target.grants[(manifest["kind"], meta.get("namespace", ""), meta["name"])] = manifest["rules"]
     name = f"{target.cluster}/{meta.get('namespace', '_')}/{meta['name']}"
     opts = pulumi.ResourceOptions(parent=parent, provider=target.provider)
     body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}

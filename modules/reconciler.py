@@ -15,7 +15,7 @@ from typing import Any
 
 import pulumi
 
-from fleetops import spec
+from fleetops import identity, spec
 from modules.kube import Target, declare
 
 NAME = "fleetops-reconciler"
@@ -37,14 +37,18 @@ def plural(kind: str) -> str:
     return lower + "s"
 
 
-def rbac_rules(kinds: set[tuple[str, str]]) -> list[dict[str, Any]]:
-    """One rule per API group for the kinds the reconciler owns, plus what it does to nodes."""
+def rbac_rules(kinds: set[tuple[str, str]], delegated: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """One rule per API group for the kinds the reconciler owns, what it does to nodes, and every rule
+    of the roles it writes (`delegated`): Kubernetes refuses a role from a writer that lacks its rules."""
     groups: dict[str, set[str]] = {}
     for api_version, kind in kinds:
         group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
         groups.setdefault(group, set()).add(plural(kind))
     rules = [{"apiGroups": [g], "resources": sorted(r), "verbs": OBJECT_VERBS} for g, r in sorted(groups.items())]
     rules.append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]})
+    for rule in delegated:
+        if rule not in rules:
+            rules.append(rule)
     return rules
 
 
@@ -87,6 +91,7 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
             "metadata": target.metadata(NAME, ns, labels=labels),
             "rules": [
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+                # its status and the edge identity record
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
             ],
         },
@@ -169,13 +174,26 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
     ]
 
 
-def cluster_role_manifest(target: Target) -> dict[str, Any]:
+# Edge device identity (fleetops.identity): read kubelet certificate requests, decide them for the
+# kubelet client signer only.
+IDENTITY_RULES = [
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["list"]},
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]},
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"], "resourceNames": [identity.KUBELET_CLIENT_SIGNER]},
+]
+
+
+def cluster_role_manifest(target: Target, cluster: spec.Cluster) -> dict[str, Any]:
     kinds = target.declared | {("rbac.authorization.k8s.io/v1", "ClusterRole")}
+    # The rules of the roles it writes for others (device plugins, mig-manager), not of its own Role.
+    delegated = [rule for (_, _, name), rules in sorted(target.grants.items()) if name != NAME for rule in rules]
+    if identity.guarded(cluster):
+        delegated += IDENTITY_RULES
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": target.metadata(NAME, labels=dict(SELECTOR)),
-        "rules": rbac_rules(kinds),
+        "rules": rbac_rules(kinds, delegated),
     }
 
 
@@ -186,5 +204,5 @@ class Reconciler(pulumi.ComponentResource):
         super().__init__("fleetops:fleet:Reconciler", target.cluster, None, opts)
         for manifest in own_manifests(target, env, target.cluster):
             declare(self, target, manifest)
-        declare(self, target, cluster_role_manifest(target))
+        declare(self, target, cluster_role_manifest(target, spec.cluster_by_name(env, target.cluster)))
         self.register_outputs({"namespace": env.reconciler.namespace, "replicas": env.reconciler.replicas})

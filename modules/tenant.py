@@ -207,6 +207,84 @@ def volcano_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
     }
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+def _cel_list(names: list[str]) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
+def admission_manifests(target: Target, tenant: spec.Tenant, backend: str) -> list[dict[str, Any]]:
+    """What the API server itself enforces in the tenant's namespace, for every workload submitted
+    (kubectl, a pipeline, an operator), not only what fleetops renders: a ValidatingAdmissionPolicy
+    (CEL) bound to the namespace, and a ResourceQuota that admits no pod of another priority class."""
+    allowed = sorted(tenant.priority_classes)
+    queue = f"{tenant.name}-queue"
+    jobs, pods = "request.resource.resource == 'jobs'", "request.resource.resource == 'pods'"
+    validations = []
+    if allowed:
+        listed = _cel_list(allowed)
+        shown = ", ".join(allowed)
+        validations += [
+            {"expression": f"!({jobs}) || !has(object.spec.template.spec.priorityClassName) || object.spec.template.spec.priorityClassName in {listed}",
+             "messageExpression": f"'priority class ' + object.spec.template.spec.priorityClassName + ' is not allowed for tenant {tenant.name} (allowed: {shown})'",
+             "reason": "Forbidden"},
+            {"expression": f"!({pods}) || !has(object.spec.priorityClassName) || object.spec.priorityClassName in {listed}",
+             "messageExpression": f"'priority class ' + object.spec.priorityClassName + ' is not allowed for tenant {tenant.name} (allowed: {shown})'",
+             "reason": "Forbidden"},
+            {"expression": f"!has(object.metadata.labels) || !('{KUEUE_PRIORITY_LABEL}' in object.metadata.labels) || object.metadata.labels['{KUEUE_PRIORITY_LABEL}'] in {listed}",
+             "message": f"workload priority class is not allowed for tenant {tenant.name} (allowed: {shown})",
+             "reason": "Forbidden"},
+        ]
+    if backend == "kueue":
+        # Jobs and bare pods must name the tenant's LocalQueue; pods a controller owns (a Job's) are admitted through it.
+        in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == '{queue}'"
+        owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
+        validations.append({
+            "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
+            "message": f"workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: {queue}",
+            "reason": "Forbidden",
+        })
+    if not validations:
+        return []
+    name = f"fleetops-tenant-{tenant.name}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": target.metadata(name, labels={"fleetops.io/tenant": tenant.name}),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
+            ]},
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": target.metadata(name, labels={"fleetops.io/tenant": tenant.name}),
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}}},
+        },
+    }
+    out = [policy, binding]
+    if allowed:
+        # Kubernetes' own way to keep priority classes to their users ("limit priority class
+        # consumption"): no pod of any other class fits a quota of zero pods.
+        out.append({
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": target.metadata("priority-classes", tenant.name),
+            "spec": {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "NotIn", "values": allowed}]}},
+        })
+    return out
+
+
 class Tenant(pulumi.ComponentResource):
     def __init__(
         self,
@@ -228,6 +306,7 @@ class Tenant(pulumi.ComponentResource):
             manifests += kueue_manifests(target, tenant, groups, env.scheduler)
         else:
             manifests.append(volcano_manifest(target, tenant))
+        manifests += admission_manifests(target, tenant, env.scheduler.backend)
         for manifest in manifests:
             declare(self, target, manifest)
         self.register_outputs({"namespace": tenant.name, "pools": [g.name for g in groups]})

@@ -46,7 +46,9 @@ deny contains d if {
 	some r in input.resources
 	r.kind == "ConfigMap"
 	r.namespace == "kube-system"
-	config := yaml.unmarshal(r.manifest.data["config.yaml"])
+	r.manifest.metadata.labels["app.kubernetes.io/name"] == "nvidia-device-plugin"
+	some text in r.manifest.data # one config file per key, selected by the node label nvidia.com/device-plugin.config
+	config := yaml.unmarshal(text)
 	some shared in config.sharing.timeSlicing.resources
 	shared.replicas > cfg.max_time_slicing_replicas
 	d := {
@@ -54,42 +56,6 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("%s: ConfigMap %s time-slices %s into %d replicas, at most %d allowed", [r.cluster, r.name, shared.name, shared.replicas, cfg.max_time_slicing_replicas]),
 		"resource": {"cluster": r.cluster, "kind": "ConfigMap", "namespace": r.namespace, "name": r.name},
-	}
-}
-
-mig_pools contains [cluster.name, pool] if {
-	some cluster in input.spec.clusters
-	some pool in cluster.pools
-	pool.sharing.mode == "mig"
-}
-
-# METADATA
-# title: MIG profiles are valid for the GPU model
-# description: Each MIG profile of a pool exists on its GPU model family; an unknown model or profile makes mig-manager fail and the pool advertise nothing.
-# custom:
-#   severity: high
-#   control_id: FLEET-DEV-03
-deny contains d if {
-	some [cluster, pool] in mig_pools
-	not cfg.mig_models[pool.device.model]
-	d := {
-		"rule": "devices.mig_profile_invalid",
-		"severity": "high",
-		"msg": sprintf("%s: pool %s uses MIG on %s, which has no MIG profile table", [cluster, pool.name, pool.device.model]),
-		"resource": {"cluster": cluster, "kind": "Pool", "name": pool.name},
-	}
-}
-
-deny contains d if {
-	some [cluster, pool] in mig_pools
-	family := cfg.mig_models[pool.device.model]
-	some profile, _ in pool.sharing.mig.profiles
-	not profile in cfg.mig_profiles[family]
-	d := {
-		"rule": "devices.mig_profile_invalid",
-		"severity": "high",
-		"msg": sprintf("%s: pool %s: MIG profile %s does not exist on %s (valid: %s)", [cluster, pool.name, profile, family, concat(", ", cfg.mig_profiles[family])]),
-		"resource": {"cluster": cluster, "kind": "Pool", "name": pool.name},
 	}
 }
 

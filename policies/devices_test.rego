@@ -15,7 +15,15 @@ sliced(replicas) := {
 	"kind": "ConfigMap",
 	"namespace": "kube-system",
 	"name": "nvidia-device-plugin-shared",
-	"manifest": {"data": {"config.yaml": sprintf("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: %d\n", [replicas])}},
+	"manifest": {
+		"metadata": {"labels": {"app.kubernetes.io/name": "nvidia-device-plugin"}},
+		"data": {"shared": sprintf("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: %d\n", [replicas])},
+	},
+}
+
+test_time_slicing_in_a_configmap_of_another_app_is_not_judged if {
+	other := object.union(sliced(8), {"manifest": {"metadata": {"labels": {"app.kubernetes.io/name": "something-else"}}}})
+	not "devices.time_slicing_replicas" in rules(devices.deny) with input as object.union(base, {"resources": [plugin("shared"), plugin("mig"), other]})
 }
 
 mig_pool(model, profiles) := {"name": "mig", "device": {"model": model}, "sharing": {"mode": "mig", "mig": {"profiles": profiles}}}
@@ -50,16 +58,6 @@ test_missing_plugin_fires if {
 
 test_time_slicing_replicas_fires if {
 	"devices.time_slicing_replicas" in rules(devices.deny) with input as object.union(base, {"resources": [plugin("shared"), plugin("mig"), sliced(8)]})
-}
-
-test_mig_profile_invalid_fires if {
-	wrong := object.union(base, {"spec": {"clusters": [{"name": "c1", "pools": [mig_pool("A100-SXM4-40GB", {"1g.10gb": 7})]}]}})
-	"devices.mig_profile_invalid" in rules(devices.deny) with input as wrong
-}
-
-test_mig_on_unknown_model_fires if {
-	unknown := object.union(base, {"spec": {"clusters": [{"name": "c1", "pools": [mig_pool("Z900", {"1g.10gb": 7})]}]}})
-	"devices.mig_profile_invalid" in rules(devices.deny) with input as unknown
 }
 
 test_strict_on_time_slicing_fires if {

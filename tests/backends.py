@@ -57,6 +57,10 @@ class RealCluster:
         self.calls[("replace", manifest["kind"])] += 1
         return self.kube.replace(manifest)
 
+    def approve(self, csr: Manifest) -> Manifest:
+        self.calls[("approve", csr["kind"])] += 1
+        return self.kube.approve(csr)
+
     # -- what tests count ------------------------------------------------------------------------
 
     def count(self, verb: str | None = None, kind: str | None = None) -> int:
@@ -84,6 +88,8 @@ class RealCluster:
 
     def put(self, manifest: Manifest, manager: str = "kubectl-edit") -> Manifest:
         """A write by another client: create the object, or replace it (a `kubectl edit`), as `manager`."""
+        if manifest["kind"] == "CertificateSigningRequest":
+            return self._request_certificate(manifest)
         body = copy.deepcopy(manifest)
         body["metadata"].pop("managedFields", None)
         meta = body["metadata"]
@@ -105,9 +111,23 @@ class RealCluster:
             return resource.status.replace(body=body, field_manager=manager).to_dict()
         return updated
 
+    def _request_certificate(self, csr: Manifest) -> Manifest:
+        """A kubelet's certificate request, sent as the kubelet: the server sets spec.username from
+        whoever sends it (a bootstrap token before the node exists, the node itself to renew)."""
+        from kubernetes import dynamic
+
+        user = csr["spec"]["username"]
+        groups = ["system:nodes"] if user.startswith("system:node:") else ["system:bootstrappers"]
+        admin = dynamic.DynamicClient(self.server.client())
+        binding = {  # what kubeadm grants joining and renewing kubelets
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "test-kubelet-csr"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in ("system:bootstrappers", "system:nodes")],
+        }
+        admin.resources.get(api_version="rbac.authorization.k8s.io/v1", kind="ClusterRoleBinding").server_side_apply(body=binding, field_manager="test")
+        kubelet = dynamic.DynamicClient(self.server.client(impersonate=(user, groups)))
+        body = {**csr, "spec": {k: v for k, v in csr["spec"].items() if k != "username"}}
+        return kubelet.resources.get(api_version=csr["apiVersion"], kind=csr["kind"]).create(body=body).to_dict()
+
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         self._admin.delete(api_version, kind, namespace, name)
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    return obj.to_dict() if hasattr(obj, "to_dict") else obj

@@ -55,6 +55,7 @@ SMALL: dict[str, Any] = {
                     "offline_grace_seconds": 240,
                     "latency_ms": 20,
                     "fingerprints": [FINGERPRINT],
+                    "match": {"name_pattern": "jetson-*"},
                 }
             ],
         },

@@ -15,8 +15,6 @@ from fleetops.cluster import MemoryCluster
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "environments" / "dev.yaml"
 T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
-GOOD_FP = "sha256:" + "0d" * 32  # the dev-jetson allow list
-BAD_FP = "sha256:" + "ee" * 32
 
 
 @functools.cache
@@ -92,3 +90,49 @@ def new_repo(path: Path) -> Path:
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
     return path
+
+
+# --- edge device identity -----------------------------------------------------------------------
+
+
+@functools.cache
+def device_key(name: str) -> Any:
+    """A device's kubelet key (one per name, made once per test process)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def key_fingerprint(name: str) -> str:
+    from fleetops import identity
+
+    return identity.fingerprint_of_key(device_key(name).public_key())
+
+
+def kubelet_csr(name: str, node_name: str, key: str, username: str = "system:bootstrap:abcdef") -> dict[str, Any]:
+    """A kubelet client certificate request as a joining node sends it (signed with the device's key)."""
+    import base64
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
+    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(device_key(key), hashes.SHA256())
+    pem = request.public_bytes(serialization.Encoding.PEM)
+    return {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64.b64encode(pem).decode(), "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                 "usages": ["digital signature", "client auth"], "username": username},
+    }
+
+
+def allowing(env: spec.Environment, *keys: str) -> spec.Environment:
+    """The dev environment with the dev-jetson allow list holding these devices' keys."""
+    edge = spec.cluster_by_name(env, "dev-edge")
+    group = edge.edge_groups[0].model_copy(update={"fingerprints": [key_fingerprint(k) for k in keys]})
+    clusters = [c if c.name != "dev-edge" else edge.model_copy(update={"edge_groups": [group]}) for c in env.clusters]
+    return env.model_copy(update={"clusters": clusters})

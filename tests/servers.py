@@ -261,14 +261,21 @@ class ApiServer:
     def kubeconfig(self, path: Path, context: str | None = None, token: str | None = None) -> Path:
         return write_kubeconfig(path, {context or self.name: (self, token or self.admin_token)})
 
-    def client(self, token: str | None = None) -> Any:
+    def client(self, token: str | None = None, impersonate: tuple[str, list[str]] | None = None) -> Any:
+        """An API client as the admin (or `token`), optionally impersonating a user and its groups."""
         from kubernetes import client
 
         cfg = client.Configuration()
         cfg.host = self.url
         cfg.ssl_ca_cert = str(self.ca_file)
         cfg.api_key = {"authorization": f"Bearer {token or self.admin_token}"}
-        return client.ApiClient(cfg)
+        api = client.ApiClient(cfg)
+        if impersonate is not None:
+            user, groups = impersonate
+            api.set_default_header("Impersonate-User", user)
+            for group in groups:  # one header per group; the client joins repeated names, so send the first
+                api.set_default_header("Impersonate-Group", group)
+        return api
 
 
 def write_kubeconfig(path: Path, contexts: dict[str, tuple[ApiServer, str]]) -> Path:
@@ -292,12 +299,15 @@ def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
     from kubernetes import client
 
     api = client.ApiextensionsV1Api(server.client())
-    names = []
+    objects = client.CustomObjectsApi(server.client())
+    names, lists = [], []
     for path in sorted(directory.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 api.create_custom_resource_definition(doc)
                 names.append(doc["metadata"]["name"])
+                version = next(v["name"] for v in doc["spec"]["versions"] if v.get("storage"))
+                lists.append((doc["spec"]["group"], version, doc["spec"]["names"]["plural"]))
 
     def established() -> bool:
         for name in names:
@@ -306,5 +316,18 @@ def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
                 return False
         return True
 
+    def served() -> bool:
+        # Established is not yet usable: until a CRD's storage is initialised the server answers
+        # "429 storage is (re)initializing", which made a first pass fail on a loaded CI machine.
+        try:
+            for group, version, plural in lists:
+                objects.list_cluster_custom_object(group, version, plural, limit=1)
+        except client.ApiException as exc:
+            if exc.status == 429:
+                return False
+            raise
+        return True
+
     wait_until(established, "CRDs established")
+    wait_until(served, "CRD storage ready")
     return names

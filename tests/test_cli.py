@@ -88,3 +88,12 @@ def test_audit_of_an_invalid_environment_writes_no_report(tmp_path: Path) -> Non
     out = tmp_path / "audit.html"
     done = run("audit", "--environments", envs, "-o", out)
     assert done.returncode == 2 and "dev.yaml:" in done.stderr and not out.exists()
+
+
+def test_the_module_runs_every_command_as_the_console_script_does() -> None:
+    import subprocess
+    import sys
+
+    for module in ("fleetops.cli", "fleetops"):
+        done = subprocess.run([sys.executable, "-m", module, "reconcile", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0 and "--detect-only" in done.stdout, done.stderr

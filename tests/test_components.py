@@ -9,30 +9,94 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetops import render
+from fleetops import render, spec
 from tests.helpers import ROOT, find, one, render_env, small_env
 
 
-def plugin_config(state: render.DesiredState, cluster: str, name: str) -> dict[str, Any]:
-    return yaml.safe_load(one(state, cluster, "ConfigMap", name, "kube-system")["data"]["config.yaml"])
+def plugin_config(state: render.DesiredState, cluster: str, group: str) -> dict[str, Any]:
+    """The NVIDIA plugin config the node label of `group` selects: its key in the plugin's ConfigMap."""
+    return yaml.safe_load(one(state, cluster, "ConfigMap", f"nvidia-device-plugin-{group}", "kube-system")["data"][group])
+
+
+def mig_parted(state: render.DesiredState, cluster: str, group: str) -> dict[str, Any]:
+    return yaml.safe_load(one(state, cluster, "ConfigMap", f"nvidia-mig-manager-{group}", "kube-system")["data"]["config.yaml"])
+
+
+def pod_of(state: render.DesiredState, cluster: str, name: str) -> dict[str, Any]:
+    return one(state, cluster, "DaemonSet", name, "kube-system")["spec"]["template"]
+
+
+def container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []) if c["name"] == name)
+
+
+def env_of(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<from field>") for e in c.get("env", [])}
 
 
 # --- device plugins -------------------------------------------------------------------------
 
 
 def test_time_slicing_pool_gets_nvidia_config_with_replicas(small_state: render.DesiredState) -> None:
-    config = plugin_config(small_state, "center-a", "nvidia-device-plugin-a100-ts")
+    config = plugin_config(small_state, "center-a", "a100-ts")
     assert config["version"] == "v1"
     assert config["flags"]["migStrategy"] == "none"
     assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
 
 
-def test_mig_pool_gets_mig_strategy_and_mig_parted_layout(small_state: render.DesiredState) -> None:
-    config = plugin_config(small_state, "center-a", "nvidia-device-plugin-h100-mig")
-    assert config["flags"]["migStrategy"] == "single"
-    assert "sharing" not in config
-    layout = plugin_config(small_state, "center-a", "mig-parted-h100-mig")
+def test_the_config_the_node_label_selects_reaches_the_running_plugin(small_state: render.DesiredState) -> None:
+    """NVIDIA's chart: config-manager links the ConfigMap key named by the node label to CONFIG_FILE and
+    signals the plugin; the reconciler sets that label on every member node (spec.node_labels)."""
+    pool = spec.Environment.model_validate(small_env()).clusters[0].pools[0]
+    label_value = spec.node_labels(pool)["nvidia.com/device-plugin.config"]  # what the reconciler puts on the nodes
+    pod = pod_of(small_state, "center-a", "nvidia-device-plugin-a100-ts")
+    configs = one(small_state, "center-a", "ConfigMap", "nvidia-device-plugin-a100-ts", "kube-system")["data"]
+    assert label_value in configs
+    init, sidecar, plugin = (container(pod, n) for n in ("nvidia-device-plugin-init", "nvidia-device-plugin-sidecar", "nvidia-device-plugin-ctr"))
+    for manager in (init, sidecar):
+        assert manager["command"] == ["config-manager"]
+        env = env_of(manager)
+        assert env["NODE_LABEL"] == "nvidia.com/device-plugin.config" and env["DEFAULT_CONFIG"] == "a100-ts"
+        assert env["CONFIG_FILE_SRCDIR"] == "/available-configs" and env["CONFIG_FILE_DST"] == "/config/config.yaml"
+    assert env_of(init)["ONESHOT"] == "true" and env_of(sidecar)["SEND_SIGNAL"] == "true"
+    assert env_of(sidecar)["PROCESS_TO_SIGNAL"] == plugin["command"][0] == "nvidia-device-plugin"
+    assert env_of(plugin)["CONFIG_FILE"] == "/config/config.yaml" and "NVIDIA_MIG_MONITOR_DEVICES" not in env_of(plugin)
+    assert pod["spec"]["shareProcessNamespace"] is True
+    assert {"name": "available-configs", "configMap": {"name": "nvidia-device-plugin-a100-ts"}} in pod["spec"]["volumes"]
+    # config-manager watches its node: the pod's account may read nodes, and nothing else.
+    account = pod["spec"]["serviceAccountName"]
+    binding = one(small_state, "center-a", "ClusterRoleBinding", account)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "kube-system"}]
+    role = one(small_state, "center-a", "ClusterRole", binding["roleRef"]["name"])
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_a_config_change_rolls_only_that_plugin(small_state: render.DesiredState, tmp_path: Path) -> None:
+    env = small_env()
+    env["clusters"][0]["pools"][0]["sharing"]["replicas"] = 2
+    changed = render_env(tmp_path, env)
+    checksum = lambda state, name: pod_of(state, "center-a", name)["metadata"]["annotations"]["checksum/config"]  # noqa: E731
+    assert checksum(small_state, "nvidia-device-plugin-a100-ts") != checksum(changed, "nvidia-device-plugin-a100-ts")
+    assert checksum(small_state, "nvidia-device-plugin-h100-mig") == checksum(changed, "nvidia-device-plugin-h100-mig")
+
+
+def test_mig_pool_gets_mig_strategy_monitoring_and_a_mig_manager_that_reads_its_layout(small_state: render.DesiredState) -> None:
+    config = plugin_config(small_state, "center-a", "h100-mig")
+    assert config["flags"]["migStrategy"] == "single" and "sharing" not in config
+    plugin = container(pod_of(small_state, "center-a", "nvidia-device-plugin-h100-mig"), "nvidia-device-plugin-ctr")
+    assert env_of(plugin)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert plugin["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"]}
+    # mig-manager partitions each node labelled nvidia.com/mig.config=<config> with that config of its file.
+    layout = mig_parted(small_state, "center-a", "h100-mig")
     assert layout["mig-configs"]["h100-mig"] == [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+    manager_pod = pod_of(small_state, "center-a", "nvidia-mig-manager-h100-mig")
+    manager = container(manager_pod, "nvidia-mig-manager")
+    assert env_of(manager)["CONFIG_FILE"] == "/mig-parted-config/config.yaml"
+    assert {"name": "mig-parted-config", "configMap": {"name": "nvidia-mig-manager-h100-mig"}} in manager_pod["spec"]["volumes"]
+    assert manager_pod["spec"]["nodeSelector"] == {"fleetops.io/pool": "h100-mig"}
+    assert manager_pod["spec"]["hostPID"] and manager["securityContext"] == {"privileged": True}
+    assert not find(small_state, "center-a", "DaemonSet", "nvidia-mig-manager-a100-ts")
 
 
 def test_mixed_mig_strategy_reaches_the_plugin(tmp_path: Path) -> None:
@@ -40,27 +104,47 @@ def test_mixed_mig_strategy_reaches_the_plugin(tmp_path: Path) -> None:
     env["clusters"][0]["pools"][1]["sharing"]["mig"] = {"strategy": "mixed", "profiles": {"3g.40gb": 1, "2g.20gb": 2}}
     env["tenants"] = []
     state = render_env(tmp_path, env)
-    assert plugin_config(state, "center-a", "nvidia-device-plugin-h100-mig")["flags"]["migStrategy"] == "mixed"
-    layout = plugin_config(state, "center-a", "mig-parted-h100-mig")
-    assert layout["mig-configs"]["h100-mig"][0]["mig-devices"] == {"2g.20gb": 2, "3g.40gb": 1}
+    assert plugin_config(state, "center-a", "h100-mig")["flags"]["migStrategy"] == "mixed"
+    assert mig_parted(state, "center-a", "h100-mig")["mig-configs"]["h100-mig"][0]["mig-devices"] == {"2g.20gb": 2, "3g.40gb": 1}
 
 
 def test_device_plugin_daemonset_is_pinned_to_its_pool_and_tolerates_its_taints(small_state: render.DesiredState) -> None:
-    ds = one(small_state, "center-a", "DaemonSet", "nvidia-device-plugin-a100-ts", "kube-system")
-    pod = ds["spec"]["template"]["spec"]
+    pod = pod_of(small_state, "center-a", "nvidia-device-plugin-a100-ts")["spec"]
     assert pod["nodeSelector"] == {"fleetops.io/pool": "a100-ts"}
     assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert {"name": "config", "configMap": {"name": "nvidia-device-plugin-a100-ts"}} in pod["volumes"]
-    assert pod["containers"][0]["env"] == [{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]
 
 
 def test_every_pool_has_its_own_plugin_and_non_nvidia_pools_no_nvidia_config(small_state: render.DesiredState) -> None:
     names = {m["metadata"]["name"] for m in find(small_state, "center-a", "DaemonSet")}
-    assert names == {"nvidia-device-plugin-a100-ts", "nvidia-device-plugin-h100-mig", "ascend-device-plugin-ascend"}
-    ascend = one(small_state, "center-a", "DaemonSet", "ascend-device-plugin-ascend", "kube-system")
-    assert ascend["spec"]["template"]["spec"]["nodeSelector"] == {"fleetops.io/pool": "ascend"}
-    assert "env" not in ascend["spec"]["template"]["spec"]["containers"][0]
+    assert names == {"nvidia-device-plugin-a100-ts", "nvidia-device-plugin-h100-mig", "nvidia-mig-manager-h100-mig", "ascend-device-plugin-ascend"}
+    ascend = pod_of(small_state, "center-a", "ascend-device-plugin-ascend")["spec"]
+    assert ascend["nodeSelector"] == {"fleetops.io/pool": "ascend"}
     assert not find(small_state, "center-a", "ConfigMap", "nvidia-device-plugin-ascend")
+
+
+def test_ascend_plugin_gets_what_its_upstream_manifest_gives_it(small_state: render.DesiredState) -> None:
+    pod = pod_of(small_state, "center-a", "ascend-device-plugin-ascend")["spec"]
+    plugin = pod["containers"][0]
+    mounts = {m["mountPath"] for m in plugin["volumeMounts"]}
+    assert {"/usr/local/Ascend/driver", "/var/lib/kubelet/pod-resources", "/var/lib/kubelet/device-plugins"} <= mounts
+    assert plugin["securityContext"]["privileged"] is True  # it opens the NPU devices of the driver
+    role = one(small_state, "center-a", "ClusterRole", pod["serviceAccountName"])
+    assert {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch", "update"]} in role["rules"]
+
+
+def test_fpga_plugin_runs_in_region_mode_with_its_init_container(tmp_path: Path) -> None:
+    state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
+    pod = pod_of(state, "center-sh", "fpga-device-plugin-fpga-arria10")["spec"]
+    assert pod["containers"][0]["args"] == ["-mode=region"]
+    assert pod["initContainers"][0]["image"].startswith("intel/intel-fpga-initcontainer:")
+
+
+def test_the_reconciler_may_write_every_role_it_renders(small_state: render.DesiredState) -> None:
+    """Kubernetes refuses a role from a writer that lacks its permissions: the reconciler holds them."""
+    reconciler = one(small_state, "center-a", "ClusterRole", "fleetops-reconciler")["rules"]
+    for role in find(small_state, "center-a", "ClusterRole"):
+        for rule in role["rules"]:
+            assert rule in reconciler or role["metadata"]["name"] == "fleetops-reconciler", (role["metadata"]["name"], rule)
 
 
 # --- edge groups -------------------------------------------------------------------------------
@@ -78,7 +162,15 @@ def test_kubeedge_edge_group_becomes_a_node_group(small_state: render.DesiredSta
     group = one(small_state, "edge-b", "NodeGroup", "jetson")
     assert group["apiVersion"] == "apps.kubeedge.io/v1alpha1"
     assert group["spec"] == {"matchLabels": {"fleetops.io/edge-group": "jetson"}}
-    assert group["metadata"]["annotations"]["fleetops.io/offline-grace-seconds"] == "240"
+    # Nothing in KubeEdge reads fleetops' own settings: none is put where it would look like one.
+    assert not [k for k in group["metadata"]["annotations"] if k.startswith("fleetops.io/")]
+
+
+def test_kubeedge_cannot_turn_autonomy_off(tmp_path: Path) -> None:
+    env = small_env()
+    env["clusters"][1]["edge_groups"][0]["autonomy"] = False
+    with pytest.raises(spec.SpecError, match=r"edge_groups\[0\]\.autonomy: KubeEdge edge nodes are always autonomous"):
+        render_env(tmp_path, env)
 
 
 def test_openyurt_edge_group_becomes_a_v1beta2_node_pool(tmp_path: Path) -> None:
@@ -91,7 +183,13 @@ def test_openyurt_edge_group_becomes_a_v1beta2_node_pool(tmp_path: Path) -> None
     assert pool["spec"]["type"] == "Edge"
     assert pool["spec"]["labels"]["fleetops.io/edge-group"] == "jetson"
     assert pool["spec"]["taints"] == [{"key": "edge", "value": "true", "effect": "NoSchedule"}]
+    # yurt-manager copies the pool's annotations to its nodes, where its node lifecycle controller
+    # reads the autonomy duration ("0": pods stay bound while the node is offline).
+    assert pool["spec"]["annotations"] == {"node.openyurt.io/autonomy-duration": "0"}
+    assert not [k for k in pool["metadata"]["annotations"] if k.startswith("fleetops.io/")]
     assert not find(state, "edge-b", "NodeGroup")
+    env["clusters"][1]["edge_groups"][0]["autonomy"] = False
+    assert "annotations" not in one(render_env(tmp_path, env), "edge-b", "NodePool", "jetson")["spec"]
 
 
 def test_pools_become_kueue_flavors_with_node_labels_and_taints(small_state: render.DesiredState) -> None:
@@ -111,6 +209,7 @@ def test_tenant_gets_namespace_limit_range_and_one_quota_per_device_resource(sma
     assert quotas == {
         "device-nvidia-com-gpu": {"requests.nvidia.com/gpu": "30"},
         "device-huawei-com-ascend910": {"requests.huawei.com/Ascend910": "8"},
+        "priority-classes": {"pods": "0"},  # for pods outside the tenant's priority classes (tests/test_real_kube.py)
     }
     assert one(small_state, "center-a", "LimitRange", "defaults", "vision")["spec"]["limits"][0]["type"] == "Container"
 
@@ -221,3 +320,17 @@ def test_every_object_carries_the_ownership_labels_and_one_field_manager(name: s
         assert meta["annotations"]["pulumi.com/patchFieldManager"] == "fleetops", meta["name"]
         # Nothing holds `pulumi up` until pods run (an offline edge site would fail it).
         assert (meta["annotations"].get("pulumi.com/skipAwait") == "true") == (manifest["kind"] in ("DaemonSet", "Deployment", "Service"))
+
+
+def test_tenants_get_an_admission_policy_and_a_priority_class_quota(small_state: render.DesiredState) -> None:
+    policy = one(small_state, "center-a", "ValidatingAdmissionPolicy", "fleetops-tenant-vision")
+    binding = one(small_state, "center-a", "ValidatingAdmissionPolicyBinding", "fleetops-tenant-vision")
+    assert binding["spec"]["policyName"] == "fleetops-tenant-vision" and binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "vision"}}
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "in ['high']" in expressions and "'vision-queue'" in expressions
+    quota = one(small_state, "center-a", "ResourceQuota", "priority-classes", "vision")
+    assert quota["spec"] == {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "NotIn", "values": ["high"]}]}}
+    # A tenant that declares no priority classes is held to its queue only.
+    factory = one(small_state, "edge-b", "ValidatingAdmissionPolicy", "fleetops-tenant-factory")
+    assert len(factory["spec"]["validations"]) == 1 and not find(small_state, "edge-b", "ResourceQuota", "priority-classes")

@@ -8,6 +8,7 @@ backends in tests/test_reconcile.py and tests/test_reconcile_service.py.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from fleetops import reconcile, render
 from tests import servers
 from tests.backends import RealCluster
 from tests.cli import run
-from tests.reconcile_support import DEV, Sleeps, allow, commit, dev, new_repo, options
+from tests.reconcile_support import DEV, Sleeps, allow, commit, dev, key_fingerprint, kubelet_csr, new_repo, options
 
 pytestmark = pytest.mark.real
 
@@ -79,40 +80,48 @@ def install_reconciler_rbac(server: servers.ApiServer, manifests: list[dict[str,
         dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"]).server_side_apply(body=m, field_manager="admin")
 
 
-def fleet_repo(path: Path) -> Path:
+def fleet_repo(path: Path, text: str | None = None) -> Path:
     repo = new_repo(path)
-    import shutil
-
     shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack"))
-    commit(repo, DEV.read_text(), "fleet")
+    commit(repo, text or DEV.read_text(), "fleet")
     return repo
 
 
-def as_reconciler(api_servers, tmp_path: Path, drop_resource: str | None = None) -> tuple[Path, Path]:
-    server = api_servers("dev-center")["dev-center"]
+CONTEXTS = {"dev-center": "dev", "dev-edge": "dev-edge"}
+
+
+def as_reconciler(api_servers, tmp_path: Path, cluster: str = "dev-center", drop_resource: str | None = None,
+                  text: str | None = None) -> tuple[servers.ApiServer, Path, Path]:
+    server = api_servers(cluster)[cluster]
     _, state = dev()
-    install_reconciler_rbac(server, state.clusters["dev-center"], drop_resource)
+    install_reconciler_rbac(server, state.clusters[cluster], drop_resource)
     token = service_account_token(server, "fleetops-system", "fleetops-reconciler")
-    kubeconfig = servers.write_kubeconfig(tmp_path / "reconciler.kubeconfig", {"dev": (server, token)})
-    return kubeconfig, fleet_repo(tmp_path / "fleet")
+    kubeconfig = servers.write_kubeconfig(tmp_path / "reconciler.kubeconfig", {CONTEXTS[cluster]: (server, token)})
+    return server, kubeconfig, fleet_repo(tmp_path / "fleet", text)
 
 
-def reconcile_as(kubeconfig: Path, repo: Path, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
-    done = run("reconcile", "--env", "dev", "--repo", repo, "--once", "--cluster", "dev-center", "--kubeconfig", kubeconfig,
+def reconcile_as(kubeconfig: Path, repo: Path, tmp_path: Path, cluster: str = "dev-center") -> tuple[int, dict[str, Any], str]:
+    done = run("reconcile", "--env", "dev", "--repo", repo, "--once", "--cluster", cluster, "--kubeconfig", kubeconfig,
                "--prune", "--force-conflicts", "--cache-dir", tmp_path / "cache", "--output", "json")
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
 
 
-def test_a_pass_as_the_reconcilers_service_account_succeeds_with_its_rendered_role(api_servers, tmp_path: Path) -> None:
-    kubeconfig, repo = as_reconciler(api_servers, tmp_path)
-    code, result, stderr = reconcile_as(kubeconfig, repo, tmp_path)
-    assert code == 0 and result["status"] == "applied", (stderr, result.get("clusters", {}).get("dev-center", {}).get("errors"))
-    code, again, _ = reconcile_as(kubeconfig, repo, tmp_path)
+@pytest.mark.parametrize("cluster", ["dev-center", "dev-edge"])
+def test_a_pass_as_the_reconcilers_service_account_succeeds_with_its_rendered_role(api_servers, tmp_path: Path, cluster: str) -> None:
+    text = DEV.read_text().replace(f"          - sha256:{'0d' * 32}", f"          - {key_fingerprint('orin-1')}")
+    server, kubeconfig, repo = as_reconciler(api_servers, tmp_path, cluster, text=text)
+    if cluster == "dev-edge":  # a device asks to join: approving it takes the signer permission the role grants
+        RealCluster("dev-edge", server, tmp_path / "seed.kubeconfig").seed(kubelet_csr("csr-orin-1", "dev-orin-1", key="orin-1"))
+    code, result, stderr = reconcile_as(kubeconfig, repo, tmp_path, cluster)
+    assert code == 0 and result["status"] == "applied", (stderr, result.get("clusters", {}).get(cluster, {}).get("errors"))
+    if cluster == "dev-edge":
+        assert ("approve", "CertificateSigningRequest csr-orin-1") in {(a["verb"], a["target"]) for a in result["clusters"][cluster]["actions"]}
+    code, again, _ = reconcile_as(kubeconfig, repo, tmp_path, cluster)
     assert code == 0 and again["status"] == "clean" and again["drift"] == 0
 
 
 def test_a_pass_that_needs_a_kind_the_role_lacks_fails_with_a_clear_error(api_servers, tmp_path: Path) -> None:
-    kubeconfig, repo = as_reconciler(api_servers, tmp_path, drop_resource="limitranges")
+    _, kubeconfig, repo = as_reconciler(api_servers, tmp_path, drop_resource="limitranges")
     code, result, stderr = reconcile_as(kubeconfig, repo, tmp_path)
     errors = result["clusters"]["dev-center"]["errors"]
     assert code == 1 and result["status"] == "errors"
@@ -207,3 +216,57 @@ def test_an_unreachable_server_is_one_clear_line_per_cluster_within_seconds(api_
     assert sorted(line.split(":")[0] for line in lines) == ["dev-center", "dev-edge"], done.stderr
     assert "planned" not in done.stdout and "create" not in done.stdout  # no rows that pretend the cluster is empty
     assert elapsed < 60, f"took {elapsed:.0f}s"  # seconds, not the minutes of a retry schedule per object
+
+
+# --- tenant limits, enforced by the API server itself ------------------------------------------------
+
+
+def job(name: str, namespace: str, priority: str | None = None, queue: str | None = None) -> dict[str, Any]:
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+    if priority:
+        pod["priorityClassName"] = priority
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"suspend": True, "template": {"spec": pod}}}
+
+
+def submit(dyn: Any, manifest: dict[str, Any], dry_run: bool = False) -> str | None:
+    """Create as a user would (kubectl create); the API server's refusal, or None."""
+    try:
+        dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"]).create(
+            body=manifest, namespace=manifest["metadata"]["namespace"], **({"dry_run": "All"} if dry_run else {}))
+    except Exception as exc:  # noqa: BLE001 - the refusal is what the test reads
+        return json.loads(exc.body)["message"] if getattr(exc, "body", None) else str(exc)
+    return None
+
+
+def test_a_tenants_priority_classes_and_queue_hold_for_every_workload_submitted(api_servers, tmp_path: Path) -> None:
+    env, state = dev()
+    started = api_servers("dev-center")
+    started["dev-center"].start_controllers("resourcequota")  # quota admission needs the quota's status
+    apis = {"dev-center": RealCluster("dev-center", started["dev-center"], tmp_path / "kubeconfig")}
+    center = env.model_copy(update={"clusters": [c for c in env.clusters if c.name == "dev-center"]})
+    assert reconcile.run_pass(center, state, apis, allow, options()).status == "applied"
+    dyn = dynamic.DynamicClient(started["dev-center"].client())
+    tenant = "ml-sandbox"  # training-standard and batch-low; queue ml-sandbox-queue
+    # The API server loads a new policy from its watch within moments: probe with dry runs until it holds.
+    servers.wait_until(lambda: submit(dyn, job("probe", tenant, "inference-critical", f"{tenant}-queue"), dry_run=True) is not None,
+                       "the tenant's admission policy in effect", timeout=30)
+    assert submit(dyn, job("ok", tenant, "training-standard", f"{tenant}-queue")) is None
+    refused = submit(dyn, job("vip", tenant, "inference-critical", f"{tenant}-queue"))
+    assert refused and "priority class inference-critical is not allowed for tenant ml-sandbox (allowed: batch-low, training-standard)" in refused
+    refused = submit(dyn, job("bypass", tenant, "training-standard"))
+    assert refused and "set the label kueue.x-k8s.io/queue-name: ml-sandbox-queue" in refused
+    refused = submit(dyn, job("other-queue", tenant, "training-standard", "platform-dev-queue"))
+    assert refused and "ml-sandbox-queue" in refused
+    # A bare pod of a forbidden class is refused too; the tenant's quota of other classes is zero pods.
+    client.CoreV1Api(started["dev-center"].client()).create_namespaced_service_account(
+        tenant, {"metadata": {"name": "default"}})  # what the controller manager's serviceaccount controller does
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": tenant, "labels": {"kueue.x-k8s.io/queue-name": f"{tenant}-queue"}},
+           "spec": {"priorityClassName": "inference-critical", "containers": [{"name": "c", "image": "busybox"}]}}
+    assert "is not allowed for tenant ml-sandbox" in (submit(dyn, pod) or "")
+    # The other tenant's classes are its own: inference-critical is allowed in platform-dev.
+    assert submit(dyn, job("vip", "platform-dev", "inference-critical", "platform-dev-queue")) is None
+    # Without the policy (deleted by hand), the quota alone still admits no pod of another class.
+    apis["dev-center"].remove("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "", f"fleetops-tenant-{tenant}")
+    servers.wait_until(lambda: "exceeded quota: priority-classes" in (submit(dyn, pod, dry_run=True) or ""), "the quota refusing the pod", timeout=30)

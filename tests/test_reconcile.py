@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from fleetops import render, reconcile
+from fleetops import identity, reconcile, render, spec
 from fleetops.cluster import ApiError, Faults, MemoryCluster
-from tests.reconcile_support import BAD_FP, GOOD_FP, ROOT, T0, Clock, Sleeps, allow, clusters, deny, dev, node, options
+from tests.reconcile_support import ROOT, T0, Clock, Sleeps, allow, allowing, clusters, deny, dev, key_fingerprint, kubelet_csr, node, options
+
+CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")
 
 SELECTOR = "app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev"
 GATE = functools.partial(reconcile.default_gate, policies_dir=ROOT / "policies")  # the repository's own policies
@@ -19,7 +21,8 @@ GATE = functools.partial(reconcile.default_gate, policies_dir=ROOT / "policies")
 def converged(backend) -> tuple:
     env, state = dev()
     apis = backend(env)
-    assert reconcile.run_pass(env, state, apis, allow, options()).status == "applied"
+    result = reconcile.run_pass(env, state, apis, allow, options())
+    assert result.status == "applied", result.errors
     for api in apis.values():
         api.reset_counts()
     return env, state, apis
@@ -43,9 +46,10 @@ def test_converges_from_empty_then_a_second_pass_writes_nothing(backend) -> None
     for name, api in apis.items():
         assert api.writes() == 0
         kinds = {m["kind"] for m in state.clusters[name]}
-        assert {k for (verb, k), n in api.calls.items() if verb == "list"} == kinds | {"Node"}
+        guarded = identity.guarded(spec.cluster_by_name(env, name))  # an edge cluster with device allow lists
+        assert {k for (verb, k), n in api.calls.items() if verb == "list"} == kinds | {"Node"} | ({"CertificateSigningRequest"} if guarded else set())
         assert all(n == 1 for (verb, _), n in api.calls.items() if verb == "list")  # one LIST per kind
-        assert api.count("get") == 1  # the status ConfigMap, not one GET per object
+        assert api.count("get") == 1 + guarded  # the status ConfigMap (and the identity record), not one GET per object
 
 
 def test_status_configmap_records_the_applied_revision(backend) -> None:
@@ -204,7 +208,8 @@ def test_denied_revision_is_never_applied(backend) -> None:
     result = reconcile.run_pass(env, state, apis, deny, options())
     assert result.status == "denied" and result.exit_code() == 1 and result.reasons == ["fleet.test: denied for the test"]
     assert sum(api.writes() for api in apis.values()) == 0
-    assert all(api.count("list") == 1 for api in apis.values())  # the nodes, for the gate's input; no objects
+    for name, api in apis.items():  # the nodes (and kubelet certificate requests) for the gate's input; no objects
+        assert api.count("list") == 1 + identity.guarded(spec.cluster_by_name(env, name))
 
 
 def test_default_gate_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,27 +267,50 @@ def test_capacity_below_guaranteed_quota_is_a_warning_in_the_gate_input_not_an_a
     assert rows[("dev-a100", "nvidia.com/gpu")].declared == 32 and rows[("dev-a100", "nvidia.com/gpu")].ready_nodes == 1
 
 
-def test_unknown_edge_device_is_quarantined_and_reported(backend) -> None:
+def test_edge_devices_are_admitted_by_their_kubelet_key_and_unknown_ones_quarantined(backend) -> None:
     env, state = dev()
+    env = allowing(env, "orin-2")
     apis = backend(env)
     edge = apis["dev-edge"]
-    edge.seed(node("dev-orin-1", annotations={"fleetops.io/device-fingerprint": BAD_FP}),
-              node("dev-orin-2", annotations={"fleetops.io/device-fingerprint": GOOD_FP}))
+    edge.seed(kubelet_csr("csr-orin-1", "dev-orin-1", key="stranger"), kubelet_csr("csr-orin-2", "dev-orin-2", key="orin-2"),
+              kubelet_csr("csr-login", "login-0", key="stranger"))  # not an edge group's node: another approver's business
     result = reconcile.run_pass(env, state, apis, allow, options())
-    verbs = {(a.verb, a.target) for a in result.clusters["dev-edge"].actions}
-    assert ("quarantine", "Node dev-orin-1") in verbs and not any(t == "Node dev-orin-2" and v == "quarantine" for v, t in verbs)
-    taints = edge.peek("v1", "Node", "", "dev-orin-1")["spec"]["taints"]
-    assert {"key": "fleetops.io/quarantine", "value": "unknown-device", "effect": "NoExecute"} in taints
-    assert all(t["key"] != "fleetops.io/quarantine" for t in edge.peek("v1", "Node", "", "dev-orin-2")["spec"].get("taints") or [])
+    verbs = {(a.verb, a.target): a for a in result.clusters["dev-edge"].actions}
+    assert ("approve", "CertificateSigningRequest csr-orin-2") in verbs and ("deny", "CertificateSigningRequest csr-orin-1") in verbs
+    assert not any(t == "CertificateSigningRequest csr-login" for _, t in verbs)
+    conditions = lambda name: [c["type"] for c in edge.peek(*CSR, "", name).get("status", {}).get("conditions") or []]  # noqa: E731
+    assert conditions("csr-orin-2") == ["Approved"] and conditions("csr-orin-1") == ["Denied"] and conditions("csr-login") == []
+    # The nodes join; a node's own annotations prove nothing, the record of approved keys does.
+    edge.seed(node("dev-orin-1", annotations={"fleetops.io/device-fingerprint": key_fingerprint("orin-2")}), node("dev-orin-2"))
+    joined = reconcile.run_pass(env, state, apis, allow, options())
+    nodes = {(a.verb, a.target) for a in joined.clusters["dev-edge"].actions if a.kind == "Node"}
+    assert ("quarantine", "Node dev-orin-1") in nodes and not any(t == "Node dev-orin-2" and v == "quarantine" for v, t in nodes)
+    assert {"key": "fleetops.io/quarantine", "value": "unknown-device", "effect": "NoExecute"} in edge.peek("v1", "Node", "", "dev-orin-1")["spec"]["taints"]
     again = reconcile.run_pass(env, state, apis, allow, options())
     assert [a.verb for a in again.clusters["dev-edge"].actions if a.target == "Node dev-orin-1"] == ["quarantined"]
+    # A key dropped from Git quarantines the node it admitted.
+    revoked = reconcile.run_pass(allowing(env, "another-device"), state, apis, allow, options())
+    assert ("quarantine", "Node dev-orin-2") in {(a.verb, a.target) for a in revoked.clusters["dev-edge"].actions}
+
+
+def test_a_node_cannot_ask_for_another_nodes_certificate(backend) -> None:
+    env, state = dev()
+    env = allowing(env, "orin-2")
+    apis = backend(env)
+    apis["dev-edge"].seed(kubelet_csr("csr-spoof", "dev-orin-9", key="orin-2", username="system:node:dev-orin-2"))
+    result = reconcile.run_pass(env, state, apis, allow, options())
+    (decided,) = [a for a in result.clusters["dev-edge"].actions if a.kind == "CertificateSigningRequest"]
+    assert decided.verb == "deny" and "another node" in decided.detail
 
 
 def test_offline_edge_node_is_cordoned_only_after_its_grace(backend) -> None:
     env, state = dev()
     apis = backend(env)
     edge = apis["dev-edge"]
-    edge.seed(node("dev-orin-1", ready=False, since=T0, annotations={"fleetops.io/device-fingerprint": GOOD_FP}))
+    edge.seed(kubelet_csr("csr-orin-1", "dev-orin-1", key="orin-1"))
+    env = allowing(env, "orin-1")
+    reconcile.run_pass(env, state, apis, allow, options())  # admits the device
+    edge.seed(node("dev-orin-1", ready=False, since=T0))
     clock = Clock(T0)
     clock.advance(100)  # dev-jetson grace is 120 s
     early = reconcile.run_pass(env, state, apis, allow, options(clock=clock))

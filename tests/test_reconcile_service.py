@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetops import cli, cluster, reconcile, schema, spec
+from fleetops import cli, cluster, reconcile, render, schema, spec
 from fleetops.cluster import MemoryCluster
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
@@ -106,7 +106,8 @@ def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path, backend) -> None
     clock = Clock()
     a = make(repo, tmp_path, apis, identity="replica-a", clock=clock)
     b = make(repo, tmp_path, apis, identity="replica-b", clock=clock)
-    assert a.run_once().status == "applied"
+    first = a.run_once()
+    assert first.status == "applied", first.errors
     lease = apis["dev-center"].peek("coordination.k8s.io/v1", "Lease", "fleetops-system", "fleetops-reconciler")
     assert lease["spec"]["holderIdentity"] == "replica-a"
     for api in apis.values():
@@ -185,8 +186,10 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
         text = urllib.request.urlopen(f"{base}/metrics").read().decode()
     finally:
         server.shutdown()
+    quotas = sum(m["kind"] == "ResourceQuota" for m in render.render(DEV, revision="r").clusters["dev-center"])
+    assert quotas >= 4  # a device quota and the priority-class quota per tenant: every one created is counted
     for name in ("fleetops_reconcile_duration_seconds_count 1.0", "fleetops_last_success_timestamp_seconds",
-                 'fleetops_drift_objects{cluster="dev-center",kind="ResourceQuota"} 3.0', "fleetops_policy_denials_total 0.0",
+                 f'fleetops_drift_objects{{cluster="dev-center",kind="ResourceQuota"}} {quotas}.0', "fleetops_policy_denials_total 0.0",
                  'fleetops_capacity_devices{cluster="dev-center",resource="nvidia.com/gpu",state="declared"} 32.0'):
         assert name in text
 

@@ -60,7 +60,7 @@ pulumi() {
 pulumi-kubernetes() {
   local mod=github.com/pulumi/pulumi-kubernetes/provider/v4 v dir
   v=$(sed -n "s/^\/\/ release: v\([0-9.]*\)$/\1/p" tools/pulumi-kubernetes/go.mod)
-  dir=$(cd tools/pulumi-kubernetes && go list -m -f '{{.Dir}}' "$mod")
+  dir=$(cd tools/pulumi-kubernetes && go mod download "$mod" && go list -m -f '{{.Dir}}' "$mod")  # a cold module cache has no Dir yet
   # Upstream's main embeds these generated files; ours embeds the same ones, copied from the module.
   cp -f "$dir/cmd/pulumi-resource-kubernetes/schema.json" "$dir/cmd/pulumi-resource-kubernetes/terraform-mapping.json" tools/pulumi-kubernetes/
   chmod u+w tools/pulumi-kubernetes/*.json
