@@ -30,6 +30,13 @@ def _fingerprint(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
 
+def _block(tenant: int, pools_per_cluster: int) -> range:
+    """The pools one tenant may use: a block of consecutive pools, one of each kind where there are enough."""
+    blocks = max(1, pools_per_cluster // len(POOL_KINDS))
+    start = (tenant // CENTER_CLUSTERS) % blocks * len(POOL_KINDS)
+    return range(start, min(start + len(POOL_KINDS), pools_per_cluster))
+
+
 def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, Any]:
     pools_per_cluster = max(1, round(12.5 * scale))
     groups_per_edge = max(1, round(50 * scale))
@@ -94,8 +101,9 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 "workloads": ["training", "inference"],
                 "priority_classes": ["training-standard", "inference-critical"],
                 "quota": resources,
-                # Only the pools of its quota's devices: a reachable pool without quota is a policy warning.
-                "pools": [f"c{c}-pool{p}" for p in range(pools_per_cluster) if POOL_KINDS[p % len(POOL_KINDS)][0]["resource"] in resources],
+                # Only the pools of its quota's devices (a reachable pool without quota is a policy warning),
+                # in one block of len(POOL_KINDS) pools: a tenant's reach does not grow with the fleet.
+                "pools": [f"c{c}-pool{p}" for p in _block(t, pools_per_cluster) if POOL_KINDS[p % len(POOL_KINDS)][0]["resource"] in resources],
                 "network": {"allow_to_endpoints": ["model-registry"]},
             }
         )

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import typer
-import yaml
-from rich.console import Console
-from rich.table import Table
+# fleetops's models are its own: no third-party pydantic plugin observes the environment files, and
+# not discovering plugins (a scan of every installed package's entry points) saves a fifth of `validate`.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from fleetops import render as render_mod
-from fleetops import policy, schema, spec
+import typer  # noqa: E402
+import yaml  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from fleetops import spec  # noqa: E402
+
+if TYPE_CHECKING:  # imported where used: `validate` must not pay for the policy engine or JSON Schema
+    from fleetops import policy
+    from fleetops import render as render_mod
 
 app = typer.Typer(
     help="Declarative, policy-gated GitOps for AI compute fleets.",
@@ -34,6 +42,11 @@ DEFAULT_DIR = Path("environments")
 class Format(str, Enum):
     yaml = "yaml"
     json = "json"
+
+
+class Engine(str, Enum):
+    direct = "direct"
+    pulumi = "pulumi"
 
 
 class Output(str, Enum):
@@ -61,9 +74,12 @@ def load_or_fail(path: Path) -> spec.Environment:
         fail("\n".join(exc.problems))
 
 
-def render_or_fail(path: Path, revision: str | None = None) -> render_mod.DesiredState:
+def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct") -> render_mod.DesiredState:
+    from fleetops import render as render_mod
+    from fleetops import schema
+
     try:
-        state = render_mod.render(path, revision=revision)
+        state = render_mod.render(path, revision=revision, engine=engine)
     except spec.SpecError as exc:
         fail("\n".join(exc.problems))
     except render_mod.RenderError as exc:
@@ -74,7 +90,7 @@ def render_or_fail(path: Path, revision: str | None = None) -> render_mod.Desire
     return state
 
 
-def print_summary(env: spec.Environment, state: render_mod.DesiredState) -> None:
+def print_summary(env: spec.Environment, state: render_mod.DesiredState, console: Console) -> None:
     pools = Table(title=f"{env.environment}: pools and edge groups", title_justify="left")
     for col in ("cluster", "group", "device", "nodes", "sharing", "schedulable"):
         pools.add_column(col)
@@ -84,13 +100,14 @@ def print_summary(env: spec.Environment, state: render_mod.DesiredState) -> None
             units = ", ".join(f"{r}={n}" for r, n in spec.group_capacity(group).items())
             pools.add_row(cluster.name, group.name, f"{group.device.model} x{group.device.per_node}", str(group.nodes), sharing, units)
     quota = Table(title="capacity and quota per cluster", title_justify="left")
-    for col in ("cluster", "resource", "capacity", "guaranteed", "burst", "headroom %"):
+    for col in ("cluster", "resource", "physical", "schedulable", "sharing", "guaranteed", "burst", "headroom %"):
         quota.add_column(col, justify="right" if col not in ("cluster", "resource") else "left")
     for row in spec.capacity_rows(env):
-        quota.add_row(row["cluster"], row["resource"], *(str(row[k]) for k in ("capacity", "guaranteed", "burst", "headroom_percent")))
-    out.print(pools)
-    out.print(quota)
-    out.print(
+        quota.add_row(row["cluster"], row["resource"], str(row["physical"]), str(row["capacity"]), f"x{row['sharing_factor']:g}",
+                      *(str(row[k]) for k in ("guaranteed", "burst", "headroom_percent")))
+    console.print(pools)
+    console.print(quota)
+    console.print(
         f"{state.object_count} objects in {len(state.clusters)} clusters, {len(env.tenants)} tenants, "
         f"monthly cost {spec.monthly_cost(env):,.0f} {env.budget.currency} of budget {env.budget.monthly:,.0f}, revision {state.revision}"
     )
@@ -116,10 +133,26 @@ def write_files(files: dict[Path, str], what: str) -> None:
         fail(f"{exc.filename or next(iter(files))}: cannot write {what}: {exc.strerror}")
 
 
+class _ManifestDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter (~5x the pure-Python one), with multi-line values (config files, dashboards)
+    as literal blocks a reviewer can read, not folded escaped strings. Rendered objects share lists
+    (the same rules, the same labels): each is written out in full, never as a YAML alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_ManifestDumper.add_representer(str, _str)
+
+
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     if fmt is Format.json:
         return json.dumps(manifests, indent=2, sort_keys=True) + "\n"
-    return yaml.safe_dump_all(manifests, sort_keys=True, explicit_start=True)
+    return yaml.dump_all(manifests, Dumper=_ManifestDumper, sort_keys=True, explicit_start=True)
 
 
 @app.command()
@@ -155,11 +188,12 @@ def render(
     out_dir: Annotated[Path | None, typer.Option("-o", "--out", help="Write one file per cluster into this folder")] = None,
     output: Annotated[Format, typer.Option("--output", help="yaml or json")] = Format.yaml,
     revision: Annotated[str | None, typer.Option(help="Revision to stamp (default: the Git HEAD)")] = None,
-    summary: Annotated[bool, typer.Option(help="Print a summary of clusters, pools, devices and quotas")] = False,
+    summary: Annotated[bool, typer.Option(help="Print a summary of clusters, pools, devices and quotas (to stderr when objects go to stdout)")] = False,
+    engine: Annotated[Engine, typer.Option(help="direct: walk the fleet's parts (fast); pulumi: run stacks/__main__.py under the Pulumi SDK's mocks (same bytes)")] = Engine.direct,
 ) -> None:
-    """Render every cluster's Kubernetes objects by running the stack program under the Pulumi mock monitor."""
+    """Render every cluster's Kubernetes objects: exactly what `pulumi up` would send."""
     path = env_file(environments, env)
-    state = render_or_fail(path, revision)
+    state = render_or_fail(path, revision, engine.value)
     if out_dir is None:
         for cluster, manifests in state.clusters.items():
             sys.stdout.write(f"# cluster: {cluster}\n" if output is Format.yaml else "")
@@ -168,8 +202,8 @@ def render(
         files = {out_dir / f"{cluster}.{output.value}": dump(m, output) for cluster, m in state.clusters.items()}
         write_files(files, "rendered objects")
         err.print(f"wrote {len(files)} file(s) to {out_dir}", highlight=False)
-    if summary:
-        print_summary(load_or_fail(path), state)
+    if summary:  # never into YAML or JSON on stdout: a pipe to kubectl must stay parseable
+        print_summary(load_or_fail(path), state, out if out_dir is not None else err)
 
 
 # --- policy gate ------------------------------------------------------------------------------
@@ -208,6 +242,7 @@ def check(
     revision: Annotated[str | None, typer.Option(help="Revision to stamp (default: the Git HEAD)")] = None,
 ) -> None:
     """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
+    from fleetops import policy
     path = env_file(environments, env)
     state = render_or_fail(path, revision)
     model = load_or_fail(path)
@@ -248,6 +283,7 @@ def policy_test(
     policies: PoliciesOpt = DEFAULT_POLICIES,
 ) -> None:
     """Run every *_test.rego with the embedded engine and report line coverage per policy file. Exit 1 on a failing test."""
+    from fleetops import policy
     try:
         report = policy.run_tests(policies)
     except policy.PolicyError as exc:
@@ -280,6 +316,7 @@ class PlanFormat(str, Enum):
     markdown = "markdown"
     json = "json"
     junit = "junit"
+    github = "github"
 
 
 @app.command()
@@ -288,12 +325,17 @@ def plan(
     base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
     head: Annotated[str | None, typer.Option(help="Head revision (default: the working tree)")] = None,
     approvals: Annotated[int, typer.Option(min=0, envvar="FLEETOPS_APPROVALS", help="Approvals the change has (CI sets FLEETOPS_APPROVALS)")] = 0,
-    output: Annotated[PlanFormat, typer.Option("--output", help="markdown (PR comment), json or junit")] = PlanFormat.markdown,
-    only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect")] = False,
+    output: Annotated[PlanFormat, typer.Option("--output", help="markdown (the PR comment), json, junit, or github (check annotations on the lines)")] = PlanFormat.markdown,
+    max_chars: Annotated[int, typer.Option(min=2000, help="Longest markdown comment; objects beyond it are summarised per cluster and kind")] = 55_000,
+    artifacts: Annotated[Path | None, typer.Option(help="Also write the full plan here: plan.json and plan.md (no size limit), for CI to keep")] = None,
+    artifacts_url: Annotated[str, typer.Option(envvar="FLEETOPS_ARTIFACTS_URL", help="Where CI keeps --artifacts, named in a shortened comment")] = "",
+    only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect (objects, fields, policies or cost)")] = False,
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),
 ) -> None:
-    """What a change does to objects, capacity, quota and cost, judged by the base revision's policies. Exit 1 when denied."""
-    from fleetops import git
+    """What a change does to the fleet, objects, capacity, quota and cost, judged by the base revision's policies.
+
+    Exit 1 when denied or when it needs more approvals, 2 on bad input."""
+    from fleetops import git, review
     from fleetops import plan as plan_mod
 
     try:
@@ -303,15 +345,21 @@ def plan(
         fail(f"{repo}: not a Git repository ({exc})")
     except plan_mod.PlanError as exc:
         fail(str(exc))
-    code = 1 if result["verdict"] == "denied" else 0
+    code = 0 if result["verdict"] == "allowed" else 1
+    if artifacts is not None:
+        write_files({artifacts / "plan.json": json.dumps(result, indent=2, sort_keys=True) + "\n",
+                     artifacts / "plan.md": review.full(result)}, "the full plan")
     if only_on_change and result["no_effect"]:
         raise typer.Exit(code)
     if output is PlanFormat.json:
         sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     elif output is PlanFormat.junit:
         sys.stdout.write(plan_mod.junit(result))
+    elif output is PlanFormat.github:
+        sys.stdout.write(review.github_annotations(result))
     else:
-        sys.stdout.write(plan_mod.markdown(result))
+        where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
+        sys.stdout.write(review.comment(result, max_chars, where))
     raise typer.Exit(code)
 
 
@@ -335,6 +383,7 @@ def audit(
     opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine)")] = None,
 ) -> None:
     """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
+    from fleetops import policy
     from fleetops import audit as audit_mod
     from fleetops import git
 

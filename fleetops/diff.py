@@ -120,6 +120,8 @@ def compare(before: Mapping[ObjectKey, Mapping[str, Any]], after: Mapping[Object
         removed=sorted(k for k in before if k not in after),
     )
     for key in sorted(k for k in after if k in before):
+        if before[key] == after[key]:  # most objects of a change: equality is far cheaper than a patch
+            continue
         fields = field_changes(normalize(before[key]), normalize(after[key]))
         if fields:
             changes.changed[key] = fields

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
-from fleetops import git, spec
+from fleetops import git, memory, spec
 from fleetops.render import DesiredState, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,6 +243,8 @@ class RuleMeta:
     description: str
     severity: str
     control_id: str
+    fix: str = ""  # custom.fix: how to resolve a decision of this rule, for the plan and check
+    gate: str = ""  # custom.gate: "approval" when more approvals, not a different change, resolve it
 
 
 _RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
@@ -268,7 +270,8 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             custom = meta.get("custom") or {}
             rule_id = _RULE_ID.search(source, match.end())
             out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
-                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", ""))))
+                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", "")),
+                                str(custom.get("fix", "")), str(custom.get("gate", ""))))
     return out
 
 
@@ -767,7 +770,9 @@ def evaluate(
     today: dt.date | None = None,
 ) -> Verdict:
     """Judge a rendered environment. Raises PolicyError when no decision could be made."""
-    return evaluate_input(policy_input(env, state, live, change), engine, policies_dir, today)
+    with memory.acyclic():
+        document = policy_input(env, state, live, change)
+    return evaluate_input(document, engine, policies_dir, today)
 
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
@@ -778,17 +783,17 @@ def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
     cases = []
     for d in rows:
         case = TestCase(f"{d['rule']} {d.get('resource') or ''}".strip(), classname=classname, stdout=d["msg"])
-        if d["status"] == "deny":
-            case.add_failure_info(message=d["msg"], failure_type=d.get("severity"))
+        if d["status"] in ("deny", "approval"):  # an approval missing blocks the merge as a deny does
+            case.add_failure_info(message=d["msg"], failure_type="approval" if d["status"] == "approval" else d.get("severity"))
         elif d["status"] == "waived":
             case.add_skipped_info(message=f"waived: {d['msg']}")
         else:
             case.stdout = f"warning: {d['msg']}"
         cases.append(case)
-    denied = sum(d["status"] == "deny" for d in rows)
-    gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny decision(s)")
+    denied = sum(d["status"] in ("deny", "approval") for d in rows)
+    gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny or approval decision(s)")
     if denied:
-        gate.add_failure_info(message=f"{denied} unwaived deny decision(s)")
+        gate.add_failure_info(message=f"{denied} unwaived deny or approval decision(s)")
     return to_xml_report_string([TestSuite(suite, [*cases, gate])])
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from fleetops import mig
+from fleetops import memory, mig
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 HOURS_PER_MONTH = 730
@@ -480,7 +480,8 @@ def load_environment(path: str | Path, display: str | None = None) -> Environmen
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    env = parse_environment(text, file)
+    with memory.acyclic():
+        env = parse_environment(text, file)
     if env.environment != path.stem:
         # Objects are labelled and pruned by environment name: a file that names another environment
         # would act on that one's objects.
@@ -654,9 +655,10 @@ def mig_resource(profile: str) -> str:
 def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
     """The pools (and edge groups) a tenant's workloads may land on, in declaration order."""
     out: list[Group] = []
+    pools, edge_groups = set(tenant.pools or ()), set(tenant.edge_groups)
     for cluster in clusters:
-        out += [p for p in cluster.pools if tenant.pools is None or p.name in tenant.pools]
-        out += [g for g in cluster.edge_groups if g.name in tenant.edge_groups]
+        out += [p for p in cluster.pools if tenant.pools is None or p.name in pools]
+        out += [g for g in cluster.edge_groups if g.name in edge_groups]
     return out
 
 
@@ -675,6 +677,17 @@ def capacity(env: Environment) -> dict[str, dict[str, int]]:
     return out
 
 
+def physical(env: Environment) -> dict[str, dict[str, int]]:
+    """cluster -> device resource -> physical devices behind its units (a MIG profile: the GPUs it is cut from)."""
+    out: dict[str, dict[str, int]] = {}
+    for cluster in env.clusters:
+        per = out.setdefault(cluster.name, {})
+        for group in (*cluster.pools, *cluster.edge_groups):
+            for resource in group_capacity(group):
+                per[resource] = per.get(resource, 0) + physical_devices(group)
+    return out
+
+
 def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
     """cluster -> device resource -> {"guaranteed": sum, "burst": sum} over tenants placed there."""
     out: dict[str, dict[str, dict[str, int]]] = {}
@@ -688,17 +701,21 @@ def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
 
 
 def capacity_rows(env: Environment) -> list[dict[str, Any]]:
-    """Per cluster and device resource: schedulable units, guaranteed and burst sums, headroom %."""
-    sums = quota_sums(env)
+    """Per cluster and device resource: physical devices, schedulable units (after time-slicing or MIG)
+    and their ratio, guaranteed and burst sums, headroom %."""
+    sums, devices = quota_sums(env), physical(env)
     rows = []
     for cluster, per in capacity(env).items():
         for resource, units in sorted(per.items()):
             q = sums.get(cluster, {}).get(resource, {"guaranteed": 0, "burst": 0})
+            real = devices[cluster][resource]
             rows.append(
                 {
                     "cluster": cluster,
                     "resource": resource,
+                    "physical": real,
                     "capacity": units,
+                    "sharing_factor": round(units / real, 2) if real else 0.0,
                     "guaranteed": q["guaranteed"],
                     "burst": q["burst"],
                     "headroom_percent": round(100 * (units - q["guaranteed"]) / units, 1) if units else 0.0,

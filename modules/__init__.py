@@ -1,5 +1,2 @@
-"""Pulumi ComponentResources, one per fleet concept. `stacks/__main__.py` composes them through `Fleet`."""
-
-from modules.fleet import Fleet
-
-__all__ = ["Fleet"]
+"""The fleet's components, one per fleet concept, as plain data (`modules.fleet`) that
+`modules.program` registers with Pulumi."""

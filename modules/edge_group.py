@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from fleetops import spec
-from modules.device_plugin import DevicePlugin
-from modules.kube import Target, declare
-from modules.node_pool import NodePool
+from modules.device_plugin import device_plugin
+from modules.kube import Part, Target
+from modules.node_pool import node_pool
 
 
 # Read by OpenYurt's yurt-manager (node lifecycle and pod binding controllers, v1.6+) on each member
@@ -48,19 +46,11 @@ def openyurt_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
     }
 
 
-class EdgeNodeGroup(pulumi.ComponentResource):
-    def __init__(
-        self,
-        target: Target,
-        cluster: spec.Cluster,
-        group: spec.EdgeGroup,
-        scheduler: spec.Scheduler,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("fleetops:fleet:EdgeNodeGroup", f"{target.cluster}/{group.name}", None, opts)
-        manifest = kubeedge_manifest if cluster.edge_runtime == "kubeedge" else openyurt_manifest
-        declare(self, target, manifest(target, group))
-        child = pulumi.ResourceOptions(parent=self)
-        NodePool(target, group, scheduler, opts=child)
-        DevicePlugin(target, group, opts=child)
-        self.register_outputs({"runtime": cluster.edge_runtime, "fingerprints": list(group.fingerprints)})
+def edge_group(target: Target, cluster: spec.Cluster, group: spec.EdgeGroup, scheduler: spec.Scheduler) -> Part:
+    manifest = kubeedge_manifest if cluster.edge_runtime == "kubeedge" else openyurt_manifest
+    return Part(
+        "fleetops:fleet:EdgeNodeGroup", f"{target.cluster}/{group.name}", target,
+        lambda: [manifest(target, group)],
+        outputs={"runtime": cluster.edge_runtime, "fingerprints": list(group.fingerprints)},
+        parts=[node_pool(target, group, scheduler), device_plugin(target, group)],
+    )

@@ -1,36 +1,82 @@
-"""The whole declared fleet: every cluster with its pools, edge groups, tenants, priorities and monitoring."""
+"""The whole declared fleet: every cluster with its pools, edge groups, tenants, priorities and monitoring.
+
+`fleet(env)` composes the tree of parts once; `manifests(env)` collects its objects directly (render,
+plan, the reconciler), and `modules.program.deploy(env)` registers the same tree with Pulumi.
+"""
 
 from __future__ import annotations
 
-import pulumi
+from dataclasses import dataclass
+from typing import Any
 
 from fleetops import spec
-from modules.cluster import Cluster
-from modules.device_plugin import DevicePlugin
-from modules.edge_group import EdgeNodeGroup
-from modules.monitoring import Monitoring
-from modules.node_pool import NodePool
-from modules.priorities import Priorities
-from modules.reconciler import Reconciler
-from modules.tenant import Tenant
+from modules.device_plugin import device_plugin
+from modules.edge_group import edge_group
+from modules.kube import Part, Target, object_name
+from modules.monitoring import monitoring
+from modules.node_pool import node_pool
+from modules.priorities import priorities
+from modules.reconciler import reconciler
+from modules.tenant import tenant_part
+
+FLEET = "fleetops:fleet:Fleet"
+CLUSTER = "fleetops:fleet:Cluster"
 
 
-class Fleet(pulumi.ComponentResource):
-    def __init__(self, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("fleetops:fleet:Fleet", env.environment, None, opts)
-        for cluster in env.clusters:
-            node = Cluster(cluster, env.environment, opts=pulumi.ResourceOptions(parent=self))
-            child = pulumi.ResourceOptions(parent=node)
-            target = node.target
-            Priorities(target, env, opts=child)
-            for pool in cluster.pools:
-                NodePool(target, pool, env.scheduler, opts=child)
-                DevicePlugin(target, pool, opts=child)
-            for group in cluster.edge_groups:
-                EdgeNodeGroup(target, cluster, group, env.scheduler, opts=child)
-            for tenant in env.tenants:
-                if cluster.name in tenant.clusters:
-                    Tenant(target, tenant, env, opts=child)
-            Monitoring(target, cluster, env, opts=child)
-            Reconciler(target, env, opts=child)  # last: its RBAC covers the kinds declared above
-        self.register_outputs({"clusters": [c.name for c in env.clusters]})
+def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
+    target = Target(cluster=cluster.name, environment=env.environment)
+    parts = [priorities(target, env)]
+    for pool in cluster.pools:
+        parts += [node_pool(target, pool, env.scheduler), device_plugin(target, pool)]
+    parts += [edge_group(target, cluster, group, env.scheduler) for group in cluster.edge_groups]
+    parts += [tenant_part(target, tenant, env) for tenant in env.tenants if cluster.name in tenant.clusters]
+    parts.append(monitoring(target, cluster, env))
+    parts.append(reconciler(target, env))  # last: its RBAC covers the kinds declared above
+    return Part(
+        CLUSTER, cluster.name, target,
+        outputs={"context": cluster.context, "role": cluster.role},
+        parts=parts,
+        provider={"context": cluster.context, "kubeconfig": cluster.kubeconfig, "enable_server_side_apply": True},
+    )
+
+
+def fleet(env: spec.Environment) -> Part:
+    return Part(FLEET, env.environment, outputs={"clusters": [c.name for c in env.clusters]},
+                parts=[cluster_part(c, env) for c in env.clusters])
+
+
+class CompositionError(Exception):
+    """The fleet declares something the Pulumi engine would refuse: two resources with one URN."""
+
+
+@dataclass
+class Collected:
+    clusters: dict[str, list[dict[str, Any]]]
+    resources: int  # components, providers and objects: what `pulumi up` registers
+
+
+def manifests(env: spec.Environment) -> Collected:
+    """Every object of the fleet by cluster, exactly as `pulumi up` would send them, without the SDK."""
+    clusters: dict[str, list[dict[str, Any]]] = {c.name: [] for c in env.clusters}
+    urns: set[tuple[str, ...]] = set()
+    resources = 0
+
+    def visit(part: Part, parents: tuple[str, ...]) -> None:
+        nonlocal resources
+        # A URN is the parent's type chain, the type and the name: the engine refuses a second one.
+        claim(parents + (part.type, part.name))
+        resources += 1 + (part.provider is not None)
+        for manifest in part.build():
+            claim(parents + (part.type, manifest["apiVersion"], manifest["kind"], object_name(part.target.cluster, manifest)))
+            clusters[part.target.cluster].append(manifest)
+            resources += 1
+        for sub in part.parts:
+            visit(sub, parents + (part.type,))
+
+    def claim(urn: tuple[str, ...]) -> None:
+        if urn in urns:
+            raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
+        urns.add(urn)
+
+    visit(fleet(env), ())
+    return Collected(clusters, resources)

@@ -1,18 +1,17 @@
-"""How every component declares a Kubernetes object: one metadata contract, one provider per cluster.
+"""What every component declares: plain manifests, one metadata contract, a tree of fleet concepts.
 
-Components build plain manifests (the same dicts `kubectl apply` takes) and hand them to
-`declare`, which picks the pulumi_kubernetes class for the kind. Keeping the manifest as plain
-data is what lets render read back exactly what `pulumi up` would send.
+Components build plain manifests (the same dicts `kubectl apply` takes) into a tree of `Part`s, one
+per fleet concept. Two consumers walk the same tree: `modules.program` registers it with the Pulumi
+SDK for `pulumi up`, and `modules.fleet.manifests` collects it directly for render, plan and the
+reconciler. Nothing here imports Pulumi, so reading a fleet costs no SDK.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import pulumi
-import pulumi_kubernetes as k8s
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 ENVIRONMENT_LABEL = "fleetops.io/environment"
@@ -29,36 +28,12 @@ FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 WAITS_FOR_PODS = {"DaemonSet", "Deployment", "Service"}
 
-# Built-in kinds get their typed pulumi_kubernetes class (so `pulumi up` knows their schema);
-# every other kind is a custom resource whose CRD is installed by its own operator.
-_CORE: dict[tuple[str, str], type[pulumi.CustomResource]] = {
-    ("v1", "Namespace"): k8s.core.v1.Namespace,
-    ("v1", "ResourceQuota"): k8s.core.v1.ResourceQuota,
-    ("v1", "LimitRange"): k8s.core.v1.LimitRange,
-    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
-    ("v1", "Service"): k8s.core.v1.Service,
-    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
-    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
-    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
-    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
-    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
-}
-
-
 @dataclass(frozen=True)
 class Target:
     """Where a component's objects land and how they are stamped."""
 
     cluster: str
     environment: str
-    provider: k8s.Provider
     # (apiVersion, kind) of every object declared so far: the reconciler's RBAC is derived from it.
     declared: set[tuple[str, str]] = field(default_factory=set, compare=False, hash=False)
     # The rules of every Role and ClusterRole declared, by (kind, namespace, name): Kubernetes lets the
@@ -88,45 +63,43 @@ class Target:
         return meta
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+    def stamp(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The last touches every declared object gets, and the record the reconciler's RBAC is built from."""
+        meta = manifest["metadata"]
+        if manifest["kind"] in WAITS_FOR_PODS:
+            meta.setdefault("annotations", {})[SKIP_AWAIT_ANNOTATION] = "true"
+        self.declared.add((manifest["apiVersion"], manifest["kind"]))
+        if manifest["kind"] in ("Role", "ClusterRole"):
+            self.grants[(manifest["kind"], meta.get("namespace", ""), meta["name"])] = manifest["rules"]
+        return manifest
 
 
-def declare(parent: pulumi.Resource | None, target: Target, manifest: dict[str, Any]) -> pulumi.CustomResource:
-    """Register one Kubernetes object with the cluster's provider, as a child of `parent`."""
-    meta = manifest["metadata"]
-    if manifest["kind"] in WAITS_FOR_PODS:
-        meta.setdefault("annotations", {})[SKIP_AWAIT_ANNOTATION] = "true"
-    target.declared.add((manifest["apiVersion"], manifest["kind"]))
-    if manifest["kind"] in ("Role", "ClusterRole"):
-        target.grants[(manifest["kind"], meta.get("namespace", ""), meta["name"])] = manifest["rules"]
-    name = f"{target.cluster}/{meta.get('namespace', '_')}/{meta['name']}"
-    opts = pulumi.ResourceOptions(parent=parent, provider=target.provider)
-    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
-    cls = _CORE.get((manifest["apiVersion"], manifest["kind"]))
-    if cls is None:
-        return CustomObject(name, manifest, opts)
-    return cls(name, opts=opts, **{_snake(k): v for k, v in body.items()})
+@dataclass
+class Part:
+    """One component of the fleet: a concept's Pulumi type and name, its objects, outputs and sub-parts.
 
-
-class CustomObject(k8s.apiextensions.CustomResource):
-    """A custom resource with whatever top-level fields its CRD has.
-
-    pulumi_kubernetes' CustomResource constructor takes only `spec`, but some kinds carry their
-    data elsewhere (WorkloadPriorityClass has a top-level `value`); the provider accepts any field.
+    `objects` is called when a walk reaches the part, in tree order, and each object it yields is
+    stamped before the next is made: the reconciler's ClusterRole is built from the kinds declared
+    before it. A part with a `provider` is a cluster: it carries the arguments of its
+    pulumi_kubernetes Provider, and every object below it lands in that cluster.
     """
 
-    def __init__(self, resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_version()))
-        pulumi.CustomResource.__init__(
-            self, f"kubernetes:{manifest['apiVersion']}:{manifest['kind']}", resource_name, dict(manifest), opts
-        )
+    type: str
+    name: str
+    target: Target | None = None  # None only for a part that declares no object itself
+    objects: Callable[[], Iterable[dict[str, Any]]] = tuple
+    outputs: dict[str, Any] = field(default_factory=dict)
+    parts: list[Part] = field(default_factory=list)
+    provider: dict[str, Any] | None = None
+
+    def build(self) -> list[dict[str, Any]]:
+        return [self.target.stamp(m) for m in self.objects()] if self.target else []
 
 
-def k8s_version() -> str:
-    from pulumi_kubernetes import _utilities
-
-    return _utilities.get_version()
+def object_name(cluster: str, manifest: dict[str, Any]) -> str:
+    """The Pulumi resource name of an object: unique per cluster, stable across renders."""
+    meta = manifest["metadata"]
+    return f"{cluster}/{meta.get('namespace', '_')}/{meta['name']}"
 
 
 def quantity_name(resource: str) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
-import pulumi
-
 from fleetops import spec
-from modules.kube import Target, declare
+from modules.kube import Part, Target
 
 
 def _alert(name: str, expr: str, duration: str, severity: str, summary: str) -> dict[str, Any]:
@@ -92,46 +91,36 @@ def dashboard(cluster: spec.Cluster) -> dict[str, Any]:
     }
 
 
-class Monitoring(pulumi.ComponentResource):
-    def __init__(self, target: Target, cluster: spec.Cluster, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("fleetops:fleet:Monitoring", target.cluster, None, opts)
-        ns = env.monitoring.namespace
-        declare(self, target, {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(ns)})
-        groups = rule_groups(cluster, env)
+def monitoring(target: Target, cluster: spec.Cluster, env: spec.Environment) -> Part:
+    ns = env.monitoring.namespace
+    groups = rule_groups(cluster, env)
+
+    def objects() -> Iterator[dict[str, Any]]:
+        yield {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(ns)}
         if groups:
-            declare(
-                self,
-                target,
-                {
-                    "apiVersion": "monitoring.coreos.com/v1",
-                    "kind": "PrometheusRule",
-                    "metadata": target.metadata("fleetops-fleet", ns),
-                    "spec": {"groups": groups},
-                },
-            )
+            yield {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": target.metadata("fleetops-fleet", ns),
+                "spec": {"groups": groups},
+            }
         if any(g["name"] == "fleetops.gpu" for g in groups):
-            declare(
-                self,
-                target,
-                {
-                    "apiVersion": "monitoring.coreos.com/v1",
-                    "kind": "ServiceMonitor",
-                    "metadata": target.metadata("dcgm-exporter", ns),
-                    "spec": {
-                        "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
-                        "namespaceSelector": {"matchNames": [env.monitoring.dcgm_namespace]},
-                        "endpoints": [{"port": "gpu-metrics", "interval": "30s", "path": "/metrics"}],
-                    },
+            yield {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "ServiceMonitor",
+                "metadata": target.metadata("dcgm-exporter", ns),
+                "spec": {
+                    "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
+                    "namespaceSelector": {"matchNames": [env.monitoring.dcgm_namespace]},
+                    "endpoints": [{"port": "gpu-metrics", "interval": "30s", "path": "/metrics"}],
                 },
-            )
-        declare(
-            self,
-            target,
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": target.metadata("fleetops-dashboard", ns, labels={"grafana_dashboard": "1"}),
-                "data": {"fleetops.json": json.dumps(dashboard(cluster), sort_keys=True, indent=2)},
-            },
-        )
-        self.register_outputs({"rule_groups": [g["name"] for g in groups]})
+            }
+        yield {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": target.metadata("fleetops-dashboard", ns, labels={"grafana_dashboard": "1"}),
+            "data": {"fleetops.json": json.dumps(dashboard(cluster), sort_keys=True, indent=2)},
+        }
+
+    return Part("fleetops:fleet:Monitoring", target.cluster, target, objects,
+                outputs={"rule_groups": [g["name"] for g in groups]})

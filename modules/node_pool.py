@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pulumi
-
 from fleetops import spec
-from modules.kube import Target, declare
+from modules.kube import Part, Target
 
 
 def flavor_manifest(target: Target, group: spec.Group) -> dict:
@@ -26,17 +24,14 @@ def flavor_manifest(target: Target, group: spec.Group) -> dict:
     }
 
 
-class NodePool(pulumi.ComponentResource):
+def node_pool(target: Target, group: spec.Group, scheduler: spec.Scheduler) -> Part:
     """Kueue flavor for the pool, plus the labels and taints its nodes must carry (read by the reconciler)."""
-
-    def __init__(self, target: Target, group: spec.Group, scheduler: spec.Scheduler, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("fleetops:fleet:NodePool", f"{target.cluster}/{group.name}", None, opts)
-        if scheduler.backend == "kueue":
-            declare(self, target, flavor_manifest(target, group))
-        self.register_outputs(
-            {
-                "labels": spec.node_labels(group),
-                "taints": [t.model_dump() for t in group.taints],
-                "capacity": spec.group_capacity(group),
-            }
-        )
+    return Part(
+        "fleetops:fleet:NodePool", f"{target.cluster}/{group.name}", target,
+        lambda: [flavor_manifest(target, group)] if scheduler.backend == "kueue" else [],
+        outputs={
+            "labels": spec.node_labels(group),
+            "taints": [t.model_dump() for t in group.taints],
+            "capacity": spec.group_capacity(group),
+        },
+    )

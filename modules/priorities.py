@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from fleetops import spec
-from modules.kube import Target, declare
+from modules.kube import Part, Target
 
 
 def priority_class_manifest(target: Target, pc: spec.PriorityClass) -> dict[str, Any]:
@@ -34,11 +32,14 @@ def workload_priority_manifest(target: Target, pc: spec.PriorityClass) -> dict[s
     }
 
 
-class Priorities(pulumi.ComponentResource):
-    def __init__(self, target: Target, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("fleetops:fleet:Priorities", target.cluster, None, opts)
+def priorities(target: Target, env: spec.Environment) -> Part:
+    def objects() -> list[dict[str, Any]]:
+        out = []
         for pc in env.priority_classes:
-            declare(self, target, priority_class_manifest(target, pc))
+            out.append(priority_class_manifest(target, pc))
             if env.scheduler.backend == "kueue":
-                declare(self, target, workload_priority_manifest(target, pc))
-        self.register_outputs({"classes": [pc.name for pc in env.priority_classes]})
+                out.append(workload_priority_manifest(target, pc))
+        return out
+
+    return Part("fleetops:fleet:Priorities", target.cluster, target, objects,
+                outputs={"classes": [pc.name for pc in env.priority_classes]})

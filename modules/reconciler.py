@@ -11,12 +11,11 @@ fleet: repository URLs often carry a token, which does not belong in Git.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-import pulumi
-
 from fleetops import identity, spec
-from modules.kube import Target, declare
+from modules.kube import Part, Target
 
 NAME = "fleetops-reconciler"
 METRICS_PORT = 9090
@@ -197,12 +196,15 @@ def cluster_role_manifest(target: Target, cluster: spec.Cluster) -> dict[str, An
     }
 
 
-class Reconciler(pulumi.ComponentResource):
-    """The reconciler of one cluster. Declare it last: its ClusterRole covers the kinds declared before it."""
+def reconciler(target: Target, env: spec.Environment) -> Part:
+    """The reconciler of one cluster. Walk it last: its ClusterRole covers the kinds declared before it."""
+    cluster = spec.cluster_by_name(env, target.cluster)
 
-    def __init__(self, target: Target, env: spec.Environment, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("fleetops:fleet:Reconciler", target.cluster, None, opts)
-        for manifest in own_manifests(target, env, target.cluster):
-            declare(self, target, manifest)
-        declare(self, target, cluster_role_manifest(target, spec.cluster_by_name(env, target.cluster)))
-        self.register_outputs({"namespace": env.reconciler.namespace, "replicas": env.reconciler.replicas})
+    def objects() -> Iterator[dict[str, Any]]:
+        yield from own_manifests(target, env, target.cluster)
+        yield cluster_role_manifest(target, cluster)  # made after the objects above are declared
+
+    return Part(
+        "fleetops:fleet:Reconciler", target.cluster, target, objects,
+        outputs={"namespace": env.reconciler.namespace, "replicas": env.reconciler.replicas},
+    )

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from fleetops import spec
-from modules.kube import Target, declare, quantity_name
+from modules.kube import Part, Target, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 
@@ -285,28 +283,21 @@ def admission_manifests(target: Target, tenant: spec.Tenant, backend: str) -> li
     return out
 
 
-class Tenant(pulumi.ComponentResource):
-    def __init__(
-        self,
-        target: Target,
-        tenant: spec.Tenant,
-        env: spec.Environment,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", None, opts)
-        cluster = spec.cluster_by_name(env, target.cluster)
-        groups = spec.eligible_groups(tenant, [cluster])
-        manifests = [
+def tenant_part(target: Target, tenant: spec.Tenant, env: spec.Environment) -> Part:
+    groups = spec.eligible_groups(tenant, [spec.cluster_by_name(env, target.cluster)])
+
+    def objects() -> list[dict[str, Any]]:
+        out = [
             namespace_manifest(target, tenant),
             *quota_manifests(target, tenant),
             limit_range_manifest(target, tenant),
             *network_manifests(target, tenant, env),
         ]
         if env.scheduler.backend == "kueue":
-            manifests += kueue_manifests(target, tenant, groups, env.scheduler)
+            out += kueue_manifests(target, tenant, groups, env.scheduler)
         else:
-            manifests.append(volcano_manifest(target, tenant))
-        manifests += admission_manifests(target, tenant, env.scheduler.backend)
-        for manifest in manifests:
-            declare(self, target, manifest)
-        self.register_outputs({"namespace": tenant.name, "pools": [g.name for g in groups]})
+            out.append(volcano_manifest(target, tenant))
+        return out + admission_manifests(target, tenant, env.scheduler.backend)
+
+    return Part("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", target, objects,
+                outputs={"namespace": tenant.name, "pools": [g.name for g in groups]})

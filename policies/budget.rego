@@ -15,6 +15,7 @@ percent := round((cost * 100) / budget.monthly)
 # custom:
 #   severity: high
 #   control_id: FLEET-BUDGET-01
+#   fix: "lower nodes or quota in this environment, or raise budget.monthly in its own reviewed PR"
 deny contains d if {
 	cost > budget.monthly
 	d := {

@@ -34,6 +34,8 @@ big_raise(before, after) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-CHANGE-01
+#   fix: "get the required approvals, or raise the quota in smaller steps"
+#   gate: approval
 deny contains d if {
 	short
 	some q in change.quota_changes
@@ -53,6 +55,8 @@ deny contains d if {
 # custom:
 #   severity: medium
 #   control_id: FLEET-CHANGE-02
+#   fix: "get the required approvals, or add capacity in smaller steps"
+#   gate: approval
 deny contains d if {
 	short
 	change.cost_before > 0
@@ -71,6 +75,8 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-CHANGE-03
+#   fix: "get the required approvals"
+#   gate: approval
 deny contains d if {
 	short
 	change.environment_removed

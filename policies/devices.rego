@@ -25,6 +25,7 @@ targeted contains sprintf("%s/%s", [r.cluster, value]) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-DEV-01
+#   fix: "use a device resource with a known plugin (nvidia.com/*, huawei.com/Ascend*, fpga.intel.com/*)"
 deny contains d if {
 	some name, group in input.facts.groups
 	not sprintf("%s/%s", [group.cluster, name]) in targeted
@@ -42,6 +43,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-DEV-02
+#   fix: "set sharing.replicas within the range of policies/data.yaml devices.time_slicing"
 deny contains d if {
 	some r in input.resources
 	r.kind == "ConfigMap"
@@ -65,6 +67,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-DEV-04
+#   fix: "give strict-isolation tenants pools without time-slicing (tenant pools), or make the tenant shared"
 deny contains d if {
 	some tenant in input.spec.tenants
 	tenant.isolation == "strict"

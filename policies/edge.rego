@@ -16,6 +16,7 @@ edge_groups contains [cluster.name, group] if {
 # custom:
 #   severity: medium
 #   control_id: FLEET-EDGE-01
+#   fix: "make offline_grace_seconds at least the data.yaml multiple of heartbeat_seconds"
 deny contains d if {
 	some [cluster, group] in edge_groups
 	group.heartbeat_seconds * cfg.min_heartbeats_per_grace > group.offline_grace_seconds
@@ -33,6 +34,7 @@ deny contains d if {
 # custom:
 #   severity: medium
 #   control_id: FLEET-EDGE-02
+#   fix: "lower latency_ms to the data.yaml edge limit, or serve the workload from a center cluster"
 deny contains d if {
 	some [cluster, group] in edge_groups
 	group.latency_ms > cfg.max_latency_ms
@@ -55,6 +57,7 @@ edge_clusters contains c.name if {
 # custom:
 #   severity: high
 #   control_id: FLEET-EDGE-03
+#   fix: "remove training from the tenant's workloads on edge clusters"
 deny contains d if {
 	some tenant in input.spec.tenants
 	"training" in tenant.workloads
@@ -74,6 +77,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-EDGE-04
+#   fix: "list the devices' key fingerprints (sha256:...) under the edge group's fingerprints"
 deny contains d if {
 	some [cluster, group] in edge_groups
 	count(object.get(group, "fingerprints", [])) == 0

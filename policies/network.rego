@@ -36,6 +36,7 @@ default_denied contains sprintf("%s/%s", [np.cluster, np.namespace]) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-NET-01
+#   fix: "keep the default-deny NetworkPolicy the tenant component renders (check modules/tenant.py)"
 deny contains d if {
 	some ns in tenant_namespaces
 	not sprintf("%s/%s", [ns.cluster, ns.name]) in default_denied
@@ -63,6 +64,7 @@ anywhere := {"0.0.0.0/0", "::/0"}
 # custom:
 #   severity: high
 #   control_id: FLEET-NET-02
+#   fix: "name endpoints in network.center_endpoints and allow them by name instead of 0.0.0.0/0"
 deny contains d if {
 	some block in egress_blocks
 	block.cidr in anywhere
@@ -100,6 +102,7 @@ allow_listed(cidr, ports) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-NET-03
+#   fix: "allow only endpoints named in network.center_endpoints from edge tenants"
 deny contains d if {
 	some block in egress_blocks
 	np := block.np

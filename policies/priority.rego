@@ -22,6 +22,7 @@ outside(value, band) if value > band.max
 # custom:
 #   severity: high
 #   control_id: FLEET-PRIO-01
+#   fix: "set the value inside its workload's band in policies/data.yaml priority.bands"
 deny contains d if {
 	some r in priority_classes
 	band := bands[workload_of(r)]
@@ -40,6 +41,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-PRIO-02
+#   fix: "keep global_default on one priority class"
 deny contains d if {
 	some cluster, _ in input.facts.capacity
 	defaults := sort([r.name | some r in priority_classes; r.cluster == cluster; r.manifest.globalDefault == true])
@@ -58,6 +60,7 @@ deny contains d if {
 # custom:
 #   severity: medium
 #   control_id: FLEET-PRIO-03
+#   fix: "set preemption: Never on batch priority classes"
 deny contains d if {
 	some r in priority_classes
 	workload_of(r) == "batch"
@@ -78,6 +81,7 @@ class_workload := {pc.name: pc.workload | some pc in input.spec.priority_classes
 # custom:
 #   severity: medium
 #   control_id: FLEET-PRIO-04
+#   fix: "use a priority class declared in priority_classes and allowed for the tenant's workloads"
 deny contains d if {
 	some tenant in input.spec.tenants
 	some name in tenant.priority_classes

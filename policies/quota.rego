@@ -24,6 +24,7 @@ enforced contains sprintf("%s/%s/%s", [r.cluster, r.namespace, key]) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-QUOTA-01
+#   fix: "lower the tenants' guaranteed quota, or add nodes to a pool of this device, or merge a waiver first in its own PR"
 deny contains d if {
 	some cluster, per in input.facts.quota
 	some resource, q in per
@@ -44,6 +45,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-QUOTA-02
+#   fix: "lower the tenants' burst quota, or add nodes to a pool of this device, or merge a waiver first in its own PR"
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters
@@ -64,6 +66,7 @@ deny contains d if {
 # custom:
 #   severity: medium
 #   control_id: FLEET-QUOTA-03
+#   fix: "lower this tenant's guaranteed quota, or add capacity, or merge a waiver first in its own PR"
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters
@@ -86,6 +89,7 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-QUOTA-04
+#   fix: "keep the device ResourceQuota the tenant component renders (check modules/tenant.py)"
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters

@@ -11,7 +11,7 @@ from pathlib import Path
 import pulumi
 
 from fleetops import git, spec
-from modules import Fleet
+from modules.program import deploy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ spec_file = config.get("specFile") or str(ROOT / "environments" / f"{name}.yaml"
 revision = config.get("revision") or git.revision(ROOT)
 
 environment = spec.load_environment(spec_file)
-Fleet(environment)
+deploy(environment)
 
 pulumi.export("environment", environment.environment)
 pulumi.export("revision", revision)

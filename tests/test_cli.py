@@ -34,6 +34,22 @@ def test_render_to_a_folder_writes_one_file_per_cluster(fmt: str, tmp_path: Path
     assert "wrote 4 file(s)" in done.stderr
 
 
+def test_render_summary_never_lands_in_the_yaml_on_stdout() -> None:
+    done = run("render", "--env", "staging", "--summary")
+    assert done.returncode == 0, done.stderr
+    manifests = [m for m in yaml.safe_load_all(done.stdout) if m is not None]
+    assert len(manifests) > 90 and all("kind" in m for m in manifests)
+    assert "staging: pools and edge groups" in done.stderr
+
+
+def test_render_writes_multi_line_values_as_readable_blocks_and_both_engines_agree() -> None:
+    direct = run("render", "--env", "staging", "--revision", "r")
+    sdk = run("render", "--env", "staging", "--revision", "r", "--engine", "pulumi")
+    assert direct.returncode == sdk.returncode == 0, direct.stderr + sdk.stderr
+    assert direct.stdout == sdk.stdout
+    assert "  stg-a100-infer: |\n    flags:\n      failOnInitError: true\n" in direct.stdout
+
+
 def test_validate_accepts_every_bundled_environment() -> None:
     done = run("validate")
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Each component, through the real stack program under the Pulumi mocks: the objects and the fields that matter."""
+"""Each component, through render: the objects and the fields that matter (the same parts `pulumi up` registers)."""
 
 from __future__ import annotations
 

@@ -101,15 +101,19 @@ def test_pool_added_adds_its_objects_capacity_and_cost(repo: Path) -> None:
     commit(repo, "center-sh: 8 H100 nodes")
     code, result = plan_json(repo)
     # +135,488 a month: over prod's budget, and a rise of 25% that needs two approvals.
-    assert sorted(d["rule"] for d in result["decisions"] if d["status"] == "deny") == ["budget.over_budget", "change.cost_increase_approvals"]
-    assert code == 1
+    assert [d["rule"] for d in result["decisions"] if d["status"] == "deny"] == ["budget.over_budget"]
+    assert [d["rule"] for d in result["decisions"] if d["status"] == "approval"] == ["change.cost_increase_approvals"]
+    assert code == 1 and result["verdict"] == "denied"
     added = {(o["cluster"], o["kind"], o["name"]) for o in result["objects"]["added"]}
     assert ("center-sh", "ResourceFlavor", "h100-extra") in added
     assert ("center-sh", "DaemonSet", "nvidia-device-plugin-h100-extra") in added
     assert result["groups"] == {"added": ["center-sh/h100-extra"], "removed": []}
     assert result["cost"]["delta"] == pytest.approx(64 * 2.9 * 730)
     row = next(r for r in result["capacity"] if r["cluster"] == "center-sh" and r["resource"] == "nvidia.com/gpu")
-    assert (row["before"]["devices"], row["after"]["devices"]) == (64, 128)
+    assert (row["before"]["schedulable"], row["after"]["schedulable"]) == (64, 128)
+    assert (row["before"]["physical"], row["after"]["physical"]) == (64, 128)
+    assert "center-sh/h100-extra added: 8 nodes x 8 H100-SXM-80GB, exclusive (64 nvidia.com/gpu, +135,488 USD/mo)" in [
+        c["text"] for c in result["fleet_changes"]]
 
 
 def test_pool_removed_removes_its_objects(repo: Path) -> None:
@@ -206,8 +210,10 @@ def test_large_quota_raise_needs_two_approvals(repo: Path) -> None:
     edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
     commit(repo, "vision: a lot more GPUs")
     code, result = plan_json(repo)
-    assert code == 1 and result["verdict"] == "denied"
-    assert {d["rule"] for d in result["decisions"] if d["status"] == "deny"} == {"change.quota_raise_approvals"}
+    assert code == 1 and result["verdict"] == "needs-approval"  # its own state: not a policy denial
+    assert not [d for d in result["decisions"] if d["status"] == "deny"]
+    assert {d["rule"] for d in result["decisions"] if d["status"] == "approval"} == {"change.quota_raise_approvals"}
+    assert "### fleetops plan `prod`: ⏳ needs approval" in plan(repo, "--env", "prod").stdout
     code, result = plan_json(repo, "--approvals", "2")
     assert code == 0 and result["verdict"] == "allowed"
     out = plan(repo, "--env", "prod", "--output", "junit")

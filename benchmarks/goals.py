@@ -1,0 +1,42 @@
+"""Each benchmark's goals, printed beside its figures; a missed goal makes the benchmark exit 1."""
+
+from __future__ import annotations
+
+import math
+import resource
+from dataclasses import dataclass
+
+
+@dataclass
+class Goal:
+    name: str
+    measured: float
+    limit: float
+    unit: str = ""
+    at_least: bool = False  # the figure must be >= limit (a rate), else <= limit (a time, a ratio)
+
+    @property
+    def met(self) -> bool:
+        return self.measured >= self.limit if self.at_least else self.measured <= self.limit
+
+    def line(self) -> str:
+        sign = ">=" if self.at_least else "<="
+        return f"  {'met   ' if self.met else 'MISSED'}  {self.name:<52} {self.measured:>10.3g}{self.unit:<4} goal {sign} {self.limit:g}{self.unit}"
+
+
+def report(title: str, goals: list[Goal]) -> int:
+    print(title)
+    for goal in goals:
+        print(goal.line())
+    return 0 if all(g.met for g in goals) else 1
+
+
+def exponent(sizes: list[float], seconds: list[float]) -> float:
+    """The least-squares slope of log(seconds) over log(size): 1 is linear, 2 quadratic."""
+    xs, ys = [math.log(s) for s in sizes], [math.log(t) for t in seconds]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -1,0 +1,272 @@
+"""What a reviewer reads: the plan as a bounded pull-request comment, and as GitHub check annotations.
+
+The comment leads with the verdict, the cost and the change in fleet terms, then what blocks it and
+how to fix it; object-level detail follows, folded. A pull-request comment holds at most 65,536
+characters: `comment` keeps under `max_chars` by summarising objects per cluster and kind and
+pointing to the full plan (`full`, kept as a CI artifact with the JSON), the way Infracost and
+argocd-diff-preview bound theirs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from typing import Any
+
+DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
+VERDICT = {"denied": "❌ denied", "needs-approval": "⏳ needs approval", "allowed": "✅ allowed"}
+SECURITY = "🔒"
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+
+
+def _signed(value: float) -> str:
+    return ("+" if value > 0 else "") + _num(value)
+
+
+def _arrow(before: Any, after: Any) -> str:
+    return f"{before}" if before == after else f"{before} → {after}"
+
+
+def _cell(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text.replace("|", "\\|").replace("\n", "⏎")
+
+
+def _where(d: dict[str, Any]) -> str:
+    loc = d.get("location")
+    return f" — `{loc['file']}:{loc['line']}`" if loc else ""
+
+
+# --- sections, most important first ------------------------------------------------------------
+
+
+def header(plan: dict[str, Any]) -> list[str]:
+    c, n, objs = plan["cost"], plan["counts"], plan["objects"]
+    flags = f" · {SECURITY} **{plan['security_changes']} security-relevant change(s)**" if plan.get("security_changes") else ""
+    lines = [
+        f"### fleetops plan `{plan['environment']}`: {VERDICT[plan['verdict']]}",
+        "",
+        f"**Monthly cost** {_num(c['before'])} → {_num(c['after'])} {c['currency']} (**{_signed(c['delta'])}**) · "
+        f"**Objects** +{len(objs['added'])} ~{len(objs['changed'])} −{len(objs['removed'])} · "
+        f"**Decisions** {n['deny']} deny, {n['approval']} need approval, {n['warn']} warn, {n['waived']} waived{flags}",
+        "",
+        f"Judged by the policies of the base revision `{plan['base']['revision'][:12]}`.",
+    ]
+    if not plan["head"]["exists"]:
+        lines += ["", f"> ⚠️ This change deletes `environments/{plan['environment']}.yaml`: every object below is removed."]
+    waived = [d for d in plan["decisions"] if d["status"] == "waived" and d.get("severity") == "high"]
+    if waived:
+        lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
+        lines += [f"> - `{d['rule']}` {d['msg']} — owner {d['waiver']['owner']}, {d['waiver']['ticket']}, expires {d['waiver']['expires']}"
+                  if d.get("waiver") else f"> - `{d['rule']}` {d['msg']} (waiver {d.get('waived_by')})" for d in waived]
+    if plan["policy"]["needs_policy_owner_review"]:
+        owners = ", ".join(plan["policy"]["owners"]) or "(no policies/owners.yaml)"
+        files = ", ".join(f"`{f}`" for f in plan["policy"]["policy_files_changed"])
+        lines += ["", f"> ⚠️ **Policy change** ({files}): needs review by the policy owners: {owners}. It takes effect only after merge."]
+    return lines
+
+
+def what_changes(plan: dict[str, Any]) -> list[str]:
+    items = [f"- {SECURITY + ' ' if c['security'] else ''}{c['text']}" for c in plan["fleet_changes"]]
+    edits = plan["spec_changes"]
+    if edits:
+        flagged = sum(e["security"] for e in edits)
+        items.append(f"- {len(edits)} field(s) of `{edits[0]['file']}` changed"
+                     + (f", {SECURITY} {flagged} security-relevant" if flagged else "") + " (listed below)")
+    return ["", "**What changes**", "", *items] if items else []
+
+
+def blocking(plan: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    denied = [d for d in plan["decisions"] if d["status"] == "deny"]
+    if denied:
+        lines += ["", "**Denied by**", ""]
+        for d in denied:
+            lines.append(f"- `{d['rule']}` {d['msg']}{_where(d)}")
+            if d.get("fix"):
+                lines.append(f"  - **Fix:** {d['fix']}")
+    waiting = [d for d in plan["decisions"] if d["status"] == "approval"]
+    if waiting:
+        lines += ["", f"**Needs approval** (has {plan['approvals']['have']})", ""]
+        lines += [f"- `{d['rule']}` {d['msg']}{_where(d)}" for d in waiting]
+    return lines
+
+
+def capacity_moves(plan: dict[str, Any]) -> list[str]:
+    moved = [r for r in plan["capacity"] if r["before"] != r["after"]]
+    return ["", *_capacity_table(moved, changed=True)] if moved else []
+
+
+def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
+    out = ["| cluster | resource | physical | schedulable | sharing | guaranteed | burst | headroom % |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        b, a = r["before"], r["after"]
+        cols = ("physical", "schedulable", "sharing_factor", "guaranteed", "burst", "headroom_percent")
+        cells = [_arrow(b[k], a[k]) if changed else str(a[k]) for k in cols]
+        cells[2] = "×" + cells[2].replace(" → ", " → ×")
+        out.append(f"| {r['cluster']} | `{r['resource']}` | " + " | ".join(cells) + " |")
+    return out
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["", f"<details><summary>{summary}</summary>", "", *body, "", "</details>"] if body else []
+
+
+def spec_fields(plan: dict[str, Any]) -> list[str]:
+    edits = plan["spec_changes"]
+    if not edits:
+        return []
+    rows = ["| | field | before | after | line |", "|---|---|---|---|---:|"] + [
+        f"| {SECURITY if e['security'] else ''} | `{e['path']}` | {_cell(e['old']) if e['old'] is not None else '—'} "
+        f"| {_cell(e['new']) if e['new'] is not None else '—'} | {e['line']} |" for e in edits]
+    return _details(f"Environment file changes ({len(edits)})", rows)
+
+
+def policy_files(plan: dict[str, Any]) -> list[str]:
+    body = []
+    for f in plan["policy_file_changes"]:
+        body += [f"{SECURITY + ' ' if f['security'] else ''}`{f['file']}`", "", "```diff", f["diff"].rstrip("\n"), "```", ""]
+    return _details(f"Policy file changes ({len(plan['policy_file_changes'])})", body)
+
+
+def decision_table(plan: dict[str, Any]) -> list[str]:
+    if not plan["decisions"]:
+        return []
+    rows = ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"]
+    for d in plan["decisions"]:
+        loc = d.get("location")
+        where = f"{loc['file']}:{loc['line']}" if loc else ""
+        rows.append(f"| {d['status']} | `{d['rule']}` | {d.get('severity', '')} | {d.get('resource') or ''} | {_cell(d['msg'])} | {where} |")
+    return _details(f"Policy decisions ({len(plan['decisions'])})", rows)
+
+
+def quota_table(plan: dict[str, Any]) -> list[str]:
+    rows = ["| tenant | cluster | resource | guaranteed | burst |", "|---|---|---|---:|---:|"] + [
+        f"| {q['tenant']} | {q['cluster']} | `{q['resource']}` | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
+        f"| {_arrow(q['before']['burst'], q['after']['burst'])} |" for q in plan["quota_changes"]]
+    return _details(f"Quota changes ({len(plan['quota_changes'])})", rows) if plan["quota_changes"] else []
+
+
+def object_summary(plan: dict[str, Any]) -> list[str]:
+    """Objects added, changed and removed per cluster and kind: bounded whatever the change's size."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for what in ("added", "changed", "removed"):
+        for o in plan["objects"][what]:
+            counts[(o["cluster"], o["kind"], what)] += 1
+    keys = sorted({(c, k) for c, k, _ in counts})
+    rows = ["| cluster | kind | + | ~ | − |", "|---|---|---:|---:|---:|"] + [
+        f"| {c} | {k} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |" for c, k in keys]
+    return _details(f"Objects per cluster and kind ({len(keys)})", rows) if keys else []
+
+
+def _name(o: dict[str, Any]) -> str:
+    ns = f"{o['namespace']}/" if o["namespace"] else ""
+    return f"{o['cluster']}: {o['kind']} {ns}{o['name']}"
+
+
+def _field_lines(f: dict[str, Any]) -> list[str]:
+    old, new = f.get("old"), f.get("new")
+    if isinstance(old, str) and isinstance(new, str) and ("\n" in old or "\n" in new):
+        # Unindented: GitHub colours a ```diff line by its first character.
+        return list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{f['path']} (base)", f"{f['path']} (head)", n=2, lineterm=""))
+    return [f"    {f['op']} {f['path']}: {json.dumps(old)} → {json.dumps(new)}"]
+
+
+def object_entries(plan: dict[str, Any]) -> list[list[str]]:
+    """One block of ```diff lines per object, so that a bounded comment can stop between objects."""
+    objs = plan["objects"]
+    blocks = [[f"+ {_name(o)}"] for o in objs["added"]] + [[f"- {_name(o)}"] for o in objs["removed"]]
+    for o in objs["changed"]:
+        blocks.append([f"~ {_name(o)}", *(line for f in o["fields"] for line in _field_lines(f))])
+    return blocks
+
+
+def _objects_section(blocks: list[list[str]], budget: int, pointer: str) -> list[str]:
+    """The object diff, as many whole objects as `budget` characters hold, then where the rest is."""
+    lines: list[str] = []
+    used, shown = 200, 0
+    for block in blocks:
+        size = sum(len(line) + 1 for line in block)
+        if used + size > budget:
+            break
+        lines += block
+        used += size
+        shown += 1
+    body = ["```diff", *lines, "```"] if lines else []
+    if shown < len(blocks):
+        body += ["", f"{len(blocks) - shown} more object(s) not shown here: {pointer}"]
+    total = len(blocks)
+    return _details(f"Object changes ({total}{'' if shown == total else f', {shown} shown'})", body) if blocks else []
+
+
+def full(plan: dict[str, Any]) -> str:
+    """The whole plan as markdown, without a size limit: the CI artifact the comment points to."""
+    return _join(_sections(plan) + _objects_section(object_entries(plan), 10**12, ""), with_capacity(plan))
+
+
+def with_capacity(plan: dict[str, Any]) -> list[str]:
+    return _details("Capacity per cluster and device resource", _capacity_table(plan["capacity"], changed=False))
+
+
+def _sections(plan: dict[str, Any]) -> list[str]:
+    return (header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan) + spec_fields(plan)
+            + policy_files(plan) + decision_table(plan) + quota_table(plan) + object_summary(plan))
+
+
+def _join(lines: list[str], tail: list[str]) -> str:
+    return "\n".join(lines + tail) + "\n"
+
+
+def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts: str = "") -> str:
+    """The pull-request comment, at most `max_chars` characters: whole sections in order of importance,
+    then as many objects as fit; what does not fit is named and left to the full plan in `artifacts`."""
+    pointer = f"see the full plan ({artifacts})" if artifacts else "see the full plan (`fleetops plan --output json`, or the CI artifact)"
+    essential = header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan)
+    optional = [spec_fields(plan), policy_files(plan), decision_table(plan), quota_table(plan), object_summary(plan), with_capacity(plan)]
+    note = ["", f"_Comment shortened to {max_chars:,} characters: {pointer}._"]
+    lines = list(essential)
+    left_out = []
+    for section in optional:
+        if len(_join(lines + section, note)) <= max_chars:
+            lines += section
+        elif section:
+            left_out.append(section[1].removeprefix("<details><summary>").removesuffix("</summary>") if len(section) > 1 else "a section")
+    budget = max_chars - len(_join(lines, note)) - 400
+    lines += _objects_section(object_entries(plan), budget, pointer)
+    if left_out:
+        lines += ["", f"Not shown here: {', '.join(left_out)}: {pointer}."]
+    text = _join(lines, [])
+    if len(text) > max_chars:  # the essentials alone are too long (thousands of decisions): cut at a line
+        cut = text[: max_chars - 200].rsplit("\n", 1)[0]
+        text = _join([cut], note)
+    return text
+
+
+# --- GitHub check annotations ----------------------------------------------------------------
+
+LEVEL = {"deny": "error", "approval": "warning", "warn": "warning", "waived": "notice"}
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github_annotations(plan: dict[str, Any]) -> str:
+    """Workflow commands that put each decision on the line of the environment file it comes from."""
+    out = []
+    for d in plan["decisions"]:
+        loc = d.get("location") or {"file": f"environments/{plan['environment']}.yaml", "line": 1}
+        message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
+        out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
+                   f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
+    for e in plan["spec_changes"]:
+        if e["security"] and e["side"] == "head":
+            out.append(f"::notice file={_escape(e['file'], True)},line={e['line']},title={_escape('security-relevant change', True)}::"
+                       f"{_escape(e['path'] + ' changed: review who it lets in')}")
+    return "\n".join(out) + ("\n" if out else "")

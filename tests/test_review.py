@@ -1,0 +1,150 @@
+"""The pull-request review of `fleetops plan`: bounded, in fleet terms first, every change visible,
+fixes suggested, approvals and waivers apart, annotations on the lines (real Git repositories)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.generate import synthetic_yaml
+from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
+
+PROD = Path("environments") / "prod.yaml"
+
+
+def comment(repo: Path, *args: str) -> str:
+    out = plan(repo, "--env", "prod", *args)
+    assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
+    return out.stdout
+
+
+def test_adding_nodes_is_said_in_fleet_terms_first(repo: Path) -> None:
+    edit(repo, "      - name: h100-train\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 16",
+         "      - name: h100-train\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 24")
+    commit(repo, "center-bj: 8 more H100 nodes")
+    text = comment(repo, "--approvals", "2")
+    first = text.index("**What changes**")
+    assert "- center-bj/h100-train: nodes 16 → 24 (+64 nvidia.com/gpu, +135,488 USD/mo)" in text[first:]
+    assert first < text.index("<details>")  # before any object-level detail
+    # Physical devices and schedulable units apart: a100-infer's time-slicing makes 480 units of 192 GPUs.
+    assert "| center-bj | `nvidia.com/gpu` | 192 → 256 | 480 → 544 | ×2.5 → ×2.12 | 272 | 472 | 43.3 → 50.0 |" in text
+    # Over prod's budget: the denial names the budget's line and the way out.
+    assert "- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:211`" in text
+
+
+def test_a_new_tenant_is_one_line_with_its_quota(repo: Path) -> None:
+    path = repo / PROD
+    path.write_text(path.read_text().replace("  - name: llm-pretrain\n", (
+        "  - name: chatbot\n    clusters: [center-bj]\n    workloads: [inference]\n    priority_classes: [inference-critical]\n"
+        "    pools: [a100-infer]\n    quota:\n      nvidia.com/gpu: {guaranteed: 16, burst: 32}\n\n  - name: llm-pretrain\n"), 1))
+    commit(repo, "tenant chatbot")
+    code, result = plan_json(repo)
+    assert "tenant chatbot added on center-bj: 16/32 nvidia.com/gpu (guaranteed/burst)" in [c["text"] for c in result["fleet_changes"]]
+    assert any(o["kind"] == "Namespace" and o["name"] == "chatbot" for o in result["objects"]["added"])
+
+
+def test_a_sharing_change_names_both_modes_and_shows_the_config_as_a_diff(repo: Path) -> None:
+    edit(repo, "sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 2}")
+    commit(repo, "a100-infer: 2 replicas")
+    text = comment(repo)
+    assert "- center-bj/a100-infer: sharing time-slicing x4 → time-slicing x2 (schedulable 128 nvidia.com/gpu → 64 nvidia.com/gpu)" in text
+    # The plugin's config file is a multi-line ConfigMap value: a unified diff, not an escaped string.
+    assert "\n-      replicas: 4\n+      replicas: 2\n" in text
+    assert "\\n" not in text.split("Object changes")[1]
+    code, result = plan_json(repo)
+    row = next(r for r in result["capacity"] if r["cluster"] == "center-bj" and r["resource"] == "nvidia.com/gpu")
+    # 192 physical GPUs on center-bj; a100-infer's 32 count 4 times, then twice: 480 -> 416 schedulable units.
+    assert (row["before"]["sharing_factor"], row["after"]["sharing_factor"]) == (2.5, 2.17)
+    assert row["before"]["physical"] == row["after"]["physical"] == 192
+
+
+def test_an_added_fingerprint_is_visible_flagged_and_not_a_no_op(repo: Path) -> None:
+    fingerprint = "sha256:" + "ab" * 32
+    edit(repo, "        fingerprints:\n          - sha256:4f1c", f"        fingerprints:\n          - {fingerprint}\n          - sha256:4f1c")
+    commit(repo, "trust one more Jetson")
+    code, result = plan_json(repo)
+    assert code == 0 and result["no_effect"] is False and result["security_changes"] >= 1
+    assert f"edge-sh-factory/jetson-line-1: device fingerprint {fingerprint} trusted" in [c["text"] for c in result["fleet_changes"]]
+    edits = [e for e in result["spec_changes"] if "fingerprints" in e["path"]]
+    assert edits and all(e["security"] for e in edits) and edits[0]["line"] == 68
+    text = plan(repo, "--env", "prod", "--only-on-change").stdout
+    assert "🔒" in text and fingerprint in text
+
+
+def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None:
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
+    commit(repo, "llm-pretrain: 12 more")
+    code, result = plan_json(repo, "--approvals", "2")
+    denied = next(d for d in result["decisions"] if d["rule"] == "quota.guaranteed_over_capacity")
+    changed = (repo / PROD).read_text().splitlines().index("      nvidia.com/gpu: {guaranteed: 60, burst: 64}") + 1
+    assert denied["location"] == {"file": "environments/prod.yaml", "line": changed, "column": 1}  # the line this change moved
+    assert denied["fix"] == ("lower guaranteed nvidia.com/gpu by 11 across the tenants on center-sh, or add 2 nodes to a100-train, "
+                             "or merge a waiver first in its own PR")
+    text = comment(repo, "--approvals", "2")
+    assert f"- `quota.guaranteed_over_capacity` {denied['msg']} — `environments/prod.yaml:{denied['location']['line']}`" in text
+    assert f"  - **Fix:** {denied['fix']}" in text
+    annotations = plan(repo, "--env", "prod", "--approvals", "2", "--output", "github").stdout.splitlines()
+    message = f"{denied['msg']} Fix: {denied['fix']}".replace("%", "%25")  # GitHub's escape of a workflow command
+    assert f"::error file=environments/prod.yaml,line={changed},title=deny%3A quota.guaranteed_over_capacity::{message}" in annotations
+
+
+def test_waived_high_severity_denials_are_listed_first_with_owner_ticket_and_expiry(repo: Path) -> None:
+    git(repo, "checkout", "-q", "main")  # the waiver is merged first, in its own change, as the fix says
+    waivers = repo / "policies" / "waivers.yaml"
+    waivers.write_text(waivers.read_text() + (
+        "  - rule: quota.guaranteed_over_capacity\n"
+        "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
+        "    owner: capacity-planning@fleetops.example\n    reason: two racks land next week\n    ticket: FLEET-500\n"
+        f"    created: {dt.date.today()}\n    expires: {dt.date.today() + dt.timedelta(days=30)}\n"))
+    commit(repo, "waive center-sh's GPU headroom for a month")
+    git(repo, "checkout", "-q", "-B", "change")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
+    commit(repo, "llm-pretrain: 12 more")
+    text = comment(repo, "--approvals", "2")
+    top = text.split("**What changes**")[0]
+    assert "❌" not in top and "**Waived high-severity denials**" in top
+    assert (f"`quota.guaranteed_over_capacity` center-sh: guaranteed nvidia.com/gpu quota 68 exceeds 57 (capacity 64 less 10% headroom) "
+            f"— owner capacity-planning@fleetops.example, FLEET-500, expires {dt.date.today() + dt.timedelta(days=30)}") in top
+    assert "`quota.tenant_share`" not in top  # medium severity: in the decisions table, not up top
+
+
+def test_a_waiver_change_is_shown_as_a_diff_and_flagged(repo: Path) -> None:
+    waivers = repo / "policies" / "waivers.yaml"
+    waivers.write_text(waivers.read_text().replace("ticket: FLEET-412", "ticket: FLEET-413"))
+    commit(repo, "re-ticket the waiver")
+    code, result = plan_json(repo)
+    assert result["no_effect"] is False and result["security_changes"] == 1
+    (change,) = result["policy_file_changes"]
+    assert change["file"] == "policies/waivers.yaml" and change["security"]
+    assert "-    ticket: FLEET-412\n+    ticket: FLEET-413\n" in change["diff"]
+
+
+def test_a_one_line_change_on_the_large_fleet_stays_under_the_comment_limit(repo: Path, tmp_path: Path) -> None:
+    git(repo, "checkout", "-q", "main")
+    large = repo / "environments" / "large.yaml"
+    large.write_text(synthetic_yaml(1.0))
+    commit(repo, "the large fleet")
+    git(repo, "checkout", "-q", "-B", "change")
+    # One line: the registry's port changes the egress policy of every one of 1,000 tenants.
+    large.write_text(large.read_text().replace("ports:\n    - 443", "ports:\n    - 8443", 1))
+    commit(repo, "registry on 8443")
+    out = plan(repo, "--env", "large", "--artifacts", tmp_path / "artifacts", "--artifacts-url", "https://ci.example/plan/1")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout) <= 55_000
+    assert "| center-0 | NetworkPolicy | 0 | 63 | 0 |" in out.stdout  # per cluster and kind, all of them
+    assert "more object(s) not shown here: see the full plan (https://ci.example/plan/1)" in out.stdout
+    full = json.loads((tmp_path / "artifacts" / "plan.json").read_text())
+    assert len(full["objects"]["changed"]) == 1000
+    assert (tmp_path / "artifacts" / "plan.md").read_text().count("\n~ ") == 1000  # the full plan has every object
+    shorter = plan(repo, "--env", "large", "--max-chars", "8000").stdout
+    assert len(shorter) <= 8000 and "**What changes**" in shorter
+
+
+@pytest.mark.parametrize("limit", [2000, 5000])
+def test_the_limit_holds_even_for_a_tiny_budget(repo: Path, limit: int) -> None:
+    edit(repo, "sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 2}")
+    commit(repo, "replicas")
+    assert len(comment(repo, "--max-chars", str(limit))) <= limit
