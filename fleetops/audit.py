@@ -161,10 +161,6 @@ def html(report: dict[str, Any]) -> str:
     return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated)
 
 
-def as_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, sort_keys=True) + "\n"
-
-
 def markdown(report: dict[str, Any]) -> str:
     p = report["provenance"]
     lines = [

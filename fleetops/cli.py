@@ -8,6 +8,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 # fleetops's models are its own: no third-party pydantic plugin observes the environment files, and
@@ -18,8 +19,10 @@ import typer  # noqa: E402
 import yaml  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
 
-from fleetops import spec  # noqa: E402
+from fleetops import __version__, spec  # noqa: E402
+from fleetops.output import decision_counts, envelope  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for the policy engine or JSON Schema
     from fleetops import policy
@@ -31,6 +34,21 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"fleetops {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit")] = False,
+) -> None:
+    """Declarative, policy-gated GitOps for AI compute fleets."""
+
+
 out = Console(soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
@@ -52,6 +70,19 @@ class Engine(str, Enum):
 class Output(str, Enum):
     table = "table"
     json = "json"
+
+
+STATUS_STYLE = {"deny": "bold red", "approval": "bold magenta", "warn": "yellow", "waived": "dim"}
+
+
+@contextlib.contextmanager
+def progress(what: str) -> Iterator[None]:
+    """A spinner on stderr while `what` runs, on a terminal only: pipes and CI logs get none of it."""
+    if not err.is_terminal:
+        yield
+        return
+    with err.status(what, spinner="dots"):
+        yield
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -79,7 +110,8 @@ def render_or_fail(path: Path, revision: str | None = None, engine: str = "direc
     from fleetops import schema
 
     try:
-        state = render_mod.render(path, revision=revision, engine=engine)
+        with progress(f"rendering {path}"):
+            state = render_mod.render(path, revision=revision, engine=engine)
     except spec.SpecError as exc:
         fail("\n".join(exc.problems))
     except render_mod.RenderError as exc:
@@ -149,6 +181,14 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _str)
 
 
+def as_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def plan_document(result: dict[str, Any]) -> dict[str, Any]:
+    return envelope("plan", result["verdict"] == "allowed", result["counts"], **{k: v for k, v in result.items() if k != "counts"})
+
+
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     if fmt is Format.json:
         return json.dumps(manifests, indent=2, sort_keys=True) + "\n"
@@ -172,7 +212,7 @@ def validate(
         except spec.SpecError as exc:
             problems += exc.problems
     if output is Output.json:
-        out.print_json(json.dumps({"files": [str(p) for p in paths], "problems": problems}))
+        sys.stdout.write(as_json(envelope("validate", not problems, {"problems": len(problems)}, problems, files=[str(p) for p in paths])))
     elif not problems:
         out.print(f"ok: {len(paths)} environment file(s) valid: {', '.join(str(p) for p in paths)}")
     if problems:
@@ -226,7 +266,8 @@ def verdict_table(verdict: policy.Verdict) -> Table:
     for col in ("status", "rule", "severity", "resource", "message"):
         table.add_column(col)
     for d in verdict.decisions:
-        table.add_row(d.status, d.rule, d.severity, d.resource_ref(), d.msg + (f" (waiver {d.waived_by})" if d.waived_by else ""))
+        table.add_row(Text(d.status, style=STATUS_STYLE.get(d.status, "")), d.rule, d.severity, d.resource_ref(),
+                      d.msg + (f" (waiver {d.waived_by})" if d.waived_by else ""))
     return table
 
 
@@ -249,14 +290,17 @@ def check(
     try:
         inventory = policy.load_inventory(live) if live is not None else None
         engine = policy.engine_from(opa_url)
-        verdict = policy.evaluate(model, state, live=inventory, engine=engine, policies_dir=policies)
-        policy.log_decisions(policy.decision_log_path(decision_log), verdict)
+        with progress(f"judging {model.environment} by {policies}"):
+            verdict = policy.evaluate(model, state, live=inventory, engine=engine, policies_dir=policies)
+        policy.log_decisions(policy.decision_log_path(decision_log), policy.verdict_record(verdict, "check"))
     except policy.PolicyError as exc:
         fail(f"{exc} (no decision: failing closed)")
     for problem in verdict.waiver_problems:
         err.print(f"waiver ignored: {problem}", markup=False, highlight=False)
     if output is CheckOutput.json:
-        sys.stdout.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
+        body = verdict.as_dict()
+        sys.stdout.write(as_json(envelope("check", verdict.ok, decision_counts(body["decisions"]), verdict.waiver_problems,
+                                          **{k: v for k, v in body.items() if k != "waiver_problems"})))
     elif output is CheckOutput.junit:
         sys.stdout.write(policy.junit_report(f"fleetops check {verdict.environment}", "fleetops.check", policy.report_rows(verdict)))
     else:
@@ -327,38 +371,43 @@ def plan(
     approvals: Annotated[int, typer.Option(min=0, envvar="FLEETOPS_APPROVALS", help="Approvals the change has (CI sets FLEETOPS_APPROVALS)")] = 0,
     output: Annotated[PlanFormat, typer.Option("--output", help="markdown (the PR comment), json, junit, or github (check annotations on the lines)")] = PlanFormat.markdown,
     max_chars: Annotated[int, typer.Option(min=2000, help="Longest markdown comment; objects beyond it are summarised per cluster and kind")] = 55_000,
-    artifacts: Annotated[Path | None, typer.Option(help="Also write the full plan here: plan.json and plan.md (no size limit), for CI to keep")] = None,
+    artifacts: Annotated[Path | None, typer.Option(help="Also write every form of the plan here: plan.json, plan.md (no size limit), comment.md, plan-junit.xml, annotations.txt")] = None,
     artifacts_url: Annotated[str, typer.Option(envvar="FLEETOPS_ARTIFACTS_URL", help="Where CI keeps --artifacts, named in a shortened comment")] = "",
     only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect (objects, fields, policies or cost)")] = False,
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),
+    decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
 ) -> None:
     """What a change does to the fleet, objects, capacity, quota and cost, judged by the base revision's policies.
 
     Exit 1 when denied or when it needs more approvals, 2 on bad input."""
-    from fleetops import git, review
+    from fleetops import git, policy, review
     from fleetops import plan as plan_mod
 
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
-        result = plan_mod.build(top, env, base, head, approvals, plan_mod.judge)
+        with progress(f"planning {env}: rendering base and head, diffing, judging"):
+            result = plan_mod.build(top, env, base, head, approvals, plan_mod.judge)
+        policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
+            "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
-    except plan_mod.PlanError as exc:
+    except (plan_mod.PlanError, policy.PolicyError) as exc:
         fail(str(exc))
     code = 0 if result["verdict"] == "allowed" else 1
-    if artifacts is not None:
-        write_files({artifacts / "plan.json": json.dumps(result, indent=2, sort_keys=True) + "\n",
-                     artifacts / "plan.md": review.full(result)}, "the full plan")
+    where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
+    if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
+        write_files({artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": review.full(result),
+                     artifacts / "comment.md": review.comment(result, max_chars, where), artifacts / "plan-junit.xml": plan_mod.junit(result),
+                     artifacts / "annotations.txt": review.github_annotations(result)}, "the full plan")
     if only_on_change and result["no_effect"]:
         raise typer.Exit(code)
     if output is PlanFormat.json:
-        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(as_json(plan_document(result)))
     elif output is PlanFormat.junit:
         sys.stdout.write(plan_mod.junit(result))
     elif output is PlanFormat.github:
         sys.stdout.write(review.github_annotations(result))
     else:
-        where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
         sys.stdout.write(review.comment(result, max_chars, where))
     raise typer.Exit(code)
 
@@ -395,15 +444,20 @@ def audit(
     except git.GitError:
         repo = policies.resolve().parent
     try:
-        report = audit_mod.build(
-            repo, [(p.stem, p) for p in paths], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
-        )
+        with progress("building the audit report"):
+            report = audit_mod.build(
+                repo, [(p.stem, p) for p in paths], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+            )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
     broken = [e["error"] for e in report["environments"] if e["error"]]
     if broken:
         fail("\n".join(broken) + "\n(no report written)")
-    text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown, AuditFormat.json: audit_mod.as_json}[output](report)
+    if output is AuditFormat.json:
+        decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
+        text = as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
+    else:
+        text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown}[output](report)
     if out_file is None:
         sys.stdout.write(text)
         return
@@ -514,11 +568,14 @@ def reconcile(
     )
     if once:
         try:
-            result = reconciler.run_once()
+            with progress(f"reconciling {env}"):
+                result = reconciler.run_once()
         except Exception as exc:  # an engine fault: one line, not a traceback
             fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", 1)
         if output is Output.json:
-            sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+            body = result.to_dict()
+            sys.stdout.write(as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
+                                              result.errors, **body)))
         else:
             print_pass(result)
         raise typer.Exit(result.exit_code())
@@ -532,6 +589,50 @@ def reconcile(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
+
+
+class Forge(str, Enum):
+    github = "github"
+    gitlab = "gitlab"
+
+
+@app.command()
+def approvals(
+    forge: Annotated[Forge, typer.Argument(help="github (current code-owner approvals) or gitlab (the MR approvals API)")],
+    codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file (default: .github/CODEOWNERS, CODEOWNERS or docs/CODEOWNERS)")] = None,
+) -> None:
+    """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS. Exit 2 when the forge cannot be asked."""
+    from fleetops import forge as forge_mod
+
+    path = codeowners or next((p for p in (Path(".github/CODEOWNERS"), Path("CODEOWNERS"), Path("docs/CODEOWNERS")) if p.is_file()), None)
+    try:
+        count = forge_mod.from_environment(forge.value, path.read_text() if path else None)
+    except (forge_mod.ForgeError, OSError, KeyError, ValueError) as exc:
+        fail(f"approvals: {exc}")
+    sys.stdout.write(f"{count}\n")
+
+
+@app.command()
+def note(
+    file: Annotated[Path, typer.Argument(help="The comment to post, e.g. the plan's comment.md")],
+    key: Annotated[str, typer.Option(help="One note per key (the environment): posted once, then edited in place")],
+) -> None:
+    """Post or update this merge request's plan note on GitLab (FLEETOPS_GITLAB_TOKEN). Exit 2 when GitLab cannot be asked."""
+    from fleetops import forge as forge_mod
+
+    try:
+        what = forge_mod.gitlab_note(key, file.read_text())
+    except (forge_mod.ForgeError, OSError, KeyError, ValueError) as exc:
+        fail(f"note: {exc}")
+    err.print(f"{what} the note for {key}", highlight=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of every command's --output json (versioned: the `schema` field of each output)."""
+    from fleetops import output
+
+    sys.stdout.write(json.dumps(output.json_schema(), indent=2) + "\n")
 
 
 def main() -> None:

@@ -311,7 +311,7 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-Judge = Callable[[spec.Environment | None, dict[diff.ObjectKey, dict[str, Any]], dict[str, Any], Path], list[dict[str, Any]]]
+Judge = Callable[[spec.Environment | None, dict[diff.ObjectKey, dict[str, Any]], dict[str, Any], Path], tuple[list[dict[str, Any]], Any]]
 
 
 def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
@@ -359,7 +359,8 @@ def _build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None
         policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
         head_text = _read(head_tree / env_rel)
         edits = changes_mod.spec_changes(_read(base_tree / env_rel), head_text, env_rel)
-        decisions = explain(judge(after.env, after.objects, facts, policies), after.env, head_text, env_rel, policies, edits)
+        rows, verdict = judge(after.env, after.objects, facts, policies)
+        decisions = explain(rows, after.env, head_text, env_rel, policies, edits)
         owners = policy_owners(base_tree) or policy_owners(head_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
                   "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
@@ -394,6 +395,7 @@ def _build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None
         },
         "decisions": decisions,
         "counts": counts,
+        "judgement": verdict.judgement(),
     }
 
 
@@ -505,8 +507,9 @@ def judge(
     objects: dict[diff.ObjectKey, dict[str, Any]],
     facts: dict[str, Any],
     policies: Path,
-) -> list[dict[str, Any]]:
-    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's)."""
+) -> tuple[list[dict[str, Any]], Any]:
+    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
+    the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
     from fleetops import policy
 
     resources = (policy.resource_entry(key[0], manifest) for key, manifest in objects.items())
@@ -519,8 +522,9 @@ def judge(
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:
         raise PlanError(f"policy gate (fail closed): {exc}") from None
-    # `subject`: the decision's resource as fields, from which `explain` finds its line in the file.
-    return [{**row, "subject": d.resource} for row, d in zip(policy.report_rows(verdict), verdict.decisions)] + [
-        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "waived_by": None}
+    rows = policy.report_rows(verdict) + [
+        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "subject": {},
+         "package": "fleet.waivers", "waived_by": None}
         for problem in verdict.waiver_problems
     ]
+    return rows, verdict

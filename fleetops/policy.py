@@ -13,12 +13,15 @@ from answering - a policy that does not parse, an unreachable server, a timeout 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import getpass
 import hashlib
 import json
 import os
 import re
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -637,14 +640,16 @@ class Decision:
         return f"{r['cluster']}:{ref}" if with_cluster and r.get("cluster") else ref
 
     def as_dict(self) -> dict[str, Any]:
+        """The one decision shape of every command's output (fleetops/output.schema.json)."""
         return {
             "status": self.status,
             "rule": self.rule,
             "severity": self.severity,
             "msg": self.msg,
-            "resource": self.resource,
+            "resource": self.resource_ref(),
+            "subject": self.resource,
             "package": self.package,
-            **({"waived_by": self.waived_by} if self.waived_by else {}),
+            "waived_by": self.waived_by,
         }
 
 
@@ -677,6 +682,11 @@ class Verdict:
 
     def rules(self, status: Status | None = None) -> set[str]:
         return {d.rule for d in self.decisions if status is None or d.status == status}
+
+    def judgement(self) -> dict[str, Any]:
+        """How the decisions were reached: engine, policy and input digests, time, unusable waivers."""
+        return {"engine": self.engine, "policy_digest": self.policy_digest, "input_digest": self.input_digest,
+                "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": self.waiver_problems}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -799,10 +809,7 @@ def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
 
 def report_rows(verdict: Verdict) -> list[dict[str, Any]]:
     """The decisions as flat rows (resource as text), the shape reports and the plan share."""
-    return [
-        {"status": d.status, "rule": d.rule, "severity": d.severity, "msg": d.msg, "resource": d.resource_ref(), "waived_by": d.waived_by}
-        for d in verdict.decisions
-    ]
+    return [d.as_dict() for d in verdict.decisions]
 
 
 # --- decision log ----------------------------------------------------------------------------
@@ -814,13 +821,52 @@ def decision_log_path(option: Path | None = None) -> Path:
     return option or Path(os.environ.get("FLEETOPS_DECISION_LOG") or DEFAULT_DECISION_LOG)
 
 
-def log_decisions(path: Path, verdict: Verdict) -> None:
-    """Append one JSON line per evaluation. Only decisions and digests: the input itself stays out."""
-    record = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **verdict.as_dict()}
+RECORD_SCHEMA = "fleetops.decision/v1"
+
+
+def ci_context() -> dict[str, Any]:
+    """The pull request and the actor, as the CI systems this project ships workflows for name them."""
+    ref = os.environ.get("GITHUB_REF", "")
+    pr = (os.environ.get("FLEETOPS_PR") or os.environ.get("CI_MERGE_REQUEST_IID")
+          or (ref.split("/")[2] if ref.startswith("refs/pull/") else ""))
+    actor = os.environ.get("FLEETOPS_ACTOR") or os.environ.get("GITHUB_ACTOR") or os.environ.get("GITLAB_USER_LOGIN") or ""
+    if not actor:
+        with contextlib.suppress(Exception):  # no user database entry in a container: leave it empty
+            actor = getpass.getuser()
+    return {"pr": pr or None, "actor": actor or None}
+
+
+def decision_record(source: str, environment: str, revision: str, judgement: dict[str, Any], decisions: list[dict[str, Any]],
+                    outcome: str, approvals: int | None = None) -> dict[str, Any]:
+    """The one record every gate writes (check, plan, reconcile, the Pulumi policy pack) and audit reads:
+    who judged what, with which policies, and what came out. Decisions and digests only, never the input."""
+    return {
+        "schema": RECORD_SCHEMA,
+        "id": uuid.uuid4().hex,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "environment": environment,
+        "revision": revision,
+        **ci_context(),
+        "approvals": approvals,
+        **judgement,
+        "verdict": outcome,
+        "summary": {s: sum(d["status"] == s for d in decisions) for s in ("deny", "approval", "warn", "waived")},
+        "decisions": decisions,
+    }
+
+
+def verdict_record(verdict: Verdict, source: str) -> dict[str, Any]:
+    return decision_record(source, verdict.environment, verdict.revision, verdict.judgement(),
+                           [d.as_dict() for d in verdict.decisions], "denied" if verdict.denied else "allowed")
+
+
+def log_decisions(path: Path, record: dict[str, Any]) -> None:
+    """Append one decision record (`decision_record`) as a JSON line."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as fh:
-            fh.write(json.dumps(record, sort_keys=True) + "\n")
+            fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
     except OSError as exc:
         raise PolicyError(f"{path}: cannot write the decision log: {exc.strerror}") from None
 

@@ -69,6 +69,8 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
             # The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
             {"name": "HOME", "value": CACHE},
             {"name": "TMPDIR", "value": CACHE},
+            # Read by fleetops.policy.decision_log_path: the gate's decision records, one line per pass.
+            {"name": "FLEETOPS_DECISION_LOG", "value": f"{CACHE}/decisions.jsonl"},
         ],
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},

@@ -78,3 +78,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Clusters:
         return {name: RealCluster(name, server, tmp_path / f"{name}.kubeconfig") for name, server in started.items()}
 
     return real
+
+
+@pytest.fixture(autouse=True)
+def decision_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every gate writes a decision record (FLEETOPS_DECISION_LOG): into the test's folder, not the repository."""
+    path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("FLEETOPS_DECISION_LOG", str(path))
+    return path

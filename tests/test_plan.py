@@ -54,7 +54,9 @@ def edit(repo: Path, old: str, new: str, env: str = "prod") -> None:
 
 
 def plan(repo: Path, *args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return run("plan", "--repo", repo, *args, cwd=repo, env={"TMPDIR": str(tmpdir)} if tmpdir else None)
+    # Decision records go beside the repository: the working tree must stay as the test left it.
+    env = {"FLEETOPS_DECISION_LOG": str(repo.parent / "decisions.jsonl"), **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
+    return run("plan", "--repo", repo, *args, cwd=repo, env=env)
 
 
 def plan_json(repo: Path, *args: str) -> tuple[int, dict]:
@@ -259,3 +261,20 @@ def test_default_base_follows_an_explicit_head(repo: Path) -> None:
     code, result = plan_json(repo, "--head", head)
     assert code == 0
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
+
+
+def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    commit(repo, "vision: a lot more GPUs")
+    out = run("plan", "--repo", repo, "--env", "prod", "--output", "json", "--approvals", "1", cwd=repo,
+              env={"FLEETOPS_DECISION_LOG": str(repo.parent / "decisions.jsonl"), "FLEETOPS_PR": "7", "FLEETOPS_ACTOR": "bob"})
+    assert out.returncode == 1
+    (line,) = (repo.parent / "decisions.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert (record["source"], record["environment"], record["pr"], record["actor"], record["approvals"], record["verdict"]) == (
+        "plan", "prod", "7", "bob", 1, "needs-approval")
+    assert record["policy_digest"] == json.loads(out.stdout)["judgement"]["policy_digest"]
+    assert record["summary"]["approval"] == 2  # guaranteed and burst both raised past the limit
+    audit = run("audit", "--decision-log", repo.parent / "decisions.jsonl", "--output", "json", cwd=ROOT)
+    history = json.loads(audit.stdout)["history"]
+    assert history["entries"] == 1, history

@@ -321,12 +321,17 @@ def test_decision_log_records_provenance_and_decisions(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEETOPS_OPA_TOKEN", "s3cret-token")
     verdict = judge(*rendered("prod"))
     log = tmp_path / "log" / "decisions.jsonl"
-    policy.log_decisions(log, verdict)
-    policy.log_decisions(log, verdict)
+    monkeypatch.setenv("FLEETOPS_PR", "42")
+    monkeypatch.setenv("FLEETOPS_ACTOR", "alice")
+    policy.log_decisions(log, policy.verdict_record(verdict, "check"))
+    policy.log_decisions(log, policy.verdict_record(verdict, "check"))
     lines = log.read_text().splitlines()
     assert len(lines) == 2
     record = json.loads(lines[0])
-    assert {"time", "environment", "revision", "policy_digest", "input_digest", "engine", "decisions", "duration_seconds"} <= set(record)
+    assert {"schema", "id", "time", "source", "environment", "revision", "pr", "actor", "approvals", "policy_digest",
+            "input_digest", "engine", "verdict", "decisions", "duration_seconds"} <= set(record)
+    assert (record["source"], record["pr"], record["actor"], record["verdict"]) == ("check", "42", "alice", "allowed")
+    assert record["id"] != json.loads(lines[1])["id"]
     assert record["environment"] == "prod" and record["engine"] == "embedded"
     assert record["policy_digest"].startswith("sha256:") and record["input_digest"].startswith("sha256:")
     assert "s3cret-token" not in log.read_text()

@@ -5,6 +5,8 @@ tests/test_real_pulumi.py runs the same pack under the real Pulumi engine.
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import datetime as dt
 import shutil
@@ -89,10 +91,12 @@ def test_stack_input_equals_the_render_input():
     assert sorted(document["resources"], key=key) == sorted(expected["resources"], key=key)
 
 
-def test_prod_stack_has_no_mandatory_violation_and_reports_its_warnings(pack):
+def test_prod_stack_has_no_mandatory_violation_and_reports_its_warnings(pack, decision_log):
     _, state = rendered()
     resources = stack_resources(state)
     assert validate(pack, "validate_denies", resources) == []
+    (record,) = map(json.loads, decision_log.read_text().splitlines())  # the deny pass records; warnings do not again
+    assert (record["source"], record["environment"], record["verdict"]) == ("pack", "prod", "allowed")
     warnings = [m for m, _ in validate(pack, "validate_warnings", resources)]
     assert "[budget.alert_threshold] projected monthly cost 539981 USD is 90% of the budget of 600000, past the 80% alert" in warnings
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import sys
 
 import pytest
@@ -228,7 +229,7 @@ def test_default_gate_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sum(api.writes() for api in apis.values()) == 0
 
 
-def test_default_gate_judges_with_the_real_policies_and_the_live_inventory(backend) -> None:
+def test_default_gate_judges_with_the_real_policies_and_the_live_inventory(backend, decision_log) -> None:
     env, state = dev()
     apis = backend(env)
     # One of dev-a100's two nodes is live: 16 of the 32 time-sliced units, under the 24 guaranteed.
@@ -237,6 +238,8 @@ def test_default_gate_judges_with_the_real_policies_and_the_live_inventory(backe
     assert result.status == "applied"
     assert any(w.startswith("capacity.live_below_guaranteed: dev-center: Ready nodes offer 16 nvidia.com/gpu") for w in result.warnings), result.warnings
     assert result.to_dict()["warnings"] == result.warnings
+    record = json.loads(decision_log.read_text().splitlines()[-1])  # the record plan, check and the pack also write
+    assert (record["source"], record["environment"], record["verdict"]) == ("reconcile", "dev", "allowed")
 
 
 def test_default_gate_denies_what_the_policies_deny() -> None:

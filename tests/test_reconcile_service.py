@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, render, schema, spec
 from fleetops.cluster import MemoryCluster
+from tests.test_output import conforms
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
 GOOD = DEV.read_text()
@@ -241,8 +242,8 @@ def test_cli_detect_only_once_exits_1_on_drift_and_0_when_converged(wired, repo:
     common = ["--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--once"]
     drift = run(*common, "--detect-only", "--output", "json")
     assert drift.exit_code == 1, drift.output
-    report = json.loads(drift.output)
-    assert report["status"] == "drift" and report["drift"] > 0
+    report = conforms(json.loads(drift.output), "reconcile")  # the one JSON shape of every command
+    assert report["status"] == "drift" and report["drift"] > 0 and report["ok"] is False
     assert sum(api.writes() for api in wired.values()) == 0
     applied = run(*common)
     assert applied.exit_code == 0, applied.output

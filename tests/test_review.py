@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
+import sys
+
 from benchmarks.generate import synthetic_yaml
 from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
 
 PROD = Path("environments") / "prod.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs" / "review"))
+import journeys  # noqa: E402 - docs/review/journeys.py: the journeys the screenshots show
+from journeys import JOURNEYS, Journey  # noqa: E402
 
 
 def comment(repo: Path, *args: str) -> str:
@@ -148,3 +153,16 @@ def test_the_limit_holds_even_for_a_tiny_budget(repo: Path, limit: int) -> None:
     edit(repo, "sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 2}")
     commit(repo, "replicas")
     assert len(comment(repo, "--max-chars", str(limit))) <= limit
+
+
+@pytest.mark.parametrize("journey", JOURNEYS, ids=lambda j: j.name)
+def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journey, tmp_path: Path) -> None:
+    """cmark-gfm, GitHub's own renderer: the tables are tables, the folds fold, diffs are diff blocks."""
+    text = journeys.comment(journey, tmp_path)
+    html = journeys.to_html(text, journey.title)
+    assert html.count("<table>") >= 2 and "<details>" in html and "|---" not in html
+    assert "<h3>fleetops plan <code>prod</code>" in html
+    if journey.name == "sharing-change":
+        assert '<pre lang="diff">' in html and "\n-      replicas: 4\n+      replicas: 2\n" in html
+    if journey.name == "fingerprint-added":
+        assert "🔒" in html

@@ -38,7 +38,12 @@ def record_inputs(args: ResourceValidationArgs, report_violation: ReportViolatio
 def judge(kind: Literal["deny", "warn"], report_violation: ReportViolation) -> None:
     # Pulumi runs the pack in the project's folder: the fleet repository, with its own environments/ and policies/.
     here = Path.cwd()
-    policy.validate_stack(DECLARED.values(), report_violation, kind, here / "environments", here / "policies")
+    verdict = policy.validate_stack(DECLARED.values(), report_violation, kind, here / "environments", here / "policies")
+    if kind == "deny" and verdict is not None:  # one record per update, as plan, check and reconcile write
+        try:
+            policy.log_decisions(policy.decision_log_path(), policy.verdict_record(verdict, "pack"))
+        except policy.PolicyError as exc:
+            report_violation(f"fleetops policy gate: decision not recorded: {exc}", None)
 
 
 def validate_denies(args: StackValidationArgs, report_violation: ReportViolation) -> None:

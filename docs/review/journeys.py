@@ -1,0 +1,136 @@
+"""The review journeys of `fleetops plan`, rendered as GitHub renders a PR comment (cmark-gfm), and
+screenshotted with headless Chromium:
+
+    .venv/bin/python docs/review/journeys.py [--out docs/review]     # writes NAME.md, NAME.html, NAME.png
+
+Each journey is one change to this repository's own fleet, committed on a branch of a temporary copy.
+tests/test_review.py checks the same journeys' comments as HTML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cmarkgfm
+from cmarkgfm.cmark import Options
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
+PROD = "environments/prod.yaml"
+TODAY = dt.date.today()
+WAIVER = (
+    "  - rule: quota.guaranteed_over_capacity\n"
+    "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
+    "    owner: capacity-planning@fleetops.example\n    reason: two racks land next week\n    ticket: FLEET-500\n"
+    f"    created: {TODAY}\n    expires: {TODAY + dt.timedelta(days=30)}\n"
+)
+STYLE = """body{font:14px/1.5 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1f2328;max-width:900px;margin:16px auto;padding:0 16px}
+table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #d1d9e0;padding:4px 10px}th{background:#f6f8fa}
+code{background:#eff1f3;border-radius:4px;padding:1px 4px;font-size:85%}pre{background:#f6f8fa;padding:12px;overflow:auto;border-radius:6px}
+pre code{background:none;padding:0}blockquote{border-left:4px solid #d1d9e0;margin:0;padding:0 12px;color:#59636e}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}"""
+
+
+@dataclass
+class Journey:
+    name: str
+    title: str
+    edits: list[tuple[str, str, str]]  # (file, old, new) on the change branch
+    args: list[str] = field(default_factory=list)
+    on_main: list[tuple[str, str, str]] = field(default_factory=list)  # merged before the change (a waiver)
+
+
+JOURNEYS = [
+    Journey("add-nodes", "8 more H100 nodes (over budget)", [(PROD, "        nodes: 16", "        nodes: 24")], ["--approvals", "2"]),
+    Journey("new-tenant", "a new tenant", [(PROD, "  - name: llm-pretrain\n", (
+        "  - name: chatbot\n    clusters: [center-bj]\n    workloads: [inference]\n    priority_classes: [inference-critical]\n"
+        "    pools: [a100-infer]\n    quota:\n      nvidia.com/gpu: {guaranteed: 16, burst: 32}\n\n  - name: llm-pretrain\n"))]),
+    Journey("sharing-change", "time-slicing x4 -> x2", [(PROD, "sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 2}")]),
+    Journey("fingerprint-added", "one more trusted Jetson", [(PROD, "        fingerprints:\n          - sha256:4f1c",
+                                                              "        fingerprints:\n          - sha256:" + "ab" * 32 + "\n          - sha256:4f1c")]),
+    Journey("over-capacity", "a quota past capacity", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")],
+            ["--approvals", "2"]),
+    Journey("waiver", "the same quota under a merged waiver", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")],
+            ["--approvals", "2"], on_main=[("policies/waivers.yaml", "", WAIVER)]),
+]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=fleetops", "-c", "user.email=fleetops@example.com", *args], check=True, capture_output=True)
+
+
+def _apply(repo: Path, edits: list[tuple[str, str, str]]) -> None:
+    for file, old, new in edits:
+        path = repo / file
+        text = path.read_text()
+        if old and old not in text:
+            raise SystemExit(f"{file}: {old!r} not found")
+        path.write_text(text.replace(old, new, 1) if old else text + new)
+
+
+def comment(journey: Journey, workdir: Path) -> str:
+    """The PR comment `fleetops plan` writes for the journey, on a fresh copy of this repository."""
+    repo = workdir / journey.name
+    repo.mkdir()
+    for part in PARTS:
+        src = ROOT / part
+        (shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir() else shutil.copy2(src, repo / part))
+    _git(repo, "init", "-q", "-b", "main")
+    _apply(repo, journey.on_main)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "fleet")
+    _git(repo, "checkout", "-q", "-b", "change")
+    _apply(repo, journey.edits)
+    _git(repo, "commit", "-qam", journey.title)
+    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", "prod", *journey.args], cwd=repo,
+                          capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{journey.name}: fleetops plan failed: {done.stderr}")
+    return done.stdout
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def to_html(markdown: str, title: str) -> str:
+    """As GitHub renders a comment: cmark-gfm with its extensions; raw HTML (<details>) kept."""
+    body = cmarkgfm.github_flavored_markdown_to_html(markdown, options=Options.CMARK_OPT_UNSAFE)
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>"
+
+
+def screenshot(html: Path, png: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("no chromium on PATH")
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+                        "--window-size=1000,2600", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for journey in JOURNEYS:
+            text = comment(journey, Path(tmp))
+            (args.out / f"{journey.name}.md").write_text(text)
+            html = args.out / f"{journey.name}.html"
+            # Every <details> opened, as a reviewer clicking through would see them.
+            html.write_text(to_html(text, journey.title).replace("<details>", "<details open>"))
+            screenshot(html, args.out / f"{journey.name}.png")
+            print(f"{journey.name}: {len(text):,} characters -> {journey.name}.png")
+
+
+if __name__ == "__main__":
+    main()

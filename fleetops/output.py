@@ -1,0 +1,42 @@
+"""One JSON shape for every command: a versioned envelope, problems as fields, decisions, counts.
+
+`validate`, `check`, `plan`, `reconcile` and `audit` print `envelope(...)` with `--output json`; the
+shape is published as JSON Schema (fleetops/schemas/output.schema.json, `fleetops schema`) and
+every command's output is tested against it. A new field is a minor change; removing or
+retyping one raises SCHEMA.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any
+
+from fleetops import __version__
+
+SCHEMA = "fleetops/v1"
+# `file:line:col: path: message` (environment files) or `file:line: message` (waivers, policies).
+_PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+)(?::(?P<column>\d+))?: (?:(?P<path>[\w.\[\]\"/-]+): )?(?P<message>.*)$", re.DOTALL)
+
+
+def problem(text: str) -> dict[str, Any]:
+    """A problem line as fields; a line without a place keeps the whole text as its message."""
+    match = _PROBLEM.match(text)
+    if match is None:
+        return {"file": None, "line": None, "column": None, "path": None, "message": text}
+    return {"file": match["file"], "line": int(match["line"]), "column": int(match["column"]) if match["column"] else None,
+            "path": match["path"], "message": match["message"]}
+
+
+def envelope(command: str, ok: bool, counts: dict[str, int], problems: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+    return {"schema": SCHEMA, "command": command, "fleetops_version": __version__, "ok": ok, "counts": counts,
+            "problems": [problem(p) for p in problems or []], **fields}
+
+
+def decision_counts(decisions: list[dict[str, Any]]) -> dict[str, int]:
+    return {s: sum(d["status"] == s for d in decisions) for s in ("deny", "approval", "warn", "waived")}
+
+
+def json_schema() -> dict[str, Any]:
+    return json.loads(resources.files("fleetops").joinpath("schemas/output.schema.json").read_text())

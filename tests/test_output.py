@@ -1,0 +1,81 @@
+"""One JSON shape: every command's --output json validates against the published, versioned schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from fleetops import __version__, output
+from tests.cli import run
+from tests.helpers import ROOT
+from tests.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
+
+VALIDATOR = jsonschema.Draft202012Validator(output.json_schema())
+
+
+def conforms(document: dict, command: str) -> dict:
+    errors = sorted(VALIDATOR.iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:5]]
+    assert document["schema"] == "fleetops/v1" and document["command"] == command
+    return document
+
+
+def test_the_schema_itself_is_valid_and_published_by_the_cli() -> None:
+    jsonschema.Draft202012Validator.check_schema(output.json_schema())
+    printed = run("schema")
+    assert printed.returncode == 0 and json.loads(printed.stdout) == output.json_schema()
+
+
+def test_version() -> None:
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout == f"fleetops {__version__}\n"
+
+
+def test_validate_problems_are_fields_with_file_line_column_and_path(tmp_path: Path) -> None:
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "dev.yaml").write_text((ROOT / "environments" / "dev.yaml").read_text().replace("nodes: 2", "nodes: -2", 1))
+    done = run("validate", "--environments", folder, "--output", "json")
+    document = conforms(json.loads(done.stdout), "validate")
+    assert done.returncode == 2 and document["ok"] is False and document["counts"] == {"problems": 1}
+    (problem,) = document["problems"]
+    assert problem["file"].endswith("dev.yaml") and problem["line"] > 1 and problem["column"] > 1
+    assert problem["path"].endswith(".nodes") and problem["message"]
+    fine = conforms(json.loads(run("validate", "--output", "json").stdout), "validate")
+    assert fine["ok"] is True and fine["problems"] == []
+
+
+def test_check_output_conforms_with_its_decisions_and_counts() -> None:
+    done = run("check", "--env", "prod", "--output", "json")
+    document = conforms(json.loads(done.stdout), "check")
+    assert done.returncode == 0 and document["ok"] is True
+    assert document["counts"]["waived"] == 1 and document["counts"]["deny"] == 0
+    waived = next(d for d in document["decisions"] if d["status"] == "waived")
+    assert waived["resource"] == "center-sh:DeviceResource/nvidia.com/gpu" and waived["subject"]["cluster"] == "center-sh"
+
+
+def test_plan_output_conforms(repo: Path) -> None:  # noqa: F811 - the fixture
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    commit(repo, "vision: a lot more GPUs")
+    document = conforms(json.loads(plan(repo, "--env", "prod", "--output", "json").stdout), "plan")
+    assert document["ok"] is False and document["verdict"] == "needs-approval" and document["counts"]["approval"] == 2
+
+
+def test_audit_output_conforms() -> None:
+    done = run("audit", "--env", "dev", "--output", "json")
+    document = conforms(json.loads(done.stdout), "audit")
+    assert done.returncode == 0 and document["environments"][0]["name"] == "dev"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("environments/dev.yaml:12:9: clusters[0].pools[0].nodes: must be at least 1",
+     {"file": "environments/dev.yaml", "line": 12, "column": 9, "path": "clusters[0].pools[0].nodes", "message": "must be at least 1"}),
+    ("policies/waivers.yaml:7: waiver of quota.tenant_share expired on 2027-03-01",
+     {"file": "policies/waivers.yaml", "line": 7, "column": None, "path": None, "message": "waiver of quota.tenant_share expired on 2027-03-01"}),
+    ("no place at all", {"file": None, "line": None, "column": None, "path": None, "message": "no place at all"}),
+])
+def test_problem_lines_become_fields(text: str, expected: dict) -> None:
+    assert output.problem(text) == expected
