@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from importlib import resources
 from typing import Any
 
 from fleetops import __version__
@@ -39,4 +38,6 @@ def decision_counts(decisions: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def json_schema() -> dict[str, Any]:
+    from importlib import resources
+
     return json.loads(resources.files("fleetops").joinpath("schemas/output.schema.json").read_text())
