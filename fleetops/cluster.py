@@ -69,6 +69,12 @@ class ClusterAPI(Protocol):
 
     def create(self, manifest: Manifest) -> Manifest: ...
 
+    def _existing(self, key: Key) -> Manifest:
+        before = self._objects.get(key)
+        if before is None:
+            raise ApiError(404, f"{describe(key)} not found")
+        return before
+
     def replace(self, manifest: Manifest) -> Manifest: ...
 
     def approve(self, csr: Manifest) -> Manifest:
@@ -188,7 +194,23 @@ _DEFAULTS: dict[str, Manifest] = {
 _CLUSTER_SCOPED = CLUSTER_SCOPED | {"Node"}  # every cluster-scoped kind fleetops renders, and nodes
 
 
-class MemoryCluster:
+class CallCounts:
+    """API calls by (verb, kind), for tests and benchmarks that assert what a pass sent."""
+
+    calls: Counter[tuple[str, str]]
+
+    def count(self, verb: str | None = None, kind: str | None = None) -> int:
+        return sum(n for (v, k), n in self.calls.items() if verb in (None, v) and kind in (None, k))
+
+    def writes(self, exclude: Iterable[str] = ()) -> int:
+        skip = set(exclude)
+        return sum(n for (v, k), n in self.calls.items() if v in WRITE_VERBS and k not in skip)
+
+    def reset_counts(self) -> None:
+        self.calls.clear()
+
+
+class MemoryCluster(CallCounts):
     """An API server in a dict. Thread-safe; latency sleeps only when set (default 0)."""
 
     def __init__(self, name: str = "memory", faults: Faults | None = None, latency: float = 0.0,
@@ -213,16 +235,6 @@ class MemoryCluster:
         with self._lock:  # one seeded sequence of faults, whatever the threads
             self.calls[(verb, kind)] += 1
             self.faults.check(verb, kind)
-
-    def count(self, verb: str | None = None, kind: str | None = None) -> int:
-        return sum(n for (v, k), n in self.calls.items() if verb in (None, v) and kind in (None, k))
-
-    def writes(self, exclude: Iterable[str] = ()) -> int:
-        skip = set(exclude)
-        return sum(n for (v, k), n in self.calls.items() if v in WRITE_VERBS and k not in skip)
-
-    def reset_counts(self) -> None:
-        self.calls.clear()
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -372,14 +384,18 @@ class MemoryCluster:
             self._stamp_new(obj)
             return self._store(key, obj, None)
 
+    def _existing(self, key: Key) -> Manifest:
+        before = self._objects.get(key)
+        if before is None:
+            raise ApiError(404, f"{describe(key)} not found")
+        return before
+
     def replace(self, manifest: Manifest) -> Manifest:
         """PUT with optimistic concurrency: the resourceVersion sent must be the current one."""
         self._enter("replace", manifest["kind"])
         with self._lock:
             key = key_of(manifest)
-            before = self._objects.get(key)
-            if before is None:
-                raise ApiError(404, f"{describe(key)} not found")
+            before = self._existing(key)
             if manifest["metadata"].get("resourceVersion") != before["metadata"]["resourceVersion"]:
                 raise ApiError(409, f"the object has been modified; please apply your changes to the latest version ({describe(key)})")
             obj = copy.deepcopy(manifest)
@@ -393,9 +409,7 @@ class MemoryCluster:
         self._enter("approve", csr["kind"])
         with self._lock:
             key = key_of(csr)
-            before = self._objects.get(key)
-            if before is None:
-                raise ApiError(404, f"{describe(key)} not found")
+            before = self._existing(key)
             decided = [c for c in (before.get("status") or {}).get("conditions") or [] if c.get("type") in ("Approved", "Denied")]
             if decided:
                 raise ApiError(409, f"{describe(key)} is already {decided[0]['type'].lower()}")
@@ -571,6 +585,12 @@ class KubeCluster:
     def create(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).create(
             body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
+
+    def _existing(self, key: Key) -> Manifest:
+        before = self._objects.get(key)
+        if before is None:
+            raise ApiError(404, f"{describe(key)} not found")
+        return before
 
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(

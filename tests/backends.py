@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fleetops.cluster import WRITE_VERBS, KubeCluster, Manifest
+from fleetops.cluster import CallCounts, KubeCluster, Manifest
 from tests.servers import ApiServer
 
 
-class RealCluster:
+class RealCluster(CallCounts):
     def __init__(self, name: str, server: ApiServer, kubeconfig: Path, token: str | None = None):
         self.name = name
         self.server = server
@@ -60,18 +60,6 @@ class RealCluster:
     def approve(self, csr: Manifest) -> Manifest:
         self.calls[("approve", csr["kind"])] += 1
         return self.kube.approve(csr)
-
-    # -- what tests count ------------------------------------------------------------------------
-
-    def count(self, verb: str | None = None, kind: str | None = None) -> int:
-        return sum(n for (v, k), n in self.calls.items() if verb in (None, v) and kind in (None, k))
-
-    def writes(self, exclude: Iterable[str] = ()) -> int:
-        skip = set(exclude)
-        return sum(n for (v, k), n in self.calls.items() if v in WRITE_VERBS and k not in skip)
-
-    def reset_counts(self) -> None:
-        self.calls.clear()
 
     # -- other clients, uncounted ----------------------------------------------------------------
 

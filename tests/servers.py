@@ -294,20 +294,20 @@ def write_kubeconfig(path: Path, contexts: dict[str, tuple[ApiServer, str]]) -> 
     return path
 
 
+def _crds(directory: Path) -> list[dict[str, Any]]:
+    return [doc for path in sorted(directory.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("kind") == "CustomResourceDefinition"]
+
+
 def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
-    """Create every shipped CRD and wait until the server serves it (Established)."""
+    """Create every shipped CRD and wait until the server serves it (Established, storage ready)."""
     from kubernetes import client
 
     api = client.ApiextensionsV1Api(server.client())
-    objects = client.CustomObjectsApi(server.client())
-    names, lists = [], []
-    for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                api.create_custom_resource_definition(doc)
-                names.append(doc["metadata"]["name"])
-                version = next(v["name"] for v in doc["spec"]["versions"] if v.get("storage"))
-                lists.append((doc["spec"]["group"], version, doc["spec"]["names"]["plural"]))
+    names = []
+    for doc in _crds(directory):
+        api.create_custom_resource_definition(doc)
+        names.append(doc["metadata"]["name"])
 
     def established() -> bool:
         for name in names:
@@ -316,9 +316,22 @@ def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
                 return False
         return True
 
+    wait_until(established, "CRDs established")
+    wait_crds_served(server, directory)
+    return names
+
+
+def wait_crds_served(server: ApiServer, directory: Path = CRD_DIR) -> None:
+    """Until every CRD's storage answers. Established is not yet usable, and neither is a restarted
+    server: until a CRD's storage is (re)initialised the server answers "429 storage is
+    (re)initializing", which made a first pass fail on a loaded CI machine."""
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(server.client())
+    lists = [(d["spec"]["group"], next(v["name"] for v in d["spec"]["versions"] if v.get("storage")), d["spec"]["names"]["plural"])
+             for d in _crds(directory)]
+
     def served() -> bool:
-        # Established is not yet usable: until a CRD's storage is initialised the server answers
-        # "429 storage is (re)initializing", which made a first pass fail on a loaded CI machine.
         try:
             for group, version, plural in lists:
                 objects.list_cluster_custom_object(group, version, plural, limit=1)
@@ -328,6 +341,4 @@ def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
             raise
         return True
 
-    wait_until(established, "CRDs established")
     wait_until(served, "CRD storage ready")
-    return names

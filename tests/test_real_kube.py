@@ -165,6 +165,7 @@ def test_a_server_stopped_mid_pass_then_restarted_converges_and_loses_nothing(ap
     assert not [a for a in center.actions if a.verb == "prune"]  # unknown is never pruned
     assert broken.clusters["dev-edge"].errors == []  # the other cluster went on
     started["dev-center"].start()  # same store, same address
+    servers.wait_crds_served(started["dev-center"])  # a restarted server answers 429 until CRD storage is back
     healed = reconcile.run_pass(env, bigger, apis, allow, options(prune=True))
     assert healed.status == "applied" and not healed.errors
     assert reconcile.run_pass(env, bigger, apis, allow, options(prune=True)).status == "clean"
