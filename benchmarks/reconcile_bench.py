@@ -56,7 +56,7 @@ def drift(state: render.DesiredState, apis: dict[str, MemoryCluster], count: int
     policies = [(c, m) for c, m in state.objects() if m["kind"] == "NetworkPolicy"][: count - len(quotas)]
     for cluster, manifest in quotas:
         edited = copy.deepcopy(manifest)
-        edited["spec"]["hard"] = {k: "0" for k in edited["spec"]["hard"]}
+        edited["spec"]["hard"] = {k: "999" for k in edited["spec"]["hard"]}  # never the value Git has
         apis[cluster].put(edited)
     for cluster, m in policies:
         apis[cluster].remove(m["apiVersion"], m["kind"], m["metadata"]["namespace"], m["metadata"]["name"])
