@@ -1,8 +1,9 @@
 """The reviewer's report: every rule, its evidence, every waiver, every decision, in one file.
 
-The report is plain data first (`build`), then a format (`html`, `markdown`, `json`). The JSON is
-stable for the same input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the
-wall clock; the HTML adds the wall-clock generation time for the reader.
+The report is plain data first (`build`), then a format (`html`, `markdown`; for `--output json`
+the CLI wraps the data in the one JSON envelope of fleetops.output). The data is stable for the same
+input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the wall clock; the HTML
+adds the wall-clock generation time for the reader.
 """
 
 from __future__ import annotations
