@@ -122,9 +122,16 @@ def spec_fields(plan: dict[str, Any]) -> list[str]:
     if not edits:
         return []
     rows = ["| | field | before | after | line |", "|---|---|---|---|---:|"] + [
-        f"| {SECURITY if e['security'] else ''} | `{e['path']}` | {_cell(e['old']) if e['old'] is not None else '—'} "
-        f"| {_cell(e['new']) if e['new'] is not None else '—'} | {e['line']} |" for e in edits]
+        f"| {SECURITY if e['security'] else ''} | `{e['path']}` | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |" for e in edits]
     return _details(f"Environment file changes ({len(edits)})", rows)
+
+
+def _values(old: Any, new: Any) -> tuple[str, str]:
+    """Before and after cells; of a list (fingerprints, allow lists), only what left and what came."""
+    if isinstance(old, list) and isinstance(new, list):
+        gone, came = [x for x in old if x not in new], [x for x in new if x not in old]
+        return (", ".join(f"−`{_cell(x)}`" for x in gone) or "—", ", ".join(f"+`{_cell(x)}`" for x in came) or "—")
+    return (_cell(old) if old is not None else "—", _cell(new) if new is not None else "—")
 
 
 def policy_files(plan: dict[str, Any]) -> list[str]:
