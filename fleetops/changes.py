@@ -141,18 +141,26 @@ def _leaves(value: Any, loc: spec.Loc, shown: str, out: dict[str, tuple[Any, spe
         out[shown] = (value, loc)
 
 
-def spec_changes(base: str | None, head: str | None, file: str) -> list[dict[str, Any]]:
+Parsed = tuple[Any, "spec.Positions | None"]  # a side's environment file: its data and node positions
+
+
+def parse(text: str | None, file: str) -> Parsed:
+    """A side's environment file as data with positions; (None, None) when it is absent or not YAML."""
+    if text is None:
+        return None, None
+    try:
+        return spec.parse_yaml(text, file)
+    except spec.SpecError:
+        return None, None
+
+
+def spec_changes(base: Parsed, head: Parsed) -> list[dict[str, Any]]:
     """Every changed field of the environment file: path, old and new value, the line (head's, or
     base's for a removed field) and whether it is security-relevant."""
     sides = []
-    for text in (base, head):
+    for data, positions in (base, head):
         leaves: dict[str, tuple[Any, spec.Loc]] = {}
-        positions = None
-        if text is not None:
-            try:
-                data, positions = spec.parse_yaml(text, file)
-            except spec.SpecError:
-                data = None
+        if positions is not None:
             _leaves(data, (), "", leaves)
         sides.append((leaves, positions))
     (old, old_pos), (new, new_pos) = sides
@@ -166,7 +174,7 @@ def spec_changes(base: str | None, head: str | None, file: str) -> list[dict[str
         line = where.nodes.get(loc, (1, 1))[0] if where is not None else 1
         security = any(str(part) in SECURITY_FIELDS for part in loc)
         out.append({"path": path, "old": before[0] if path in old else None, "new": after[0] if path in new else None,
-                    "file": file, "line": line, "side": "head" if path in new else "base", "security": security})
+                    "file": where.file, "line": line, "side": "head" if path in new else "base", "security": security})
     return out
 
 

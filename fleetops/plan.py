@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, git, memory, spec
+from fleetops import diff, git, memory, output, spec
 
 WORKTREE = "WORKTREE"
 
@@ -192,11 +192,9 @@ def _render_here(rev: str, tree: Path, env_rel: str, revision: str) -> Side:
 
 
 def _by_key(clusters: dict[str, list[dict[str, Any]]]) -> dict[diff.ObjectKey, dict[str, Any]]:
-    return {
-        (c, m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]): m
-        for c, manifests in clusters.items()
-        for m in manifests
-    }
+    from fleetops.render import object_key
+
+    return {object_key(c, m): m for c, manifests in clusters.items() for m in manifests}
 
 
 def _side(rev: str, tree: Path, env_rel: str, result: dict[str, Any]) -> Side:
@@ -318,7 +316,8 @@ def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
 
-def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]], policy_files: list[str], approvals: int) -> dict[str, Any]:
+def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]],
+                 policy_files: list[str], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
         "environment": environment,
@@ -329,20 +328,16 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "quota_changes": quota,
         "groups_added": groups["added"],
         "groups_removed": groups["removed"],
-        "cost_before": cost(base.env),
-        "cost_after": cost(head.env),
+        "cost_before": costs[0],
+        "cost_after": costs[1],
         "policy_files_changed": policy_files,
         "approvals": approvals,
     }
 
 
+@memory.acyclic()
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int, judge: Judge) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
-    with memory.acyclic():
-        return _build(repo, env_name, base_rev, head_rev, approvals, judge)
-
-
-def _build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int, judge: Judge) -> dict[str, Any]:
     env_rel = f"environments/{env_name}.yaml"
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
@@ -354,25 +349,26 @@ def _build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
         policy_files = changed_policy_files(repo, base, head)
-        facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals)
+        cost_before, cost_after = cost(before.env), cost(after.env)
+        facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals, (cost_before, cost_after))
         # The base revision's policies judge the change: a pull request cannot weaken its own gate.
         policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
-        head_text = _read(head_tree / env_rel)
-        edits = changes_mod.spec_changes(_read(base_tree / env_rel), head_text, env_rel)
+        head_file = changes_mod.parse(_read(head_tree / env_rel), env_rel)
+        edits = changes_mod.spec_changes(changes_mod.parse(_read(base_tree / env_rel), env_rel), head_file)
         rows, verdict = judge(after.env, after.objects, facts, policies)
-        decisions = explain(rows, after.env, head_text, env_rel, policies, edits)
+        decisions = explain(rows, after.env, head_file[1], policies, edits)
         owners = policy_owners(base_tree) or policy_owners(head_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
                   "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
-    counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "approval", "warn", "waived")}
+    counts = output.decision_counts(decisions)
     return {
         "environment": env_name,
         "base": {"revision": base, "exists": before.exists},
         "head": {"revision": head if head != WORKTREE else stamp(repo, head), "exists": after.exists},
         "verdict": "denied" if counts["deny"] else "needs-approval" if counts["approval"] else "allowed",
         "approvals": {"have": approvals, "needed_by": sorted({d["rule"] for d in decisions if d["status"] == "approval"})},
-        "no_effect": changes.empty and not policy_files and not edits and cost(before.env) == cost(after.env),
+        "no_effect": changes.empty and not policy_files and not edits and cost_before == cost_after,
         "fleet_changes": changes_mod.fleet_changes(before.env, after.env),
         "spec_changes": edits,
         "policy_file_changes": files,
@@ -386,7 +382,7 @@ def _build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None
         "capacity": capacity_rows(before.env, after.env),
         "quota_changes": quota,
         "groups": groups,
-        "cost": {"before": cost(before.env), "after": cost(after.env), "delta": round(cost(after.env) - cost(before.env), 2), "currency": currency},
+        "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
         "policy": {
             "judged_by": base,
             "policy_files_changed": policy_files,
@@ -408,7 +404,7 @@ def _read(path: Path) -> str | None:
 _OVER = re.compile(r"quota (?P<sum>\d+) exceeds (?P<limit>\d+) \(capacity \d+ less (?P<headroom>\d+)% headroom\)")
 
 
-def explain(rows: list[dict[str, Any]], env: spec.Environment | None, text: str | None, file: str, policies: Path,
+def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
             edits: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Each decision with where it comes from in the environment file, how to fix it, and its gate:
     a deny that more approvals resolve is an `approval`, not a denial of the change itself. A decision
@@ -417,10 +413,6 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, text: str 
 
     meta = {m.rule_id: m for m in policy.rule_metadata(policy.load_bundle(policies))}
     waivers = {w.where: w.waiver for w in policy.load_waivers(policies / policy.WAIVERS_FILE, dt.date.today()).active}
-    positions = None
-    if text is not None:
-        with contextlib.suppress(spec.SpecError):
-            positions = spec.parse_yaml(text, file)[1]
     out = []
     for row in rows:
         rule = meta.get(row["rule"])
@@ -432,7 +424,7 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, text: str 
             if row["subject"].get("kind") == "DeviceResource":
                 moved = [e for e in edits if e["side"] == "head" and f".quota.{row['subject'].get('name')}." in e["path"]]
                 line, column = (moved[0]["line"], 1) if moved else (line, column)
-            row["location"] = {"file": file, "line": line, "column": column}
+            row["location"] = {"file": positions.file, "line": line, "column": column}
         row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
         waiver = waivers.get(row.get("waived_by") or "")
         if waiver is not None:

@@ -32,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import git, memory, spec
+from fleetops.output import decision_counts
 from fleetops.render import DesiredState, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -851,7 +852,7 @@ def decision_record(source: str, environment: str, revision: str, judgement: dic
         "approvals": approvals,
         **judgement,
         "verdict": outcome,
-        "summary": {s: sum(d["status"] == s for d in decisions) for s in ("deny", "approval", "warn", "waived")},
+        "summary": decision_counts(decisions),
         "decisions": decisions,
     }
 

@@ -76,19 +76,14 @@ def render(env_file: str | Path, revision: str | None = None, display: str | Non
 
     engine "direct" walks the fleet's parts; "pulumi" runs `program` under the SDK's mocks.
     """
-    with memory.acyclic():
-        env = spec.load_environment(env_file, display=display)  # fail on bad input before any other work
-        return render_environment(env, env_file, revision, engine, program)
+    env = spec.load_environment(env_file, display=display)  # fail on bad input before any other work
+    return render_environment(env, env_file, revision, engine, program)
 
 
+@memory.acyclic()
 def render_environment(env: spec.Environment, env_file: str | Path, revision: str | None = None,
                        engine: str = "direct", program: Path = STACK_PROGRAM) -> DesiredState:
     """`render` of an environment already loaded from `env_file`."""
-    with memory.acyclic():
-        return _render(env, env_file, revision, engine, program)
-
-
-def _render(env: spec.Environment, env_file: str | Path, revision: str | None, engine: str, program: Path) -> DesiredState:
     revision = revision or git.revision(Path(env_file).resolve().parent)
     if engine == "pulumi":
         from fleetops import sdk_render

@@ -34,6 +34,7 @@ from fleetops.render import RenderError
 
 PROVIDER_TYPE = "pulumi:providers:kubernetes"
 
+
 def _plain(value: Any) -> Any:
     # Inputs travel through protobuf Struct, where every number is a double: give integers back.
     # Exact type checks: this walks every field of every manifest, and isinstance costs more.

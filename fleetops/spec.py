@@ -10,7 +10,7 @@ import difflib
 import fnmatch
 import ipaddress
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -666,26 +666,25 @@ def cluster_by_name(env: Environment, name: str) -> Cluster:
     return next(c for c in env.clusters if c.name == name)
 
 
-def capacity(env: Environment) -> dict[str, dict[str, int]]:
-    """cluster -> device resource -> schedulable units."""
+def _per_resource(env: Environment, amount: Callable[[Group, int], int]) -> dict[str, dict[str, int]]:
+    """cluster -> device resource -> the sum over its groups of `amount(group, schedulable units)`."""
     out: dict[str, dict[str, int]] = {}
     for cluster in env.clusters:
         per = out.setdefault(cluster.name, {})
         for group in (*cluster.pools, *cluster.edge_groups):
             for resource, count in group_capacity(group).items():
-                per[resource] = per.get(resource, 0) + count
+                per[resource] = per.get(resource, 0) + amount(group, count)
     return out
+
+
+def capacity(env: Environment) -> dict[str, dict[str, int]]:
+    """cluster -> device resource -> schedulable units."""
+    return _per_resource(env, lambda group, units: units)
 
 
 def physical(env: Environment) -> dict[str, dict[str, int]]:
     """cluster -> device resource -> physical devices behind its units (a MIG profile: the GPUs it is cut from)."""
-    out: dict[str, dict[str, int]] = {}
-    for cluster in env.clusters:
-        per = out.setdefault(cluster.name, {})
-        for group in (*cluster.pools, *cluster.edge_groups):
-            for resource in group_capacity(group):
-                per[resource] = per.get(resource, 0) + physical_devices(group)
-    return out
+    return _per_resource(env, lambda group, units: physical_devices(group))
 
 
 def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:

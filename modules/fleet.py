@@ -12,7 +12,7 @@ from typing import Any
 from fleetops import spec
 from modules.device_plugin import device_plugin
 from modules.edge_group import edge_group
-from modules.kube import Part, Target, object_name
+from modules.kube import Part, Target
 from modules.monitoring import monitoring
 from modules.node_pool import node_pool
 from modules.priorities import priorities
@@ -64,19 +64,18 @@ def manifests(env: spec.Environment) -> Collected:
     def visit(part: Part, parents: tuple[str, ...]) -> None:
         nonlocal resources
         # A URN is the parent's type chain, the type and the name: the engine refuses a second one.
-        claim(parents + (part.type, part.name))
+        # An object's URN holds its cluster, kind, namespace and name: a second one is an object
+        # declared twice in a cluster, which render refuses for every walk.
+        urn = parents + (part.type, part.name)
+        if urn in urns:
+            raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
+        urns.add(urn)
         resources += 1 + (part.provider is not None)
         for manifest in part.build():
-            claim(parents + (part.type, manifest["apiVersion"], manifest["kind"], object_name(part.target.cluster, manifest)))
             clusters[part.target.cluster].append(manifest)
             resources += 1
         for sub in part.parts:
             visit(sub, parents + (part.type,))
-
-    def claim(urn: tuple[str, ...]) -> None:
-        if urn in urns:
-            raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
-        urns.add(urn)
 
     visit(fleet(env), ())
     return Collected(clusters, resources)

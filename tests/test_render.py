@@ -212,3 +212,13 @@ def test_every_rendered_file_reads_back_as_the_objects() -> None:
         state = render.render(ROOT / "environments" / f"{name}.yaml", revision="r")
         for manifests in state.clusters.values():
             assert list(yaml.safe_load_all(cli.dump(manifests, cli.Format.yaml))) == manifests
+
+
+def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = Target(cluster="dev-center", environment="dev")
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}}
+    twice = [Part("fleetops:fleet:Tenant", "dev-center/a", target, lambda: [dict(config)]),
+             Part("fleetops:fleet:Tenant", "dev-center/b", target, lambda: [dict(config)])]
+    monkeypatch.setattr(fleet, "fleet", lambda env: Part(fleet.FLEET, "dev", parts=twice))
+    with pytest.raises(render.RenderError, match=r"dev-center declares ConfigMap default/cfg twice"):
+        render.render(ROOT / "environments" / "dev.yaml", revision="r")
