@@ -252,7 +252,7 @@ def environment_section(name: str, env_path: Path, policies_dir: Path, engine: p
 
     try:
         env = spec.load_environment(env_path)
-        state = render.render(env_path)
+        state = render.render_environment(env, env_path)
         verdict = policy.evaluate(env, state, engine=engine, policies_dir=policies_dir)
     except (spec.SpecError, render.RenderError) as exc:
         problems = exc.problems if isinstance(exc, spec.SpecError) else [str(exc)]

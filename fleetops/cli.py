@@ -123,21 +123,21 @@ def load_or_fail(path: Path) -> spec.Environment:
         fail("\n".join(exc.problems))
 
 
-def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct") -> "render_mod.DesiredState":
+def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct") -> tuple[spec.Environment, "render_mod.DesiredState"]:
+    """The environment (loaded once) and its rendered objects, schema-checked; bad input is exit 2."""
     from fleetops import render as render_mod
     from fleetops import schema
 
+    model = load_or_fail(path)
     try:
         with progress(f"rendering {path}"):
-            state = render_mod.render(path, revision=revision, engine=engine)
-    except spec.SpecError as exc:
-        fail("\n".join(exc.problems))
+            state = render_mod.render_environment(model, path, revision=revision, engine=engine)
     except render_mod.RenderError as exc:
         fail(str(exc))
     problems = schema.validate_objects(state.objects())
     if problems:
         fail("\n".join(f"{path}: rendered object fails its schema: {p}" for p in problems))
-    return state
+    return model, state
 
 
 def print_summary(env: spec.Environment, state: "render_mod.DesiredState", console: _Console) -> None:
@@ -239,7 +239,7 @@ def render(
 ) -> None:
     """Render every cluster's Kubernetes objects: exactly what `pulumi up` would send."""
     path = env_file(environments, env)
-    state = render_or_fail(path, revision, engine.value)
+    model, state = render_or_fail(path, revision, engine.value)
     if out_dir is None:
         for cluster, manifests in state.clusters.items():
             sys.stdout.write(f"# cluster: {cluster}\n" if output is Format.yaml else "")
@@ -249,7 +249,7 @@ def render(
         write_files(files, "rendered objects")
         err.print(f"wrote {len(files)} file(s) to {out_dir}", highlight=False)
     if summary:  # never into YAML or JSON on stdout: a pipe to kubectl must stay parseable
-        print_summary(load_or_fail(path), state, out if out_dir is not None else err)
+        print_summary(model, state, out if out_dir is not None else err)
 
 
 # --- policy gate ------------------------------------------------------------------------------
@@ -294,8 +294,7 @@ def check(
     """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
     from fleetops import policy
     path = env_file(environments, env)
-    state = render_or_fail(path, revision)
-    model = load_or_fail(path)
+    model, state = render_or_fail(path, revision)
     try:
         inventory = policy.load_inventory(live) if live is not None else None
         engine = policy.engine_from(opa_url)

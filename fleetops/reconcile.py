@@ -390,7 +390,7 @@ def _has(taints: list[dict[str, str]], taint: dict[str, str]) -> bool:
 
 
 def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
-              identity: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[str, str, bool]]]:
+              record: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[str, str, bool]]]:
     """The merge patch that makes a member node meet its group's contract, and what it means.
 
     Returns (patch, [(verb, detail, write)]). Labels merge key by key; taints are sent whole, with
@@ -409,11 +409,11 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
     if isinstance(group, spec.EdgeGroup):
-        if group.fingerprints and identity is None:
+        if group.fingerprints and record is None:
             notes.append(("identity", "the identity record could not be read: quarantine left as it is", False))
         elif group.fingerprints:
             # The kubelet key fleetops approved for this node, from a record nodes cannot write.
-            recorded = identity.get(node.name) if identity is not None else None
+            recorded = record.get(node.name)
             known = recorded in group.fingerprints
             why = (f"its kubelet key {recorded} is not in the allow list of {group.name}" if recorded
                    else f"fleetops approved no kubelet key of this node (a certificate from another approver is no proof of a device in {group.name})")
@@ -449,7 +449,7 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
 
 
 def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
-                 identity: dict[str, str] | None = None) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
+                 record: dict[str, str] | None = None) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
     """Per node: its actions (writes carry the node's patch); and the members of each group (for capacity)."""
     out: list[Action] = []
     members: dict[str, list[inventory.NodeInfo]] = {}
@@ -463,7 +463,7 @@ def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.dateti
             out.append(Action(cluster.name, "ambiguous", f"Node {node.name}", f"matches several groups ({names}); left alone", write=False, kind="Node"))
             continue
         members.setdefault(groups[0].name, []).append(node)
-        patch, notes = node_plan(groups[0], node, now, identity)
+        patch, notes = node_plan(groups[0], node, now, record)
         for verb, detail, write in notes:
             # One patch per node carries all its writes; its actions share the outcome.
             out.append(Action(cluster.name, verb, f"Node {node.name}", detail, write=write, kind="Node",
@@ -484,6 +484,7 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
         result.errors.append(f"{cluster.name}: read kubelet certificate requests: {explain(exc)}")
         return [], None
     record = identity.read_record(record_map)
+    before = dict(record)
     actions = []
     for csr in sorted(requests, key=lambda c: c["metadata"]["name"]):
         if not identity.pending(csr):
@@ -496,7 +497,6 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
         actions.append(Action(cluster.name, "approve" if verdict.approve else "deny", f"CertificateSigningRequest {csr['metadata']['name']}",
                               f"node {verdict.request.node}: {verdict.reason}", kind="CertificateSigningRequest",
                               key=(*CSR_KIND, "", csr["metadata"]["name"]), body=identity.approval(csr, verdict)))
-    before = identity.read_record(record_map)
     if record != before:
         body = {"apiVersion": "v1", "kind": "ConfigMap", "data": identity.record_data(record),
                 "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {"app.kubernetes.io/part-of": MANAGER},
@@ -1025,7 +1025,7 @@ class Reconciler:
             path = checkout / display
             try:
                 env = spec.load_environment(path, display=display)
-                state = render.render(path, revision=revision, display=display)
+                state = render.render_environment(env, path, revision=revision)
                 problems = [f"{display}: rendered object fails its schema: {p}" for p in self.validate(state.objects())]
                 self._rendered[revision] = problems or (env, state)
             except spec.SpecError as exc:
