@@ -69,7 +69,7 @@ def main() -> int:
         for _ in range(args.runs):
             base_times.append(baseline(repo / "environments" / "large.yaml"))
             started = time.perf_counter()
-            result = plan.build(repo, "large", "main", None, 0, plan.judge)
+            result = plan.build(repo, "large", "main", None, 0)
             plan_times.append(time.perf_counter() - started)
     b, p = statistics.median(base_times), statistics.median(plan_times)
     print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result['cost']['delta']:,.0f}, "

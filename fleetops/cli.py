@@ -396,7 +396,7 @@ def plan(
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
-            result = plan_mod.build(top, env, base, head, approvals, plan_mod.judge)
+            result = plan_mod.build(top, env, base, head, approvals)
         policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
             "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
     except git.GitError as exc:

@@ -22,7 +22,6 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +68,7 @@ class Side:
     env: spec.Environment | None = None
     objects: dict[diff.ObjectKey, dict[str, Any]] = field(default_factory=dict)
     tree: Path | None = None
+    parsed: changes_mod.Parsed | None = None  # the file's data and positions, when the render kept them
 
 
 def resolve(repo: Path, rev: str) -> str:
@@ -140,55 +140,151 @@ def _finish_render(proc: subprocess.Popen[bytes], label: str) -> dict[str, Any]:
     return result
 
 
-def render_sides(repo: Path, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path]) -> tuple[Side, Side]:
-    """Render base and head side by side: each by its own revision's code, in its own process.
+class Sides:
+    """Base and head of a plan, rendered side by side, each by its own revision's code.
 
     A side whose program, modules and model are byte for byte the code running here (the usual
-    head: the working tree, or CI's checkout of it) is rendered in this process instead, while the
-    other side renders in its child: one process start and one transfer of every object fewer.
+    head: the working tree, or CI's checkout of it) renders in this process. The other renders at
+    the same time: in a fork of this process when it is our code too (a change of environments or
+    policies only: no interpreter start, no imports), else in a subprocess of its own tree. A forked
+    base sends its environment before its objects, since the change facts need only the environments.
     """
-    sides: list[Side | None] = [None, None]
-    procs: list[tuple[int, str, subprocess.Popen[bytes]]] = []
-    ours = [(trees[i] / env_rel).is_file() and _same_code(trees[i]) for i in (0, 1)]
-    here = 1 if ours[1] else 0 if ours[0] else None
-    forked = 0 if here == 1 and ours[0] and _FORK is not None else None
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(ProcessPoolExecutor(1, mp_context=_FORK)) if forked is not None else None
+
+    def __init__(self, repo: Path, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path]) -> None:
+        self.repo, self.env_rel, self.revs, self.trees = repo, env_rel, revs, trees
+        self.sides: list[Side | None] = [None, None]
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.fork: Forked | None = None
+
+    def __enter__(self) -> Sides:
+        ours = [(tree / self.env_rel).is_file() and _same_code(tree) for tree in self.trees]
+        here = 1 if ours[1] else 0 if ours[0] else None
         try:
-            for i, (rev, tree) in enumerate(zip(revs, trees)):
-                label = f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
-                if not (tree / env_rel).is_file():
-                    sides[i] = Side(revision=rev, exists=False, tree=tree)
-                elif i not in (here, forked):
-                    procs.append((i, label, _start_render(tree, env_rel, stamp(repo, rev))))
-            # Our own code on both sides (a change of environments or policies only): the base renders
-            # in a fork of this process, which skips an interpreter start and every import.
-            future = pool.submit(_render_here, revs[0], trees[0], env_rel, stamp(repo, revs[0])) if pool else None
+            for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
+                if not (tree / self.env_rel).is_file():
+                    self.sides[i] = Side(revision=rev, exists=False, tree=tree)
+                elif i == 0 and here == 1 and ours[0] and _FORK is not None:
+                    self.fork = Forked(_label(self.env_rel, rev), _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))
+                elif i != here:
+                    self.procs[i] = _start_render(tree, self.env_rel, stamp(self.repo, rev))
             if here is not None:
-                sides[here] = _render_here(revs[here], trees[here], env_rel, stamp(repo, revs[here]))
-            if future is not None:
-                sides[0] = future.result()
-            for i, label, proc in procs:
-                sides[i] = _side(revs[i], trees[i], env_rel, _finish_render(proc, label))
-        finally:
-            for _, _, proc in procs:  # a side that failed leaves the other nothing to do
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    return sides[0], sides[1]  # type: ignore[return-value]
+                side = _load_side(self.revs[here], self.trees[here], self.env_rel)
+                side.objects = _render_side(side, self.env_rel, stamp(self.repo, self.revs[here]))
+                self.sides[here] = side
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for proc in self.procs.values():  # a side that failed leaves the other nothing to do
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if self.fork is not None:
+            self.fork.close()
+
+    def head(self) -> Side:
+        return self._side(1)
+
+    def base(self, objects: bool = True) -> Side:
+        """The base; with `objects=False`, possibly before its objects have arrived."""
+        if self.fork is not None and self.sides[0] is None:
+            self.sides[0] = self.fork.recv()
+        if self.fork is not None and objects and self.fork.pending:
+            self.sides[0].objects = self.fork.recv()  # type: ignore[union-attr]
+            self.fork.close()
+        return self._side(0)
+
+    def _side(self, i: int) -> Side:
+        if self.sides[i] is None:
+            rev = self.revs[i]
+            self.sides[i] = _side(rev, self.trees[i], self.env_rel, _finish_render(self.procs.pop(i), _label(self.env_rel, rev)))
+        return self.sides[i]  # type: ignore[return-value]
 
 
-def _render_here(rev: str, tree: Path, env_rel: str, revision: str) -> Side:
-    from fleetops import render
+def _label(env_rel: str, rev: str) -> str:
+    return f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
 
+
+class Forked:
+    """A function run in a fork of this process that answers over a pipe, in order. Its failure
+    reaches the caller as a PlanError of one line, never a traceback; a fork that dies without an
+    answer is a failure too (fail closed)."""
+
+    def __init__(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        assert _FORK is not None
+        self.name = name
+        self.conn, child = _FORK.Pipe()
+        self.proc = _FORK.Process(target=_serve, args=(child, name, target, args), daemon=True)
+        self.proc.start()
+        child.close()
+        self.pending = True
+
+    def send(self, value: Any) -> None:
+        self.conn.send(value)
+
+    def recv(self) -> Any:
+        try:
+            status, answer = self.conn.recv()
+        except EOFError:
+            self.proc.join()
+            raise PlanError(f"{self.name}: the process ended without an answer (exit {self.proc.exitcode})") from None
+        if status == "error":
+            raise PlanError(answer)
+        self.pending = status != "last"
+        return answer
+
+    def close(self) -> None:
+        if self.pending:  # given up on: its answer would be read by no one
+            self.proc.kill()
+        self.pending = False
+        self.conn.close()
+        self.proc.join()
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _serve(conn: Any, name: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    """`target(reply, receive, *args)` in the fork: each reply is ("more" | "last", value); an error is one line."""
+    # The caller may have stopped listening (it failed, or was interrupted): then nothing is left to
+    # do, and nothing is printed.
+    with contextlib.suppress(OSError, EOFError, KeyboardInterrupt):
+        try:
+            target(lambda value, last=False: conn.send(("last" if last else "more", value)), conn.recv, *args)
+        except PlanError as exc:
+            conn.send(("error", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - one line for the parent to report
+            conn.send(("error", f"{name}: {type(exc).__name__}: {exc}"))
+    conn.close()
+
+
+def _render_in_fork(reply: Callable[..., None], _: Callable[[], Any], rev: str, tree: Path, env_rel: str, revision: str) -> None:
+    side = _load_side(rev, tree, env_rel)
+    reply(side)  # the environment first: the change facts need nothing else
+    reply(_render_side(side, env_rel, revision), last=True)
+
+
+def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
     try:
-        env = spec.load_environment(tree / env_rel, display=env_rel)
-        state = render.render_environment(env, tree / env_rel, revision=revision)
+        document = spec.read_environment(tree / env_rel, display=env_rel)
     except spec.SpecError as exc:
         raise PlanError("\n".join(exc.problems)) from None
+    return Side(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
+
+
+def _render_side(side: Side, env_rel: str, revision: str) -> dict[diff.ObjectKey, dict[str, Any]]:
+    from fleetops import render
+
+    assert side.env is not None and side.tree is not None
+    try:
+        return _by_key(render.render_environment(side.env, side.tree / env_rel, revision=revision).clusters)
     except render.RenderError as exc:
         raise PlanError(str(exc)) from None
-    return Side(revision=rev, exists=True, env=env, objects=_by_key(state.clusters), tree=tree)
 
 
 def _by_key(clusters: dict[str, list[dict[str, Any]]]) -> dict[diff.ObjectKey, dict[str, Any]]:
@@ -309,9 +405,6 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-Judge = Callable[[spec.Environment | None, dict[diff.ObjectKey, dict[str, Any]], dict[str, Any], Path], tuple[list[dict[str, Any]], Any]]
-
-
 def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
@@ -336,26 +429,30 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
 
 
 @memory.acyclic()
-def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int, judge: Judge) -> dict[str, Any]:
+def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = f"environments/{env_name}.yaml"
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
-    with checkout(repo, base) as base_tree, checkout(repo, head) as head_tree:
-        before, after = render_sides(repo, env_rel, (base, head), (base_tree, head_tree))
+    with (checkout(repo, base) as base_tree, checkout(repo, head) as head_tree,
+          Sides(repo, env_rel, (base, head), (base_tree, head_tree)) as sides, contextlib.ExitStack() as stack):
+        # The base revision's policies judge the change: a pull request cannot weaken its own gate.
+        policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
+        before, after = sides.base(objects=False), sides.head()
         if not before.exists and not after.exists:
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
-        changes = diff.compare(before.objects, after.objects)
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
         policy_files = changed_policy_files(repo, base, head)
         cost_before, cost_after = cost(before.env), cost(after.env)
         facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals, (cost_before, cost_after))
-        # The base revision's policies judge the change: a pull request cannot weaken its own gate.
-        policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
-        head_file = changes_mod.parse(_read(head_tree / env_rel), env_rel)
-        edits = changes_mod.spec_changes(changes_mod.parse(_read(base_tree / env_rel), env_rel), head_file)
-        rows, verdict = judge(after.env, after.objects, facts, policies)
+        judgement = start_judging(after, env_name, facts, policies, stack)
+        changes = diff.compare(sides.base().objects, after.objects)
+        # Nothing below reads the objects: freeing 30,000 manifests (~0.2 s) happens now, while the fork judges.
+        before.objects = after.objects = {}
+        base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
+        edits = changes_mod.spec_changes(base_file, head_file)
+        rows, verdict = judgement()
         decisions = explain(rows, after.env, head_file[1], policies, edits)
         owners = policy_owners(base_tree) or policy_owners(head_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
@@ -494,26 +591,46 @@ def junit(plan: dict[str, Any]) -> str:
     return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
 
 
-def judge(
-    env: spec.Environment | None,
-    objects: dict[diff.ObjectKey, dict[str, Any]],
-    facts: dict[str, Any],
-    policies: Path,
-) -> tuple[list[dict[str, Any]], Any]:
-    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
-    the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
+def start_judging(head: Side, environment: str, facts: dict[str, Any], policies: Path,
+                  stack: contextlib.ExitStack) -> Callable[[], tuple[list[dict[str, Any]], Any]]:
+    """Head's fleet and the change, judged by `policies`: in a fork of this process, which writes the
+    policy input (13 MB of JSON for the large fleet) and evaluates it while this process compares
+    the sides. Without fork, here and now, while the head's objects are at hand. Returns the wait
+    for the rows and the verdict."""
+    if _FORK is None:
+        answer = judge(*head_input(head, environment), facts, policies)
+        return lambda: answer
+    return stack.enter_context(Forked("policy gate (fail closed)", _judge_in_fork, head, environment, facts, policies)).recv
+
+
+def _judge_in_fork(reply: Callable[..., None], _: Callable[[], Any], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:
+    reply(judge(*head_input(head, environment), facts, policies), last=True)
+
+
+def head_input(head: Side, environment: str) -> tuple[dict[str, Any], str]:
+    """The head's policy input without the change under review, and its canonical JSON."""
     from fleetops import policy
 
-    resources = (policy.resource_entry(key[0], manifest) for key, manifest in objects.items())
-    if env is not None:
-        document = policy.build_input(env, resources, facts["head_revision"], change=facts)
+    if head.env is not None:
+        resources = (policy.resource_entry(key[0], manifest) for key, manifest in head.objects.items())
+        document = policy.build_input(head.env, resources, head.revision)
     else:  # the environment is deleted at head: only the change rules have anything to judge
-        document = {"environment": facts["environment"], "revision": facts["head_revision"], "spec": None,
-                    "resources": [], "facts": None, "live": None, "change": facts}
+        document = {"environment": environment, "revision": head.revision, "spec": None, "resources": [], "facts": None, "live": None}
+    document.pop("change", None)
+    return document, policy.canonical_json(document)
+
+
+def judge(document: dict[str, Any], text: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:
+    """The head's policy input with the change spliced in, judged by the policies and data in
+    `policies`: the decisions as rows, and the verdict they come from (for its digests and the
+    decision record)."""
+    from fleetops import policy
+
+    document, text = {**document, "change": facts}, policy.with_change(text, facts)
     try:
-        verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
-    except policy.PolicyError as exc:
-        raise PlanError(f"policy gate (fail closed): {exc}") from None
+        verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies, text=text)
+    except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
+        raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     rows = policy.report_rows(verdict) + [
         {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "subject": {},
          "package": "fleet.waivers", "waived_by": None}

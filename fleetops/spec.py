@@ -443,7 +443,17 @@ def _pydantic_problems(exc: ValidationError, pos: Positions) -> list[str]:
     return problems
 
 
-def parse_environment(text: str, file: str) -> Environment:
+@dataclass(frozen=True)
+class Document:
+    """An environment file as read: the validated model, and the data and positions it came from
+    (plan compares the data field by field and points decisions at their lines without reading it again)."""
+
+    env: Environment
+    data: dict[str, Any]
+    positions: Positions
+
+
+def parse_environment(text: str, file: str) -> Document:
     """Validate an environment document; raises SpecError with every problem found."""
     data, pos = parse_yaml(text, file)
     if data is None:
@@ -457,11 +467,16 @@ def parse_environment(text: str, file: str) -> Environment:
     problems = [pos.error(loc, msg) for loc, msg in cross_checks(env)]
     if problems:
         raise SpecError(problems)
-    return env
+    return Document(env, data, pos)
 
 
 def load_environment(path: str | Path, display: str | None = None) -> Environment:
     """Read and validate `environments/<env>.yaml`."""
+    return read_environment(path, display).env
+
+
+def read_environment(path: str | Path, display: str | None = None) -> Document:
+    """`load_environment`, keeping the data and positions the model was validated from."""
     path = Path(path)
     file = display or str(path)
     try:
@@ -481,13 +496,12 @@ def load_environment(path: str | Path, display: str | None = None) -> Environmen
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     with memory.acyclic():
-        env = parse_environment(text, file)
-    if env.environment != path.stem:
+        document = parse_environment(text, file)
+    if document.env.environment != path.stem:
         # Objects are labelled and pruned by environment name: a file that names another environment
         # would act on that one's objects.
-        _, pos = parse_yaml(text, file)
-        raise SpecError([pos.error(("environment",), f"must equal the file name {path.stem!r}, got {env.environment!r}")])
-    return env
+        raise SpecError([document.positions.error(("environment",), f"must equal the file name {path.stem!r}, got {document.env.environment!r}")])
+    return document
 
 
 # --- cross-field checks ----------------------------------------------------------------------

@@ -57,25 +57,24 @@ class Collected:
 
 def manifests(env: spec.Environment) -> Collected:
     """Every object of the fleet by cluster, exactly as `pulumi up` would send them, without the SDK."""
-    clusters: dict[str, list[dict[str, Any]]] = {c.name: [] for c in env.clusters}
-    urns: set[tuple[str, ...]] = set()
-    resources = 0
+    collected = Collected({c.name: [] for c in env.clusters}, 0)
+    _collect(fleet(env), (), collected, set())
+    return collected
 
-    def visit(part: Part, parents: tuple[str, ...]) -> None:
-        nonlocal resources
-        # A URN is the parent's type chain, the type and the name: the engine refuses a second one.
-        # An object's URN holds its cluster, kind, namespace and name: a second one is an object
-        # declared twice in a cluster, which render refuses for every walk.
-        urn = parents + (part.type, part.name)
-        if urn in urns:
-            raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
-        urns.add(urn)
-        resources += 1 + (part.provider is not None)
-        for manifest in part.build():
-            clusters[part.target.cluster].append(manifest)
-            resources += 1
-        for sub in part.parts:
-            visit(sub, parents + (part.type,))
 
-    visit(fleet(env), ())
-    return Collected(clusters, resources)
+def _collect(part: Part, parents: tuple[str, ...], into: Collected, urns: set[tuple[str, ...]]) -> None:
+    # A URN is the parent's type chain, the type and the name: the engine refuses a second one.
+    # An object's URN holds its cluster, kind, namespace and name: a second one is an object
+    # declared twice in a cluster, which render refuses for every walk.
+    # (A function, not a closure: a recursive closure is a reference cycle that would keep every
+    # manifest alive until the cycle collector, paused while rendering, runs again.)
+    urn = parents + (part.type, part.name)
+    if urn in urns:
+        raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
+    urns.add(urn)
+    into.resources += 1 + (part.provider is not None)
+    for manifest in part.build():
+        into.clusters[part.target.cluster].append(manifest)
+        into.resources += 1
+    for sub in part.parts:
+        _collect(sub, parents + (part.type,), into, urns)

@@ -169,6 +169,32 @@ def test_invalid_yaml_at_head_is_one_line_exit_2(repo: Path) -> None:
     assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: invalid YAML", lines[0]), out.stderr
 
 
+def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
+    # The base renders in a fork of the plan's process (same code both sides): its failure must
+    # still be the one line of the file, field and position, never a traceback.
+    edit(repo, "nodes: 8", "nodes: -8")
+    broken = commit(repo, "broken")
+    edit(repo, "nodes: -8", "nodes: 8")
+    commit(repo, "fixed")
+    out = plan(repo, "--env", "prod", "--base", broken)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: clusters\[\d\]\.pools\[\d\]\.nodes: must be >= 0, got -8$", lines[0]), out.stderr
+
+
+def test_base_policies_the_engine_cannot_read_fail_closed(repo: Path) -> None:
+    # The head is judged in a fork of the plan's process by the base's policies: an engine that
+    # cannot load them is no answer, and no answer is a failure (exit 2), told in one line.
+    (repo / "policies" / "broken.rego").write_text("package fleet.broken\n\ndeny contains d if {\n")
+    broken = commit(repo, "a policy that does not parse")
+    (repo / "policies" / "broken.rego").unlink()
+    commit(repo, "removed")
+    out = plan(repo, "--env", "prod", "--base", broken)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("policy gate (fail closed): policies/broken.rego:4:1: "), out.stderr
+
+
 def test_no_effect_prints_nothing_with_only_on_change(repo: Path) -> None:
     (repo / "environments" / "prod.yaml").write_text((repo / "environments" / "prod.yaml").read_text() + "\n# a comment only\n")
     commit(repo, "comment")
