@@ -13,7 +13,6 @@ import datetime as dt
 import io
 import json
 import math
-import multiprocessing
 import os
 import pickle
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, git, memory, output, spec
+from fleetops import diff, fork, git, memory, output, spec
 
 WORKTREE = "WORKTREE"
 
@@ -154,7 +153,7 @@ class Sides:
         self.repo, self.env_rel, self.revs, self.trees = repo, env_rel, revs, trees
         self.sides: list[Side | None] = [None, None]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.fork: Forked | None = None
+        self.forked: fork.Forked | None = None
 
     def __enter__(self) -> Sides:
         ours = [(tree / self.env_rel).is_file() and _same_code(tree) for tree in self.trees]
@@ -163,8 +162,8 @@ class Sides:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
                 if not (tree / self.env_rel).is_file():
                     self.sides[i] = Side(revision=rev, exists=False, tree=tree)
-                elif i == 0 and here == 1 and ours[0] and _FORK is not None:
-                    self.fork = Forked(_label(self.env_rel, rev), _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))
+                elif i == 0 and here == 1 and ours[0] and fork.FORK is not None:
+                    self.forked = fork.Forked(_label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))
                 elif i != here:
                     self.procs[i] = _start_render(tree, self.env_rel, stamp(self.repo, rev))
             if here is not None:
@@ -181,19 +180,19 @@ class Sides:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        if self.fork is not None:
-            self.fork.close()
+        if self.forked is not None:
+            self.forked.close()
 
     def head(self) -> Side:
         return self._side(1)
 
     def base(self, objects: bool = True) -> Side:
         """The base; with `objects=False`, possibly before its objects have arrived."""
-        if self.fork is not None and self.sides[0] is None:
-            self.sides[0] = self.fork.recv()
-        if self.fork is not None and objects and self.fork.pending:
-            self.sides[0].objects = self.fork.recv()  # type: ignore[union-attr]
-            self.fork.close()
+        if self.forked is not None and self.sides[0] is None:
+            self.sides[0] = self.forked.recv()
+        if self.forked is not None and objects and self.forked.pending:
+            self.sides[0].objects = self.forked.recv()  # type: ignore[union-attr]
+            self.forked.close()
         return self._side(0)
 
     def _side(self, i: int) -> Side:
@@ -207,63 +206,7 @@ def _label(env_rel: str, rev: str) -> str:
     return f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
 
 
-class Forked:
-    """A function run in a fork of this process that answers over a pipe, in order. Its failure
-    reaches the caller as a PlanError of one line, never a traceback; a fork that dies without an
-    answer is a failure too (fail closed)."""
-
-    def __init__(self, name: str, target: Callable[..., None], *args: Any) -> None:
-        assert _FORK is not None
-        self.name = name
-        self.conn, child = _FORK.Pipe()
-        self.proc = _FORK.Process(target=_serve, args=(child, name, target, args), daemon=True)
-        self.proc.start()
-        child.close()
-        self.pending = True
-
-    def send(self, value: Any) -> None:
-        self.conn.send(value)
-
-    def recv(self) -> Any:
-        try:
-            status, answer = self.conn.recv()
-        except EOFError:
-            self.proc.join()
-            raise PlanError(f"{self.name}: the process ended without an answer (exit {self.proc.exitcode})") from None
-        if status == "error":
-            raise PlanError(answer)
-        self.pending = status != "last"
-        return answer
-
-    def close(self) -> None:
-        if self.pending:  # given up on: its answer would be read by no one
-            self.proc.kill()
-        self.pending = False
-        self.conn.close()
-        self.proc.join()
-
-    def __enter__(self) -> Forked:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-def _serve(conn: Any, name: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-    """`target(reply, receive, *args)` in the fork: each reply is ("more" | "last", value); an error is one line."""
-    # The caller may have stopped listening (it failed, or was interrupted): then nothing is left to
-    # do, and nothing is printed.
-    with contextlib.suppress(OSError, EOFError, KeyboardInterrupt):
-        try:
-            target(lambda value, last=False: conn.send(("last" if last else "more", value)), conn.recv, *args)
-        except PlanError as exc:
-            conn.send(("error", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - one line for the parent to report
-            conn.send(("error", f"{name}: {type(exc).__name__}: {exc}"))
-    conn.close()
-
-
-def _render_in_fork(reply: Callable[..., None], _: Callable[[], Any], rev: str, tree: Path, env_rel: str, revision: str) -> None:
+def _render_in_fork(reply: Callable[..., None], rev: str, tree: Path, env_rel: str, revision: str) -> None:
     side = _load_side(rev, tree, env_rel)
     reply(side)  # the environment first: the change facts need nothing else
     reply(_render_side(side, env_rel, revision), last=True)
@@ -301,7 +244,6 @@ def _side(rev: str, tree: Path, env_rel: str, result: dict[str, Any]) -> Side:
 
 
 CODE = ("fleetops", "modules", "stacks")
-_FORK = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 def _same_code(tree: Path, files: tuple[str, ...] | None = None) -> bool:
@@ -597,13 +539,13 @@ def start_judging(head: Side, environment: str, facts: dict[str, Any], policies:
     policy input (13 MB of JSON for the large fleet) and evaluates it while this process compares
     the sides. Without fork, here and now, while the head's objects are at hand. Returns the wait
     for the rows and the verdict."""
-    if _FORK is None:
+    if fork.FORK is None:
         answer = judge(*head_input(head, environment), facts, policies)
         return lambda: answer
-    return stack.enter_context(Forked("policy gate (fail closed)", _judge_in_fork, head, environment, facts, policies)).recv
+    return stack.enter_context(fork.Forked("policy gate (fail closed)", PlanError, _judge_in_fork, head, environment, facts, policies)).recv
 
 
-def _judge_in_fork(reply: Callable[..., None], _: Callable[[], Any], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:
+def _judge_in_fork(reply: Callable[..., None], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:
     reply(judge(*head_input(head, environment), facts, policies), last=True)
 
 

@@ -210,7 +210,7 @@ def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
     data_path = directory / DATA_FILE
     data_text = data_path.read_text() if data_path.is_file() else ""
     try:
-        data = yaml.load(data_text, Loader=_YAML) or {}
+        data = yaml.load(data_text, Loader=spec.YAML_LOADER) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
@@ -252,7 +252,6 @@ class RuleMeta:
 
 
 _RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
-_YAML = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: METADATA blocks are read on every evaluation
 _METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
 
 
@@ -267,7 +266,7 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
             line = source.count("\n", 0, match.start(2)) + 1
             try:
-                meta = yaml.load(body, Loader=_YAML) or {}
+                meta = yaml.load(body, Loader=spec.YAML_LOADER) or {}
             except yaml.YAMLError as exc:
                 raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
             if meta.get("scope") == "package" or match.group(2) == "package":

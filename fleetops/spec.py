@@ -305,7 +305,8 @@ def format_loc(loc: Loc) -> str:
     return out
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml where PyYAML was built with it: the pure-Python parser is ~10x slower.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _positions(node: yaml.Node, loc: Loc, nodes: dict[Loc, tuple[int, int]], file: str, seen_nodes: set[int]) -> None:
@@ -347,7 +348,7 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
     """YAML text -> plain data and the position of each node; errors carry file:line:col."""
-    loader = _Loader(text)
+    loader = YAML_LOADER(text)
     try:
         root = loader.get_single_node()
         data = None if root is None else loader.construct_document(root)

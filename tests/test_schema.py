@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +48,7 @@ def test_wrong_type_in_a_core_kind_is_caught(prod: render.DesiredState) -> None:
     pc["value"] = "high"
     (problem,) = schema.validate_objects([("c", pc)])
     assert (problem.kind, problem.path) == ("PriorityClass", "value")
-    assert "is not of type 'integer'" in problem.message
+    assert problem.message.startswith('"high" is not of type') and '"integer"' in problem.message
 
 
 def test_unknown_field_in_a_custom_resource_is_caught(prod: render.DesiredState) -> None:
@@ -63,9 +64,29 @@ def test_wrong_type_in_a_custom_resource_is_caught(prod: render.DesiredState) ->
     group["spec"]["matchLabels"] = ["not", "a", "map"]
     (problem,) = schema.validate_objects([("c", group)])
     assert (problem.kind, problem.path) == ("NodeGroup", "spec.matchLabels")
-    assert "is not of type 'object'" in problem.message
+    assert problem.message == '["not","a","map"] is not of type "object"'
+
+
+def test_a_crd_pattern_in_go_regex_syntax_is_read_as_the_api_server_reads_it(prod: render.DesiredState) -> None:
+    # prometheus-operator's `^(?i)(abort|warn)?$` is RE2 (Go), not ECMA 262: any case of the words passes.
+    rule = first(prod, "PrometheusRule")
+    for value, ok in (("Warn", True), ("ABORT", True), ("sometimes", False)):
+        rule["spec"]["groups"][0]["partial_response_strategy"] = value
+        problems = schema.validate_objects([("c", rule)])
+        assert (problems == []) is ok, problems
+    assert problems[0].path == "spec.groups.0.partial_response_strategy"
 
 
 def test_a_kind_without_any_schema_is_a_problem() -> None:
     (problem,) = schema.validate_objects([("c", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})])
     assert "no schema for example.com/v1 Widget" in problem.message
+
+
+def test_a_crd_that_is_no_schema_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "widgets.yaml").write_text(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+        "spec:\n  group: example.com\n  names: {kind: Widget}\n"
+        "  versions:\n  - name: v1\n    schema:\n      openAPIV3Schema: {type: object, properties: {spec: {type: 5}}}\n"
+    )
+    (problem,) = schema.validate_objects([("c", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})], crds=tmp_path)
+    assert problem.message.startswith(f"the schema of example.com/v1 Widget in {tmp_path} is not usable: ")
