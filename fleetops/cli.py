@@ -6,6 +6,7 @@ checking are quoted instead.
 """
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -123,7 +124,8 @@ def load_or_fail(path: Path) -> spec.Environment:
         fail("\n".join(exc.problems))
 
 
-def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct") -> tuple[spec.Environment, "render_mod.DesiredState"]:
+def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
+                   each_cluster: "render_mod.Each | None" = None) -> tuple[spec.Environment, "render_mod.DesiredState"]:
     """The environment (loaded once) and its rendered objects, schema-checked; bad input is exit 2."""
     from fleetops import render as render_mod
     from fleetops import schema
@@ -131,7 +133,7 @@ def render_or_fail(path: Path, revision: str | None = None, engine: str = "direc
     model = load_or_fail(path)
     try:
         with progress(f"rendering {path}"):
-            state = render_mod.render_environment(model, path, revision=revision, engine=engine)
+            state = render_mod.render_environment(model, path, revision=revision, engine=engine, each_cluster=each_cluster)
     except render_mod.RenderError as exc:
         fail(str(exc))
     problems = schema.validate_objects(state.objects())
@@ -195,7 +197,9 @@ def plan_document(result: dict[str, Any]) -> dict[str, Any]:
 
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     if fmt is Format.json:
-        return json.dumps(manifests, indent=2, sort_keys=True) + "\n"
+        import orjson
+
+        return orjson.dumps(manifests, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
     from fleetops import emit
 
     return emit.documents(manifests)
@@ -239,15 +243,21 @@ def render(
 ) -> None:
     """Render every cluster's Kubernetes objects: exactly what `pulumi up` would send."""
     path = env_file(environments, env)
-    model, state = render_or_fail(path, revision, engine.value)
     if out_dir is None:
+        model, state = render_or_fail(path, revision, engine.value)
         for cluster, manifests in state.clusters.items():
             sys.stdout.write(f"# cluster: {cluster}\n" if output is Format.yaml else "")
             sys.stdout.write(dump(manifests, output))
     else:
-        files = {out_dir / f"{cluster}.{output.value}": dump(m, output) for cluster, m in state.clusters.items()}
-        write_files(files, "rendered objects")
-        err.print(f"wrote {len(files)} file(s) to {out_dir}", highlight=False)
+        from fleetops import emit
+
+        try:
+            with emit.Files(out_dir, output.value, functools.partial(dump, fmt=output), "rendered objects") as files:
+                model, state = render_or_fail(path, revision, engine.value, each_cluster=files.add)
+                written = files.commit()
+        except emit.WriteError as exc:
+            fail(str(exc))
+        err.print(f"wrote {written} file(s) to {out_dir}", highlight=False)
     if summary:  # never into YAML or JSON on stdout: a pipe to kubectl must stay parseable
         print_summary(model, state, out if out_dir is not None else err)
 

@@ -6,14 +6,20 @@ data (dicts, lists, strings, numbers, booleans, null), so they are written here 
 and sequences in block style with sorted keys, a string plain only when YAML 1.1 and 1.2 both read
 it back as that string (else as a JSON string, which YAML reads as a double-quoted scalar), and a
 multi-line string as a literal block. tests/test_render.py reads every file back with PyYAML and
-compares it with the objects.
+compares it with the objects. `Files` writes one file per cluster beside rendering, all or none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from fleetops import fork
 
 # Letters first: never a number, a date or a sexagesimal; the words YAML 1.1 reads as booleans or null are excluded.
 _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*\Z")
@@ -21,7 +27,11 @@ _WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 _BLOCKABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029\ufeff]*\Z")
 
 
-_TEXT: dict[str, str] = {}  # label keys, names and values repeat across thousands of objects: format each once per stream
+# Label keys, names and values repeat across thousands of objects, and whole lines with them (the
+# labels and annotations every object carries): each is formatted once per stream. A line's key
+# holds its value's type: a bool is never an int here, and "1" never 1.
+_TEXT: dict[str, str] = {}
+_LINES: dict[tuple[str, ...] | tuple[str, str, str | int], str] = {}  # (pad, key, value) -> line, (pad, key) -> "key:"
 
 
 def _scalar(value: Any) -> str:
@@ -57,12 +67,29 @@ def _node(value: Any, pad: str, out: list[str]) -> None:
     """Append the lines of a non-empty mapping or sequence at indentation `pad`."""
     if type(value) is dict:
         inner = pad + "  "
+        lines = _LINES
         for key in sorted(value):
             item = value[key]
-            if type(item) is str and "\n" not in item:  # most fields: one line, no dispatch
-                out.append(f"{pad}{_scalar(key)}: {_scalar(item)}")
+            if type(item) is str or type(item) is int:  # most fields: one line, written once per stream
+                line = lines.get((pad, key, item))
+                if line is None:
+                    if type(item) is str and "\n" in item:
+                        _entry(f"{pad}{_scalar(key)}:", item, pad, inner, out)
+                        continue
+                    line = lines[pad, key, item] = f"{pad}{_scalar(key)}: {_scalar(item)}"
+                out.append(line)
+                continue
+            head = lines.get((pad, key))
+            if head is None:
+                head = lines[pad, key] = f"{pad}{_scalar(key)}:"
+            if type(item) is dict and item:
+                out.append(head)
+                _node(item, inner, out)
+            elif type(item) is list and item:
+                out.append(head)
+                _node(item, pad, out)  # a sequence under a key sits at the key's indentation
             else:
-                _entry(f"{pad}{_scalar(key)}:", item, pad, inner, out)
+                _entry(head, item, pad, inner, out)
     else:
         for item in value:
             if isinstance(item, (dict, list)) and item:
@@ -99,5 +126,96 @@ def documents(manifests: list[dict[str, Any]]) -> str:
             else:
                 out.append("{}")
     finally:
-        _TEXT.clear()  # a cache of one stream, not of the process
+        _TEXT.clear()  # caches of one stream, not of the process
+        _LINES.clear()
     return "\n".join(out) + "\n" if out else ""
+
+
+class WriteError(Exception):
+    """A file could not be written: one line naming it; nothing was put in place."""
+
+
+class Files:
+    """One file per cluster in `directory`, each written soon after its cluster is rendered.
+
+    The files' text is made and written by forks of this process while rendering goes on (the large
+    fleet's 15,000 objects are 0.25 s of YAML, which then overlaps the render instead of following
+    it). A fork is started for every `batch` objects rather than for every cluster: each fork costs
+    the renderer its page tables and copies of the pages it writes next. Nothing is in place until
+    `commit`: each file is written beside its target and renamed over it only once every file is
+    written; on any failure, or leaving the `with` without `commit`, no file is replaced and no
+    temporary file or folder of ours is left.
+    """
+
+    def __init__(self, directory: Path, suffix: str, text: Callable[[list[dict[str, Any]]], str], what: str, batch: int = 3000) -> None:
+        self.directory, self.suffix, self.text, self.what, self.batch = directory, suffix, text, what, batch
+        self.written: list[tuple[Path, Path]] = []  # (target, temporary)
+        self.queued: list[tuple[Path, Path, list[dict[str, Any]]]] = []
+        self.writers: list[fork.Forked] = []
+        self.created: list[Path] = []
+
+    def add(self, name: str, manifests: list[dict[str, Any]]) -> None:
+        path = self.directory / f"{name}.{self.suffix}"
+        if path.exists() and not path.is_file():
+            raise WriteError(f"{path}: not a regular file; {self.what} not written")
+        if not self.directory.is_dir():
+            self._make_directory()
+        tmp = path.with_name(f".{path.name}.tmp")
+        self.written.append((path, tmp))
+        self.queued.append((path, tmp, manifests))
+        if sum(len(m) for _, _, m in self.queued) >= self.batch:
+            self._start()
+
+    def _start(self) -> None:
+        files, self.queued = self.queued, []
+        if fork.FORK is None:
+            _write(files, self.text, self.what)
+        elif files:
+            self.writers.append(fork.Forked(str(files[0][0]), WriteError, _write_in_fork, files, self.text, self.what))
+
+    def commit(self) -> int:
+        """Wait for every file, then put them all in place; the number of files."""
+        self._start()
+        for writer in self.writers:
+            writer.recv()
+        for path, tmp in self.written:
+            try:
+                tmp.replace(path)
+            except OSError as exc:
+                raise WriteError(f"{path}: cannot write {self.what}: {exc.strerror}") from None
+        count, self.written, self.created = len(self.written), [], []
+        return count
+
+    def _make_directory(self) -> None:
+        missing = [d for d in (self.directory, *self.directory.parents) if not d.exists()]
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"{exc.filename or self.directory}: cannot write {self.what}: {exc.strerror}") from None
+        self.created = missing  # innermost first: removed in this order if nothing lands
+
+    def __enter__(self) -> Files:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for writer in self.writers:  # not committed: nothing lands
+            writer.close()
+        for _, tmp in self.written:
+            tmp.unlink(missing_ok=True)
+        for directory in self.created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _write(files: list[tuple[Path, Path, list[dict[str, Any]]]], text: Callable[[list[dict[str, Any]]], str], what: str) -> None:
+    for path, tmp, manifests in files:
+        try:
+            tmp.write_text(text(manifests), encoding="utf-8")
+        except OSError as exc:
+            raise WriteError(f"{path}: cannot write {what}: {exc.strerror}") from None
+
+
+def _write_in_fork(reply: Callable[..., None], *args: Any) -> None:
+    os.nice(10)  # the render, which every file waits for anyway, goes first
+    _write(*args)
+    reply(None, last=True)

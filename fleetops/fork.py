@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -69,3 +70,6 @@ def _serve(conn: Any, name: str, error: type[Exception], target: Callable[..., N
         except Exception as exc:  # noqa: BLE001 - one line for the caller to report
             conn.send(("error", f"{name}: {type(exc).__name__}: {exc}"))
     conn.close()
+    # Out now: multiprocessing would flush this process's copy of stdout, whose lock a thread of
+    # the parent (a progress spinner on a terminal) may have held at the moment of the fork.
+    os._exit(0)

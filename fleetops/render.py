@@ -8,7 +8,7 @@ mocks (`fleetops.sdk_render`): tests prove both give byte-identical manifests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,42 +70,53 @@ class DesiredState:
         return sum(len(m) for m in self.clusters.values())
 
 
+Each = Callable[[str, list[dict[str, Any]]], None]  # (cluster, its objects), as each cluster is done
+
+
 def render(env_file: str | Path, revision: str | None = None, display: str | None = None,
-           engine: str = "direct", program: Path = STACK_PROGRAM) -> DesiredState:
+           engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None) -> DesiredState:
     """environments/<env>.yaml -> the manifests of every cluster, validated against engine rules.
 
     engine "direct" walks the fleet's parts; "pulumi" runs `program` under the SDK's mocks.
     """
     env = spec.load_environment(env_file, display=display)  # fail on bad input before any other work
-    return render_environment(env, env_file, revision, engine, program)
+    return render_environment(env, env_file, revision, engine, program, each_cluster)
 
 
 @memory.acyclic()
 def render_environment(env: spec.Environment, env_file: str | Path, revision: str | None = None,
-                       engine: str = "direct", program: Path = STACK_PROGRAM) -> DesiredState:
-    """`render` of an environment already loaded from `env_file`."""
+                       engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None) -> DesiredState:
+    """`render` of an environment already loaded from `env_file`. `each_cluster(cluster, objects)`
+    is called with each cluster's checked and sorted objects as soon as they are (the direct walk:
+    before the next cluster is built), so that writing them can overlap with rendering the rest."""
     revision = revision or git.revision(Path(env_file).resolve().parent)
-    if engine == "pulumi":
-        from fleetops import sdk_render
 
-        config = {"environment": env.environment, "specFile": str(env_file), "revision": revision}
-        clusters, resources = sdk_render.collect(program, config, env.environment, [c.name for c in env.clusters])
-    elif engine == "direct":
-        from modules import fleet
-
-        try:
-            collected = fleet.manifests(env)
-        except fleet.CompositionError as exc:
-            raise RenderError(f"{STACK_PROGRAM.parent.parent / 'modules'}: {exc}") from None
-        clusters, resources = collected.clusters, collected.resources
-    else:
-        raise ValueError(f"unknown render engine {engine!r}")
-    seen: set[tuple[str, str, str, str, str]] = set()
-    for cluster, manifests in clusters.items():
+    def finish(cluster: str, manifests: list[dict[str, Any]]) -> None:
+        seen: set[tuple[str, str, str, str, str]] = set()
         for manifest in manifests:
             key = object_key(cluster, manifest)
             if key in seen:
                 raise RenderError(f"{cluster} declares {key[2]} {key[3] + '/' if key[3] else ''}{key[4]} twice")
             seen.add(key)
         manifests.sort(key=lambda m: (kind_rank(m), m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+        if each_cluster is not None:
+            each_cluster(cluster, manifests)
+
+    if engine == "pulumi":
+        from fleetops import sdk_render
+
+        config = {"environment": env.environment, "specFile": str(env_file), "revision": revision}
+        clusters, resources = sdk_render.collect(program, config, env.environment, [c.name for c in env.clusters])
+        for cluster, manifests in clusters.items():
+            finish(cluster, manifests)
+    elif engine == "direct":
+        from modules import fleet
+
+        try:
+            collected = fleet.manifests(env, finish)
+        except fleet.CompositionError as exc:
+            raise RenderError(f"{STACK_PROGRAM.parent.parent / 'modules'}: {exc}") from None
+        clusters, resources = collected.clusters, collected.resources
+    else:
+        raise ValueError(f"unknown render engine {engine!r}")
     return DesiredState(environment=env.environment, revision=revision, clusters=clusters, resources=resources)

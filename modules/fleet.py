@@ -6,6 +6,7 @@ plan, the reconciler), and `modules.program.deploy(env)` registers the same tree
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,19 +56,33 @@ class Collected:
     resources: int  # components, providers and objects: what `pulumi up` registers
 
 
-def manifests(env: spec.Environment) -> Collected:
-    """Every object of the fleet by cluster, exactly as `pulumi up` would send them, without the SDK."""
+Done = Callable[[str, list[dict[str, Any]]], None]
+
+
+def manifests(env: spec.Environment, done: Done = lambda cluster, objects: None) -> Collected:
+    """Every object of the fleet by cluster, exactly as `pulumi up` would send them, without the SDK.
+    `done(cluster, objects)` is called as each cluster is complete, before the next is built."""
     collected = Collected({c.name: [] for c in env.clusters}, 0)
-    _collect(fleet(env), (), collected, set())
+    finished: set[str] = set()
+
+    def finish(cluster: str, objects: list[dict[str, Any]]) -> None:
+        finished.add(cluster)
+        done(cluster, objects)
+
+    _collect(fleet(env), (), collected, set(), finish)
+    for cluster, objects in collected.clusters.items():  # objects outside any cluster's part: none in fleet()
+        if cluster not in finished:
+            done(cluster, objects)
     return collected
 
 
-def _collect(part: Part, parents: tuple[str, ...], into: Collected, urns: set[tuple[str, ...]]) -> None:
+def _collect(part: Part, parents: tuple[str, ...], into: Collected, urns: set[tuple[str, ...]], done: Done) -> None:
+    """Collect `part` and its subtree into `into`; a cluster's part, once complete, is `done`."""
     # A URN is the parent's type chain, the type and the name: the engine refuses a second one.
     # An object's URN holds its cluster, kind, namespace and name: a second one is an object
     # declared twice in a cluster, which render refuses for every walk.
-    # (A function, not a closure: a recursive closure is a reference cycle that would keep every
-    # manifest alive until the cycle collector, paused while rendering, runs again.)
+    # (Not a recursive closure: that is a reference cycle, which would keep every manifest alive
+    # until the cycle collector, paused while rendering, runs again.)
     urn = parents + (part.type, part.name)
     if urn in urns:
         raise CompositionError(f"two resources share the URN {'::'.join(urn)}")
@@ -77,4 +92,6 @@ def _collect(part: Part, parents: tuple[str, ...], into: Collected, urns: set[tu
         into.clusters[part.target.cluster].append(manifest)
         into.resources += 1
     for sub in part.parts:
-        _collect(sub, parents + (part.type,), into, urns)
+        _collect(sub, parents + (part.type,), into, urns, done)
+    if part.provider is not None:
+        done(part.target.cluster, into.clusters[part.target.cluster])

@@ -90,6 +90,29 @@ def test_render_to_a_path_that_is_a_file_is_one_line_exit_2(tmp_path: Path) -> N
     assert target.read_text() == "mine\n"
 
 
+def test_a_render_that_fails_after_files_were_started_leaves_nothing(tmp_path: Path) -> None:
+    # Files are written by forks while rendering goes on; schema validation comes after. Its
+    # failure (no CRDs to validate against) must leave the old files as they were, no new ones,
+    # no temporary files and no folder of ours.
+    (tmp_path / "no-crds").mkdir()
+    old = tmp_path / "out" / "prod"
+    old.mkdir(parents=True)
+    (old / "center-bj.yaml").write_text("old\n")
+    for out in (old, tmp_path / "out" / "new" / "deeper"):
+        done = run("render", "--env", "prod", "-o", out, env={"FLEETOPS_CRD_DIR": str(tmp_path / "no-crds")})
+        assert done.returncode == 2 and "rendered object fails its schema: " in done.stderr and "Traceback" not in done.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["no-crds", "out", "out/prod", "out/prod/center-bj.yaml"]
+    assert (old / "center-bj.yaml").read_text() == "old\n"
+
+
+def test_render_refuses_a_cluster_file_that_is_a_folder_and_writes_none(tmp_path: Path) -> None:
+    (tmp_path / "prod" / "center-sh.yaml").mkdir(parents=True)
+    done = run("render", "--env", "prod", "-o", tmp_path / "prod")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"{tmp_path / 'prod' / 'center-sh.yaml'}: not a regular file; rendered objects not written"]
+    assert [p.name for p in (tmp_path / "prod").iterdir()] == ["center-sh.yaml"]
+
+
 def test_audit_refuses_a_target_that_is_not_a_regular_file(tmp_path: Path) -> None:
     (tmp_path / "dir.html").mkdir()
     done = run("audit", "--env", "dev", "-o", tmp_path / "dir.html")

@@ -18,7 +18,7 @@ from pulumi.runtime import stack as pulumi_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from benchmarks.generate import synthetic_yaml
-from fleetops import cli, render, sdk_render, spec
+from fleetops import cli, emit, render, sdk_render, spec
 from modules import fleet
 from modules.kube import Part, Target
 from tests.helpers import ROOT, small_env, write_env
@@ -222,3 +222,20 @@ def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkey
     monkeypatch.setattr(fleet, "fleet", lambda env: Part(fleet.FLEET, "dev", parts=twice))
     with pytest.raises(render.RenderError, match=r"dev-center declares ConfigMap default/cfg twice"):
         render.render(ROOT / "environments" / "dev.yaml", revision="r")
+
+
+def test_files_written_by_forks_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
+    state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
+    out = tmp_path / "a" / "b"
+    with emit.Files(out, "yaml", emit.documents, "objects", batch=1) as files:  # a fork per cluster
+        for cluster, manifests in state.clusters.items():
+            files.add(cluster, manifests)
+        assert not [p for p in out.iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
+    assert not (tmp_path / "a").exists()  # left without commit: no file, no temporary, no folder of ours
+    with emit.Files(out, "yaml", emit.documents, "objects", batch=1) as files:
+        for cluster, manifests in state.clusters.items():
+            files.add(cluster, manifests)
+        assert files.commit() == len(state.clusters)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{c}.yaml" for c in state.clusters)
+    for cluster, manifests in state.clusters.items():
+        assert (out / f"{cluster}.yaml").read_text() == emit.documents(manifests)
