@@ -1,6 +1,6 @@
 """Plan of a one-line change on the synthetic large fleet, against building its manifests once.
 
-    .venv/bin/python benchmarks/plan_bench.py [--scale 1.0] [--runs 3]
+    .venv/bin/python benchmarks/plan_bench.py [--scale 1.0] [--runs 5]
 
 Builds a real Git repository holding this project's program, modules, engine and policies plus
 the large environment, commits it, changes one price in the working tree, then times
@@ -61,7 +61,7 @@ def baseline(env_path: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = make_repo(Path(tmp), args.scale)

@@ -1,6 +1,6 @@
 """Render speed and memory on the generated large environment: direct, under the Pulumi SDK, and to files.
 
-    .venv/bin/python benchmarks/render_bench.py [--scale 1] [--repeat 3] [--json]
+    .venv/bin/python benchmarks/render_bench.py [--scale 1] [--repeat 5] [--json]
 
 Each figure comes from a fresh subprocess, so its peak RSS (ru_maxrss) is that measurement's own;
 medians of `--repeat` runs (the SDK render, ~20 s, runs once).
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="size of the generated environment (1: ~15,000 objects)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     f = bench(args.scale, args.repeat)

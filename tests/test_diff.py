@@ -60,8 +60,16 @@ def test_compare_sorts_objects_into_added_removed_and_changed() -> None:
     key = ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")
     other = ("c", "v1", "Namespace", "", "vision")
     after = {key: {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "176"}}}, ("c", "v1", "Namespace", "", "new"): {"kind": "Namespace"}}
-    changes = diff.compare({key: QUOTA, other: {"kind": "Namespace"}}, after)
+    changes = diff.compare(diff.encode({key: QUOTA, other: {"kind": "Namespace"}}), diff.encode(after))
     assert changes.added == [("c", "v1", "Namespace", "", "new")]
     assert changes.removed == [other]
     assert [c.new for c in changes.changed[key]] == ["176"]
-    assert diff.compare({key: QUOTA}, {key: {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {**QUOTA["metadata"]["annotations"], "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}}).empty
+    volatile = {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {**QUOTA["metadata"]["annotations"], "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}
+    assert diff.compare(diff.encode({key: QUOTA}), diff.encode({key: volatile})).empty
+
+
+def test_an_integer_that_becomes_a_float_is_a_change() -> None:
+    # 1 == 1.0 in Python, but the manifest sent (and the file written) says 1 or 1.0: the plan shows it.
+    key = ("c", "v1", "ConfigMap", "ns", "a")
+    changes = diff.compare(diff.encode({key: {"data": {"n": 1}}}), diff.encode({key: {"data": {"n": 1.0}}}))
+    assert [(c.path, c.old, c.new) for c in changes.changed[key]] == [("/data/n", 1, 1.0)]
