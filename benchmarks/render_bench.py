@@ -10,6 +10,9 @@ medians of `--repeat` runs (the SDK render, ~20 s, runs once).
   what render was before; tests/test_render.py proves both give byte-identical files.
 - render -o: what `fleetops render -o DIR` does: render, each cluster's YAML file written by a fork
   of the process as soon as that cluster is rendered, all renamed into place at the end.
+- render -o --output json: the same, written by orjson.
+- as the command does it: `cli.render_or_fail` (load, render, schema check: all `fleetops render`
+  does before it writes), without and with the files.
 - schema: `fleetops.schema.validate_objects()` over every rendered object (render and check run it).
 Goals: render -o <= 1.2x render alone; peak RSS < 1 GiB; >= 5,000 resources/s.
 """
@@ -39,11 +42,17 @@ GOALS = {"write_to_render": 1.2, "max_rss_mib": 1024, "resources_per_second": 50
 def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
     from fleetops import cli, emit, render, schema
 
+    fmt = cli.Format.json if what == "json" else cli.Format.yaml
     started = time.perf_counter()
-    if what == "write":  # as `render -o` does it: each cluster's file written by a fork while the rest renders
-        with emit.Files(out_dir, "yaml", functools.partial(cli.dump, fmt=cli.Format.yaml), "bench") as files:
-            state = render.render(env_file, revision="bench", each_cluster=files.add)
+    if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by forks while the rest renders
+        with emit.Files(out_dir, fmt.value, functools.partial(cli.dump, fmt=fmt), "bench") as files:
+            if what == "command-o":
+                state = cli.render_or_fail(env_file, "bench", each_cluster=files.add)[1]
+            else:
+                state = render.render(env_file, revision="bench", each_cluster=files.add)
             files.commit()
+    elif what == "command":  # what the command does before it writes anything: load, render, schema check
+        state = cli.render_or_fail(env_file, "bench")[1]
     else:
         state = render.render(env_file, revision="bench", engine="pulumi" if what == "sdk" else "direct")
     rendered = time.perf_counter() - started
@@ -69,15 +78,19 @@ def bench(scale: float, repeat: int) -> dict[str, Any]:
         env_file.write_text(synthetic_yaml(scale))
         out_dir.mkdir()
         _run("direct", env_file, out_dir)  # warm the page cache and .pyc files
-        renders, writes = [], []
-        for _ in range(repeat):  # alternating: a busy machine slows both alike
-            renders.append(_run("direct", env_file, out_dir))
-            writes.append(_run("write", env_file, out_dir))
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(repeat):  # alternating: a busy machine slows all alike
+            for what in ("direct", "write", "json", "command", "command-o"):
+                runs.setdefault(what, []).append(_run(what, env_file, out_dir))
+        renders, writes = runs["direct"], runs["write"]
         sdk = _run("sdk", env_file, out_dir)
         schema = _run("schema", env_file, out_dir)
     render_s = statistics.median(r["seconds"] for r in renders)
     write_s = statistics.median(w["seconds"] for w in writes)
+    json_s, command_s, command_o_s = (statistics.median(r["seconds"] for r in runs[w]) for w in ("json", "command", "command-o"))
     return {
+        "json_seconds": json_s, "json_to_render": json_s / render_s,
+        "command_seconds": command_s, "command_write_seconds": command_o_s, "command_write_to_command": command_o_s / command_s,
         "scale": scale, "repeat": repeat, "resources": renders[0]["resources"], "objects": renders[0]["objects"],
         "render_seconds": render_s, "write_seconds": write_s, "sdk_seconds": sdk["seconds"],
         "schema_seconds": schema["seconds"],
@@ -103,6 +116,8 @@ def main(argv: list[str]) -> int:
     print(f"render_bench: generated environment, scale {f['scale']:g}: {f['resources']:,} resources, {f['objects']:,} objects; medians of {f['repeat']}")
     print(f"  render {f['render_seconds']:.2f} s, render -o {f['write_seconds']:.2f} s, render under the Pulumi SDK {f['sdk_seconds']:.2f} s "
           f"({f['sdk_to_direct']:.1f}x, peak RSS {f['sdk_max_rss_mib']:.0f} MiB), schema validation {f['schema_seconds']:.2f} s")
+    print(f"  render -o --output json {f['json_seconds']:.2f} s ({f['json_to_render']:.2f}x render); as the command does it, with the "
+          f"schema check: render {f['command_seconds']:.2f} s, render -o {f['command_write_seconds']:.2f} s ({f['command_write_to_command']:.2f}x)")
     return report("", [
         Goal("render -o / render", f["write_to_render"], GOALS["write_to_render"], "x"),
         Goal("render, resources per second", f["resources_per_second"], GOALS["resources_per_second"], "/s", at_least=True),
