@@ -18,14 +18,27 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def acyclic() -> Iterator[None]:
-    """Pause the cycle collector while building tree-shaped data (nests; restores the caller's state)."""
+    """Pause the cycle collector while building tree-shaped data (nests; restores the caller's state).
+
+    On leaving the outermost block, what is alive is set aside from the collector (`gc.freeze`)
+    before it runs again: its first collection would otherwise walk every object just built, only
+    to find no cycle (0.06 s after rendering the large fleet, 0.26 s at 4x: more per object as the
+    heap grows). Long-running processes hand it back once per cycle of work (`release`).
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
+
+
+def release() -> None:
+    """Give the collector back what `acyclic` set aside, so that cycles among it that have since
+    become garbage are found (the reconcile loop calls it before each pass)."""
+    gc.unfreeze()
 
 
 @functools.cache

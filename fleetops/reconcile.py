@@ -33,7 +33,7 @@ import tenacity
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from fleetops import diff, git, identity, inventory, render, schema, spec
+from fleetops import diff, git, identity, inventory, memory, render, schema, spec
 from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, key_of
 from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
@@ -1143,6 +1143,7 @@ class Reconciler:
     def serve(self, interval: float, stop: threading.Event) -> None:
         """Pass after pass until `stop` is set; a failing pass is logged and the next one starts on time."""
         while not stop.is_set():
+            memory.release()
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 - the loop outlives any one pass
