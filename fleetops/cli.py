@@ -658,11 +658,22 @@ def schema() -> None:
 
 
 def main() -> None:
+    import signal
+
+    # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that forks are stopped and
+    # temporary files and checkouts removed; `reconcile --serve` sets its own handler.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    finally:  # the command is over: a late signal just ends the process
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":  # `python -m fleetops.cli`: after every command above is registered

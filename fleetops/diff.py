@@ -114,11 +114,13 @@ def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChan
 
 
 def encode(objects: Mapping[ObjectKey, Mapping[str, Any]]) -> dict[ObjectKey, bytes]:
-    """Each object as its canonical JSON: equal bytes are equal objects, and 15,000 objects cross
-    from one process to another in milliseconds (as pickled objects: 0.25 s)."""
+    """Each object as JSON, its keys in their own order (so that its changes are listed in the
+    order a reader meets the fields): equal bytes are equal objects, and 15,000 objects cross from
+    one process to another in milliseconds (as pickled objects: 0.25 s). Bytes that differ are
+    decoded and compared field by field: a key order of their own is no change."""
     import orjson
 
-    return {key: orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS) for key, manifest in objects.items()}
+    return {key: orjson.dumps(manifest) for key, manifest in objects.items()}
 
 
 def compare(before: Mapping[ObjectKey, bytes], after: Mapping[ObjectKey, bytes]) -> Changes:

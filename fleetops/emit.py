@@ -169,20 +169,21 @@ class Files:
             self._start()
 
     def _start(self, forks: int = 1) -> None:
-        """Write the queued files: in `forks` forks, each with a like share of the objects."""
+        """Write the queued files: in `forks` forks, each with a like share of the objects (here, without fork)."""
         files, self.queued = self.queued, []
-        if fork.FORK is None:
-            _write(files, self.text, self.what)
-            return
         shares: list[list[tuple[Path, Path, list[dict[str, Any]]]]] = [[] for _ in range(min(forks, len(files)))]
         for entry in sorted(files, key=lambda f: -len(f[2])):  # largest first, each to the lightest share
             min(shares, key=lambda share: sum(len(f[2]) for f in share)).append(entry)
         for share in shares:
-            self.writers.append(fork.Forked(str(share[0][0]), WriteError, _write_in_fork, share, self.text, self.what))
+            writer = fork.start(str(share[0][0]), WriteError, _write_in_fork, share, self.text, self.what)
+            if writer is None:
+                _write(share, self.text, self.what)
+            else:
+                self.writers.append(writer)
 
     def commit(self) -> int:
         """Wait for every file, then put them all in place; the number of files."""
-        self._start(forks=os.cpu_count() or 1)  # nothing else to do here now: every core writes
+        self._start(forks=min(fork.cores(), 8))  # nothing else to do here now: every core writes
         for writer in self.writers:
             writer.recv()
         for path, tmp in self.written:
@@ -208,7 +209,8 @@ class Files:
         for writer in self.writers:  # not committed: nothing lands
             writer.close()
         for _, tmp in self.written:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder that refused the file refuses its removal too
+                tmp.unlink(missing_ok=True)
         for directory in self.created:
             with contextlib.suppress(OSError):
                 directory.rmdir()

@@ -2,42 +2,70 @@
 
 A fork starts in milliseconds with everything this process has built (no interpreter start, no
 imports, no copy of the data: pages are shared until written), which is what lets plan render its
-base and judge its head beside its own work, and render write its files beside rendering. Without
-fork (not Linux or macOS), callers do the same work in this process, one step after the other.
+base and judge its head beside its own work, and render write its files beside rendering. Where
+there is no fork (not Linux or macOS), or the system refuses one (a process limit, no memory),
+`start` says so and callers do the same work in this process, one step after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-FORK = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+_CONTEXT = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+_LIVE: weakref.WeakSet[Forked] = weakref.WeakSet()  # whose reading ends a new fork must not keep open
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def start(name: str, error: type[Exception], target: Callable[..., None], *args: Any) -> Forked | None:
+    """`target(reply, *args)` running in a fork, or None when no fork can be had: do the work here."""
+    if _CONTEXT is None:
+        return None
+    try:
+        return Forked(name, error, target, args)
+    except OSError:  # EAGAIN (a process limit), ENOMEM: the same work, in this process
+        return None
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class Forked:
-    """`target(reply, *args)` run in a fork; each `reply(value)` reaches `recv()` in order.
+    """A fork's answers, in order: each `reply(value)` of the target reaches `recv()`.
 
     A failure reaches the caller as one line, never a traceback: an `error` raised by the target
     as its own message, anything else as "name: Type: message", and a fork that dies without an
-    answer as such (fail closed). `close()` (or leaving the `with`) kills a fork still owing an answer.
+    answer as such (fail closed). `close()` (or leaving the `with`) kills a fork still owing an
+    answer; a fork also dies with this process, however it ends.
     """
 
-    def __init__(self, name: str, error: type[Exception], target: Callable[..., None], *args: Any) -> None:
-        assert FORK is not None, "callers check fork.FORK first"
+    def __init__(self, name: str, error: type[Exception], target: Callable[..., None], args: tuple[Any, ...]) -> None:
+        assert _CONTEXT is not None
         self.name, self.error = name, error
-        self.conn, child = FORK.Pipe()
-        self.proc = FORK.Process(target=_serve, args=(child, name, error, target, args), daemon=True)
-        self.proc.start()
-        child.close()
+        self.conn, child = _CONTEXT.Pipe(duplex=False)
+        self.proc = _CONTEXT.Process(target=_serve, args=(self.conn, child, name, error, target, args), daemon=True)
+        try:
+            self.proc.start()
+        finally:
+            child.close()
         self.pending = True
+        _LIVE.add(self)
 
     def recv(self) -> Any:
         try:
             status, answer = self.conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # it died, before or in the middle of an answer
             self.proc.join()
             raise self.error(f"{self.name}: the process ended without an answer (exit {self.proc.exitcode})") from None
         if status == "error":
@@ -51,6 +79,7 @@ class Forked:
         self.pending = False
         self.conn.close()
         self.proc.join()
+        _LIVE.discard(self)
 
     def __enter__(self) -> Forked:
         return self
@@ -59,7 +88,15 @@ class Forked:
         self.close()
 
 
-def _serve(conn: Any, name: str, error: type[Exception], target: Callable[..., None], args: tuple[Any, ...]) -> None:
+def _serve(reading: Any, conn: Any, name: str, error: type[Exception], target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    # Die with the parent (Linux), and hold no reading end of any pipe, ours or another fork's: a
+    # parent killed without cleaning up (SIGKILL, the OOM killer) must not leave a fork blocked on
+    # a pipe that only forks keep open.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    reading.close()
+    for forked in list(_LIVE):
+        forked.conn.close()
     # The caller may have stopped listening (it failed, or was interrupted): then nothing is left to
     # do, and nothing is printed.
     with contextlib.suppress(OSError, EOFError, KeyboardInterrupt):

@@ -13,7 +13,7 @@ import contextlib
 import ctypes
 import functools
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -36,22 +36,37 @@ def acyclic() -> Iterator[None]:
 
 
 def release() -> None:
-    """Give the collector back what `acyclic` set aside, so that cycles among it that have since
-    become garbage are found (the reconcile loop calls it before each pass)."""
+    """Give the collector back what `acyclic` set aside and collect it, so that cycles among it that
+    have since become garbage are freed (the reconcile loop calls it before each pass)."""
     gc.unfreeze()
+    gc.collect()
+
+
+@contextlib.contextmanager
+def heap_kept() -> Iterator[None]:
+    """Stop glibc from returning the top of the heap to the system after every large free, while
+    inside the block; on leaving, its default (128 KiB) is back and the heap shrinks again.
+
+    The embedded policy engine parses the policy input (13 MB of JSON for the large fleet) with many
+    allocations that grow and shrink; glibc's default gave each shrink back and faulted it in again,
+    0.2-0.5 s of system time per evaluation against 0.1 s of parsing. A no-op without glibc.
+    """
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(_M_TRIM_THRESHOLD, 512 << 20)
+    try:
+        yield
+    finally:
+        if mallopt is not None:
+            mallopt(_M_TRIM_THRESHOLD, 128 << 10)
 
 
 @functools.cache
-def keep_heap() -> None:
-    """Stop glibc from returning the top of the heap to the system after every large free.
-
-    The embedded policy engine parses the policy input (13 MB of JSON for the large fleet) with many
-    allocations that grow and shrink; glibc's default (trim above 128 KiB) gave each shrink back and
-    faulted it in again, 0.2-0.5 s of system time per evaluation against 0.1 s of parsing. The heap
-    then stays at its high-water mark, which the peak already was. A no-op without glibc.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(_M_TRIM_THRESHOLD, 512 << 20)
+def _mallopt() -> Callable[[int, int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
 
 
 _M_TRIM_THRESHOLD = -1  # glibc malloc.h

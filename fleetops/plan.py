@@ -169,9 +169,10 @@ class Sides:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
                 if not (tree / self.env_rel).is_file():
                     self.sides[i] = Side(revision=rev, exists=False, tree=tree)
-                elif i == 0 and here == 1 and ours[0] and fork.FORK is not None:
-                    self.forked = fork.Forked(_label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))
-                elif i != here:
+                elif i == 0 and here == 1 and ours[0] and (forked := fork.start(
+                        _label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))):
+                    self.forked = forked
+                elif i != here:  # another revision's code, or no fork to be had: a process of its own
                     self.procs[i] = _start_render(tree, self.env_rel, stamp(self.repo, rev))
             if here is not None:
                 side = _load_side(self.revs[here], self.trees[here], self.env_rel)
@@ -549,10 +550,11 @@ def start_judging(head: Side, environment: str, facts: dict[str, Any], policies:
     policy input (13 MB of JSON for the large fleet) and evaluates it while this process compares
     the sides. Without fork, here and now, while the head's objects are at hand. Returns the wait
     for the rows and the verdict."""
-    if fork.FORK is None:
+    forked = fork.start("policy gate (fail closed)", PlanError, _judge_in_fork, head, environment, facts, policies)
+    if forked is None:
         answer = judge(*head_input(head, environment), facts, policies)
         return lambda: answer
-    return stack.enter_context(fork.Forked("policy gate (fail closed)", PlanError, _judge_in_fork, head, environment, facts, policies)).recv
+    return stack.enter_context(forked).recv
 
 
 def _judge_in_fork(reply: Callable[..., None], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:

@@ -359,9 +359,9 @@ class EmbeddedEngine:
 
         started = time.perf_counter()
         engine = self.load(bundle, bundle.policies)
-        memory.keep_heap()
         try:
-            engine.set_input_json(text if text is not None else json.dumps(document))
+            with memory.heap_kept():
+                engine.set_input_json(text if text is not None else json.dumps(document))
             answer = json.loads(engine.eval_query_as_json(query))
             value = answer["result"][0]["expressions"][0]["value"]
         except RuntimeError as exc:

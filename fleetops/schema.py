@@ -76,9 +76,11 @@ class _Re2Pattern:
     such a schema; Python's `re` reads these constructs as RE2 does."""
 
     def __init__(self, parent_schema: dict[str, Any], value: str, schema_path: list[str | int]) -> None:
-        # RE2 takes flags anywhere, Python only first: flags after leading anchors move in front of them.
+        # RE2 takes flags anywhere, Python only first: flags after leading anchors move in front of
+        # them. RE2's `$` is the end of the text; Python's also matches before a final newline.
         lead = re.match(r"(\^*)\(\?([a-z]+)\)", value)
-        self.pattern, self.regex = value, re.compile(f"(?{lead[2]}){lead[1]}{value[lead.end():]}" if lead else value)
+        python = f"(?{lead[2]}){lead[1]}{value[lead.end():]}" if lead else value
+        self.pattern, self.regex = value, re.compile(re.sub(r"(?<!\\)\$(?![^\[]*\])", r"\\Z", python))
 
     def validate(self, instance: Any) -> None:
         if isinstance(instance, str) and not self.regex.search(instance):

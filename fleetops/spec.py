@@ -85,8 +85,11 @@ ResourceName = Annotated[str, AfterValidator(_resource_name)]
 Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
+# Every count travels as a JSON number (policy input, Rego, the API server): beyond 2^53 - 1 those
+# are no longer exact, and the fast JSON writer refuses integers beyond 64 bits.
+MAX_COUNT = 2**53 - 1
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Positive = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Workload = Literal["training", "inference", "batch"]
 
@@ -130,7 +133,7 @@ class Mig(Model):
 
 class Sharing(Model):
     mode: Literal["exclusive", "time-slicing", "mig"] = "exclusive"
-    replicas: int | None = None
+    replicas: Annotated[int, Field(le=MAX_COUNT)] | None = None
     mig: Mig | None = None
 
 

@@ -29,6 +29,10 @@ def commit(repo: Path, message: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path)
+
+
+def make_repo(tmp_path: Path) -> Path:
     """A Git repository on main with one commit of this project's fleet: program, modules, engine, policies."""
     repo = tmp_path / "fleet"
     repo.mkdir()
@@ -86,6 +90,9 @@ def test_quota_raise_shows_quota_capacity_and_clusterqueue_change(repo: Path) ->
     assert ("ResourceQuota", "vision", "device-nvidia-com-gpu") in changed
     quota = next(o for o in result["objects"]["changed"] if o["kind"] == "ResourceQuota")
     assert quota["fields"] == [{"op": "replace", "path": "/spec/hard/requests.nvidia.com~1gpu", "old": "160", "new": "176"}]
+    # Fields in the order a reader meets them in the object: the quota before what may be borrowed.
+    queue = next(o for o in result["objects"]["changed"] if o["kind"] == "ClusterQueue")
+    assert [f["path"].rsplit("/", 1)[-1] for f in queue["fields"]][0] == "nominalQuota", queue["fields"]
     assert result["cost"]["delta"] == 0
     assert not result["objects"]["added"] and not result["objects"]["removed"]
 

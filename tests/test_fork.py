@@ -1,0 +1,90 @@
+"""Work in forks of the process (fleetops/fork.py) and what the collector sets aside (fleetops/memory.py)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+from fleetops import emit, fork, memory, render
+from tests.helpers import ROOT
+
+PARENT = """
+import sys
+sys.path.insert(0, {root!r})
+from fleetops import fork
+
+def target(reply):
+    reply(b"x" * 10_000_000, last=True)  # more than a pipe holds: blocks until someone reads
+
+forked = fork.start("writer", RuntimeError, target)
+print(forked.proc.pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="waits for the fork's exit through a pidfd (Linux)")
+def test_a_fork_ends_with_its_parent_killed_without_cleanup(tmp_path: Path) -> None:
+    # SIGKILL, the OOM killer: no handler runs. The fork must not stay blocked on its pipe forever.
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(root=str(ROOT)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = os.pidfd_open(int(parent.stdout.readline()))
+    parent.kill()
+    parent.wait()
+    ended, _, _ = select.select([child], [], [], 60)
+    os.close(child)
+    assert ended, "the fork outlived its parent"
+
+
+def refuse_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(self: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(type(fork._CONTEXT.Process()), "start", refused)
+
+
+def test_files_are_written_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
+    refuse_forks(monkeypatch)
+    with emit.Files(tmp_path, "yaml", emit.documents, "objects", batch=1) as files:
+        for cluster, manifests in state.clusters.items():
+            files.add(cluster, manifests)
+        assert files.commit() == len(state.clusters)
+    for cluster, manifests in state.clusters.items():
+        assert (tmp_path / f"{cluster}.yaml").read_text() == emit.documents(manifests)
+
+
+def test_plan_judges_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetops import plan
+    from tests.test_plan import commit, edit, git, make_repo
+
+    repo = make_repo(tmp_path)
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 112, burst: 176}")
+    commit(repo, "vision: more GPUs")
+    monkeypatch.chdir(repo)
+    refuse_forks(monkeypatch)
+    result = plan.build(repo, "prod", git(repo, "rev-parse", "main").strip(), None, 0)
+    assert result["verdict"] == "allowed" and result["decisions"]
+    assert ("ResourceQuota", "vision") in {(o["kind"], o["namespace"]) for o in result["objects"]["changed"]}
+
+
+def test_what_the_collector_set_aside_is_collected_on_release() -> None:
+    class Node:
+        pass
+
+    with memory.acyclic():
+        node = Node()
+        node.itself = node  # a cycle: only the collector frees it
+        alive = weakref.ref(node)
+    del node
+    gc.collect()
+    assert alive() is not None  # set aside when the block ended
+    memory.release()
+    assert alive() is None
