@@ -552,37 +552,28 @@ def start_judging(head: Side, environment: str, facts: dict[str, Any], policies:
     for the rows and the verdict."""
     forked = fork.start("policy gate (fail closed)", PlanError, _judge_in_fork, head, environment, facts, policies)
     if forked is None:
-        answer = judge(*head_input(head, environment), facts, policies)
+        answer = judge(head, environment, facts, policies)
         return lambda: answer
     return stack.enter_context(forked).recv
 
 
 def _judge_in_fork(reply: Callable[..., None], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:
-    reply(judge(*head_input(head, environment), facts, policies), last=True)
+    reply(judge(head, environment, facts, policies), last=True)
 
 
-def head_input(head: Side, environment: str) -> tuple[dict[str, Any], str]:
-    """The head's policy input without the change under review, and its canonical JSON."""
+def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:
+    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
+    the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
     from fleetops import policy
 
     if head.env is not None:
         resources = (policy.resource_entry(key[0], manifest) for key, manifest in head.objects.items())
-        document = policy.build_input(head.env, resources, head.revision)
+        document = policy.build_input(head.env, resources, head.revision, change=facts)
     else:  # the environment is deleted at head: only the change rules have anything to judge
-        document = {"environment": environment, "revision": head.revision, "spec": None, "resources": [], "facts": None, "live": None}
-    document.pop("change", None)
-    return document, policy.canonical_json(document)
-
-
-def judge(document: dict[str, Any], text: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:
-    """The head's policy input with the change spliced in, judged by the policies and data in
-    `policies`: the decisions as rows, and the verdict they come from (for its digests and the
-    decision record)."""
-    from fleetops import policy
-
-    document, text = {**document, "change": facts}, policy.with_change(text, facts)
+        document = {"environment": environment, "revision": head.revision, "spec": None,
+                    "resources": [], "facts": None, "live": None, "change": facts}
     try:
-        verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies, text=text)
+        verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     rows = policy.report_rows(verdict) + [

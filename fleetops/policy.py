@@ -740,14 +740,6 @@ def canonical_json(document: Any) -> str:
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def with_change(text: str, change: dict[str, Any]) -> str:
-    """The canonical text of a policy input with `change` set, from the canonical text of the same
-    input without it: `change` sorts before every other top-level key, so it is a prefix."""
-    if not text.startswith('{"environment":'):
-        raise ValueError("not the canonical text of a policy input without its change")
-    return '{"change":' + canonical_json(change) + "," + text[1:]
-
-
 def canonical_digest(document: Any, text: str | None = None) -> str:
     return "sha256:" + hashlib.sha256((text if text is not None else canonical_json(document)).encode()).hexdigest()
 
@@ -757,10 +749,8 @@ def evaluate_input(
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
-    text: str | None = None,
 ) -> Verdict:
-    """Evaluate a ready-made policy input (the Pulumi policy pack builds its own); `text`, when
-    given, is its canonical JSON already written."""
+    """Evaluate a ready-made policy input (the Pulumi policy pack builds its own)."""
     engine = engine or EmbeddedEngine()
     bundle = load_bundle(policies_dir)
     waivers = load_waivers(policies_dir / WAIVERS_FILE, today or dt.date.today())
@@ -769,7 +759,7 @@ def evaluate_input(
     # A waiver of a rule that does not exist waives nothing; say so, as it usually is a typo.
     problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
     active = [w for w in waivers.active if w not in unknown]
-    text = text if text is not None else canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
+    text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
     started = time.perf_counter()
     results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started
