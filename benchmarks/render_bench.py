@@ -45,11 +45,14 @@ def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
     fmt = cli.Format.json if what == "json" else cli.Format.yaml
     started = time.perf_counter()
     if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by forks while the rest renders
-        with emit.Files(out_dir, fmt.value, functools.partial(cli.dump, fmt=fmt), "bench") as files:
+        with emit.Files("bench", functools.partial(cli.dump, fmt=fmt)) as files:
+            def add(cluster: str, objects: list[dict[str, Any]]) -> None:
+                files.add(out_dir / f"{cluster}.{fmt.value}", objects)
+
             if what == "command-o":
-                state = cli.render_or_fail(env_file, "bench", each_cluster=files.add)[1]
+                state = cli.render_or_fail(env_file, "bench", each_cluster=add)[1]
             else:
-                state = render.render(env_file, revision="bench", each_cluster=files.add)
+                state = render.render(env_file, revision="bench", each_cluster=add)
             files.commit()
     elif what == "command":  # what the command does before it writes anything: load, render, schema check
         state = cli.render_or_fail(env_file, "bench")[1]

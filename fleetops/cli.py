@@ -168,23 +168,16 @@ def print_summary(env: spec.Environment, state: "render_mod.DesiredState", conso
 
 
 def write_files(files: dict[Path, str], what: str) -> None:
-    """Write each file beside its target and rename it into place: a failure leaves no half-written file."""
-    written: list[Path] = []
+    """Each file beside its target, then all renamed into place: a failure leaves no half-written file."""
+    from fleetops import emit
+
     try:
-        for path, text in files.items():
-            if path.exists() and not path.is_file():
-                fail(f"{path}: not a regular file; {what} not written")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            written.append(tmp)
-            tmp.write_text(text, encoding="utf-8")
-        for path in files:
-            path.with_name(f".{path.name}.tmp").replace(path)
-    except OSError as exc:
-        for tmp in written:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        fail(f"{exc.filename or next(iter(files))}: cannot write {what}: {exc.strerror}")
+        with emit.Files(what) as out:
+            for path, text in files.items():
+                out.put(path, text)
+            out.commit()
+    except emit.WriteError as exc:
+        fail(str(exc))
 
 
 def as_json(document: dict[str, Any]) -> str:
@@ -252,8 +245,9 @@ def render(
         from fleetops import emit
 
         try:
-            with emit.Files(out_dir, output.value, functools.partial(dump, fmt=output), "rendered objects") as files:
-                model, state = render_or_fail(path, revision, engine.value, each_cluster=files.add)
+            with emit.Files("rendered objects", functools.partial(dump, fmt=output)) as files:
+                model, state = render_or_fail(path, revision, engine.value,
+                                              each_cluster=lambda cluster, objects: files.add(out_dir / f"{cluster}.{output.value}", objects))
                 written = files.commit()
         except emit.WriteError as exc:
             fail(str(exc))

@@ -136,37 +136,48 @@ class WriteError(Exception):
 
 
 class Files:
-    """One file per cluster in `directory`, each written soon after its cluster is rendered.
+    """Files written all at once or not at all: each beside its target, renamed over it only once
+    every file is written; on any failure, or leaving the `with` without `commit`, no file is
+    replaced and no temporary file or folder of ours is left.
 
-    The files' text is made and written by forks of this process while rendering goes on (the large
-    fleet's 15,000 objects are 0.25 s of YAML, which then overlaps the render instead of following
-    it). A fork is started for every `batch` objects rather than for every cluster: each fork costs
-    the renderer its page tables and copies of the pages it writes next (5,000: two forks while the
-    large fleet renders, measured best against 2,000 to 8,000); what is left when rendering ends is
-    shared out among as many forks as there are cores. Nothing is in place until
-    `commit`: each file is written beside its target and renamed over it only once every file is
-    written; on any failure, or leaving the `with` without `commit`, no file is replaced and no
-    temporary file or folder of ours is left.
+    `put` writes a text that is ready. `add` takes manifests (render's files) and has their text made
+    and written by forks of this process while rendering goes on (the large fleet's 15,000 objects
+    are 0.25 s of YAML, which then overlaps the render instead of following it). A fork is started
+    for every `batch` objects rather than for every file: each fork costs the renderer its page
+    tables and copies of the pages it writes next (5,000: two forks while the large fleet renders,
+    measured best against 2,000 to 8,000); what is left at `commit` is shared out among as many
+    forks as there are cores.
     """
 
-    def __init__(self, directory: Path, suffix: str, text: Callable[[list[dict[str, Any]]], str], what: str, batch: int = 5000) -> None:
-        self.directory, self.suffix, self.text, self.what, self.batch = directory, suffix, text, what, batch
+    def __init__(self, what: str, text: Callable[[list[dict[str, Any]]], str] = documents, batch: int = 5000) -> None:
+        self.what, self.text, self.batch = what, text, batch
         self.written: list[tuple[Path, Path]] = []  # (target, temporary)
         self.queued: list[tuple[Path, Path, list[dict[str, Any]]]] = []
         self.writers: list[fork.Forked] = []
         self.created: list[Path] = []
 
-    def add(self, name: str, manifests: list[dict[str, Any]]) -> None:
-        path = self.directory / f"{name}.{self.suffix}"
-        if path.exists() and not path.is_file():
-            raise WriteError(f"{path}: not a regular file; {self.what} not written")
-        if not self.directory.is_dir():
-            self._make_directory()
-        tmp = path.with_name(f".{path.name}.tmp")
-        self.written.append((path, tmp))
-        self.queued.append((path, tmp, manifests))
+    def put(self, path: Path, text: str) -> None:
+        _write(path, self._beside(path), text, self.what)
+
+    def add(self, path: Path, manifests: list[dict[str, Any]]) -> None:
+        self.queued.append((path, self._beside(path), manifests))
         if sum(len(m) for _, _, m in self.queued) >= self.batch:
             self._start()
+
+    def _beside(self, path: Path) -> Path:
+        """The temporary file `path` is first written to, in its folder (made if missing)."""
+        if path.exists() and not path.is_file():
+            raise WriteError(f"{path}: not a regular file; {self.what} not written")
+        if not path.parent.is_dir():
+            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WriteError(f"{exc.filename or path.parent}: cannot write {self.what}: {exc.strerror}") from None
+            self.created += missing
+        tmp = path.with_name(f".{path.name}.tmp")
+        self.written.append((path, tmp))
+        return tmp
 
     def _start(self, forks: int = 1) -> None:
         """Write the queued files: in `forks` forks, each with a like share of the objects (here, without fork)."""
@@ -177,7 +188,7 @@ class Files:
         for share in shares:
             writer = fork.start(str(share[0][0]), WriteError, _write_in_fork, share, self.text, self.what)
             if writer is None:
-                _write(share, self.text, self.what)
+                _write_manifests(share, self.text, self.what)
             else:
                 self.writers.append(writer)
 
@@ -194,14 +205,6 @@ class Files:
         count, self.written, self.created = len(self.written), [], []
         return count
 
-    def _make_directory(self) -> None:
-        missing = [d for d in (self.directory, *self.directory.parents) if not d.exists()]
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise WriteError(f"{exc.filename or self.directory}: cannot write {self.what}: {exc.strerror}") from None
-        self.created = missing  # innermost first: removed in this order if nothing lands
-
     def __enter__(self) -> Files:
         return self
 
@@ -211,20 +214,24 @@ class Files:
         for _, tmp in self.written:
             with contextlib.suppress(OSError):  # a folder that refused the file refuses its removal too
                 tmp.unlink(missing_ok=True)
-        for directory in self.created:
+        for directory in sorted(self.created, key=lambda d: len(d.parts), reverse=True):  # innermost first
             with contextlib.suppress(OSError):
                 directory.rmdir()
 
 
-def _write(files: list[tuple[Path, Path, list[dict[str, Any]]]], text: Callable[[list[dict[str, Any]]], str], what: str) -> None:
+def _write(path: Path, tmp: Path, text: str, what: str) -> None:
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot write {what}: {exc.strerror}") from None
+
+
+def _write_manifests(files: list[tuple[Path, Path, list[dict[str, Any]]]], text: Callable[[list[dict[str, Any]]], str], what: str) -> None:
     for path, tmp, manifests in files:
-        try:
-            tmp.write_text(text(manifests), encoding="utf-8")
-        except OSError as exc:
-            raise WriteError(f"{path}: cannot write {what}: {exc.strerror}") from None
+        _write(path, tmp, text(manifests), what)
 
 
 def _write_in_fork(reply: Callable[..., None], *args: Any) -> None:
     os.nice(10)  # the render, which every file waits for anyway, goes first
-    _write(*args)
+    _write_manifests(*args)
     reply(None, last=True)

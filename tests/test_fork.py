@@ -53,9 +53,9 @@ def refuse_forks(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_files_are_written_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
     refuse_forks(monkeypatch)
-    with emit.Files(tmp_path, "yaml", emit.documents, "objects", batch=1) as files:
+    with emit.Files("objects", batch=1) as files:
         for cluster, manifests in state.clusters.items():
-            files.add(cluster, manifests)
+            files.add(tmp_path / f"{cluster}.yaml", manifests)
         assert files.commit() == len(state.clusters)
     for cluster, manifests in state.clusters.items():
         assert (tmp_path / f"{cluster}.yaml").read_text() == emit.documents(manifests)
