@@ -12,8 +12,7 @@ concept := {"pool": "Pool", "edge_group": "EdgeGroup"}
 
 # "cluster/group" for every kube-system DaemonSet pinned to a pool or edge group by nodeSelector.
 targeted contains sprintf("%s/%s", [r.cluster, value]) if {
-	some r in input.resources
-	r.kind == "DaemonSet"
+	some r in data.fleet.lib.of_kind("DaemonSet")
 	r.namespace == "kube-system"
 	some key, value in r.manifest.spec.template.spec.nodeSelector
 	key in group_labels
@@ -45,8 +44,7 @@ deny contains d if {
 #   control_id: FLEET-DEV-02
 #   fix: "set sharing.replicas within the range of policies/data.yaml devices.time_slicing"
 deny contains d if {
-	some r in input.resources
-	r.kind == "ConfigMap"
+	some r in data.fleet.lib.of_kind("ConfigMap")
 	r.namespace == "kube-system"
 	r.manifest.metadata.labels["app.kubernetes.io/name"] == "nvidia-device-plugin"
 	some text in r.manifest.data # one config file per key, selected by the node label nvidia.com/device-plugin.config

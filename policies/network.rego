@@ -5,15 +5,11 @@ package fleet.network
 
 # Arrays of the resources each rule reads, filtered once: sets of whole manifests would hash them.
 tenant_namespaces := [r |
-	some r in input.resources
-	r.kind == "Namespace"
+	some r in data.fleet.lib.of_kind("Namespace")
 	r.manifest.metadata.labels["fleetops.io/tenant"]
 ]
 
-network_policies := [r |
-	some r in input.resources
-	r.kind == "NetworkPolicy"
-]
+network_policies := data.fleet.lib.of_kind("NetworkPolicy")
 
 # A policy that selects every pod for both directions and allows nothing.
 denies_all(np) if {

@@ -5,10 +5,7 @@ package fleet.priority
 
 bands := data.fleet_data.priority.bands
 
-priority_classes := [r |
-	some r in input.resources
-	r.kind == "PriorityClass"
-]
+priority_classes := data.fleet.lib.of_kind("PriorityClass")
 
 workload_of(r) := r.manifest.metadata.labels["fleetops.io/workload"]
 

@@ -13,8 +13,7 @@ capacity_of(cluster, resource) := object.get(object.get(input.facts.capacity, cl
 
 # "cluster/namespace/requests.<resource>" for every hard limit that a rendered ResourceQuota sets.
 enforced contains sprintf("%s/%s/%s", [r.cluster, r.namespace, key]) if {
-	some r in input.resources
-	r.kind == "ResourceQuota"
+	some r in data.fleet.lib.of_kind("ResourceQuota")
 	some key, _ in r.manifest.spec.hard
 }
 
