@@ -9,11 +9,9 @@ fleetops owns what it sends and nothing else, the way server-side apply does.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import jsonpatch
 
 ObjectKey = tuple[str, str, str, str, str]  # cluster, apiVersion, kind, namespace, name
 
@@ -86,6 +84,8 @@ def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldC
     reviewer reads it). Each operation's old value is read from the document as the operations before
     it left it, so list positions stay right.
     """
+    import jsonpatch  # here: render and policy import this module for `object_key` alone
+
     ops = jsonpatch.JsonPatch.from_diff(dict(old), dict(new), optimization=False).patch
     doc = copy.deepcopy(dict(old))
     changes = []
@@ -113,28 +113,38 @@ def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChan
     return [] if have == want else field_changes(have, want)
 
 
-def encode(objects: Mapping[ObjectKey, Mapping[str, Any]]) -> dict[ObjectKey, bytes]:
-    """Each object as JSON, its keys in their own order (so that its changes are listed in the
-    order a reader meets the fields): equal bytes are equal objects, and 15,000 objects cross from
-    one process to another in milliseconds (as pickled objects: 0.25 s). Bytes that differ are
-    decoded and compared field by field: a key order of their own is no change."""
+def object_key(cluster: str, manifest: Mapping[str, Any]) -> ObjectKey:
+    meta = manifest.get("metadata", {})
+    return (cluster, manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def encode(clusters: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bytes]:
+    """Each cluster's objects as one JSON text, in their order, their keys in their own order:
+    equal texts are equal clusters, and 15,000 objects cross from one process to another in
+    milliseconds (pickled: 0.25 s; a text per object: twice the time and memory of a text per
+    cluster). A change usually touches few clusters; only theirs are decoded (`compare`)."""
     import orjson
 
-    return {key: orjson.dumps(manifest) for key, manifest in objects.items()}
+    return {cluster: orjson.dumps(manifests) for cluster, manifests in clusters.items()}
 
 
-def compare(before: Mapping[ObjectKey, bytes], after: Mapping[ObjectKey, bytes]) -> Changes:
-    """Objects added, removed and changed (with their fields) between two desired states, `encode`d."""
+def compare(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> Changes:
+    """Objects added, removed and changed (with their fields, in the order a reader meets them)
+    between two desired states, `encode`d."""
     import orjson
 
-    changes = Changes(
-        added=sorted(k for k in after if k not in before),
-        removed=sorted(k for k in before if k not in after),
-    )
-    for key in sorted(k for k in after if k in before):
-        if before[key] == after[key]:  # most objects of a change: equality is far cheaper than a patch
+    old: dict[ObjectKey, dict[str, Any]] = {}
+    new: dict[ObjectKey, dict[str, Any]] = {}
+    for cluster in before.keys() | after.keys():
+        if before.get(cluster) != after.get(cluster):
+            for side, text in ((old, before.get(cluster)), (new, after.get(cluster))):
+                side.update((object_key(cluster, m), m) for m in orjson.loads(text or b"[]"))
+    changes = Changes(added=sorted(new.keys() - old.keys()), removed=sorted(old.keys() - new.keys()))
+    for key in sorted(new.keys() & old.keys()):
+        # Not `==`: 1 == 1.0 in Python, but the manifest sent says one or the other.
+        if orjson.dumps(old[key]) == orjson.dumps(new[key]):
             continue
-        fields = field_changes(normalize(orjson.loads(before[key])), normalize(orjson.loads(after[key])))
+        fields = field_changes(normalize(old[key]), normalize(new[key]))
         if fields:
             changes.changed[key] = fields
     return changes

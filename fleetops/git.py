@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 UNVERSIONED = "unversioned"
@@ -13,13 +14,23 @@ class GitError(Exception):
 
 
 def run(repo: str | Path, *args: str) -> str:
+    return start(repo, *args)()
+
+
+def start(repo: str | Path, *args: str) -> Callable[[], str]:
+    """`run`, started now: Git works while the caller does; calling the result waits for its output."""
     try:
-        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+        proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
         raise GitError("git is not installed") from None
-    if out.returncode != 0:
-        raise GitError(f"git {' '.join(args)}: {out.stderr.strip() or 'failed'}")
-    return out.stdout
+
+    def output() -> str:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise GitError(f"git {' '.join(args)}: {err.strip() or 'failed'}")
+        return out
+
+    return output
 
 
 def revision(repo: str | Path) -> str:

@@ -2,14 +2,18 @@
 
 Each side is taken from its own revision with `git archive` into a temporary folder (the user's
 working tree and index are never touched; head defaults to the working tree itself, read only)
-and rendered by that revision's own program and modules in a subprocess, so a change to
-`modules/` shows up in the plan exactly as `pulumi up` would deploy it.
+and rendered by that revision's own program and modules, so a change to `modules/` shows up in the
+plan exactly as `pulumi up` would deploy it: in a subprocess of its tree, or, when its program is
+byte for byte the one running (`survey`), here or in a fork, and then only its environment file and
+policies are taken out of Git.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
+import hashlib
 import io
 import json
 import math
@@ -20,7 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,16 +69,20 @@ class Side:
     revision: str
     exists: bool
     env: spec.Environment | None = None
-    objects: dict[diff.ObjectKey, dict[str, Any]] = field(default_factory=dict)
-    encoded: dict[diff.ObjectKey, bytes] = field(default_factory=dict)  # `diff.encode(objects)`, what the sides are compared by
+    clusters: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's objects
+    encoded: dict[str, bytes] = field(default_factory=dict)  # `diff.encode(clusters)`, what the sides are compared by
     tree: Path | None = None
     parsed: changes_mod.Parsed | None = None  # the file's data and positions, when the render kept them
 
-    def encode(self) -> dict[diff.ObjectKey, bytes]:
+    def encode(self) -> dict[str, bytes]:
         """The objects as the sides are compared by: `diff.encode`, once."""
-        if not self.encoded and self.objects:
-            self.encoded = diff.encode(self.objects)
+        if not self.encoded and self.clusters:
+            self.encoded = diff.encode(self.clusters)
         return self.encoded
+
+    def release(self) -> None:
+        """Drop the objects and the file's data; the environment stays."""
+        self.clusters, self.encoded, self.parsed = {}, {}, None
 
 
 def resolve(repo: Path, rev: str) -> str:
@@ -108,17 +116,19 @@ def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
 
 
 @contextlib.contextmanager
-def checkout(repo: Path, rev: str) -> Iterator[Path]:
-    """A read-only copy of the tree at `rev` in a temporary folder, removed afterwards."""
+def checkout(repo: Path, rev: str, only: Sequence[str] | None = None) -> Iterator[Path]:
+    """A read-only copy of the tree at `rev`, or of its files `only`, in a temporary folder removed afterwards."""
     if rev == WORKTREE:
         yield repo
         return
-    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev], capture_output=True, check=False)
-    if archive.returncode != 0:
-        raise PlanError(f"{repo}: cannot read revision {rev}: {archive.stderr.decode(errors='replace').strip()}")
     with tempfile.TemporaryDirectory(prefix="fleetops-plan-") as tmp:
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout), mode="r:") as tar:
-            tar.extractall(tmp, filter=_files_only)
+        if only is None or only:
+            archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, "--", *(only or [])],
+                                     capture_output=True, check=False)
+            if archive.returncode != 0:
+                raise PlanError(f"{repo}: cannot read revision {rev}: {archive.stderr.decode(errors='replace').strip()}")
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout), mode="r:") as tar:
+                tar.extractall(tmp, filter=_files_only)
         yield Path(tmp)
 
 
@@ -156,27 +166,28 @@ class Sides:
     base sends its environment before its objects, since the change facts need only the environments.
     """
 
-    def __init__(self, repo: Path, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path]) -> None:
-        self.repo, self.env_rel, self.revs, self.trees = repo, env_rel, revs, trees
+    def __init__(self, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path], ours: tuple[bool, bool]) -> None:
+        self.env_rel, self.revs, self.trees, self.ours = env_rel, revs, trees, ours
         self.sides: list[Side | None] = [None, None]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.forked: fork.Forked | None = None
 
     def __enter__(self) -> Sides:
-        ours = [(tree / self.env_rel).is_file() and _same_code(tree) for tree in self.trees]
+        exists = [(tree / self.env_rel).is_file() for tree in self.trees]
+        ours = [e and o for e, o in zip(exists, self.ours)]
         here = 1 if ours[1] else 0 if ours[0] else None
         try:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
-                if not (tree / self.env_rel).is_file():
+                if not exists[i]:
                     self.sides[i] = Side(revision=rev, exists=False, tree=tree)
                 elif i == 0 and here == 1 and ours[0] and (forked := fork.start(
-                        _label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel, stamp(self.repo, rev))):
+                        _label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel)):
                     self.forked = forked
                 elif i != here:  # another revision's code, or no fork to be had: a process of its own
-                    self.procs[i] = _start_render(tree, self.env_rel, stamp(self.repo, rev))
+                    self.procs[i] = _start_render(tree, self.env_rel, rev)
             if here is not None:
                 side = _load_side(self.revs[here], self.trees[here], self.env_rel)
-                side.objects = _render_side(side, self.env_rel, stamp(self.repo, self.revs[here]))
+                side.clusters = _render_side(side, self.env_rel)
                 self.sides[here] = side
         except BaseException:
             self.__exit__()
@@ -195,11 +206,11 @@ class Sides:
         return self._side(1)
 
     def base(self, objects: bool = True) -> Side:
-        """The base; with `objects=False`, possibly before its objects have arrived."""
+        """The base; with `objects=False`, possibly before its objects and file have arrived."""
         if self.forked is not None and self.sides[0] is None:
             self.sides[0] = self.forked.recv()
         if self.forked is not None and objects and self.forked.pending:
-            self.sides[0].encoded = self.forked.recv()  # type: ignore[union-attr]
+            self.sides[0].parsed, self.sides[0].encoded = self.forked.recv()  # type: ignore[union-attr]
             self.forked.close()
         return self._side(0)
 
@@ -214,10 +225,11 @@ def _label(env_rel: str, rev: str) -> str:
     return f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
 
 
-def _render_in_fork(reply: Callable[..., None], rev: str, tree: Path, env_rel: str, revision: str) -> None:
+def _render_in_fork(reply: Callable[..., None], rev: str, tree: Path, env_rel: str) -> None:
     side = _load_side(rev, tree, env_rel)
-    reply(side)  # the environment first: the change facts need nothing else
-    reply(diff.encode(_render_side(side, env_rel, revision)), last=True)
+    parsed, side.parsed = side.parsed, None
+    reply(side)  # the environment alone first: the change facts need nothing else
+    reply((parsed, diff.encode(_render_side(side, env_rel))), last=True)
 
 
 def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
@@ -228,43 +240,72 @@ def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
     return Side(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
 
 
-def _render_side(side: Side, env_rel: str, revision: str) -> dict[diff.ObjectKey, dict[str, Any]]:
+def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
     from fleetops import render
 
     assert side.env is not None and side.tree is not None
-    try:
-        return _by_key(render.render_environment(side.env, side.tree / env_rel, revision=revision).clusters)
+    try:  # the revision is a label here: nothing the plan compares carries it
+        return render.render_environment(side.env, side.tree / env_rel, revision=side.revision).clusters
     except render.RenderError as exc:
         raise PlanError(str(exc)) from None
-
-
-def _by_key(clusters: dict[str, list[dict[str, Any]]]) -> dict[diff.ObjectKey, dict[str, Any]]:
-    from fleetops.render import object_key
-
-    return {object_key(c, m): m for c, manifests in clusters.items() for m in manifests}
 
 
 def _side(rev: str, tree: Path, env_rel: str, result: dict[str, Any]) -> Side:
     if "problems" in result:
         raise PlanError("\n".join(result["problems"]))
     env = result.get("env") if _same_code(tree, MODEL_FILES) else _facts_model(tree / env_rel, env_rel)
-    return Side(revision=rev, exists=True, env=env, objects=_by_key(result["clusters"]), tree=tree)
+    return Side(revision=rev, exists=True, env=env, clusters=result["clusters"], tree=tree)
 
 
 CODE = ("fleetops", "modules", "stacks")
+HERE = Path(__file__).resolve().parent.parent  # the program running now
 
 
 def _same_code(tree: Path, files: tuple[str, ...] | None = None) -> bool:
     """Whether `files` (default: every Python file of the program) are byte for byte the ones running here."""
-    here = Path(__file__).resolve().parent.parent
 
     def sources(root: Path) -> set[str]:
         return {str(f.relative_to(root)) for d in CODE for f in (root / d).rglob("*.py")}
 
     names = set(files) if files is not None else sources(tree)
-    if files is None and names != sources(here):
+    if files is None and names != sources(HERE):
         return False
-    return all((tree / f).is_file() and (tree / f).read_bytes() == (here / f).read_bytes() for f in names)
+    return all((tree / f).is_file() and (tree / f).read_bytes() == (HERE / f).read_bytes() for f in names)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What a plan needs to know of a revision before taking anything out of Git."""
+
+    runs_here: bool  # its program is byte for byte the code running here: it renders in this process or a fork
+    needs: list[str] | None  # the files to take out of Git: None for the whole tree
+
+
+def survey(repo: Path, rev: str, env_rel: str) -> Revision:
+    """A revision whose program runs here needs only its environment file and policies out of Git;
+    a commit's program is compared by Git's object ids (`ls-tree`), without taking it out."""
+    if rev == WORKTREE:
+        return Revision(runs_here=_same_code(repo), needs=None)
+    entries = {}
+    for entry in filter(None, git.run(repo, "ls-tree", "-r", "-z", rev, "--", *CODE, "policies", env_rel).split("\0")):
+        meta, path = entry.split("\t", 1)
+        entries[path] = meta.split()[2]
+    code = {path: oid for path, oid in entries.items() if path.endswith(".py") and path.split("/", 1)[0] in CODE}
+    algorithm = "sha256" if any(len(oid) == 64 for oid in code.values()) else "sha1"
+    if not code or code != _object_ids(algorithm):
+        return Revision(runs_here=False, needs=None)
+    return Revision(runs_here=True, needs=[p for p in entries if p == env_rel or p.startswith("policies/")])
+
+
+@functools.cache
+def _object_ids(algorithm: str) -> dict[str, str]:
+    """Git's object id of each Python file of the program running here."""
+    ids = {}
+    for folder in CODE:
+        for path in (HERE / folder).rglob("*.py"):
+            data = path.read_bytes()
+            ids[path.relative_to(HERE).as_posix()] = hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
+    return ids
 
 
 def stamp(repo: Path, rev: str) -> str:
@@ -332,12 +373,11 @@ def group_changes(before: spec.Environment | None, after: spec.Environment | Non
     return {"added": sorted(a - b), "removed": sorted(b - a)}
 
 
-def changed_policy_files(repo: Path, base: str, head: str) -> list[str]:
-    args = ["diff", "--name-only", base] + ([] if head == WORKTREE else [head]) + ["--", "policies/"]
-    files = set(git.run(repo, *args).split())
-    if head == WORKTREE:
-        files |= set(git.run(repo, "ls-files", "--others", "--exclude-standard", "--", "policies/").split())
-    return sorted(files)
+def changed_policy_files(repo: Path, base: str, head: str) -> Callable[[], list[str]]:
+    """The policy files the change touches, looked up by Git while the caller goes on; the result waits for them."""
+    changed = git.start(repo, "diff", "--name-only", base, *([] if head == WORKTREE else [head]), "--", "policies/")
+    added = git.start(repo, "ls-files", "--others", "--exclude-standard", "--", "policies/") if head == WORKTREE else str
+    return lambda: sorted(set(changed().split()) | set(added().split()))
 
 
 def policy_owners(tree: Path) -> list[str]:
@@ -384,8 +424,11 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     env_rel = f"environments/{env_name}.yaml"
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
-    with (checkout(repo, base) as base_tree, checkout(repo, head) as head_tree,
-          Sides(repo, env_rel, (base, head), (base_tree, head_tree)) as sides, contextlib.ExitStack() as stack):
+    policy_files_changed = changed_policy_files(repo, base, head)
+    revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
+    with (checkout(repo, base, revisions[0].needs) as base_tree, checkout(repo, head, revisions[1].needs) as head_tree,
+          Sides(env_rel, (base, head), (base_tree, head_tree), (revisions[0].runs_here, revisions[1].runs_here)) as sides,
+          contextlib.ExitStack() as stack):
         # The base revision's policies judge the change: a pull request cannot weaken its own gate.
         policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
         before, after = sides.base(objects=False), sides.head()
@@ -393,33 +436,37 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
-        policy_files = changed_policy_files(repo, base, head)
+        policy_files = policy_files_changed()
         cost_before, cost_after = cost(before.env), cost(after.env)
         facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals, (cost_before, cost_after))
         judgement = start_judging(after, env_name, facts, policies, stack)
-        # While the fork judges and the base's objects are on their way: the head's side of the
-        # comparison, and the change to the environment file field by field.
-        head_encoded = after.encode()
-        base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
-        edits = changes_mod.spec_changes(base_file, head_file)
-        changes = diff.compare(sides.base().encode(), head_encoded)
-        # Nothing below reads the objects: freeing 15,000 manifests a side happens now, not at the end.
-        before.objects = after.objects = {}
-        rows, verdict = judgement()
-        decisions = explain(rows, after.env, head_file[1], policies, edits)
+        # Everything else while the fork judges, the longest part of a plan; what needs the base's
+        # file or objects last, as they arrive.
+        after.encode()
+        after.clusters = {}  # nothing below reads the objects: freed now, not at the end
+        fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
+        currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
         owners = policy_owners(base_tree) or policy_owners(head_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
                   "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
-    currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
+        head_revision = stamp(repo, head)
+        changes = diff.compare(sides.base().encode(), after.encode())
+        base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
+        edits, positions = changes_mod.spec_changes(base_file, head_file), head_file[1]
+        del base_file, head_file
+        for side in (before, after):  # freed while the fork judges, not when the plan returns
+            side.release()
+        rows, verdict = judgement()
+        decisions = explain(rows, after.env, positions, policies, edits)
     counts = output.decision_counts(decisions)
     return {
         "environment": env_name,
         "base": {"revision": base, "exists": before.exists},
-        "head": {"revision": head if head != WORKTREE else stamp(repo, head), "exists": after.exists},
+        "head": {"revision": head_revision, "exists": after.exists},
         "verdict": "denied" if counts["deny"] else "needs-approval" if counts["approval"] else "allowed",
         "approvals": {"have": approvals, "needed_by": sorted({d["rule"] for d in decisions if d["status"] == "approval"})},
         "no_effect": changes.empty and not policy_files and not edits and cost_before == cost_after,
-        "fleet_changes": changes_mod.fleet_changes(before.env, after.env),
+        "fleet_changes": fleet_changes,
         "spec_changes": edits,
         "policy_file_changes": files,
         "security_changes": sum(c["security"] for c in edits) + sum(f["security"] for f in files),
@@ -429,7 +476,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
             "changed": [{**_key_dict(k), "fields": [f.to_dict() for f in fs]} for k, fs in changes.changed.items()],
             "per_cluster": _per_cluster(changes),
         },
-        "capacity": capacity_rows(before.env, after.env),
+        "capacity": capacity,
         "quota_changes": quota,
         "groups": groups,
         "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
@@ -567,7 +614,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -
     from fleetops import policy
 
     if head.env is not None:
-        resources = (policy.resource_entry(key[0], manifest) for key, manifest in head.objects.items())
+        resources = (policy.resource_entry(cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
         document = policy.build_input(head.env, resources, head.revision, change=facts)
     else:  # the environment is deleted at head: only the change rules have anything to judge
         document = {"environment": environment, "revision": head.revision, "spec": None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import git, memory, spec
+from fleetops.diff import object_key
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_PROGRAM = ROOT / "stacks" / "__main__.py"
@@ -46,11 +47,6 @@ def kind_rank(manifest: dict[str, Any]) -> int:
     if kind in KIND_ORDER:
         return KIND_ORDER[kind]
     return 3 if kind in CLUSTER_SCOPED else 5
-
-
-def object_key(cluster: str, manifest: dict[str, Any]) -> tuple[str, str, str, str, str]:
-    meta = manifest.get("metadata", {})
-    return (cluster, manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""), meta["name"])
 
 
 @dataclass

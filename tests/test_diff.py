@@ -56,20 +56,30 @@ def test_an_empty_list_sent_equals_the_field_the_server_omits() -> None:
     assert diff.drift(desired, live) == []
 
 
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
 def test_compare_sorts_objects_into_added_removed_and_changed() -> None:
     key = ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")
-    other = ("c", "v1", "Namespace", "", "vision")
-    after = {key: {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "176"}}}, ("c", "v1", "Namespace", "", "new"): {"kind": "Namespace"}}
-    changes = diff.compare(diff.encode({key: QUOTA, other: {"kind": "Namespace"}}), diff.encode(after))
-    assert changes.added == [("c", "v1", "Namespace", "", "new")]
-    assert changes.removed == [other]
+    raised = {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "176"}}}
+    changes = diff.compare(diff.encode({"c": [namespace("vision"), QUOTA], "same": [namespace("a")]}),
+                           diff.encode({"c": [raised, namespace("new")], "same": [namespace("a")], "new": [namespace("b")]}))
+    assert changes.added == [("c", "v1", "Namespace", "", "new"), ("new", "v1", "Namespace", "", "b")]
+    assert changes.removed == [("c", "v1", "Namespace", "", "vision")]
     assert [c.new for c in changes.changed[key]] == ["176"]
     volatile = {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {**QUOTA["metadata"]["annotations"], "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}
-    assert diff.compare(diff.encode({key: QUOTA}), diff.encode({key: volatile})).empty
+    assert diff.compare(diff.encode({"c": [QUOTA]}), diff.encode({"c": [volatile]})).empty
+
+
+def test_a_cluster_gone_removes_each_of_its_objects() -> None:
+    changes = diff.compare(diff.encode({"c": [namespace("a"), QUOTA]}), {})
+    assert changes.removed == [("c", "v1", "Namespace", "", "a"), ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")]
 
 
 def test_an_integer_that_becomes_a_float_is_a_change() -> None:
     # 1 == 1.0 in Python, but the manifest sent (and the file written) says 1 or 1.0: the plan shows it.
-    key = ("c", "v1", "ConfigMap", "ns", "a")
-    changes = diff.compare(diff.encode({key: {"data": {"n": 1}}}), diff.encode({key: {"data": {"n": 1.0}}}))
-    assert [(c.path, c.old, c.new) for c in changes.changed[key]] == [("/data/n", 1, 1.0)]
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}
+    changes = diff.compare(diff.encode({"c": [{**config, "data": {"n": 1}}]}), diff.encode({"c": [{**config, "data": {"n": 1.0}}]}))
+    assert [(c.path, c.old, c.new) for c in changes.changed[("c", "v1", "ConfigMap", "ns", "a")]] == [("/data/n", 1, 1.0)]
+

@@ -154,6 +154,22 @@ def test_price_change_moves_cost_only(repo: Path) -> None:
     assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**)" in md
 
 
+def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) -> None:
+    # The head's modules are not the code running the plan: the head renders in a process of its own
+    # tree, the base here from only its environment file and policies out of Git.
+    path = repo / "modules" / "kube.py"
+    text = path.read_text()
+    assert "return {MANAGED_BY: MANAGER," in text, "test setup: the labels every object carries"
+    path.write_text(text.replace("return {MANAGED_BY: MANAGER,", 'return {"fleetops.io/tier": "gpu", MANAGED_BY: MANAGER,', 1))
+    commit(repo, "a label on every object")
+    code, result = plan_json(repo)
+    assert code == 0
+    assert not result["objects"]["added"] and not result["objects"]["removed"]
+    namespaces = [c for c in result["objects"]["changed"] if c["kind"] == "Namespace"]
+    assert namespaces and all(c["fields"] == [{"op": "add", "path": "/metadata/labels/fleetops.io~1tier", "old": None, "new": "gpu"}]
+                              for c in namespaces)
+
+
 def test_deleted_environment_file_removes_everything(repo: Path) -> None:
     (repo / "environments" / "dev.yaml").unlink()
     commit(repo, "drop dev")
