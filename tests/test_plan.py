@@ -170,6 +170,21 @@ def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) 
                               for c in namespaces)
 
 
+def test_a_revision_running_this_code_is_taken_out_of_git_as_its_file_and_policies(repo: Path) -> None:
+    from fleetops import plan as plan_mod
+
+    base = git(repo, "rev-parse", "main").strip()
+    revision = plan_mod.survey(repo, base, "environments/prod.yaml")
+    assert revision.runs_here
+    assert "environments/prod.yaml" in revision.needs and "policies/quota.rego" in revision.needs
+    assert all(p == "environments/prod.yaml" or p.startswith("policies/") for p in revision.needs)
+    with plan_mod.checkout(repo, base, revision.needs) as tree:
+        assert sorted(p.name for p in tree.iterdir()) == ["environments", "policies"]
+    (repo / "modules" / "kube.py").write_text((repo / "modules" / "kube.py").read_text() + "\n# changed\n")
+    changed = commit(repo, "a module changed")
+    assert plan_mod.survey(repo, changed, "environments/prod.yaml") == plan_mod.Revision(runs_here=False, needs=None)
+
+
 def test_deleted_environment_file_removes_everything(repo: Path) -> None:
     (repo / "environments" / "dev.yaml").unlink()
     commit(repo, "drop dev")
@@ -297,8 +312,11 @@ def test_weakened_policy_does_not_judge_its_own_change(repo: Path) -> None:
 def test_links_in_the_repository_are_skipped_not_followed(repo: Path) -> None:
     (repo / "abs-link").symlink_to("/etc/hostname")
     (repo / "rel-link").symlink_to("environments/prod.yaml")
+    # Taken out of Git with the policies: followed, either would be a policy file that does not parse.
+    (repo / "policies" / "abs-link.rego").symlink_to("/etc/hostname")
+    (repo / "policies" / "rel-link.rego").symlink_to("../environments/prod.yaml")
     commit(repo, "links")
-    out = plan(repo, "--env", "prod", "--base", "main", "--head", "HEAD", "--output", "json")
+    out = plan(repo, "--env", "prod", "--base", "HEAD", "--head", "HEAD", "--output", "json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["no_effect"] is True
 
