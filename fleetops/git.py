@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 UNVERSIONED = "unversioned"
@@ -14,23 +13,32 @@ class GitError(Exception):
 
 
 def run(repo: str | Path, *args: str) -> str:
-    return start(repo, *args)()
+    return Started(repo, *args)()
 
 
-def start(repo: str | Path, *args: str) -> Callable[[], str]:
-    """`run`, started now: Git works while the caller does; calling the result waits for its output."""
-    try:
-        proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except FileNotFoundError:
-        raise GitError("git is not installed") from None
+class Started:
+    """A Git command started now, so that Git works while the caller does: calling it waits for the
+    output; `close()` stops it if nobody will (the caller failed first). Names Git writes that are
+    not UTF-8 come back as `os.fsdecode` would make them."""
 
-    def output() -> str:
-        out, err = proc.communicate()
-        if proc.returncode != 0:
-            raise GitError(f"git {' '.join(args)}: {err.strip() or 'failed'}")
+    def __init__(self, repo: str | Path, *args: str) -> None:
+        self.args = args
+        try:
+            self.proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, errors="surrogateescape")
+        except FileNotFoundError:
+            raise GitError("git is not installed") from None
+
+    def __call__(self) -> str:
+        out, err = self.proc.communicate()
+        if self.proc.returncode != 0:
+            raise GitError(f"git {' '.join(self.args)}: {err.strip() or 'failed'}")
         return out
 
-    return output
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
 
 def revision(repo: str | Path) -> str:

@@ -15,7 +15,6 @@ import datetime as dt
 import functools
 import hashlib
 import io
-import json
 import math
 import os
 import pickle
@@ -162,8 +161,9 @@ class Sides:
     A side whose program, modules and model are byte for byte the code running here (the usual
     head: the working tree, or CI's checkout of it) renders in this process. The other renders at
     the same time: in a fork of this process when it is our code too (a change of environments or
-    policies only: no interpreter start, no imports), else in a subprocess of its own tree. A forked
-    base sends its environment before its objects, since the change facts need only the environments.
+    policies only: no interpreter start, no imports; with no fork to be had, here after the first),
+    else in a subprocess of its own tree. A forked base sends its environment before its objects,
+    since the change facts need only the environments.
     """
 
     def __init__(self, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path], ours: tuple[bool, bool]) -> None:
@@ -175,20 +175,22 @@ class Sides:
     def __enter__(self) -> Sides:
         exists = [(tree / self.env_rel).is_file() for tree in self.trees]
         ours = [e and o for e, o in zip(exists, self.ours)]
-        here = 1 if ours[1] else 0 if ours[0] else None
+        here = [1] if ours[1] else [0] if ours[0] else []
         try:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
                 if not exists[i]:
                     self.sides[i] = Side(revision=rev, exists=False, tree=tree)
-                elif i == 0 and here == 1 and ours[0] and (forked := fork.start(
-                        _label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel)):
-                    self.forked = forked
-                elif i != here:  # another revision's code, or no fork to be had: a process of its own
+                elif i in here:
+                    continue
+                elif ours[i]:  # our code too (its tree holds only its file and policies): a fork, or here after the other
+                    self.forked = fork.start(_label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel)
+                    here += [] if self.forked else [i]
+                else:  # another revision's code: a process of its own tree
                     self.procs[i] = _start_render(tree, self.env_rel, rev)
-            if here is not None:
-                side = _load_side(self.revs[here], self.trees[here], self.env_rel)
+            for i in here:
+                side = _load_side(self.revs[i], self.trees[i], self.env_rel)
                 side.clusters = _render_side(side, self.env_rel)
-                self.sides[here] = side
+                self.sides[i] = side
         except BaseException:
             self.__exit__()
             raise
@@ -373,11 +375,15 @@ def group_changes(before: spec.Environment | None, after: spec.Environment | Non
     return {"added": sorted(a - b), "removed": sorted(b - a)}
 
 
-def changed_policy_files(repo: Path, base: str, head: str) -> Callable[[], list[str]]:
-    """The policy files the change touches, looked up by Git while the caller goes on; the result waits for them."""
-    changed = git.start(repo, "diff", "--name-only", base, *([] if head == WORKTREE else [head]), "--", "policies/")
-    added = git.start(repo, "ls-files", "--others", "--exclude-standard", "--", "policies/") if head == WORKTREE else str
-    return lambda: sorted(set(changed().split()) | set(added().split()))
+def changed_policy_files(repo: Path, base: str, head: str, stack: contextlib.ExitStack) -> Callable[[], list[str]]:
+    """The policy files the change touches, looked up by Git while the caller goes on (stopped when
+    `stack` closes); the result waits for them."""
+    lookups = [git.Started(repo, "diff", "--name-only", "-z", base, *([] if head == WORKTREE else [head]), "--", "policies/")]
+    if head == WORKTREE:
+        lookups.append(git.Started(repo, "ls-files", "-z", "--others", "--exclude-standard", "--", "policies/"))
+    for lookup in lookups:
+        stack.callback(lookup.close)
+    return lambda: sorted({name for lookup in lookups for name in lookup().split("\0") if name})
 
 
 def policy_owners(tree: Path) -> list[str]:
@@ -424,11 +430,12 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     env_rel = f"environments/{env_name}.yaml"
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
-    policy_files_changed = changed_policy_files(repo, base, head)
-    revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
-    with (checkout(repo, base, revisions[0].needs) as base_tree, checkout(repo, head, revisions[1].needs) as head_tree,
-          Sides(env_rel, (base, head), (base_tree, head_tree), (revisions[0].runs_here, revisions[1].runs_here)) as sides,
-          contextlib.ExitStack() as stack):
+    with contextlib.ExitStack() as stack:
+        policy_files_changed = changed_policy_files(repo, base, head, stack)
+        revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
+        base_tree = stack.enter_context(checkout(repo, base, revisions[0].needs))
+        head_tree = stack.enter_context(checkout(repo, head, revisions[1].needs))
+        sides = stack.enter_context(Sides(env_rel, (base, head), (base_tree, head_tree), (revisions[0].runs_here, revisions[1].runs_here)))
         # The base revision's policies judge the change: a pull request cannot weaken its own gate.
         policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
         before, after = sides.base(objects=False), sides.head()
@@ -618,7 +625,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -
         document = policy.build_input(head.env, resources, head.revision, change=facts)
     else:  # the environment is deleted at head: only the change rules have anything to judge
         document = {"environment": environment, "revision": head.revision, "spec": None,
-                    "resources": [], "facts": None, "live": None, "change": facts}
+                    "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts}
     try:
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary

@@ -467,6 +467,21 @@ class OpaEngine:
             detail = json.dumps(detail)[:300]
         return PolicyError(_redact(f"OPA at {self.url}: {step}: {type(exc).__name__}: {detail}", self.token))
 
+    def _remove_ours(self, client: Any) -> None:
+        """Delete every module under our prefix; one OPA refuses (others still call it) after the rest."""
+        left = sorted(p for p in client.get_policies_list() if p.startswith(f"{self.POLICY_PREFIX}/"))
+        while left:
+            refused = []
+            for policy_id in left:
+                try:
+                    client.delete_policy(policy_id)
+                except Exception as exc:  # noqa: BLE001 - tried again once its callers are gone
+                    refused.append(policy_id)
+                    last = exc
+            if len(refused) == len(left):
+                raise last
+            left = refused
+
     def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
         """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
         if refused := self._refused(exc):
@@ -484,22 +499,19 @@ class OpaEngine:
         except Exception as exc:
             raise self._fail("connect", exc) from None
         with client:
-            # OPA compiles each module as it arrives: one that calls a helper (data.fleet.lib) must
-            # come after it, so helpers (modules without decisions) go first.
-            for name, text in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
+            # OPA compiles every module it holds at each change. The modules an earlier bundle left
+            # go first (a renamed or removed file would still add rules, and a helper could not be
+            # replaced while its old callers remain), then helpers (data.fleet.lib) before callers.
+            try:
+                self._remove_ours(client)
+            except Exception as exc:
+                raise self._fail("remove the policies uploaded before", exc) from None
+            for name, module in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
                 policy_id = f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}"
                 try:
-                    client.update_policy_from_string(text, policy_id, rego_compat=False)
+                    client.update_policy_from_string(module, policy_id, rego_compat=False)
                 except Exception as exc:
                     raise self._upload_error(bundle.directory / name, exc) from None
-            # A module uploaded by an older bundle (a renamed or removed file) would still add rules.
-            uploaded = {f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}" for name in bundle.policies}
-            try:
-                for stale in sorted(set(client.get_policies_list()) - uploaded):
-                    if stale.startswith(f"{self.POLICY_PREFIX}/"):
-                        client.delete_policy(stale)
-            except Exception as exc:
-                raise self._fail("remove stale policies", exc) from None
             try:
                 client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
             except Exception as exc:

@@ -8,11 +8,13 @@ package fleet.lib
 # regorus takes ~1 µs per object to filter them, and several rules each need one kind of 15,000
 # objects. An input without the index (one written by hand, as in the tests) is filtered instead.
 of_kind(kind) := objects if {
-	input.by_kind
+	indexed
 	objects := [input.resources[i] | some i in object.get(input.by_kind, kind, [])]
 }
 
 of_kind(kind) := objects if {
-	not input.by_kind
+	not indexed
 	objects := [r | some r in input.resources; r.kind == kind]
 }
+
+indexed if is_object(input.by_kind)

@@ -20,3 +20,7 @@ test_of_kind_reads_the_index if {
 test_a_kind_absent_from_the_index_has_no_objects if {
 	data.fleet.lib.of_kind("Secret") == [] with input as {"resources": resources, "by_kind": {"Namespace": [0, 2]}}
 }
+
+test_an_index_that_is_no_object_is_not_read if {
+	names(data.fleet.lib.of_kind("Namespace")) == ["x", "z"] with input as {"resources": resources, "by_kind": null}
+}

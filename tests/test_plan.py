@@ -319,6 +319,13 @@ def test_links_in_the_repository_are_skipped_not_followed(repo: Path) -> None:
     out = plan(repo, "--env", "prod", "--base", "HEAD", "--head", "HEAD", "--output", "json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["no_effect"] is True
+    # A revision whose program is not the one running is taken out whole: its links are skipped too.
+    kube = repo / "modules" / "kube.py"
+    kube.write_text(kube.read_text() + "\n# changed\n")
+    commit(repo, "a module changed")
+    out = plan(repo, "--env", "prod", "--base", "HEAD", "--head", "HEAD", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["no_effect"] is True
 
 
 def test_default_base_follows_an_explicit_head(repo: Path) -> None:

@@ -180,7 +180,7 @@ def test_an_unreachable_server_fails_closed():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once the socket closes
     env, state = prod()
-    with pytest.raises(policy.PolicyError, match=rf"OPA at http://127\.0\.0\.1:{port}: upload .*ConnectionError"):
+    with pytest.raises(policy.PolicyError, match=rf"OPA at http://127\.0\.0\.1:{port}: remove the policies uploaded before: .*ConnectionError"):
         policy.evaluate(env, state, engine=policy.OpaEngine(f"http://127.0.0.1:{port}", token=TOKEN), today=TODAY)
 
 

@@ -112,3 +112,17 @@ def test_a_wrong_token_is_refused_and_the_gate_fails_closed_without_showing_a_to
     assert json.loads(allowed.stdout)["engine"] == "opa"
     for text in (refused.stdout, refused.stderr, allowed.stdout, allowed.stderr, log.read_text()):
         assert opa.token not in text and wrong not in text
+
+
+def test_a_helper_renamed_since_the_last_upload_replaces_the_old_one(opa: servers.Opa, tmp_path: Path) -> None:
+    # OPA compiles every module it holds at each change: the old callers of a renamed helper must go
+    # before the new helper arrives.
+    env, state = rendered("prod")
+    engine = policy.OpaEngine(opa.url, token=opa.token, timeout=30)
+    before = policy.evaluate(env, state, engine=engine, today=TODAY)
+    renamed = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", renamed, ignore=shutil.ignore_patterns("pack"))
+    for path in renamed.glob("*.rego"):
+        path.write_text(path.read_text().replace("of_kind(", "objects_of_kind("))
+    after = policy.evaluate(env, state, engine=engine, policies_dir=renamed, today=TODAY)
+    assert decisions(after) == decisions(before)
