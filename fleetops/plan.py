@@ -264,15 +264,13 @@ HERE = Path(__file__).resolve().parent.parent  # the program running now
 
 
 def _same_code(tree: Path, files: tuple[str, ...] | None = None) -> bool:
-    """Whether `files` (default: every Python file of the program) are byte for byte the ones running here."""
-
-    def sources(root: Path) -> set[str]:
-        return {str(f.relative_to(root)) for d in CODE for f in (root / d).rglob("*.py")}
-
-    names = set(files) if files is not None else sources(tree)
-    if files is None and names != sources(HERE):
+    """Whether `files` (default: every Python file of the program) are byte for byte the ones running
+    here: the same Git object ids, as `survey` compares a commit's."""
+    running = _object_ids("sha1")
+    names = _sources(tree) if files is None else list(files)
+    if files is None and set(names) != running.keys():
         return False
-    return all((tree / f).is_file() and (tree / f).read_bytes() == (HERE / f).read_bytes() for f in names)
+    return all((tree / f).is_file() and _object_id(tree / f, "sha1") == running.get(f) for f in names)
 
 
 @dataclass(frozen=True)
@@ -301,13 +299,17 @@ def survey(repo: Path, rev: str, env_rel: str) -> Revision:
 
 @functools.cache
 def _object_ids(algorithm: str) -> dict[str, str]:
-    """Git's object id of each Python file of the program running here."""
-    ids = {}
-    for folder in CODE:
-        for path in (HERE / folder).rglob("*.py"):
-            data = path.read_bytes()
-            ids[path.relative_to(HERE).as_posix()] = hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
-    return ids
+    """Git's object id of each Python file of the program running here (read once per process)."""
+    return {name: _object_id(HERE / name, algorithm) for name in _sources(HERE)}
+
+
+def _sources(root: Path) -> list[str]:
+    return [path.relative_to(root).as_posix() for folder in CODE for path in (root / folder).rglob("*.py")]
+
+
+def _object_id(path: Path, algorithm: str) -> str:
+    data = path.read_bytes()
+    return hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def stamp(repo: Path, rev: str) -> str:
