@@ -8,8 +8,11 @@ medians of `--repeat` runs (the SDK render, ~20 s, runs once).
   reconciler use: load and validate the environment, build every object, engine checks, sorting.
 - render under the SDK: the same with `engine="pulumi"`: `stacks/__main__.py` under the SDK's mocks,
   what render was before; tests/test_render.py proves both give byte-identical files.
-- render -o: what `fleetops render -o DIR` does: render, each cluster's YAML file written by a fork
-  of the process as soon as that cluster is rendered, all renamed into place at the end.
+- render -o: what `fleetops render -o DIR` does: render, each cluster's YAML file written by the
+  writer fork as soon as that cluster is rendered (the rest by this process when the render ends),
+  all renamed into place at the end, over the files of the run before (each run replaces them:
+  on ext4 a rename over a file starts writing it out, ~0.5 ms a file, that a first write does not pay).
+  The YAML writer is the compiled one when it was built (`emit.native()`; FLEETOPS_PURE_PYTHON=1 times the plain one).
 - render -o --output json: the same, written by orjson.
 - as the command does it: `cli.render_or_fail` (load, render, schema check: all `fleetops render`
   does before it writes), without and with the files.
@@ -65,7 +68,7 @@ def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
         if problems:
             raise SystemExit(f"the generated environment should validate, got: {problems[0]}")
     return {"seconds": time.perf_counter() - started, "render_seconds": rendered, "resources": state.resources,
-            "objects": state.object_count, "max_rss_mib": peak_rss_mib()}
+            "objects": state.object_count, "max_rss_mib": peak_rss_mib(), "writer": "compiled" if emit.native() else "plain Python"}
 
 
 def _run(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
@@ -100,7 +103,7 @@ def bench(scale: float, repeat: int) -> dict[str, Any]:
         "resources_per_second": renders[0]["resources"] / render_s,
         "write_to_render": write_s / render_s, "sdk_to_direct": sdk["seconds"] / render_s,
         "max_rss_mib": max(r["max_rss_mib"] for r in renders + writes),
-        "sdk_max_rss_mib": sdk["max_rss_mib"],
+        "sdk_max_rss_mib": sdk["max_rss_mib"], "writer": writes[0]["writer"],
     }
 
 
@@ -116,7 +119,7 @@ def main(argv: list[str]) -> int:
     f = bench(args.scale, args.repeat)
     if args.json:
         print(json.dumps(f, indent=2))
-    print(f"render_bench: generated environment, scale {f['scale']:g}: {f['resources']:,} resources, {f['objects']:,} objects; medians of {f['repeat']}")
+    print(f"render_bench: generated environment, scale {f['scale']:g}: {f['resources']:,} resources, {f['objects']:,} objects; medians of {f['repeat']}; YAML writer: {f['writer']}")
     print(f"  render {f['render_seconds']:.2f} s, render -o {f['write_seconds']:.2f} s, render under the Pulumi SDK {f['sdk_seconds']:.2f} s "
           f"({f['sdk_to_direct']:.1f}x, peak RSS {f['sdk_max_rss_mib']:.0f} MiB), schema validation {f['schema_seconds']:.2f} s")
     print(f"  render -o --output json {f['json_seconds']:.2f} s ({f['json_to_render']:.2f}x render); as the command does it, with the "

@@ -1,134 +1,38 @@
-"""Rendered manifests as YAML text, fast: block structure, every scalar JSON-compatible.
+"""Rendered manifests written as files, all at once or not at all, beside rendering.
 
-PyYAML builds a node graph in Python before its emitter (even libyaml's) writes a byte: for the
-large fleet that was 6.5x the time of rendering it (benchmarks/render_bench.py). Manifests are plain
-data (dicts, lists, strings, numbers, booleans, null), so they are written here directly: mappings
-and sequences in block style with sorted keys, a string plain only when YAML 1.1 and 1.2 both read
-it back as that string (else as a JSON string, which YAML reads as a double-quoted scalar), and a
-multi-line string as a literal block. tests/test_render.py reads every file back with PyYAML and
-compares it with the objects. `Files` writes one file per cluster beside rendering, all or none.
+The YAML text itself comes from `fleetops.yamltext`: its Cython-compiled twin when one was built
+from the same source (setup.py; 1.8x as fast), the plain module otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import gc
+import hashlib
 import os
-import re
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fleetops import fork
+from fleetops import fork, yamltext
 
-# Letters first: never a number, a date or a sexagesimal; the words YAML 1.1 reads as booleans or null are excluded.
-_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*\Z")
-_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
-_BLOCKABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029\ufeff]*\Z")
+Text = Callable[[list[dict[str, Any]]], str]
 
 
-# Label keys, names and values repeat across thousands of objects, and whole lines with them (the
-# labels and annotations every object carries): each is formatted once per stream. A line's key
-# holds its value's type: a bool is never an int here, and "1" never 1.
-_TEXT: dict[str, str] = {}
-_LINES: dict[tuple[str, ...] | tuple[str, str, str | int], str] = {}  # (pad, key, value) -> line, (pad, key) -> "key:"
-
-
-def _scalar(value: Any) -> str:
-    if type(value) is str:
-        text = _TEXT.get(value)
-        if text is None:
-            plain = _PLAIN.match(value) and value.lower() not in _WORDS
-            text = _TEXT[value] = value if plain else json.dumps(value, ensure_ascii=False)
-        return text
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return json.dumps(value)
-    return _scalar(str(value))
-
-
-def _literal(text: str, pad: str) -> str | None:
-    """`|` block of a multi-line string, or None when a literal block cannot hold it exactly."""
-    if "\n" not in text or text.startswith((" ", "\n")) or "\r" in text or not _BLOCKABLE.match(text):
+def native() -> Text | None:
+    """The compiled YAML writer, or None when it was not built, or was built from another text of yamltext.py."""
+    if os.environ.get("FLEETOPS_PURE_PYTHON"):
         return None
-    body = text[:-1] if text.endswith("\n") else text
-    if body.endswith("\n"):  # trailing blank lines: keep them with "+"
-        return None
-    indicator = "|" if text.endswith("\n") else "|-"
-    return indicator + "".join(f"\n{pad}{line}" if line else "\n" for line in body.split("\n"))
-
-
-def _node(value: Any, pad: str, out: list[str]) -> None:
-    """Append the lines of a non-empty mapping or sequence at indentation `pad`."""
-    if type(value) is dict:
-        inner = pad + "  "
-        lines = _LINES
-        for key in sorted(value):
-            item = value[key]
-            if type(item) is str or type(item) is int:  # most fields: one line, written once per stream
-                line = lines.get((pad, key, item))
-                if line is None:
-                    if type(item) is str and "\n" in item:
-                        _entry(f"{pad}{_scalar(key)}:", item, pad, inner, out)
-                        continue
-                    line = lines[pad, key, item] = f"{pad}{_scalar(key)}: {_scalar(item)}"
-                out.append(line)
-                continue
-            head = lines.get((pad, key))
-            if head is None:
-                head = lines[pad, key] = f"{pad}{_scalar(key)}:"
-            if type(item) is dict and item:
-                out.append(head)
-                _node(item, inner, out)
-            elif type(item) is list and item:
-                out.append(head)
-                _node(item, pad, out)  # a sequence under a key sits at the key's indentation
-            else:
-                _entry(head, item, pad, inner, out)
-    else:
-        for item in value:
-            if isinstance(item, (dict, list)) and item:
-                start = len(out)
-                _node(item, pad + "  ", out)
-                out[start] = f"{pad}- {out[start][len(pad) + 2:]}"  # the first line moves onto the dash
-            else:
-                _entry(f"{pad}-", item, pad, pad + "  ", out)
-
-
-def _entry(head: str, value: Any, pad: str, inner: str, out: list[str]) -> None:
-    if isinstance(value, dict) and value:
-        out.append(head)
-        _node(value, inner, out)
-    elif isinstance(value, list) and value:
-        out.append(head)
-        _node(value, pad, out)  # a sequence under a key sits at the key's indentation
-    elif isinstance(value, (dict, list)):
-        out.append(f"{head} {'{}' if isinstance(value, dict) else '[]'}")
-    elif isinstance(value, str) and (block := _literal(value, inner)) is not None:
-        out.append(f"{head} {block}")
-    else:
-        out.append(f"{head} {_scalar(value)}")
-
-
-def documents(manifests: list[dict[str, Any]]) -> str:
-    """A multi-document YAML stream, one `---` document per manifest."""
-    out: list[str] = []
     try:
-        for manifest in manifests:
-            out.append("---")
-            if manifest:
-                _node(manifest, "", out)
-            else:
-                out.append("{}")
-    finally:
-        _TEXT.clear()  # caches of one stream, not of the process
-        _LINES.clear()
-    return "\n".join(out) + "\n" if out else ""
+        from fleetops import _yamltext  # type: ignore[attr-defined]
+    except ImportError:  # not built (no C compiler), or built for another Python
+        return None
+    source = Path(yamltext.__file__).read_bytes()
+    return _yamltext.documents if getattr(_yamltext, "SOURCE_SHA256", None) == hashlib.sha256(source).hexdigest() else None
+
+
+documents: Text = native() or yamltext.documents
 
 
 class WriteError(Exception):
@@ -140,29 +44,34 @@ class Files:
     every file is written; on any failure, or leaving the `with` without `commit`, no file is
     replaced and no temporary file or folder of ours is left.
 
-    `put` writes a text that is ready. `add` takes manifests (render's files) and has their text made
-    and written by forks of this process while rendering goes on (the large fleet's 15,000 objects
-    are 0.25 s of YAML, which then overlaps the render instead of following it). A fork is started
-    for every `batch` objects rather than for every file: each fork costs the renderer its page
-    tables and copies of the pages it writes next (5,000: two forks while the large fleet renders,
-    measured best against 2,000 to 8,000); what is left at `commit` is shared out among as many
-    forks as there are cores.
+    `put` writes a text that is ready. `add` takes manifests (render's files) whose `text` is made
+    and written by a writer, a fork of this process, while rendering goes on: the large fleet's
+    15,000 objects are 0.1-0.25 s of YAML, which then overlaps the render instead of following it.
+    The writer is forked when the Files are made, before the render has built anything: a fork
+    made later shares the render's pages, and each page either side then writes is copied first
+    (10,000 page faults, a third slower writing). So each file's manifests reach it as orjson text,
+    through an unnamed temporary file (a pipe holds 64 KiB: the render would wait whenever the
+    writer is behind). At `commit` this process writes the files the writer has not begun, from
+    the last back, while the writer finishes its own: both cores write the rest.
     """
 
-    def __init__(self, what: str, text: Callable[[list[dict[str, Any]]], str] = documents, batch: int = 5000) -> None:
-        self.what, self.text, self.batch = what, text, batch
+    def __init__(self, what: str, text: Text | None = None) -> None:
+        self.what, self.text = what, text
         self.written: list[tuple[Path, Path]] = []  # (target, temporary)
-        self.queued: list[tuple[Path, Path, list[dict[str, Any]]]] = []
-        self.writers: list[fork.Forked] = []
         self.created: list[Path] = []
+        self.writer: _Writer | None = _Writer.start(what, text) if text is not None else None
+        self.handed: list[tuple[Path, Path, list[dict[str, Any]]]] = []  # in the order the writer has them
 
     def put(self, path: Path, text: str) -> None:
         _write(path, self._beside(path), text, self.what)
 
     def add(self, path: Path, manifests: list[dict[str, Any]]) -> None:
-        self.queued.append((path, self._beside(path), manifests))
-        if sum(len(m) for _, _, m in self.queued) >= self.batch:
-            self._start()
+        assert self.text is not None, "Files(what, text) writes manifests"
+        tmp = self._beside(path)
+        if self.writer is not None and self.writer.hand(path, tmp, manifests):
+            self.handed.append((path, tmp, manifests))
+        else:  # no fork, or data orjson cannot carry (an int beyond 64 bits): written here, now
+            _write(path, tmp, self.text(manifests), self.what)
 
     def _beside(self, path: Path) -> Path:
         """The temporary file `path` is first written to, in its folder (made if missing)."""
@@ -179,24 +88,14 @@ class Files:
         self.written.append((path, tmp))
         return tmp
 
-    def _start(self, forks: int = 1) -> None:
-        """Write the queued files: in `forks` forks, each with a like share of the objects (here, without fork)."""
-        files, self.queued = self.queued, []
-        shares: list[list[tuple[Path, Path, list[dict[str, Any]]]]] = [[] for _ in range(min(forks, len(files)))]
-        for entry in sorted(files, key=lambda f: -len(f[2])):  # largest first, each to the lightest share
-            min(shares, key=lambda share: sum(len(f[2]) for f in share)).append(entry)
-        for share in shares:
-            writer = fork.start(str(share[0][0]), WriteError, _write_in_fork, share, self.text, self.what)
-            if writer is None:
-                _write_manifests(share, self.text, self.what)
-            else:
-                self.writers.append(writer)
-
     def commit(self) -> int:
         """Wait for every file, then put them all in place; the number of files."""
-        self._start(forks=min(fork.cores(), 8))  # nothing else to do here now: every core writes
-        for writer in self.writers:
-            writer.recv()
+        if self.writer is not None:
+            assert self.text is not None
+            for index in self.writer.finish(len(self.handed)):
+                path, tmp, manifests = self.handed[index]
+                _write(path, tmp, self.text(manifests), self.what)
+            self.writer.wait()
         for path, tmp in self.written:
             try:
                 tmp.replace(path)
@@ -209,14 +108,87 @@ class Files:
         return self
 
     def __exit__(self, *_: object) -> None:
-        for writer in self.writers:  # not committed: nothing lands
-            writer.close()
-        for _, tmp in self.written:
+        if self.writer is not None:  # not committed: nothing lands
+            self.writer.close()
+        for _target, tmp in self.written:
             with contextlib.suppress(OSError):  # a folder that refused the file refuses its removal too
                 tmp.unlink(missing_ok=True)
         for directory in sorted(self.created, key=lambda d: len(d.parts), reverse=True):  # innermost first
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+class _Writer:
+    """The fork that writes handed-over files in order, and the two counters it shares with this
+    process: the next file it may begin, and the first file this process has taken for itself."""
+
+    def __init__(self, forked: fork.Forked, items: Any, spool: Any, claims: Any) -> None:
+        self.forked, self.items, self.spool, self.claims = forked, items, spool, claims
+        self.spooled = 0
+        self.broken = False
+
+    @classmethod
+    def start(cls, what: str, text: Text) -> _Writer | None:
+        claims = fork.shared([0, _ALL])
+        if claims is None:
+            return None
+        try:
+            spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the writer
+        except OSError:  # no temporary folder to be had: the files are written here
+            return None
+        reading, sending = fork.pipe()
+        forked = fork.start(f"writing {what}", WriteError, _write_in_order, reading, sending, spool.fileno(), claims, text, what)
+        reading.close()
+        if forked is None:
+            sending.close()
+            spool.close()
+            return None
+        return cls(forked, sending, spool, claims)
+
+    def hand(self, path: Path, tmp: Path, manifests: list[dict[str, Any]]) -> bool:
+        """Give the writer a file; False when it cannot take it (then write it yourself)."""
+        import orjson
+
+        if self.broken:
+            return False
+        try:
+            data = orjson.dumps(manifests)
+        except orjson.JSONEncodeError:
+            return False
+        try:
+            os.pwrite(self.spool.fileno(), data, self.spooled)
+            self.items.send((str(path), str(tmp), self.spooled, len(data)))
+        except OSError:  # the writer is gone (its failure is read at commit), or the spool is full
+            self.broken = True
+            return False
+        self.spooled += len(data)
+        return True
+
+    def finish(self, handed: int) -> Iterator[int]:
+        """Every file is handed over: the ones the writer has not begun, from the last back, each
+        taken only once the one before is written (the writer goes on meanwhile)."""
+        with contextlib.suppress(OSError):  # a writer gone says why at `wait`
+            self.items.send(None)
+        with self.claims.get_lock():
+            self.claims[1] = handed
+        while True:
+            with self.claims.get_lock():
+                index = self.claims[1] - 1
+                if index < self.claims[0]:
+                    return
+                self.claims[1] = index
+            yield index
+
+    def wait(self) -> None:
+        self.forked.recv()
+
+    def close(self) -> None:
+        self.forked.close()
+        self.items.close()
+        self.spool.close()
+
+
+_ALL = 2**62  # no file taken by the committing process yet
 
 
 def _write(path: Path, tmp: Path, text: str, what: str) -> None:
@@ -226,12 +198,20 @@ def _write(path: Path, tmp: Path, text: str, what: str) -> None:
         raise WriteError(f"{path}: cannot write {what}: {exc.strerror}") from None
 
 
-def _write_manifests(files: list[tuple[Path, Path, list[dict[str, Any]]]], text: Callable[[list[dict[str, Any]]], str], what: str) -> None:
-    for path, tmp, manifests in files:
-        _write(path, tmp, text(manifests), what)
+def _write_in_order(reply: Callable[..., None], reading: Any, sending: Any, spool: int, claims: Any, text: Text, what: str) -> None:
+    """The writer: each file handed over, in order, until none is left or the rest is taken."""
+    import orjson
 
-
-def _write_in_fork(reply: Callable[..., None], *args: Any) -> None:
-    os.nice(10)  # the render, which every file waits for anyway, goes first
-    _write_manifests(*args)
+    sending.close()  # this process's copy of the sending end: its reading must end when the parent's closes
+    os.nice(10)  # on one core the render, which every file waits for anyway, goes first
+    gc.disable()  # manifests are trees, and this process ends with its files: the collector only slowed it (3x the decoding)
+    index = 0
+    while (item := reading.recv()) is not None:
+        path, tmp, at, size = item
+        with claims.get_lock():
+            if index >= claims[1]:
+                break
+            claims[0] = index + 1
+        _write(Path(path), Path(tmp), text(orjson.loads(os.pread(spool, size, at))), what)
+        index += 1
     reply(None, last=True)

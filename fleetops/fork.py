@@ -33,12 +33,21 @@ def start(name: str, error: type[Exception], target: Callable[..., None], *args:
         return None
 
 
-def cores() -> int:
-    """The cores this process may run on (its affinity, not the host's count)."""
+def pipe() -> tuple[Any, Any]:
+    """A one-way pipe (reading end, sending end) to give a fork started after it."""
+    assert _CONTEXT is not None
+    return _CONTEXT.Pipe(duplex=False)
+
+
+def shared(values: list[int]) -> Any:
+    """Integers in memory this process shares with forks started after it (read and write them
+    under `.get_lock()`), or None where there is no fork."""
+    if _CONTEXT is None:
+        return None
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+        return _CONTEXT.Array("q", values)
+    except (OSError, ImportError):  # no shared memory or no semaphores (a container without /dev/shm)
+        return None
 
 
 class Forked:

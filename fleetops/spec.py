@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -174,6 +175,9 @@ class EdgeGroup(Model):
     match: NodeMatch = NodeMatch()
 
 
+G = TypeVar("G", Pool, EdgeGroup)
+
+
 class Cluster(Model):
     name: Name
     role: Literal["center", "edge"]
@@ -182,6 +186,24 @@ class Cluster(Model):
     edge_runtime: Literal["kubeedge", "openyurt"] = "kubeedge"
     pools: list[Pool] = []
     edge_groups: list[EdgeGroup] = []
+
+    # A tenant names a few of its clusters' many pools: found by name, not by a walk over all of
+    # them for every tenant (which grew as tenants x pools: a quadratic load, render and policy input).
+    @functools.cached_property
+    def pools_by_name(self) -> dict[str, list[tuple[int, Pool]]]:
+        return _by_name(self.pools)
+
+    @functools.cached_property
+    def edge_groups_by_name(self) -> dict[str, list[tuple[int, EdgeGroup]]]:
+        return _by_name(self.edge_groups)
+
+
+def _by_name(groups: list[G]) -> dict[str, list[tuple[int, G]]]:
+    """Each name's groups with their places (a name given twice is reported by `cross_checks`; both count until then)."""
+    out: dict[str, list[tuple[int, G]]] = {}
+    for place, group in enumerate(groups):
+        out.setdefault(group.name, []).append((place, group))
+    return out
 
 
 # --- tenants, priorities, scheduling ------------------------------------------------------
@@ -552,13 +574,11 @@ def _dangling_placement(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster]) 
         if name not in clusters:
             yield loc + ("clusters", k), f"unknown cluster {name!r}"
     mine = [clusters[n] for n in tenant.clusters if n in clusters]
-    pools = {p.name for c in mine for p in c.pools}
-    groups = {g.name for c in mine for g in c.edge_groups}
     for k, name in enumerate(tenant.pools or []):
-        if name not in pools:
+        if not any(name in c.pools_by_name for c in mine):
             yield loc + ("pools", k), f"unknown pool {name!r} in the tenant's clusters {tenant.clusters}"
     for k, name in enumerate(tenant.edge_groups):
-        if name not in groups:
+        if not any(name in c.edge_groups_by_name for c in mine):
             yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
 
 
@@ -673,11 +693,15 @@ def mig_resource(profile: str) -> str:
 def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
     """The pools (and edge groups) a tenant's workloads may land on, in declaration order."""
     out: list[Group] = []
-    pools, edge_groups = set(tenant.pools or ()), set(tenant.edge_groups)
     for cluster in clusters:
-        out += [p for p in cluster.pools if tenant.pools is None or p.name in pools]
-        out += [g for g in cluster.edge_groups if g.name in edge_groups]
+        out += cluster.pools if tenant.pools is None else _named(cluster.pools_by_name, tenant.pools)
+        out += _named(cluster.edge_groups_by_name, tenant.edge_groups)
     return out
+
+
+def _named(index: dict[str, list[tuple[int, G]]], names: list[str]) -> list[G]:
+    """The groups of `index` that `names` names, each once, in their declaration order."""
+    return [group for _, group in sorted((entry for name in set(names) for entry in index.get(name, ())), key=lambda entry: entry[0])]
 
 
 def cluster_by_name(env: Environment, name: str) -> Cluster:

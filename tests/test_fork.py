@@ -53,7 +53,7 @@ def refuse_forks(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_files_are_written_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
     refuse_forks(monkeypatch)
-    with emit.Files("objects", batch=1) as files:
+    with emit.Files("objects", emit.documents) as files:
         for cluster, manifests in state.clusters.items():
             files.add(tmp_path / f"{cluster}.yaml", manifests)
         assert files.commit() == len(state.clusters)

@@ -227,12 +227,12 @@ def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkey
 def test_files_written_by_forks_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
     state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
     out = tmp_path / "a" / "b"
-    with emit.Files("objects", batch=1) as files:  # a fork per cluster
+    with emit.Files("objects", emit.documents) as files:
         for cluster, manifests in state.clusters.items():
             files.add(out / f"{cluster}.yaml", manifests)
         assert not [p for p in out.iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
     assert not (tmp_path / "a").exists()  # left without commit: no file, no temporary, no folder of ours
-    with emit.Files("objects", batch=1) as files:
+    with emit.Files("objects", emit.documents) as files:
         for cluster, manifests in state.clusters.items():
             files.add(out / f"{cluster}.yaml", manifests)
         assert files.commit() == len(state.clusters)
