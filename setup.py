@@ -2,20 +2,23 @@
 
 fleetops/yamltext.py (the YAML writer of `render -o`) is compiled by Cython into the twin module
 `fleetops._yamltext`, stamped with the SHA-256 of the text it was built from: fleetops.emit loads
-it only while yamltext.py still has that text. The extension is optional: with no C compiler the
-build goes on and fleetops writes YAML with the plain module, 1.8x slower.
+it only while yamltext.py still has that text. It is optional: with no C compiler (or no Cython,
+as in a build without isolation) the build goes on and fleetops writes the same YAML with the
+plain module, 1.8x slower. FLEETOPS_PURE_PYTHON=1 builds a pure wheel (image/build.py: the
+reconciler writes no YAML files, and its image may have another Python than this machine).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
-from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-SOURCE = Path("fleetops") / "yamltext.py"
-TWIN = Path("build") / "native" / "_yamltext.py"
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fleetops" / "yamltext.py"
+TWIN = HERE / "build" / "native" / "_yamltext.py"
 
 
 def twin() -> str:
@@ -25,8 +28,17 @@ def twin() -> str:
     TWIN.parent.mkdir(parents=True, exist_ok=True)
     if not TWIN.exists() or TWIN.read_bytes() != stamped:  # an unchanged twin is not compiled again
         TWIN.write_bytes(stamped)
-    return str(TWIN)
+    return os.path.relpath(TWIN, HERE)  # setuptools wants paths relative to the project
 
 
-setup(ext_modules=cythonize([Extension("fleetops._yamltext", [twin()], optional=True)],
-                            compiler_directives={"language_level": 3}, quiet=True))
+def extensions() -> list[Extension]:
+    if os.environ.get("FLEETOPS_PURE_PYTHON"):
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        return []
+    return cythonize([Extension("fleetops._yamltext", [twin()], optional=True)], compiler_directives={"language_level": 3}, quiet=True)
+
+
+setup(ext_modules=extensions())

@@ -53,6 +53,10 @@ class Files:
     through an unnamed temporary file (a pipe holds 64 KiB: the render would wait whenever the
     writer is behind). At `commit` this process writes the files the writer has not begun, from
     the last back, while the writer finishes its own: both cores write the rest.
+
+    Whoever writes a file, its text is made from the manifests as orjson reads back its own text of
+    them (manifests are JSON, what the API server receives: a tuple is a list, NaN is null), or
+    from the manifests themselves when orjson cannot write them (an int beyond 64 bits).
     """
 
     def __init__(self, what: str, text: Text | None = None) -> None:
@@ -60,18 +64,25 @@ class Files:
         self.written: list[tuple[Path, Path]] = []  # (target, temporary)
         self.created: list[Path] = []
         self.writer: _Writer | None = _Writer.start(what, text) if text is not None else None
-        self.handed: list[tuple[Path, Path, list[dict[str, Any]]]] = []  # in the order the writer has them
+        self.handed: list[tuple[Path, Path]] = []  # in the order the writer has them
 
     def put(self, path: Path, text: str) -> None:
         _write(path, self._beside(path), text, self.what)
 
     def add(self, path: Path, manifests: list[dict[str, Any]]) -> None:
+        import orjson
+
         assert self.text is not None, "Files(what, text) writes manifests"
         tmp = self._beside(path)
-        if self.writer is not None and self.writer.hand(path, tmp, manifests):
-            self.handed.append((path, tmp, manifests))
-        else:  # no fork, or data orjson cannot carry (an int beyond 64 bits): written here, now
+        try:
+            data = orjson.dumps(manifests)
+        except orjson.JSONEncodeError:
             _write(path, tmp, self.text(manifests), self.what)
+            return
+        if self.writer is not None and self.writer.hand(path, tmp, data):
+            self.handed.append((path, tmp))
+        else:  # no fork to be had: written here, now
+            _write(path, tmp, self.text(orjson.loads(data)), self.what)
 
     def _beside(self, path: Path) -> Path:
         """The temporary file `path` is first written to, in its folder (made if missing)."""
@@ -93,8 +104,8 @@ class Files:
         if self.writer is not None:
             assert self.text is not None
             for index in self.writer.finish(len(self.handed)):
-                path, tmp, manifests = self.handed[index]
-                _write(path, tmp, self.text(manifests), self.what)
+                path, tmp = self.handed[index]
+                _write(path, tmp, self.text(self.writer.manifests(index)), self.what)
             self.writer.wait()
         for path, tmp in self.written:
             try:
@@ -122,9 +133,9 @@ class _Writer:
     """The fork that writes handed-over files in order, and the two counters it shares with this
     process: the next file it may begin, and the first file this process has taken for itself."""
 
-    def __init__(self, forked: fork.Forked, items: Any, spool: Any, claims: Any) -> None:
-        self.forked, self.items, self.spool, self.claims = forked, items, spool, claims
-        self.spooled = 0
+    def __init__(self, forked: fork.Forked, sending: Any, spool: Any, claims: Any) -> None:
+        self.forked, self.sending, self.spool, self.claims = forked, sending, spool, claims
+        self.spooled: list[tuple[int, int]] = []  # (offset, size) of each file's orjson text
         self.broken = False
 
     @classmethod
@@ -132,59 +143,79 @@ class _Writer:
         claims = fork.shared([0, _ALL])
         if claims is None:
             return None
-        try:
-            spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the writer
-        except OSError:  # no temporary folder to be had: the files are written here
-            return None
-        reading, sending = fork.pipe()
-        forked = fork.start(f"writing {what}", WriteError, _write_in_order, reading, sending, spool.fileno(), claims, text, what)
-        reading.close()
-        if forked is None:
-            sending.close()
-            spool.close()
-            return None
+        with contextlib.ExitStack() as undo:
+            try:
+                spool = undo.enter_context(tempfile.TemporaryFile())
+                reading, sending = fork.pipe()
+            except OSError:  # no temporary folder, no file descriptor left: the files are written here
+                return None
+            undo.callback(sending.close)
+            with contextlib.closing(reading):
+                forked = fork.start(f"writing {what}", WriteError, _write_in_order, reading, sending, spool.fileno(), claims, text, what)
+            if forked is None:
+                return None
+            undo.pop_all()
         return cls(forked, sending, spool, claims)
 
-    def hand(self, path: Path, tmp: Path, manifests: list[dict[str, Any]]) -> bool:
-        """Give the writer a file; False when it cannot take it (then write it yourself)."""
-        import orjson
-
+    def hand(self, path: Path, tmp: Path, data: bytes) -> bool:
+        """Give the writer a file's orjson text; False when it cannot take it (then write it yourself)."""
         if self.broken:
             return False
+        at = self.spooled[-1][0] + self.spooled[-1][1] if self.spooled else 0
         try:
-            data = orjson.dumps(manifests)
-        except orjson.JSONEncodeError:
-            return False
-        try:
-            os.pwrite(self.spool.fileno(), data, self.spooled)
-            self.items.send((str(path), str(tmp), self.spooled, len(data)))
+            if os.pwrite(self.spool.fileno(), data, at) != len(data):
+                raise OSError("short write")
+            self.sending.send((str(path), str(tmp), at, len(data)))
         except OSError:  # the writer is gone (its failure is read at commit), or the spool is full
             self.broken = True
             return False
-        self.spooled += len(data)
+        self.spooled.append((at, len(data)))
         return True
+
+    def manifests(self, index: int) -> list[dict[str, Any]]:
+        """The manifests of the `index`th file handed over, as the writer would have read them."""
+        import orjson
+
+        at, size = self.spooled[index]
+        return orjson.loads(os.pread(self.spool.fileno(), size, at))
 
     def finish(self, handed: int) -> Iterator[int]:
         """Every file is handed over: the ones the writer has not begun, from the last back, each
         taken only once the one before is written (the writer goes on meanwhile)."""
-        with contextlib.suppress(OSError):  # a writer gone says why at `wait`
-            self.items.send(None)
-        with self.claims.get_lock():
-            self.claims[1] = handed
+        taken = False
         while True:
-            with self.claims.get_lock():
-                index = self.claims[1] - 1
-                if index < self.claims[0]:
+            with self._locked() as claims:
+                if claims is None:  # the writer died holding the lock: its end is read at `wait`
                     return
-                self.claims[1] = index
+                index = min(claims[1], handed) - 1
+                if index < claims[0]:
+                    break
+                claims[1] = index
+            taken = True
             yield index
+        if not taken:  # the writer has read every file and waits for one more (else it stops at the first one taken)
+            with contextlib.suppress(OSError):  # a writer gone says why at `wait`
+                self.sending.send(None)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Any]:
+        """The shared counters, under their lock; None when the writer is gone with the lock held."""
+        lock = self.claims.get_lock()
+        while not lock.acquire(timeout=1.0):  # the writer holds it for a few instructions at a time
+            if not self.forked.proc.is_alive():
+                yield None
+                return
+        try:
+            yield self.claims
+        finally:
+            lock.release()
 
     def wait(self) -> None:
         self.forked.recv()
 
     def close(self) -> None:
         self.forked.close()
-        self.items.close()
+        self.sending.close()
         self.spool.close()
 
 
@@ -196,6 +227,8 @@ def _write(path: Path, tmp: Path, text: str, what: str) -> None:
         tmp.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"{path}: cannot write {what}: {exc.strerror}") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate, which no UTF-8 file can hold
+        raise WriteError(f"{path}: cannot write {what}: {exc.object[exc.start:exc.end]!r} is not text UTF-8 can hold") from None
 
 
 def _write_in_order(reply: Callable[..., None], reading: Any, sending: Any, spool: int, claims: Any, text: Text, what: str) -> None:

@@ -103,6 +103,7 @@ def _serve(reading: Any, conn: Any, name: str, error: type[Exception], target: C
     # a pipe that only forks keep open.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler (clean up and exit) is the parent's: a fork just ends
     reading.close()
     for forked in list(_LIVE):
         forked.conn.close()

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -187,19 +187,36 @@ class Cluster(Model):
     pools: list[Pool] = []
     edge_groups: list[EdgeGroup] = []
 
-    # A tenant names a few of its clusters' many pools: found by name, not by a walk over all of
-    # them for every tenant (which grew as tenants x pools: a quadratic load, render and policy input).
     @functools.cached_property
-    def pools_by_name(self) -> dict[str, list[tuple[int, Pool]]]:
-        return _by_name(self.pools)
+    def group_names_cache(self) -> GroupNames:
+        """Its pools and edge groups by name: read it through `group_names`."""
+        return GroupNames.of(self)
 
-    @functools.cached_property
-    def edge_groups_by_name(self) -> dict[str, list[tuple[int, EdgeGroup]]]:
-        return _by_name(self.edge_groups)
+
+class GroupNames(NamedTuple):
+    """A cluster's pools and edge groups by name, each with its place in the declaration (a name
+    given twice is reported by `cross_checks`; both count until then). A tenant names a few of its
+    clusters' many pools: they are found by name, not by a walk over all of them for each tenant,
+    which grew as tenants x pools (load, render and the policy input)."""
+
+    pools: list[Pool]
+    edge_groups: list[EdgeGroup]
+    pool: dict[str, list[tuple[int, Pool]]]
+    edge_group: dict[str, list[tuple[int, EdgeGroup]]]
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> GroupNames:
+        return cls(cluster.pools, cluster.edge_groups, _by_name(cluster.pools), _by_name(cluster.edge_groups))
+
+
+def group_names(cluster: Cluster) -> GroupNames:
+    names = cluster.group_names_cache
+    if names.pools is cluster.pools and names.edge_groups is cluster.edge_groups:
+        return names
+    return GroupNames.of(cluster)  # a copy made with other groups (model_copy(update=...)) carries its original's
 
 
 def _by_name(groups: list[G]) -> dict[str, list[tuple[int, G]]]:
-    """Each name's groups with their places (a name given twice is reported by `cross_checks`; both count until then)."""
     out: dict[str, list[tuple[int, G]]] = {}
     for place, group in enumerate(groups):
         out.setdefault(group.name, []).append((place, group))
@@ -575,10 +592,10 @@ def _dangling_placement(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster]) 
             yield loc + ("clusters", k), f"unknown cluster {name!r}"
     mine = [clusters[n] for n in tenant.clusters if n in clusters]
     for k, name in enumerate(tenant.pools or []):
-        if not any(name in c.pools_by_name for c in mine):
+        if not any(name in group_names(c).pool for c in mine):
             yield loc + ("pools", k), f"unknown pool {name!r} in the tenant's clusters {tenant.clusters}"
     for k, name in enumerate(tenant.edge_groups):
-        if not any(name in c.edge_groups_by_name for c in mine):
+        if not any(name in group_names(c).edge_group for c in mine):
             yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
 
 
@@ -694,8 +711,9 @@ def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
     """The pools (and edge groups) a tenant's workloads may land on, in declaration order."""
     out: list[Group] = []
     for cluster in clusters:
-        out += cluster.pools if tenant.pools is None else _named(cluster.pools_by_name, tenant.pools)
-        out += _named(cluster.edge_groups_by_name, tenant.edge_groups)
+        names = group_names(cluster)
+        out += cluster.pools if tenant.pools is None else _named(names.pool, tenant.pools)
+        out += _named(names.edge_group, tenant.edge_groups)
     return out
 
 

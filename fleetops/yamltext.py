@@ -10,12 +10,15 @@ multi-line string as a literal block. tests/test_render.py reads every file back
 This file is plain Python, and also what setup.py compiles with Cython into `fleetops._yamltext`
 (1.8x as fast) when a C compiler is at hand; `fleetops.emit` uses the compiled twin only while it
 was built from this very text (its SOURCE_SHA256), so an edit here is never shadowed by an old build.
+Compiled, an annotation is a type check (`str`: exactly str, `list`: exactly list): only this
+module's own values are annotated so; what comes from the manifests is `Any`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 # Letters first: never a number, a date or a sexagesimal; the words YAML 1.1 reads as booleans or null are excluded.
@@ -49,7 +52,7 @@ def _scalar(value: Any) -> str:
     return _scalar(str(value))
 
 
-def _literal(text: str, pad: str) -> str | None:
+def _literal(text: Any, pad: str) -> str | None:
     """`|` block of a multi-line string, or None when a literal block cannot hold it exactly."""
     if "\n" not in text or text.startswith((" ", "\n")) or "\r" in text or not _BLOCKABLE.match(text):
         return None
@@ -112,7 +115,7 @@ def _entry(head: str, value: Any, pad: str, inner: str, out: list[str]) -> None:
         out.append(f"{head} {_scalar(value)}")
 
 
-def documents(manifests: list[dict[str, Any]]) -> str:
+def documents(manifests: Iterable[dict[str, Any]]) -> str:
     """A multi-document YAML stream, one `---` document per manifest."""
     out: list[str] = []
     try:

@@ -57,7 +57,8 @@ def install(rootfs: Path) -> None:
     filesystem without a network: nothing of this machine's configuration lands in the image."""
     wheels = rootfs / "tmp" / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
-    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(ROOT))
+    # A pure fleetops wheel: the compiled YAML writer serves `render -o`, which the reconciler never runs.
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(ROOT), env={**os.environ, "FLEETOPS_PURE_PYTHON": "1"})
     try:
         shutil.rmtree(rootfs / PREFIX.lstrip("/"), ignore_errors=True)
         run("chroot", str(rootfs), "python3", "-m", "venv", PREFIX)

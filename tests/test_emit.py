@@ -23,12 +23,15 @@ VALUES = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 1.5, 1e9,
 
 
 def compiled() -> emit.Text:
+    if os.environ.get("FLEETOPS_PURE_PYTHON"):
+        pytest.skip("FLEETOPS_PURE_PYTHON is set: the plain module writes")
     writer = emit.native()
     if writer is None:
         compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-        if shutil.which(compiler):  # setup.py builds it wherever it can: missing here means not built, or stale
-            pytest.fail(f"fleetops._yamltext is missing or was built from another yamltext.py: run `make setup` ({compiler} is here)")
-        pytest.skip("no C compiler: fleetops writes YAML with the plain module")
+        if shutil.which(compiler) and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+            # setup.py builds it wherever it can: missing here means not built, or built from another text
+            pytest.fail(f"fleetops._yamltext is missing or was built from another yamltext.py: run `make setup` ({compiler} and Python.h are here)")
+        pytest.skip("no C compiler or no Python headers: fleetops writes YAML with the plain module")
     return writer
 
 
@@ -58,6 +61,18 @@ def test_both_writers_round_trip_every_kind_of_value(writer: str) -> None:
     documents = yamltext.documents if writer == "plain" else compiled()
     assert documents(VALUES) == yamltext.documents(VALUES)
     assert list(yaml.safe_load_all(documents(VALUES))) == VALUES
+
+
+class Label(str):
+    """A str subclass, as a StrEnum member in a manifest would be."""
+
+
+def test_the_compiled_writer_takes_what_the_plain_one_takes() -> None:
+    # Compiled, an annotation is a type check: `str` would refuse a subclass, `list` a tuple.
+    writer = compiled()
+    odd = ({"kind": Label("ConfigMap"), "data": {Label("k"): Label("two\nlines\n"), "v": Label("yes")}},)
+    assert writer(odd) == yamltext.documents(odd)
+    assert list(yaml.safe_load_all(writer(odd))) == [{"kind": "ConfigMap", "data": {"k": "two\nlines\n", "v": "yes"}}]
 
 
 def test_a_compiled_writer_built_from_another_text_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,12 +117,54 @@ def test_the_writer_and_this_process_each_write_a_file_once_the_writer_from_the_
         assert list(yaml.safe_load_all(path.read_text())) == manifests
 
 
+def by_whom(here: int) -> emit.Text:
+    return lambda manifests: f"# {'writer' if os.getpid() != here else 'here'}\n{yamltext.documents(manifests)}"
+
+
 def test_objects_orjson_cannot_carry_are_written_here(tmp_path: Path) -> None:
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"n": 2**70}}]  # beyond 64 bits
-    with emit.Files("objects", emit.documents) as out:
+    with emit.Files("objects", by_whom(os.getpid())) as out:
         out.add(tmp_path / "big.yaml", manifests)
         out.commit()
-    assert list(yaml.safe_load_all((tmp_path / "big.yaml").read_text())) == manifests
+    text = (tmp_path / "big.yaml").read_text()
+    assert text.startswith("# here\n") and list(yaml.safe_load_all(text)) == manifests
+
+
+def test_a_file_reads_the_same_whoever_writes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # JSON, what the API server receives: a tuple is a list and NaN is null, by the writer, by this
+    # process at commit, and by this process with no fork to be had alike.
+    manifests = [{"kind": "ConfigMap", "metadata": {"name": "odd"}, "data": {"t": (1, "a"), "f": float("nan")}}]
+    expected = "---\ndata:\n  f: null\n  t:\n  - 1\n  - a\nkind: ConfigMap\nmetadata:\n  name: odd\n"
+    begun, release = multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Event()
+    here = os.getpid()
+
+    def text(manifests: list[dict[str, Any]]) -> str:
+        if os.getpid() != here and not begun.is_set():
+            begun.set()  # the writer keeps the first file until this process has written the second
+            assert release.wait(timeout=120), "this process never wrote the second file"
+        elif os.getpid() == here:
+            release.set()
+        return emit.documents(manifests)
+
+    with emit.Files("objects", text) as out:
+        for name in ("by-writer", "by-here"):
+            out.add(tmp_path / f"{name}.yaml", manifests)
+        assert begun.wait(timeout=120), "the writer never began"
+        out.commit()
+    monkeypatch.setattr(emit._Writer, "start", classmethod(lambda cls, what, text: None))  # no fork
+    with emit.Files("objects", emit.documents) as out:
+        out.add(tmp_path / "no-fork.yaml", manifests)
+        out.commit()
+    assert [(tmp_path / f"{name}.yaml").read_text() for name in ("by-writer", "by-here", "no-fork")] == [expected] * 3
+
+
+def test_text_no_file_can_hold_is_one_line_and_lands_nothing(tmp_path: Path) -> None:
+    manifests = [{"kind": "ConfigMap", "metadata": {"name": "x\ud800"}}]  # a lone surrogate: orjson refuses it too
+    with pytest.raises(emit.WriteError, match=r"^.*x.yaml: cannot write objects: '\\ud800' is not text UTF-8 can hold$"), \
+            emit.Files("objects", emit.documents) as out:
+        out.add(tmp_path / "out" / "x.yaml", manifests)
+        out.commit()
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_failing_writer_lands_nothing_and_says_why_in_one_line(tmp_path: Path) -> None:

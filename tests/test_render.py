@@ -239,3 +239,13 @@ def test_files_written_by_forks_land_all_at_once_or_not_at_all(tmp_path: Path) -
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{c}.yaml" for c in state.clusters)
     for cluster, manifests in state.clusters.items():
         assert (out / f"{cluster}.yaml").read_text() == emit.documents(manifests)
+
+
+def test_a_tenant_finds_the_groups_of_the_cluster_it_is_given_not_of_the_one_it_was_copied_from() -> None:
+    env = spec.load_environment(ROOT / "environments" / "dev.yaml")
+    edge = next(c for c in env.clusters if c.edge_groups)
+    tenant = next(t for t in env.tenants if t.edge_groups)
+    assert [g.fingerprints for g in spec.eligible_groups(tenant, [edge])] != [[]]  # the index of `edge` is built now
+    bare = edge.model_copy(update={"edge_groups": [g.model_copy(update={"fingerprints": []}) for g in edge.edge_groups]})
+    assert [g.fingerprints for g in spec.eligible_groups(tenant, [bare])] == [[]]
+    assert bare == bare.model_copy() and edge != bare
