@@ -1,0 +1,153 @@
+"""Reading environment YAML: one walk builds what PyYAML builds and knows where every node is."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from benchmarks.generate import synthetic_yaml
+from fleetops import spec
+from tests.helpers import ROOT
+
+PLAIN = """\
+bools: [yes, no, on, off, true, False, y, n]
+nulls: [~, null, '', "~"]
+ints: [0x1F, 0o17, 017, 1_000, -0, +12, 0b101, 190:20:30]
+floats: [1e3, .inf, -.inf, .nan, 1.5, 6.8523015e+5, 190:20:30.15]
+dates: [2026-01-01, 2026-01-01 10:00:00, 2001-12-14t21:59:43.10-05:00]
+binary: !!binary aGVsbG8=
+tagged: !!str 123
+keys: {1: a, true: b, null: c, 2026-01-01: d, 1.5: e}
+anchor: &a {x: [1, 2]}
+alias: *a
+aliases: [*a, *a]
+quoted: ["yes", '0x1F', "2026-01-01", "<<"]
+literal: |
+  line
+folded: >
+  a
+  b
+empty:
+recursive: &r [1, *r]
+"""
+
+UNUSUAL = """\
+base: &b {x: 1, y: 2}
+merged: {<<: *b, y: 3}
+merged_list: {<<: [*b, {z: 4}], x: 0}
+set: !!set {a, b}
+omap: !!omap [{a: 1}, {b: 2}]
+pairs: !!pairs [{a: 1}, {a: 2}]
+"""
+
+BUNDLED = sorted((ROOT / "environments").glob("*.yaml"))
+
+
+def same(a: Any, b: Any, seen: set[tuple[int, int]] | None = None) -> bool:
+    """Equal with the same types all the way down (True is not 1), NaN equal to NaN, cycles allowed."""
+    seen = set() if seen is None else seen
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, dict | list):
+        if (id(a), id(b)) in seen:
+            return True
+        seen.add((id(a), id(b)))
+        if isinstance(a, dict):
+            return [(type(k), k) for k in a] == [(type(k), k) for k in b] and all(same(a[k], b[k], seen) for k in a)
+        return len(a) == len(b) and all(same(x, y, seen) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def pyyaml(text: str) -> Any:
+    return yaml.load(text, Loader=spec.YAML_LOADER)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [PLAIN, UNUSUAL, synthetic_yaml(0.05)] + [path.read_text() for path in BUNDLED],
+    ids=["plain", "unusual", "generated"] + [path.stem for path in BUNDLED],
+)
+def test_the_walk_builds_what_pyyaml_builds(text: str) -> None:
+    data, _ = spec.parse_yaml(text, "f.yaml")
+    assert same(data, pyyaml(text))
+
+
+def test_plain_yaml_is_built_without_pyyamls_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any) -> None:
+        raise AssertionError("PyYAML's constructor was used")
+
+    monkeypatch.setattr(spec.YAML_LOADER, "construct_document", refuse)
+    for text in [PLAIN, synthetic_yaml(0.05)] + [path.read_text() for path in BUNDLED]:
+        spec.parse_yaml(text, "f.yaml")
+    with pytest.raises(AssertionError, match="constructor was used"):
+        spec.parse_yaml(UNUSUAL, "f.yaml")
+
+
+def test_an_alias_is_the_anchored_value_itself() -> None:
+    data, _ = spec.parse_yaml(PLAIN, "f.yaml")
+    assert data["alias"] is data["anchor"] and data["aliases"][1] is data["anchor"]
+    assert data["recursive"][1] is data["recursive"]
+
+
+def test_every_node_has_its_place_and_a_field_points_at_its_key() -> None:
+    text = "a:\n  b: [x, {c: 1}]\n  d: &n {e: 2}\nf: *n\n"
+    _, positions = spec.parse_yaml(text, "f.yaml")
+    assert positions.nodes == {
+        (): (1, 1),
+        ("a",): (1, 1),
+        ("a", "b"): (2, 3),
+        ("a", "b", 0): (2, 7),
+        ("a", "b", 1): (2, 10),
+        ("a", "b", 1, "c"): (2, 11),
+        ("a", "d"): (3, 3),
+        ("a", "d", "e"): (3, 10),
+        ("f",): (4, 1),  # the alias's own place; what it holds was placed where it was written
+    }
+
+
+@pytest.mark.parametrize("text", ["a: 1\nb:\n  c: 2\n  c: 3\n", "m: {<<: {x: 1}}\nb:\n  c: 2\n  c: 3\n"], ids=["plain", "unusual"])
+def test_a_duplicate_key_is_refused_at_its_second_place(text: str) -> None:
+    with pytest.raises(spec.SpecError) as raised:
+        spec.parse_yaml(text, "f.yaml")
+    assert raised.value.problems == ["f.yaml:4:3: b.c: duplicate key"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["when: 2026-02-30\n", "k: {? [a, b] : c}\n", "x: !!python/name:os.system ''\n", "b: !!binary a\n", "a: [1, {b: 2026-13-01}]\nc: 2026-02-30\n"],
+    ids=["bad-date", "list-key", "unknown-tag", "bad-binary", "first-of-two"],
+)
+def test_what_pyyaml_cannot_build_is_refused_with_pyyamls_reason(text: str) -> None:
+    with pytest.raises((yaml.YAMLError, ValueError)) as reference:
+        pyyaml(text)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.parse_yaml(text, "f.yaml")
+    [problem] = raised.value.problems
+    reason = getattr(reference.value, "problem", None) or str(reference.value)
+    assert problem.startswith("f.yaml:") and reason in problem, (problem, reason)
+
+
+def test_nesting_as_deep_as_libyaml_reads_is_read() -> None:
+    text = "a: " + "[" * 990 + "]" * 990 + "\n"
+    data, positions = spec.parse_yaml(text, "f.yaml")
+    innermost = data["a"]
+    for _ in range(989):
+        [innermost] = innermost
+    assert innermost == []
+    assert positions.at(("a",) + (0,) * 989) == (1, 993)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.parse_yaml("a: " + "[" * 1001 + "]" * 1001 + "\n", "f.yaml")
+    assert raised.value.problems == ["f.yaml:1:1003: invalid YAML: while increasing flow level: exceeded maximum nesting depth"]
+
+
+def test_a_merged_key_may_be_overridden_and_is_placed_where_it_was_written() -> None:
+    data, positions = spec.parse_yaml(UNUSUAL, "f.yaml")
+    assert data["merged"] == {"x": 1, "y": 3}
+    assert positions.at(("merged", "y")) == (2, 18)
+    assert positions.at(("merged", "x")) == (2, 1)  # merged in from `base`: the mapping it went into
