@@ -6,13 +6,11 @@ person has to edit: `environments/prod.yaml:42:7: tenants[3].quota["nvidia.com/g
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
 import functools
 import ipaddress
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,31 +352,31 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 _TAG = "tag:yaml.org,2002:"
-# The scalar tags the resolver gives plain YAML, constructed by PyYAML's own function for each.
+# Scalar tags the walk builds with PyYAML's own function for each (binary only when written `!!binary`).
 _SCALAR_TAGS = frozenset(_TAG + name for name in ("int", "float", "bool", "null", "timestamp", "binary"))
 
 
 class _Unusual(Exception):
-    """A node the one-pass walk leaves to PyYAML's constructor: a merge key, an explicit tag, a
-    collection as a key."""
+    """What the walk leaves to PyYAML's constructor: merge keys (`<<`), value keys (`=`), `!!set`,
+    `!!omap`, `!!pairs`, unknown tags and collections as keys."""
 
 
 class _Tree:
-    """One walk over the composed nodes that records each node's position, finds duplicate keys
-    and, when `construct`, builds the data as PyYAML's SafeConstructor does for plain YAML.
+    """One walk over the composed nodes that notes each node's place by its path and the first
+    duplicate key and, when `construct`, builds the data as PyYAML's safe constructor does.
 
-    PyYAML's constructor and a second walk for positions took 3x as long as this walk (0.17 s
-    against 0.05 s for the large generated fleet): its generators and per-node bookkeeping cost
-    more than the work. Anything beyond plain YAML raises `_Unusual` and is constructed by PyYAML.
+    PyYAML's constructor and a second walk for the places took 3x as long as this walk (0.17 s
+    against 0.05 s for the large generated fleet). The walk takes one call per level, as the places
+    walk it replaces did: the nesting Python's recursion limit allows is unchanged.
     """
 
     def __init__(self, loader: Any, construct: bool) -> None:
         self.loader = loader
         self.construct = construct
         self.nodes: dict[Loc, tuple[int, int]] = {}
-        # An alias (*name) is the anchored node itself: walked once, its value shared as PyYAML
-        # shares it. Walked again, a node that contains its own alias would recurse forever and a
-        # few nested aliases would multiply the walk exponentially.
+        # An alias (*name) is the anchored node itself: an aliased collection is walked once and
+        # shared, as PyYAML shares it. Walked again, a node that contains its own alias would
+        # recurse forever and a few nested aliases would multiply the walk exponentially.
         self.walked: dict[int, Any] = {}
         self.duplicate: tuple[yaml.Mark, Loc] | None = None
 
@@ -388,9 +386,27 @@ class _Tree:
             return self._scalar(node) if self.construct else None
         if id(node) in self.walked:
             return self.walked[id(node)]
-        if type(node) is yaml.MappingNode:
-            return self._mapping(node, loc)
-        return self._sequence(node, loc)
+        mapping = type(node) is yaml.MappingNode
+        if self.construct and node.tag != _TAG + ("map" if mapping else "seq"):
+            raise _Unusual
+        out: Any = ({} if mapping else []) if self.construct else None
+        self.walked[id(node)] = out
+        if not mapping:
+            for i, item in enumerate(node.value):
+                value = self.walk(item, loc + (i,))
+                if out is not None:
+                    out.append(value)
+            return out
+        names: set[str] = set()
+        for key_node, value_node in node.value:
+            name = self._name(key_node, names, loc)
+            key = self._key(key_node) if out is not None else None
+            value = self.walk(value_node, loc + (name,))
+            if out is not None:
+                out[key] = value
+            # Errors about a field point at its key, where a person reads the field's name.
+            self.nodes[loc + (name,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        return out
 
     def _scalar(self, node: yaml.Node) -> Any:
         if node.tag == _TAG + "str":
@@ -399,43 +415,23 @@ class _Tree:
             return self.loader.yaml_constructors[node.tag](self.loader, node)
         raise _Unusual
 
-    def _mapping(self, node: yaml.Node, loc: Loc) -> dict[Any, Any] | None:
-        if self.construct and node.tag != _TAG + "map":
+    def _key(self, node: yaml.Node) -> Any:
+        if type(node) is not yaml.ScalarNode:
             raise _Unusual
-        out: dict[Any, Any] | None = {} if self.construct else None
-        self.walked[id(node)] = out
-        names: set[str] = set()
-        for key_node, value_node in node.value:
-            if self.construct and type(key_node) is not yaml.ScalarNode:
-                raise _Unusual
-            key = self._scalar(key_node) if self.construct else None
-            name = str(key_node.value)
-            if name in names and self.duplicate is None:
-                self.duplicate = (key_node.start_mark, loc + (name,))
-            names.add(name)
-            value = self.walk(value_node, loc + (name,))
-            if out is not None:
-                out[key] = value
-            # Errors about a field point at its key, where a person reads the field's name.
-            self.nodes[loc + (name,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-        return out
+        return self._scalar(node)
 
-    def _sequence(self, node: yaml.Node, loc: Loc) -> list[Any] | None:
-        if self.construct and node.tag != _TAG + "seq":
-            raise _Unusual
-        out: list[Any] | None = [] if self.construct else None
-        self.walked[id(node)] = out
-        for i, item in enumerate(node.value):
-            value = self.walk(item, loc + (i,))
-            if out is not None:
-                out.append(value)
-        return out
-
-    def positions(self, file: str) -> Positions:
-        if self.duplicate is not None:
-            mark, loc = self.duplicate
-            raise SpecError([f"{file}:{mark.line + 1}:{mark.column + 1}: {format_loc(loc)}: duplicate key"])
-        return Positions(file, self.nodes)
+    def _name(self, key_node: yaml.Node, names: set[str], loc: Loc) -> str:
+        """A key's name in paths; the first key written twice in a mapping is noted."""
+        mark = key_node.start_mark
+        if type(key_node) is not yaml.ScalarNode:  # its text would expand every alias inside it
+            return f"<key at {mark.line + 1}:{mark.column + 1}>"
+        name = str(key_node.value)
+        if key_node.tag == _TAG + "merge":  # `<<` may be written more than once; what it merges is checked where written
+            return name
+        if name in names and self.duplicate is None:
+            self.duplicate = (mark, loc + (name,))
+        names.add(name)
+        return name
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
@@ -452,21 +448,6 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
     return f"{file}:{line}:{col}: invalid YAML: {what}"
 
 
-@contextlib.contextmanager
-def _deep_enough() -> Iterator[None]:
-    """Room for the walk over the deepest document libyaml reads (1,000 levels, two calls each);
-    Python 3.11 calls Python functions without growing the C stack."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + 2 * _LIBYAML_MAX_DEPTH)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(limit)
-
-
-_LIBYAML_MAX_DEPTH = 1000
-
-
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
     """YAML text -> plain data and the position of each node; errors carry file:line:col."""
     loader = YAML_LOADER(text)
@@ -476,22 +457,24 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
             return None, Positions(file, {})
         tree = _Tree(loader, construct=True)
         try:
-            with _deep_enough():
-                data = tree.walk(root, ())
-        except (_Unusual, yaml.YAMLError, ValueError, TypeError):
-            # PyYAML's constructor builds what the walk does not, and reports what it cannot. The
-            # places are taken first: merging keys (`<<: *base`) rewrites the nodes it merges into.
+            data = tree.walk(root, ())
+        except Exception:  # noqa: BLE001 - whatever the walk cannot build, PyYAML builds or reports as it always did
+            # The places are taken first: merging keys (`<<: *base`) rewrites the nodes it merges into.
             tree = _Tree(loader, construct=False)
-            with _deep_enough():
-                tree.walk(root, ())
+            tree.walk(root, ())
             data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         raise SpecError([_yaml_problem(exc, file)]) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:  # e.g. an unreadable timestamp scalar
         raise SpecError([f"{file}:1:1: invalid YAML: {exc}"]) from None
+    except (KeyError, IndexError, AttributeError) as exc:  # PyYAML's builders on a tagged scalar they cannot read: `!!bool maybe`
+        raise SpecError([f"{file}:1:1: invalid YAML: a tagged value cannot be read ({type(exc).__name__}: {exc})"]) from None
     finally:
         loader.dispose()
-    return data, tree.positions(file)
+    if tree.duplicate is not None:
+        mark, loc = tree.duplicate
+        raise SpecError([f"{file}:{mark.line + 1}:{mark.column + 1}: {format_loc(loc)}: duplicate key"])
+    return data, Positions(file, tree.nodes)
 
 
 _TYPE_NAMES = {
