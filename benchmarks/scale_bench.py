@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.generate import synthetic_yaml  # noqa: E402
-from benchmarks.goals import Goal, exponent, report  # noqa: E402
+from benchmarks.goals import Goal, compile_sources, exponent, report  # noqa: E402
 
 GOAL_EXPONENT = 1.1
 
@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scales", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    compile_sources()
     runs: dict[float, list[dict[str, float]]] = {scale: [] for scale in args.scales}
     with tempfile.TemporaryDirectory() as tmp:
         files = {}

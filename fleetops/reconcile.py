@@ -38,6 +38,9 @@ from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Ma
 from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
 log = logging.getLogger("fleetops.reconcile")
+# A library logs only where its user asks it to (the reconcile service installs JSON logs). Set here,
+# in the one module that logs, so that the commands that never log do not import logging.
+logging.getLogger("fleetops").addHandler(logging.NullHandler())
 
 STATUS_CONFIGMAP = "fleetops-status"
 LEASE_NAME = "fleetops-reconciler"

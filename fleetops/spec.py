@@ -2,9 +2,11 @@
 
 Loading keeps the line and column of every YAML node so that each error names the place a
 person has to edit: `environments/prod.yaml:42:7: tenants[3].quota["nvidia.com/gpu"].burst: ...`.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here: pydantic would evaluate every field's annotation
+from its string when the models are built, at every start of the command line; the two names used
+before they are defined are quoted instead.
+"""
 
 import difflib
 import fnmatch
@@ -188,7 +190,7 @@ class Cluster(Model):
     edge_groups: list[EdgeGroup] = []
 
     @functools.cached_property
-    def group_names_cache(self) -> GroupNames:
+    def group_names_cache(self) -> "GroupNames":
         """Its pools and edge groups by name: read it through `group_names`."""
         return GroupNames.of(self)
 
@@ -205,7 +207,7 @@ class GroupNames(NamedTuple):
     edge_group: dict[str, list[tuple[int, EdgeGroup]]]
 
     @classmethod
-    def of(cls, cluster: Cluster) -> GroupNames:
+    def of(cls, cluster: Cluster) -> "GroupNames":
         return cls(cluster.pools, cluster.edge_groups, _by_name(cluster.pools), _by_name(cluster.edge_groups))
 
 

@@ -136,3 +136,17 @@ def test_the_module_runs_every_command_as_the_console_script_does() -> None:
     for module in ("fleetops.cli", "fleetops"):
         done = subprocess.run([sys.executable, "-m", module, "reconcile", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert done.returncode == 0 and "--detect-only" in done.stdout, done.stderr
+
+
+def test_validate_starts_without_the_heavy_parts() -> None:
+    """`validate` runs in editors and pre-commit hooks: it reads YAML and checks the model, and
+    loads neither Pulumi, the policy engine, JSON Schema, rich nor logging (each tens of ms)."""
+    import subprocess
+    import sys
+
+    heavy = ["pulumi", "pulumi_kubernetes", "fleetops.policy", "regorus", "jsonschema", "rich", "logging", "modules"]
+    probe = ("import sys; from fleetops import cli\n"
+             "try: cli.app(['validate', '--env', 'dev'])\nexcept SystemExit as e: code = e.code\n"
+             f"print(code, sorted(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
