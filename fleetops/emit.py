@@ -13,7 +13,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetops import fork, yamltext
 
@@ -42,7 +42,8 @@ class WriteError(Exception):
 class Files:
     """Files written all at once or not at all: each beside its target, renamed over it only once
     every file is written; on any failure, or leaving the `with` without `commit`, no file is
-    replaced and no temporary file or folder of ours is left.
+    replaced and no temporary file or folder of ours is left. A rename that fails once others are
+    done puts those back: each replaced file keeps a second name (a hard link) until all are in place.
 
     `put` writes a text that is ready. `add` takes manifests (render's files) whose `text` is made
     and written by a writer, a fork of this process, while rendering goes on: the large fleet's
@@ -107,11 +108,19 @@ class Files:
                 path, tmp = self.handed[index]
                 _write(path, tmp, self.text(self.writer.manifests(index)), self.what)
             self.writer.wait()
+        landed: list[_Before] = []
         for path, tmp in self.written:
+            before = _keep(path)
             try:
                 tmp.replace(path)
             except OSError as exc:
-                raise WriteError(f"{path}: cannot write {self.what}: {exc.strerror}") from None
+                _forget(before)
+                undone = _undo(landed)
+                raise WriteError(f"{path}: cannot write {self.what}: {exc.strerror}"
+                                 + ("" if undone else "; files put in place before it could not all be put back")) from None
+            landed.append(before)
+        for before in landed:
+            _forget(before)
         count, self.written, self.created = len(self.written), [], []
         return count
 
@@ -220,6 +229,50 @@ class _Writer:
 
 
 _ALL = 2**62  # no file taken by the committing process yet
+
+
+class _Before(NamedTuple):
+    """What a file renamed into place replaced: `kept`, a second name of the file it replaced (to put
+    it back), or nothing (`new`: there was none; else the file system has no hard links)."""
+
+    path: Path
+    kept: Path | None
+    new: bool
+
+
+def _keep(path: Path) -> _Before:
+    kept = path.with_name(f".{path.name}.old")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            kept.unlink()  # left by a run that was killed
+        os.link(path, kept)
+    except FileNotFoundError:
+        return _Before(path, None, new=True)
+    except OSError:  # no hard links here, or a folder that refuses them (its rename then says why)
+        return _Before(path, None, new=False)
+    return _Before(path, kept, new=False)
+
+
+def _forget(before: _Before) -> None:
+    if before.kept is not None:
+        with contextlib.suppress(OSError):
+            before.kept.unlink()
+
+
+def _undo(landed: list[_Before]) -> bool:
+    """Put back what was there before each file renamed into place; False when one could not be."""
+    undone = True
+    for before in reversed(landed):
+        try:
+            if before.kept is not None:
+                before.kept.replace(before.path)
+            elif before.new:
+                before.path.unlink(missing_ok=True)
+            else:
+                undone = False
+        except OSError:
+            undone = False
+    return undone
 
 
 def _write(path: Path, tmp: Path, text: str, what: str) -> None:

@@ -213,3 +213,40 @@ def test_files_are_written_here_without_a_temporary_folder_for_the_writer(tmp_pa
         assert out.commit() == 3
     for path, manifests in files.items():
         assert list(yaml.safe_load_all(path.read_text())) == manifests
+
+
+def test_a_rename_that_fails_partway_puts_back_the_files_renamed_before_it(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for name in ("a", "b", "c"):
+        (out_dir / f"{name}.yaml").write_text(f"old {name}\n")
+    with pytest.raises(emit.WriteError, match=r"^.*b\.yaml: cannot write objects: Is a directory$"), emit.Files("objects") as out:
+        for name in ("new", "a", "b", "c"):
+            out.put(out_dir / f"{name}.yaml", f"new {name}\n")
+        (out_dir / "b.yaml").unlink()
+        (out_dir / "b.yaml").mkdir()  # made a folder by someone else after it was written: its rename fails
+        out.commit()
+    assert sorted(p.name for p in out_dir.iterdir()) == ["a.yaml", "b.yaml", "c.yaml"]  # no temporary files, no new.yaml
+    assert [(out_dir / f"{name}.yaml").read_text() for name in ("a", "c")] == ["old a\n", "old c\n"]
+
+
+def test_a_second_name_left_by_a_killed_run_does_not_stop_the_next(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("old\n")
+    (tmp_path / ".a.yaml.old").write_text("left by a run killed between its renames\n")
+    with emit.Files("objects") as out:
+        out.put(tmp_path / "a.yaml", "new\n")
+        assert out.commit() == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"] and (tmp_path / "a.yaml").read_text() == "new\n"
+
+
+def test_where_the_file_system_has_no_hard_links_files_are_still_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(emit.os, "link", no_links)
+    (tmp_path / "a.yaml").write_text("old\n")
+    with emit.Files("objects") as out:
+        out.put(tmp_path / "a.yaml", "new\n")
+        out.put(tmp_path / "b.yaml", "new b\n")
+        assert out.commit() == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"] and (tmp_path / "a.yaml").read_text() == "new\n"
