@@ -5,8 +5,8 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: setup tools image plan test test-quick bench clean
 
-# setup.py and yamltext.py: the compiled YAML writer is built again from the text it must match.
-$(STAMP): pyproject.toml setup.py fleetops/yamltext.py
+# setup.py and _yamlwriter.pyx: the compiled YAML writer is built again from its source.
+$(STAMP): pyproject.toml setup.py fleetops/_yamlwriter.pyx
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@

@@ -6,7 +6,6 @@ checking are quoted instead.
 """
 
 import contextlib
-import functools
 import json
 import os
 import sys
@@ -27,7 +26,7 @@ from fleetops.output import decision_counts, envelope  # noqa: E402
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the policy engine or JSON Schema
     from rich.table import Table
 
-    from fleetops import policy
+    from fleetops import emit, policy
     from fleetops import render as render_mod
 
 app = typer.Typer(
@@ -188,14 +187,15 @@ def plan_document(result: dict[str, Any]) -> dict[str, Any]:
     return envelope("plan", result["verdict"] == "allowed", result["counts"], **{k: v for k, v in result.items() if k != "counts"})
 
 
-def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
-    if fmt is Format.json:
-        import orjson
-
-        return orjson.dumps(manifests, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+def text_of(fmt: Format) -> "emit.Text":
+    """How a cluster's manifests become text in `fmt`: on stdout, and in the files of `render -o`."""
     from fleetops import emit
 
-    return emit.documents(manifests)
+    return emit.documents if fmt is Format.yaml else emit.json_text
+
+
+def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
+    return text_of(fmt)(manifests)
 
 
 @app.command()
@@ -245,7 +245,7 @@ def render(
         from fleetops import emit
 
         try:
-            with emit.Files("rendered objects", functools.partial(dump, fmt=output)) as files:
+            with emit.Files("rendered objects", text_of(output)) as files:
                 model, state = render_or_fail(path, revision, engine.value,
                                               each_cluster=lambda cluster, objects: files.add(out_dir / f"{cluster}.{output.value}", objects))
                 written = files.commit()

@@ -2,9 +2,9 @@
 
 A fork starts in milliseconds with everything this process has built (no interpreter start, no
 imports, no copy of the data: pages are shared until written), which is what lets plan render its
-base and judge its head beside its own work, and render write its files beside rendering. Where
-there is no fork (not Linux or macOS), or the system refuses one (a process limit, no memory),
-`start` says so and callers do the same work in this process, one step after the other.
+base and judge its head beside its own work. Where there is no fork (not Linux or macOS), or the
+system refuses one (a process limit, no memory), `start` says so and callers do the same work in
+this process, one step after the other.
 """
 
 from __future__ import annotations
@@ -30,23 +30,6 @@ def start(name: str, error: type[Exception], target: Callable[..., None], *args:
     try:
         return Forked(name, error, target, args)
     except OSError:  # EAGAIN (a process limit), ENOMEM: the same work, in this process
-        return None
-
-
-def pipe() -> tuple[Any, Any]:
-    """A one-way pipe (reading end, sending end) to give a fork started after it."""
-    assert _CONTEXT is not None
-    return _CONTEXT.Pipe(duplex=False)
-
-
-def shared(values: list[int]) -> Any:
-    """Integers in memory this process shares with forks started after it (read and write them
-    under `.get_lock()`), or None where there is no fork."""
-    if _CONTEXT is None:
-        return None
-    try:
-        return _CONTEXT.Array("q", values)
-    except (OSError, ImportError):  # no shared memory or no semaphores (a container without /dev/shm)
         return None
 
 

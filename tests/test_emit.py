@@ -1,13 +1,15 @@
-"""The files `render -o` writes: the compiled YAML writer writes what the plain one does, and the
-writer fork and this process share the files out so that each is written once, all land or none."""
+"""The files `render -o` writes: the C writer writes yamltext's bytes (and orjson's, for
+`--output json`), a thread writes them beside the render and the committing thread shares the
+rest, and all files land or none."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+import random
 import shutil
 import sysconfig
+import threading
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,201 +20,214 @@ from fleetops import emit, render, yamltext
 from tests.helpers import ROOT
 from tests.test_render import TRICKY
 
-VALUES = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 1.5, 1e9, 2**40, True, False, None], "e": [{}, [], {"x": []}],
-           "nested": [[1, [2]], [{"a": {"b": [{"c": "d"}]}}]]}, {}]
+EXACT = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 2**40, 2**63 - 1, -(2**63), True, False, None],
+          "e": [{}, [], {"x": []}], "nested": [[1, [2]], [{"a": {"b": [{"c": "d"}]}}]]}, {}]
 
 
-def compiled() -> emit.Text:
-    if os.environ.get("FLEETOPS_PURE_PYTHON"):
-        pytest.skip("FLEETOPS_PURE_PYTHON is set: the plain module writes")
+def native() -> ModuleType:
+    if emit.os.environ.get("FLEETOPS_PURE_PYTHON"):
+        pytest.skip("FLEETOPS_PURE_PYTHON is set: yamltext writes")
     writer = emit.native()
     if writer is None:
         compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
         if shutil.which(compiler) and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
             # setup.py builds it wherever it can: missing here means not built, or built from another text
-            pytest.fail(f"fleetops._yamltext is missing or was built from another yamltext.py: run `make setup` ({compiler} and Python.h are here)")
-        pytest.skip("no C compiler or no Python headers: fleetops writes YAML with the plain module")
+            pytest.fail(f"fleetops._yamlwriter is missing or was built from another _yamlwriter.pyx: run `make setup` ({compiler} and Python.h are here)")
+        pytest.skip("no C compiler or no Python headers: yamltext writes")
     return writer
 
 
-def test_render_writes_with_the_compiled_writer_where_it_was_built() -> None:
-    assert emit.documents is compiled()
+FORMATS = pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
 
 
+def reference(as_json: bool) -> emit.Text:
+    """The text the C writer must write byte for byte: yamltext's, or orjson's."""
+    return emit.json_text if as_json else yamltext.documents
+
+
+@FORMATS
 @pytest.mark.parametrize("name", ["dev", "staging", "prod"])
-def test_the_compiled_writer_writes_the_bytes_of_the_plain_one_for_every_bundled_environment(name: str) -> None:
-    writer = compiled()
+def test_the_c_writer_writes_the_reference_bytes_for_every_bundled_environment(name: str, as_json: bool) -> None:
+    writer = native()
     state = render.render(ROOT / "environments" / f"{name}.yaml", revision="r")
     for manifests in state.clusters.values():
-        assert writer(manifests) == yamltext.documents(manifests)
+        assert writer.documents(manifests, as_json) == reference(as_json)(manifests)
 
 
-@pytest.mark.parametrize("scale", [0.05, 0.2])
-def test_the_compiled_writer_writes_the_bytes_of_the_plain_one_on_the_generated_fleet(tmp_path: Path, scale: float) -> None:
-    writer = compiled()
+@FORMATS
+@pytest.mark.parametrize("scale", [0.05, 0.2, 1.0])
+def test_the_c_writer_writes_the_reference_bytes_on_the_generated_fleet(tmp_path: Path, scale: float, as_json: bool) -> None:
+    writer = native()
     env_file = tmp_path / "large.yaml"
     env_file.write_text(synthetic_yaml(scale))
     for manifests in render.render(env_file, revision="r").clusters.values():
-        assert writer(manifests) == yamltext.documents(manifests)
+        assert writer.documents(manifests, as_json) == reference(as_json)(manifests)
 
 
-@pytest.mark.parametrize("writer", ["plain", "compiled"])
-def test_both_writers_round_trip_every_kind_of_value(writer: str) -> None:
-    documents = yamltext.documents if writer == "plain" else compiled()
-    assert documents(VALUES) == yamltext.documents(VALUES)
-    assert list(yaml.safe_load_all(documents(VALUES))) == VALUES
+@FORMATS
+def test_the_c_writer_writes_every_kind_of_json_value_as_the_reference_does(as_json: bool) -> None:
+    assert native().documents(EXACT, as_json) == reference(as_json)(EXACT)
+    assert list(yaml.safe_load_all(emit.documents(EXACT))) == EXACT
+
+
+@FORMATS
+def test_the_c_writer_sorts_a_large_mapping_as_the_reference_does(as_json: bool) -> None:
+    keys = [f"k{i}" for i in range(5000)] + ["é", "ü", "中", "\U0001f512", "Z", "_"]
+    random.Random(3).shuffle(keys)
+    manifests = [{"kind": "ConfigMap", "data": {k: k for k in keys}}]
+    assert native().documents(manifests, as_json) == reference(as_json)(manifests)
+
+
+def awkward(rng: random.Random, depth: int = 0) -> Any:
+    """A random value of exact JSON types, with the strings that make YAML hard."""
+    pick = rng.random()
+    if depth < 4 and pick < 0.25:
+        return {awkward_str(rng): awkward(rng, depth + 1) for _ in range(rng.randrange(0, 40 if rng.random() < 0.1 else 5))}
+    if depth < 4 and pick < 0.4:
+        return [awkward(rng, depth + 1) for _ in range(rng.randrange(0, 5))]
+    if pick < 0.5:
+        return rng.choice([0, -1, 7, 2**31, -(2**62), 2**63 - 1, -(2**63), True, False, None])
+    return awkward_str(rng)
+
+
+def awkward_str(rng: random.Random) -> str:
+    chars = "aZ09_./- :#'\"\\\n\t\r\x00\x07\x1f\x7f\x85\xe9\u2028\u2029\ufeff\u4e2d\U0001f512"
+    if rng.random() < 0.4:
+        return rng.choice(TRICKY)
+    return "".join(rng.choice(chars) for _ in range(rng.randrange(0, 12)))
+
+
+@FORMATS
+def test_the_c_writer_writes_the_reference_bytes_for_random_awkward_manifests(as_json: bool) -> None:
+    writer, rng = native(), random.Random(12)
+    for _ in range(3000):
+        manifests = [{awkward_str(rng): awkward(rng, 1) for _ in range(rng.randrange(0, 6))} for _ in range(rng.randrange(1, 4))]
+        assert writer.documents(manifests, as_json) == reference(as_json)(manifests), manifests
 
 
 class Label(str):
     """A str subclass, as a StrEnum member in a manifest would be."""
 
 
-def test_the_compiled_writer_takes_what_the_plain_one_takes() -> None:
-    # Compiled, an annotation is a type check: `str` would refuse a subclass, `list` a tuple.
-    writer = compiled()
-    odd = ({"kind": Label("ConfigMap"), "data": {Label("k"): Label("two\nlines\n"), "v": Label("yes")}},)
-    assert writer(odd) == yamltext.documents(odd)
-    assert list(yaml.safe_load_all(writer(odd))) == [{"kind": "ConfigMap", "data": {"k": "two\nlines\n", "v": "yes"}}]
+@pytest.mark.parametrize("value", [1.5, (1, "a"), Label("x"), "lone \ud800", 2**63, -(2**63) - 1, {1: "int key"}, "deep"],
+                         ids=["float", "tuple", "str-subclass", "surrogate", "int-over-64-bits", "int-under-64-bits", "int-key", "deep"])
+def test_values_the_c_writer_leaves_to_yamltext(value: Any) -> None:
+    writer = native()
+    if value == "deep":
+        value = []
+        for _ in range(300):
+            value = [value, 1]
+    for as_json in (False, True):
+        assert writer.documents([{"kind": "ConfigMap", "data": {"v": value}}], as_json) is None
+    odd = [{"kind": Label("ConfigMap"), "data": {Label("k"): Label("two\nlines\n"), "v": Label("yes")}}]
+    assert emit.documents(odd) == yamltext.documents(odd)  # emit's documents takes it all the same
 
 
-def test_a_compiled_writer_built_from_another_text_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled()
-    from fleetops import _yamltext  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(_yamltext, "SOURCE_SHA256", "0" * 64)  # as after an edit of yamltext.py without a build
+def test_a_c_writer_built_from_another_text_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = native()
+    monkeypatch.setattr(writer, "SOURCE_SHA256", "0" * 64)  # as after an edit of _yamlwriter.pyx without a build
     assert emit.native() is None
-    monkeypatch.setattr(_yamltext, "SOURCE_SHA256", _yamltext.SOURCE_SHA256)
+    monkeypatch.setattr(writer, "SOURCE_SHA256", writer.SOURCE_SHA256)
     monkeypatch.setenv("FLEETOPS_PURE_PYTHON", "1")
     assert emit.native() is None
 
 
 def files_of(tmp_path: Path, count: int) -> dict[Path, list[dict[str, Any]]]:
-    return {tmp_path / "out" / f"c{i}.yaml": [{"kind": "ConfigMap", "metadata": {"name": f"m{i}-{j}"}, "data": {"k": "v"}} for j in range(3)]
+    return {tmp_path / "out" / f"c{i}.yaml": [{"kind": "ConfigMap", "metadata": {"name": f"m{i}-{j}"}, "data": {"k": "v", "n": j}} for j in range(50)]
             for i in range(count)}
 
 
-def test_the_writer_and_this_process_each_write_a_file_once_the_writer_from_the_first_this_process_from_the_last(tmp_path: Path) -> None:
-    # The writer holds on in its first file until this process writes the second: by then this
-    # process has taken every file from the last back to the second, and the writer must stop after its first.
-    here = os.getpid()
-    begun, second = multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Event()
-    files = files_of(tmp_path, 6)
-    paths = list(files)
+def writers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "writing objects"]
 
-    def text(manifests: list[dict[str, Any]]) -> str:
-        if os.getpid() != here:
-            begun.set()
-            assert second.wait(timeout=120), "this process never took the second file"
-        elif manifests == files[paths[1]]:
-            second.set()
-        return f"# {'writer' if os.getpid() != here else 'here'}\n{yamltext.documents(manifests)}"
 
-    with emit.Files("objects", text) as out:
+@FORMATS
+def test_a_thread_writes_render_files_and_every_file_lands_once_committed(tmp_path: Path, as_json: bool) -> None:
+    native()
+    files = files_of(tmp_path, 40)
+    with emit.Files("objects", emit.json_text if as_json else emit.documents) as out:
         for path, manifests in files.items():
             out.add(path, manifests)
-        assert begun.wait(timeout=120), "the writer never began"
-        assert out.commit() == 6
-    assert [p.read_text().splitlines()[0] for p in paths] == ["# writer"] + ["# here"] * 5
+        assert out.thread is not None, "no thread writes the files beside the caller"
+        assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
+        assert out.commit() == 40
+    assert not writers()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in files)
     for path, manifests in files.items():
-        assert list(yaml.safe_load_all(path.read_text())) == manifests
+        assert path.read_text() == reference(as_json)(manifests)
 
 
-def by_whom(here: int) -> emit.Text:
-    return lambda manifests: f"# {'writer' if os.getpid() != here else 'here'}\n{yamltext.documents(manifests)}"
+def test_without_a_thread_the_committing_thread_writes_every_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    native()
 
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
 
-def test_objects_orjson_cannot_carry_are_written_here(tmp_path: Path) -> None:
-    manifests = [{"kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"n": 2**70}}]  # beyond 64 bits
-    with emit.Files("objects", by_whom(os.getpid())) as out:
-        out.add(tmp_path / "big.yaml", manifests)
-        out.commit()
-    text = (tmp_path / "big.yaml").read_text()
-    assert text.startswith("# here\n") and list(yaml.safe_load_all(text)) == manifests
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    files = files_of(tmp_path, 3)
+    with emit.Files("objects") as out:
+        for path, manifests in files.items():
+            out.add(path, manifests)
+        assert out.commit() == 3
+    for path, manifests in files.items():
+        assert path.read_text() == yamltext.documents(manifests)
 
 
 def test_a_file_reads_the_same_whoever_writes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # JSON, what the API server receives: a tuple is a list and NaN is null, by the writer, by this
-    # process at commit, and by this process with no fork to be had alike.
+    # JSON, what the API server receives: a tuple is a list and NaN is null, whether the C writer
+    # leaves the file to yamltext or was not built at all.
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "odd"}, "data": {"t": (1, "a"), "f": float("nan")}}]
     expected = "---\ndata:\n  f: null\n  t:\n  - 1\n  - a\nkind: ConfigMap\nmetadata:\n  name: odd\n"
-    begun, release = multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Event()
-    here = os.getpid()
-
-    def text(manifests: list[dict[str, Any]]) -> str:
-        if os.getpid() != here and not begun.is_set():
-            begun.set()  # the writer keeps the first file until this process has written the second
-            assert release.wait(timeout=120), "this process never wrote the second file"
-        elif os.getpid() == here:
-            release.set()
-        return emit.documents(manifests)
-
-    with emit.Files("objects", text) as out:
-        for name in ("by-writer", "by-here"):
-            out.add(tmp_path / f"{name}.yaml", manifests)
-        assert begun.wait(timeout=120), "the writer never began"
+    with emit.Files("objects") as out:
+        out.add(tmp_path / "left-by-c.yaml", manifests)
         out.commit()
-    monkeypatch.setattr(emit._Writer, "start", classmethod(lambda cls, what, text: None))  # no fork
-    with emit.Files("objects", emit.documents) as out:
-        out.add(tmp_path / "no-fork.yaml", manifests)
+    monkeypatch.setattr(emit, "_NATIVE", None)
+    with emit.Files("objects") as out:
+        out.add(tmp_path / "no-c.yaml", manifests)
         out.commit()
-    assert [(tmp_path / f"{name}.yaml").read_text() for name in ("by-writer", "by-here", "no-fork")] == [expected] * 3
+    assert [(tmp_path / f"{name}.yaml").read_text() for name in ("left-by-c", "no-c")] == [expected] * 2
+
+
+def test_objects_orjson_cannot_carry_are_written_as_they_are(tmp_path: Path) -> None:
+    manifests = [{"kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"n": 2**70}}]  # beyond 64 bits
+    with emit.Files("objects") as out:
+        out.add(tmp_path / "big.yaml", manifests)
+        out.commit()
+    assert list(yaml.safe_load_all((tmp_path / "big.yaml").read_text())) == manifests
 
 
 def test_text_no_file_can_hold_is_one_line_and_lands_nothing(tmp_path: Path) -> None:
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "x\ud800"}}]  # a lone surrogate: orjson refuses it too
     with pytest.raises(emit.WriteError, match=r"^.*x.yaml: cannot write objects: '\\ud800' is not text UTF-8 can hold$"), \
-            emit.Files("objects", emit.documents) as out:
+            emit.Files("objects") as out:
         out.add(tmp_path / "out" / "x.yaml", manifests)
         out.commit()
     assert not (tmp_path / "out").exists()
 
 
-def test_a_failing_writer_lands_nothing_and_says_why_in_one_line(tmp_path: Path) -> None:
-    here = os.getpid()
-    begun = multiprocessing.get_context("fork").Event()
+def test_a_file_the_writer_cannot_write_lands_nothing_and_says_why_in_one_line(tmp_path: Path) -> None:
+    native()
+    files = files_of(tmp_path, 4)
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "c0.yaml").write_text("old\n")
-
-    def text(manifests: list[dict[str, Any]]) -> str:
-        if os.getpid() != here:
-            begun.set()
-            raise emit.WriteError("c0.yaml: cannot write objects: No space left on device")
-        return yamltext.documents(manifests)
-
-    with pytest.raises(emit.WriteError, match=r"^c0.yaml: cannot write objects: No space left on device$"), emit.Files("objects", text) as out:
-        for path, manifests in files_of(tmp_path, 4).items():
-            out.add(path, manifests)
-        assert begun.wait(timeout=120), "the writer never began"
-        out.commit()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["c0.yaml"]
-    assert (tmp_path / "out" / "c0.yaml").read_text() == "old\n"
-
-
-def test_a_writer_killed_before_its_files_lands_nothing(tmp_path: Path) -> None:
-    with pytest.raises(emit.WriteError, match=r"^writing objects: the process ended without an answer \(exit -9\)$"), \
-            emit.Files("objects", emit.documents) as out:
-        assert out.writer is not None
-        out.writer.forked.proc.kill()  # the OOM killer
-        out.writer.forked.proc.join()
-        for path, manifests in files_of(tmp_path, 3).items():
-            out.add(path, manifests)
-        out.commit()
-    assert not (tmp_path / "out").exists()
-
-
-def test_files_are_written_here_without_a_temporary_folder_for_the_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_folder() -> None:
-        raise FileNotFoundError(2, "No usable temporary directory found")
-
-    monkeypatch.setattr(emit.tempfile, "TemporaryFile", no_folder)
-    files = files_of(tmp_path, 3)
-    with emit.Files("objects", emit.documents) as out:
-        assert out.writer is None
+    (tmp_path / "out" / "c2.yaml").write_text("old\n")
+    (tmp_path / "out" / ".c2.yaml.tmp").mkdir()  # where the writer must write c2.yaml first
+    with pytest.raises(emit.WriteError, match=r"^.*c2\.yaml: cannot write objects: Is a directory$"), emit.Files("objects") as out:
         for path, manifests in files.items():
             out.add(path, manifests)
-        assert out.commit() == 3
-    for path, manifests in files.items():
-        assert list(yaml.safe_load_all(path.read_text())) == manifests
+        out.commit()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".c2.yaml.tmp", "c2.yaml"]
+    assert (tmp_path / "out" / "c2.yaml").read_text() == "old\n"
+    assert not writers()
+
+
+def test_a_render_that_fails_after_handing_files_over_lands_nothing_and_stops_the_writer(tmp_path: Path) -> None:
+    native()
+    with pytest.raises(ValueError, match="the render failed"), emit.Files("objects") as out:
+        for path, manifests in files_of(tmp_path, 30).items():
+            out.add(path, manifests)
+        raise ValueError("the render failed")
+    assert not (tmp_path / "out").exists()  # no file, no temporary, no folder of ours
+    assert not writers()
 
 
 def test_a_rename_that_fails_partway_puts_back_the_files_renamed_before_it(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetops import emit, fork, memory, render
+from fleetops import fork, memory
 from tests.helpers import ROOT
 
 PARENT = """
@@ -48,17 +48,6 @@ def refuse_forks(monkeypatch: pytest.MonkeyPatch) -> None:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(type(fork._CONTEXT.Process()), "start", refused)
-
-
-def test_files_are_written_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
-    refuse_forks(monkeypatch)
-    with emit.Files("objects", emit.documents) as files:
-        for cluster, manifests in state.clusters.items():
-            files.add(tmp_path / f"{cluster}.yaml", manifests)
-        assert files.commit() == len(state.clusters)
-    for cluster, manifests in state.clusters.items():
-        assert (tmp_path / f"{cluster}.yaml").read_text() == emit.documents(manifests)
 
 
 def test_plan_judges_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -224,7 +224,7 @@ def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkey
         render.render(ROOT / "environments" / "dev.yaml", revision="r")
 
 
-def test_files_written_by_forks_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
+def test_files_written_beside_the_render_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
     state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
     out = tmp_path / "a" / "b"
     with emit.Files("objects", emit.documents) as files:
