@@ -64,7 +64,8 @@ class Files:
     """Files written all at once or not at all: each beside its target, renamed over it only once
     every file is written; on any failure, or leaving the `with` without `commit`, no file is
     replaced and no temporary file or folder of ours is left. A rename that fails once others are
-    done puts those back: each replaced file keeps a second name (a hard link) until all are in place.
+    done, or Ctrl-C or SIGTERM amid the renames, puts those back: each replaced file keeps a second
+    name (a hard link) until all are in place.
 
     `put` writes a text that is ready. `add` takes manifests (render's files), written with `text`.
     When that is `documents` or `json_text` and the C writer was built, a thread writes them in the
@@ -146,16 +147,18 @@ class Files:
         """Wait for every file, then put them all in place; the number of files."""
         self._handed_written()
         landed: list[_Before] = []
-        for path, tmp in self.written:
-            before = _keep(path)
-            try:
-                tmp.replace(path)
-            except OSError as exc:
-                _forget(before)
-                undone = _undo(landed)
-                raise WriteError(f"{path}: cannot write {self.what}: {exc.strerror}"
-                                 + ("" if undone else "; files put in place before it could not all be put back")) from None
-            landed.append(before)
+        try:
+            for path, tmp in self.written:
+                landed.append(_keep(path))  # before the rename: an interrupt right after it is undone too
+                try:
+                    tmp.replace(path)
+                except OSError as exc:
+                    _forget(landed.pop())
+                    raise WriteError(f"{path}: cannot write {self.what}: {exc.strerror}") from None
+        except BaseException as exc:  # a refused rename, Ctrl-C, SIGTERM: the files put in place go back
+            if not _undo(landed) and isinstance(exc, WriteError):
+                raise WriteError(f"{exc}; files put in place before it could not all be put back") from None
+            raise
         for before in landed:
             _forget(before)
         count, self.written, self.created = len(self.written), [], []
@@ -212,6 +215,7 @@ def _undo(landed: list[_Before]) -> bool:
         try:
             if before.kept is not None:
                 before.kept.replace(before.path)
+                before.kept.unlink(missing_ok=True)  # left where path was not replaced yet: a rename onto the same file does nothing
             elif before.new:
                 before.path.unlink(missing_ok=True)
             else:

@@ -245,6 +245,29 @@ def test_a_rename_that_fails_partway_puts_back_the_files_renamed_before_it(tmp_p
     assert [(out_dir / f"{name}.yaml").read_text() for name in ("a", "c")] == ["old a\n", "old c\n"]
 
 
+def test_ctrl_c_while_the_files_are_renamed_leaves_the_folder_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for name in ("a", "b"):
+        (out_dir / f"{name}.yaml").write_text(f"old {name}\n")
+    rename, renamed = Path.replace, []
+
+    def interrupted(self: Path, target: Path) -> Path:
+        if self.name.endswith(".tmp"):
+            renamed.append(self)
+            if len(renamed) == 3:  # "new" and "a" are in place: SIGINT arrives
+                raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt), emit.Files("objects") as out:
+        for name in ("new", "a", "b"):
+            out.put(out_dir / f"{name}.yaml", f"new {name}\n")
+        out.commit()
+    assert sorted(p.name for p in out_dir.iterdir()) == ["a.yaml", "b.yaml"]
+    assert [(out_dir / f"{name}.yaml").read_text() for name in ("a", "b")] == ["old a\n", "old b\n"]
+
+
 def test_a_second_name_left_by_a_killed_run_does_not_stop_the_next(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("old\n")
     (tmp_path / ".a.yaml.old").write_text("left by a run killed between its renames\n")
