@@ -16,10 +16,10 @@ with borrowed pointers only. It calls no CPython function that allocates, raises
 reference count: PyDict_Next and PyLong_AsLongLongAndOverflow on exact types read and compute.
 """
 
-from libc.errno cimport errno
+from libc.errno cimport EINTR, errno
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
-from posix.fcntl cimport O_CREAT, O_TRUNC, O_WRONLY
+from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY
 from posix.fcntl cimport open as c_open
 from posix.unistd cimport close as c_close
 from posix.unistd cimport write as c_write
@@ -61,16 +61,10 @@ cdef inline PyType* TYPE(PyObj* v) noexcept nogil:
 cdef extern from "pthread.h" nogil:
     ctypedef struct pthread_mutex_t:
         pass
-    ctypedef struct pthread_cond_t:
-        pass
     int pthread_mutex_init(pthread_mutex_t*, void*)
     int pthread_mutex_destroy(pthread_mutex_t*)
     int pthread_mutex_lock(pthread_mutex_t*)
     int pthread_mutex_unlock(pthread_mutex_t*)
-    int pthread_cond_init(pthread_cond_t*, void*)
-    int pthread_cond_destroy(pthread_cond_t*)
-    int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
-    int pthread_cond_signal(pthread_cond_t*)
 
 UNUSUAL = -1  # a value left to yamltext
 DEF C_UNUSUAL = -1
@@ -381,12 +375,13 @@ cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept nogil:
 
 cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept nogil:
     """A non-empty sequence's lines at `pad`: a nested mapping or sequence starts on its dash's line."""
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i = -1
     cdef PyObj* item
     cdef int r = 0
     if depth >= MAX_DEPTH:
         return C_UNUSUAL
-    for i in range(ListSize(items)):
+    while i + 1 < ListSize(items):  # its size read again at each item, should it shrink under the writer
+        i += 1
         item = ListItem(items, i)
         r = indent(o, pad)
         if r == 0 and TYPE(item) == &DictType and DictSize(item):
@@ -411,7 +406,7 @@ cdef int sorted_items(PyObj* d, Item* items) noexcept nogil:
     cdef PyObj* k
     cdef PyObj* v
     while DictNext(d, &pos, &k, &v):
-        if TYPE(k) != &StrType:
+        if TYPE(k) != &StrType or count == n:  # more keys than it had: changed under the writer, left alone
             return C_UNUSUAL
         j = count
         while n <= SMALL and j > 0 and before(k, items[j - 1].key):
@@ -419,6 +414,8 @@ cdef int sorted_items(PyObj* d, Item* items) noexcept nogil:
             j -= 1
         items[j].key, items[j].value = k, v
         count += 1
+    if count != n:
+        return C_UNUSUAL
     if n > SMALL:
         qsort(items, count, sizeof(Item), compare)
     return 0
@@ -456,7 +453,7 @@ cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
             return put(o, b"[]", 2)
         r = putc(o, 91)
         i = 0
-        while r == 0 and i < n:
+        while r == 0 and i < ListSize(v):
             r = put(o, b",\n" if i else b"\n", 2 if i else 1) or indent(o, pad + 2) or json(o, ListItem(v, i), pad + 2, depth + 1)
             i += 1
         return r or putc(o, 10) or indent(o, pad) or putc(o, 93)
@@ -500,29 +497,29 @@ cdef int write_file(PyObj* manifests, const char* path, bint as_json) noexcept n
     cdef Py_ssize_t done = 0, k
     cdef int fd
     cdef int r = start(&o) or stream(&o, manifests, as_json)
-    if r == 0:
-        fd = c_open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o666)
-        if fd < 0:
-            r = errno
+    if r == 0:  # a signal may land on this thread: open and write are tried again, as Python does (PEP 475)
+        fd = -1
+        while fd < 0 and r == 0:
+            fd = c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+            if fd < 0 and errno != EINTR:
+                r = errno
         while r == 0 and done < o.n:
             k = c_write(fd, o.buf + done, o.n - done)
-            if k < 0:
-                r = errno
-            else:
+            if k >= 0:
                 done += k
-        if fd >= 0 and c_close(fd) < 0 and r == 0:
+            elif errno != EINTR:
+                r = errno
+        if fd >= 0 and c_close(fd) < 0 and r == 0 and errno != EINTR:  # close is never tried again: the fd is gone
             r = errno
     free(o.buf)
     return r
 
 
-def documents(list manifests, bint as_json=False):
+def documents(list manifests not None, bint as_json=False):
     """yamltext.documents(manifests) (as_json: emit.json_text's), or None when a value is one it
-    leaves to them."""
+    leaves to them. The GIL is held: no other thread changes the manifests meanwhile."""
     cdef Out o
-    cdef int r
-    with nogil:
-        r = start(&o) or stream(&o, <PyObj*>manifests, as_json)
+    cdef int r = start(&o) or stream(&o, <PyObj*>manifests, as_json)
     try:
         if r == C_NOMEM:
             raise MemoryError()
@@ -535,39 +532,43 @@ cdef class Writer:
     """Files written in the order they are added, by `run` in a thread, and at `finish` by the
     caller too, from the last back: each file is written once, by whoever takes it first.
 
-    `results`: per file, 0 when written, UNUSUAL when left to yamltext, else an errno.
+    A thread runs only while there is a file to take: `add` says when one must be started (none
+    is running), and `run` ends as soon as it finds none left. So no thread is left waiting for
+    work: a caller that never finishes still ends (its files are written, none is renamed).
+    `results`: per file, 0 when written, UNUSUAL when left to yamltext or orjson, else an errno.
     """
 
     cdef pthread_mutex_t lock
-    cdef pthread_cond_t wake
     cdef PyObj** items
     cdef char** paths
     cdef int* outcomes
     cdef Py_ssize_t cap, added, front, back  # the thread takes `front`, `finish` takes `back - 1`
-    cdef bint closed, abandoned, as_json
+    cdef bint running, closed, as_json
     cdef list keep  # what every pointer points into: alive and unchanged until `finish`
 
     def __cinit__(self, bint as_json=False):
         self.as_json = as_json
         pthread_mutex_init(&self.lock, NULL)
-        pthread_cond_init(&self.wake, NULL)
         self.keep = []
 
     def __dealloc__(self):
         pthread_mutex_destroy(&self.lock)
-        pthread_cond_destroy(&self.wake)
         free(self.items)
         free(self.paths)
         free(self.outcomes)
 
-    def add(self, list manifests, bytes path):
-        """One more file: `manifests` must not change until `finish` (the thread reads them in place)."""
+    def add(self, list manifests not None, bytes path not None):
+        """One more file: True when a thread must be started to `run`. The manifests must not
+        change until `finish` (a thread reads them in place); they and the path are kept till then."""
         cdef Py_ssize_t cap
         cdef void* grown
-        self.keep.append((manifests, path))
+        if b"\0" in path:
+            raise ValueError("embedded null byte")  # as open() says: C would stop at it, at another file
         with nogil:
             pthread_mutex_lock(&self.lock)
         try:
+            if self.closed:
+                raise RuntimeError("no file is added once the writer has finished")
             if self.added == self.cap:  # each array grown in turn: a failure leaves them all valid
                 cap = self.cap * 2 if self.cap else 16
                 grown = realloc(self.items, cap * sizeof(PyObj*))
@@ -582,13 +583,24 @@ cdef class Writer:
                 if grown == NULL:
                     raise MemoryError()
                 self.outcomes, self.cap = <int*>grown, cap
+            self.keep.append((manifests, path))
             self.items[self.added] = <PyObj*>manifests
             self.paths[self.added] = <char*>path
             self.outcomes[self.added] = 0
             self.added += 1
             self.back = self.added
-            pthread_cond_signal(&self.wake)
+            if self.running:
+                return False
+            self.running = True
+            return True
         finally:
+            pthread_mutex_unlock(&self.lock)
+
+    def not_running(self):
+        """A thread `add` asked for could not be started: the next `add` asks again."""
+        with nogil:
+            pthread_mutex_lock(&self.lock)
+            self.running = False
             pthread_mutex_unlock(&self.lock)
 
     cdef void write_locked(self, Py_ssize_t i) noexcept nogil:
@@ -602,42 +614,37 @@ cdef class Writer:
         self.outcomes[i] = r
 
     def run(self):
-        """The thread's work: each file in order, until none is left once closed."""
+        """A thread's work: each file in order, until none is left to take."""
         with nogil:
             pthread_mutex_lock(&self.lock)
-            while not self.abandoned:
-                if self.front < self.back:
-                    self.front += 1
-                    self.write_locked(self.front - 1)
-                elif self.closed:
-                    break
-                else:
-                    pthread_cond_wait(&self.wake, &self.lock)
+            while self.front < self.back:
+                self.front += 1
+                self.write_locked(self.front - 1)
+            self.running = False
             pthread_mutex_unlock(&self.lock)
 
     def finish(self):
-        """No more files: write the ones the thread has not begun, from the last back, while it
-        finishes its own. Join the thread before reading `results`."""
+        """No more files: write the ones no thread has begun, from the last back, while a thread
+        finishes its own. Join the threads before reading `results`."""
         with nogil:
             pthread_mutex_lock(&self.lock)
             self.closed = True
-            pthread_cond_signal(&self.wake)
             while self.front < self.back:
                 self.back -= 1
                 self.write_locked(self.back)
             pthread_mutex_unlock(&self.lock)
 
+    def abandon(self):
+        """Stop: no file is begun after this (join the threads: one may still be writing its file)."""
+        with nogil:
+            pthread_mutex_lock(&self.lock)
+            self.closed = True
+            self.back = self.front
+            pthread_mutex_unlock(&self.lock)
+
     def results(self):
-        """Each file's result, once the thread has ended."""
+        """Each file's result, once the threads have ended."""
         results = [self.outcomes[i] for i in range(self.added)]
         if C_NOMEM in results:
             raise MemoryError()
         return results
-
-    def abandon(self):
-        """Stop: the thread ends after the file it is writing (join it), and no other is begun."""
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-            self.closed = self.abandoned = True
-            pthread_cond_signal(&self.wake)
-            pthread_mutex_unlock(&self.lock)

@@ -69,8 +69,9 @@ class Files:
 
     `put` writes a text that is ready. `add` takes manifests (render's files), written with `text`.
     When that is `documents` or `json_text` and the C writer was built, a thread writes them in the
-    order they come, while rendering goes on: the large fleet's 15,000 objects are 35 ms of YAML, which then
-    overlaps the render instead of following it. The thread reads the manifests in place, with no
+    order they come, while rendering goes on: the large fleet's 15,000 objects are 35 ms of YAML,
+    which then overlaps the render instead of following it. The thread runs while there are files
+    to take (`add` starts another when it has ended), and reads the manifests in place, with no
     copy: a caller must not change them until `commit` or the end of the `with`. At `commit` this
     thread writes the files the writer has not begun, from the last back, while the writer
     finishes its own. A file with a value the C writer leaves to yamltext is written at `commit`,
@@ -84,7 +85,7 @@ class Files:
         self.created: list[Path] = []
         self.handed: list[tuple[Path, Path, list[dict[str, Any]]]] = []  # in the order the writer has them
         self.writer: Any = None  # a fleetops._yamlwriter.Writer, once a file is handed to it
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []  # each runs while the writer has files to take
 
     def put(self, path: Path, text: str) -> None:
         _write(path, self._beside(path), text, self.what)
@@ -96,13 +97,15 @@ class Files:
             return
         if self.writer is None:
             self.writer = _NATIVE.Writer(as_json=self.text is json_text)
-            self.thread = threading.Thread(target=self.writer.run, name=f"writing {self.what}")
-            try:
-                self.thread.start()
-            except RuntimeError:  # no thread to be had: `commit` writes every file here
-                self.thread = None
         manifests = list(manifests)  # the writer's own list: one the caller appends to later is not read as it grows
-        self.writer.add(manifests, os.fsencode(tmp))
+        if self.writer.add(manifests, os.fsencode(tmp)):
+            thread = threading.Thread(target=self.writer.run, name=f"writing {self.what}")
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had: `commit` writes the files here
+                self.writer.not_running()
+            else:
+                self.threads.append(thread)
         self.handed.append((path, tmp, manifests))
 
     def _here(self, manifests: list[dict[str, Any]]) -> str:
@@ -139,9 +142,9 @@ class Files:
         self.writer, self.handed = None, []
 
     def _join(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
+        for thread in self.threads:
+            thread.join()
+        self.threads = []
 
     def commit(self) -> int:
         """Wait for every file, then put them all in place; the number of files."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 import sysconfig
 import threading
 from pathlib import Path
@@ -148,7 +150,7 @@ def test_a_thread_writes_render_files_and_every_file_lands_once_committed(tmp_pa
     with emit.Files("objects", emit.json_text if as_json else emit.documents) as out:
         for path, manifests in files.items():
             out.add(path, manifests)
-        assert out.thread is not None, "no thread writes the files beside the caller"
+        assert out.threads, "no thread writes the files beside the caller"
         assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
         assert out.commit() == 40
     assert not writers()
@@ -171,6 +173,39 @@ def test_without_a_thread_the_committing_thread_writes_every_file(tmp_path: Path
         assert out.commit() == 3
     for path, manifests in files.items():
         assert path.read_text() == yamltext.documents(manifests)
+
+
+NEVER_COMMITTED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from fleetops import emit
+out = emit.Files("objects")
+for i in range(20):
+    out.add(Path({folder!r}) / f"c{{i}}.yaml", [{{"kind": "ConfigMap", "metadata": {{"name": f"m{{j}}"}}}} for j in range(2000)])
+print("added", flush=True)
+"""
+
+
+def test_a_process_that_never_commits_its_files_still_ends(tmp_path: Path) -> None:
+    native()
+    script = tmp_path / "never.py"
+    script.write_text(NEVER_COMMITTED.format(root=str(ROOT), folder=str(tmp_path / "out")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "added\n"), done.stderr
+    assert not list((tmp_path / "out").glob("*.yaml"))  # written beside, never renamed into place
+
+
+def test_the_writer_refuses_what_would_make_it_write_elsewhere_or_late(tmp_path: Path) -> None:
+    writer = native().Writer()
+    with pytest.raises(ValueError, match="embedded null byte"):  # open() in C would stop at the NUL, at another file
+        writer.add([], bytes(tmp_path / "gitignore") + b"\0.yaml")
+    with pytest.raises(TypeError):
+        writer.add(None, bytes(tmp_path / "a.yaml"))
+    writer.finish()
+    with pytest.raises(RuntimeError, match="no file is added once the writer has finished"):
+        writer.add([], bytes(tmp_path / "late.yaml"))
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_file_reads_the_same_whoever_writes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
