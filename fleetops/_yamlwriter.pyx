@@ -16,12 +16,13 @@ with borrowed pointers only. It calls no CPython function that allocates, raises
 reference count: PyDict_Next and PyLong_AsLongLongAndOverflow on exact types read and compute.
 """
 
-from libc.errno cimport EINTR, errno
+from libc.errno cimport EINTR, ETIMEDOUT, errno
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY
 from posix.fcntl cimport open as c_open
 from posix.unistd cimport close as c_close
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from posix.unistd cimport write as c_write
 
 cdef extern from "Python.h" nogil:
@@ -61,15 +62,22 @@ cdef inline PyType* TYPE(PyObj* v) noexcept nogil:
 cdef extern from "pthread.h" nogil:
     ctypedef struct pthread_mutex_t:
         pass
+    ctypedef struct pthread_cond_t:
+        pass
     int pthread_mutex_init(pthread_mutex_t*, void*)
     int pthread_mutex_destroy(pthread_mutex_t*)
     int pthread_mutex_lock(pthread_mutex_t*)
     int pthread_mutex_unlock(pthread_mutex_t*)
+    int pthread_cond_init(pthread_cond_t*, void*)
+    int pthread_cond_destroy(pthread_cond_t*)
+    int pthread_cond_signal(pthread_cond_t*)
+    int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
 
 UNUSUAL = -1  # a value left to yamltext
 DEF C_UNUSUAL = -1
 DEF C_NOMEM = -2
 DEF MAX_DEPTH = 200  # yamltext (Python recursion) takes the rare deeper manifest
+DEF IDLE_NS = 100_000_000  # a thread with no file to take for 0.1 s ends; render hands a cluster over every few ms
 DEF SMALL = 32  # keys sorted on the stack; a bigger mapping's on the heap, by qsort
 
 
@@ -532,13 +540,15 @@ cdef class Writer:
     """Files written in the order they are added, by `run` in a thread, and at `finish` by the
     caller too, from the last back: each file is written once, by whoever takes it first.
 
-    A thread runs only while there is a file to take: `add` says when one must be started (none
-    is running), and `run` ends as soon as it finds none left. So no thread is left waiting for
-    work: a caller that never finishes still ends (its files are written, none is renamed).
+    A thread runs only while there are files to take, or may soon be: `add` says when one must be
+    started (none is running), and `run` ends once it has found none for 0.1 s (IDLE_NS). So no
+    thread is left waiting for work: a caller that never finishes still ends (its files are
+    written, none is renamed).
     `results`: per file, 0 when written, UNUSUAL when left to yamltext or orjson, else an errno.
     """
 
     cdef pthread_mutex_t lock
+    cdef pthread_cond_t wake  # a file added, or no more to come
     cdef PyObj** items
     cdef char** paths
     cdef int* outcomes
@@ -549,10 +559,12 @@ cdef class Writer:
     def __cinit__(self, bint as_json=False):
         self.as_json = as_json
         pthread_mutex_init(&self.lock, NULL)
+        pthread_cond_init(&self.wake, NULL)
         self.keep = []
 
     def __dealloc__(self):
         pthread_mutex_destroy(&self.lock)
+        pthread_cond_destroy(&self.wake)
         free(self.items)
         free(self.paths)
         free(self.outcomes)
@@ -590,6 +602,7 @@ cdef class Writer:
             self.added += 1
             self.back = self.added
             if self.running:
+                pthread_cond_signal(&self.wake)
                 return False
             self.running = True
             return True
@@ -614,12 +627,25 @@ cdef class Writer:
         self.outcomes[i] = r
 
     def run(self):
-        """A thread's work: each file in order, until none is left to take."""
+        """A thread's work: each file in order, until none has come for IDLE_NS, or none will."""
+        cdef timespec until
+        cdef bint idle = False
         with nogil:
             pthread_mutex_lock(&self.lock)
-            while self.front < self.back:
-                self.front += 1
-                self.write_locked(self.front - 1)
+            while True:
+                if self.front < self.back:
+                    self.front += 1
+                    self.write_locked(self.front - 1)
+                    idle = False
+                    continue
+                if self.closed or idle:
+                    break
+                clock_gettime(CLOCK_REALTIME, &until)  # the clock pthread_cond_timedwait reads by default
+                until.tv_nsec += IDLE_NS
+                if until.tv_nsec >= 1_000_000_000:
+                    until.tv_sec += 1
+                    until.tv_nsec -= 1_000_000_000
+                idle = pthread_cond_timedwait(&self.wake, &self.lock, &until) == ETIMEDOUT
             self.running = False
             pthread_mutex_unlock(&self.lock)
 
@@ -629,6 +655,7 @@ cdef class Writer:
         with nogil:
             pthread_mutex_lock(&self.lock)
             self.closed = True
+            pthread_cond_signal(&self.wake)
             while self.front < self.back:
                 self.back -= 1
                 self.write_locked(self.back)
@@ -640,6 +667,7 @@ cdef class Writer:
             pthread_mutex_lock(&self.lock)
             self.closed = True
             self.back = self.front
+            pthread_cond_signal(&self.wake)
             pthread_mutex_unlock(&self.lock)
 
     def results(self):

@@ -70,8 +70,8 @@ class Files:
     `put` writes a text that is ready. `add` takes manifests (render's files), written with `text`.
     When that is `documents` or `json_text` and the C writer was built, a thread writes them in the
     order they come, while rendering goes on: the large fleet's 15,000 objects are 35 ms of YAML,
-    which then overlaps the render instead of following it. The thread runs while there are files
-    to take (`add` starts another when it has ended), and reads the manifests in place, with no
+    which then overlaps the render instead of following it. The thread runs while files come (it
+    ends after 0.1 s without one, and `add` starts another), and reads the manifests in place, with no
     copy: a caller must not change them until `commit` or the end of the `with`. At `commit` this
     thread writes the files the writer has not begun, from the last back, while the writer
     finishes its own. A file with a value the C writer leaves to yamltext is written at `commit`,
