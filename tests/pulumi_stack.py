@@ -46,6 +46,11 @@ def engine_env(home: Path, state: Path, kubeconfig: Path | None = None) -> dict[
     }
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
+    # The Kubernetes provider writes a copy of the kubeconfig it is given (tokens and all) to a new
+    # file in TMPDIR at every start, for Helm, and never removes it: here, it goes with the test's folders.
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmp)
     return env
 
 
