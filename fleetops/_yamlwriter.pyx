@@ -304,6 +304,18 @@ cdef int integer(Out* o, PyObj* v) noexcept nogil:
     return put(o, digits + k, 24 - k)
 
 
+cdef int scalar(Out* o, PyObj* v) noexcept nogil:
+    """An int, null or a boolean, as yamltext and orjson both write it."""
+    cdef PyType* t = TYPE(v)
+    if t == &IntType:
+        return integer(o, v)
+    if v == NONE:
+        return put(o, b"null", 4)
+    if t == &BoolType:
+        return put(o, b"true", 4) if v == TRUE else put(o, b"false", 5)
+    return C_UNUSUAL
+
+
 cdef int entry(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
     """After a head (`key:` or `-`), what yamltext._entry writes; a mapping's lines go at pad + 2."""
     cdef PyType* t = TYPE(v)
@@ -321,14 +333,8 @@ cdef int entry(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
         if r != 0:
             return 0 if r == 1 else r
         r = putc(o, 32) or string(o, v)
-    elif t == &IntType:
-        r = putc(o, 32) or integer(o, v)
-    elif v == NONE:
-        r = put(o, b" null", 5)
-    elif t == &BoolType:
-        r = put(o, b" true", 5) if v == TRUE else put(o, b" false", 6)
     else:
-        return C_UNUSUAL
+        r = putc(o, 32) or scalar(o, v)
     return r or putc(o, 10)
 
 
@@ -368,15 +374,11 @@ cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept nogil:
     cdef int r
     if depth >= MAX_DEPTH:
         return C_UNUSUAL
-    if n > SMALL:
-        items = <Item*>malloc(n * sizeof(Item))
-        if items == NULL:
-            return C_NOMEM
-    r = sorted_items(d, items)
+    r = sorted_items(d, on_stack, &items)
     while r == 0 and i < n:
         r = indent(o, pad) or string(o, items[i].key) or putc(o, 58) or entry(o, items[i].value, pad, depth + 1)
         i += 1
-    if n > SMALL:
+    if items != on_stack:
         free(items)
     return r
 
@@ -407,12 +409,19 @@ cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept nogi
     return 0
 
 
-cdef int sorted_items(PyObj* d, Item* items) noexcept nogil:
-    """A mapping's items into `items`, keys sorted: insertion sort, most mappings having a handful
+cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept nogil:
+    """A mapping's items, keys sorted, into `on_stack` (SMALL of them) or, for more, into memory
+    `found` then points at (the caller frees it): insertion sort, most mappings having a handful
     of keys; qsort for more than SMALL."""
     cdef Py_ssize_t n = DictSize(d), pos = 0, count = 0, j
+    cdef Item* items = on_stack
     cdef PyObj* k
     cdef PyObj* v
+    if n > SMALL:
+        items = <Item*>malloc(n * sizeof(Item))
+        if items == NULL:
+            return C_NOMEM
+        found[0] = items
     while DictNext(d, &pos, &k, &v):
         if TYPE(k) != &StrType or count == n:  # more keys than it had: changed under the writer, left alone
             return C_UNUSUAL
@@ -442,17 +451,13 @@ cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
         n = DictSize(v)
         if n == 0:
             return put(o, b"{}", 2)
-        if n > SMALL:
-            items = <Item*>malloc(n * sizeof(Item))
-            if items == NULL:
-                return C_NOMEM
-        r = sorted_items(v, items) or putc(o, 123)
+        r = sorted_items(v, on_stack, &items) or putc(o, 123)
         i = 0
         while r == 0 and i < n:
             r = put(o, b",\n" if i else b"\n", 2 if i else 1) or indent(o, pad + 2) or quoted(o, items[i].key) \
                 or put(o, b": ", 2) or json(o, items[i].value, pad + 2, depth + 1)
             i += 1
-        if n > SMALL:
+        if items != on_stack:
             free(items)
         return r or putc(o, 10) or indent(o, pad) or putc(o, 125)
     if t == &ListType:
@@ -467,13 +472,7 @@ cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
         return r or putc(o, 10) or indent(o, pad) or putc(o, 93)
     if t == &StrType:
         return quoted(o, v)
-    if t == &IntType:
-        return integer(o, v)
-    if v == NONE:
-        return put(o, b"null", 4)
-    if t == &BoolType:
-        return put(o, b"true", 4) if v == TRUE else put(o, b"false", 5)
-    return C_UNUSUAL
+    return scalar(o, v)
 
 
 cdef int stream(Out* o, PyObj* manifests, bint as_json) noexcept nogil:
