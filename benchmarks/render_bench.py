@@ -14,7 +14,7 @@ medians of `--repeat` runs (the SDK render, ~20 s, runs once).
   them: on ext4 a rename over a file starts writing it out, ~0.5 ms a file, that a first write
   does not pay). Where the C writer was not built (`emit.native()`; FLEETOPS_PURE_PYTHON=1 times
   that case), yamltext writes each file in this thread as its cluster is rendered.
-- render -o --output json: the same, each file written by orjson in this thread.
+- render -o --output json: the same, the files holding orjson's text (written by the same C writer's thread).
 - as the command does it: `cli.render_or_fail` (load, render, schema check: all `fleetops render`
   does before it writes), without and with the files.
 - schema: `fleetops.schema.validate_objects()` over every rendered object (render and check run it).
@@ -47,7 +47,7 @@ def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
 
     fmt = cli.Format.json if what == "json" else cli.Format.yaml
     started = time.perf_counter()
-    if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by forks while the rest renders
+    if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by the writer's thread while the rest renders
         with emit.Files("bench", cli.text_of(fmt)) as files:
             def add(cluster: str, objects: list[dict[str, Any]]) -> None:
                 files.add(out_dir / f"{cluster}.{fmt.value}", objects)
