@@ -4,6 +4,7 @@ rest, and all files land or none."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ EXACT = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 2**40, 2**
 
 
 def native() -> ModuleType:
-    if emit.os.environ.get("FLEETOPS_PURE_PYTHON"):
+    if os.environ.get("FLEETOPS_PURE_PYTHON"):
         pytest.skip("FLEETOPS_PURE_PYTHON is set: yamltext writes")
     writer = emit.native()
     if writer is None:
