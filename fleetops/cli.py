@@ -390,6 +390,7 @@ def plan(
     only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect (objects, fields, policies or cost)")] = False,
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
+    require_base_program: Annotated[bool, typer.Option(help="Exit 2 unless the fleetops running is the base revision's program (CI's gate)")] = False,
 ) -> None:
     """What a change does to the fleet, objects, capacity, quota and cost, judged by the base revision's policies.
 
@@ -401,6 +402,9 @@ def plan(
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
             result = plan_mod.build(top, env, base, head, approvals)
+        if require_base_program and not result["policy"]["judge_program_is_base"]:
+            fail(f"plan: the fleetops running is not the program of the base revision {result['base']['revision'][:12]}: "
+                 "install the base's checkout and run it there (--require-base-program)")
         policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
             "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
     except git.GitError as exc:
@@ -615,12 +619,14 @@ class Forge(str, Enum):
 @app.command()
 def approvals(
     forge: Annotated[Forge, typer.Argument(help="github (current code-owner approvals) or gitlab (the MR approvals API)")],
-    codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file (default: .github/CODEOWNERS, CODEOWNERS or docs/CODEOWNERS)")] = None,
+    codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file, the base revision's (default: .github/CODEOWNERS, CODEOWNERS or docs/CODEOWNERS here; none: no approval counts)")] = None,
 ) -> None:
     """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS. Exit 2 when the forge cannot be asked."""
     from fleetops import forge as forge_mod
 
     path = codeowners or next((p for p in (Path(".github/CODEOWNERS"), Path("CODEOWNERS"), Path("docs/CODEOWNERS")) if p.is_file()), None)
+    if path is None and forge is Forge.github:
+        err.print("approvals: no CODEOWNERS here: no approval counts (run this in the base revision's checkout)", markup=False)
     try:
         count = forge_mod.from_environment(forge.value, path.read_text() if path else None)
     except (forge_mod.ForgeError, OSError, KeyError, ValueError) as exc:

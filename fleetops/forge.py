@@ -4,7 +4,8 @@ Approvals (for `fleetops plan --approvals`):
 
 GitHub: only current approvals count (each reviewer's latest review is APPROVED and was given on the
 head commit: a push after it, or a dismissal, takes it back), and only from a code owner of a file
-the pull request changes (CODEOWNERS, last matching pattern wins; a team counts through its members).
+the pull request changes (CODEOWNERS, last matching pattern wins; a team counts through its members;
+read from the checkout the gate runs in, the base's, never the head's; without one, none counts).
 GitLab: the merge request approvals API, which already drops approvals that a push resets.
 Sticky note (GitLab; GitHub workflows use marocchino/sticky-pull-request-comment): one note per
 environment, found again by a hidden marker and edited in place, so a merge request does not
@@ -55,9 +56,9 @@ def current_approvers(reviews: list[dict[str, Any]], head_sha: str) -> set[str]:
 
 
 def github_approvals(repo: str, number: int, head_sha: str, fetch: Fetch, codeowners: str | None) -> int:
+    if codeowners is None:  # no CODEOWNERS file: nobody is known to own anything, so no approval counts (fail closed)
+        return 0
     approvers = current_approvers(fetch(f"/repos/{repo}/pulls/{number}/reviews?per_page=100"), head_sha)
-    if codeowners is None:  # no CODEOWNERS file: every current approval counts
-        return len(approvers)
     files = [f["filename"] for f in fetch(f"/repos/{repo}/pulls/{number}/files?per_page=100")]
     owners = code_owners(codeowners, files)
     allowed = {o[1:] for o in owners if "/" not in o}

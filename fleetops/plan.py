@@ -1,11 +1,14 @@
 """What a change does: base vs head rendered in isolation, diffed, costed and judged by the base's policies.
 
-Each side is taken from its own revision with `git archive` into a temporary folder (the user's
-working tree and index are never touched; head defaults to the working tree itself, read only)
-and rendered by that revision's own program and modules, so a change to `modules/` shows up in the
-plan exactly as `pulumi up` would deploy it: in a subprocess of its tree, or, when its program is
-byte for byte the one running (`survey`), here or in a fork, and then only its environment file and
-policies are taken out of Git.
+The judge (policy evaluation, approvals, verdict, decision record) is the code running this plan
+(in CI, the base revision's: see docs/ci/), with the base revision's policies, data, waivers and
+owners; nothing the head holds is read for the verdict. Each side is taken from its own revision
+with `git archive` into a temporary folder (the user's working tree and index are never touched;
+head defaults to the working tree itself, read only) and rendered by that revision's own program
+and modules, so a change to `modules/` shows up in the plan exactly as `pulumi up` would deploy it.
+A side whose program is byte for byte the one running (`survey`) renders here or in a fork, and
+then only its environment file and policies are taken out of Git; any other renders confined
+(`fleetops.isolate`) and answers as data, which this process reads with its own model.
 """
 
 from __future__ import annotations
@@ -14,13 +17,10 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import io
 import math
 import os
-import pickle
 import re
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -29,32 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, fork, git, memory, output, spec
+from fleetops import diff, fork, git, isolate, memory, output, spec
 
 WORKTREE = "WORKTREE"
-
-# Runs inside the revision's own tree, with its own fleetops and modules. It answers in pickle (the
-# same interpreter reads it; ~3x faster than JSON for 15,000 objects), with the loaded environment
-# model too, which the parent takes only when its own model code is the same (`_same_model`).
-_RENDER_SNIPPET = """
-import pickle, sys
-from fleetops import render, spec
-try:
-    env = spec.load_environment(sys.argv[1], display=sys.argv[3])
-    if hasattr(render, "render_environment"):
-        state = render.render_environment(env, sys.argv[1], revision=sys.argv[2])
-    else:  # a revision from before render took a loaded environment
-        state = render.render(sys.argv[1], revision=sys.argv[2], display=sys.argv[3])
-except spec.SpecError as exc:
-    answer = {"problems": exc.problems}
-except render.RenderError as exc:
-    answer = {"problems": [str(exc)]}
-else:
-    answer = {"clusters": state.clusters, "resources": state.resources, "env": env}
-sys.stdout.buffer.write(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
-"""
-# The files that define the environment model: a side's pickled model is used only if they are ours.
-MODEL_FILES = ("fleetops/spec.py", "fleetops/mig.py")
+# What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
+MAX_TREE_BYTES = 256 << 20
+# Files whose change is a change of the program that renders or deploys the fleet: a policy fact.
+PROGRAM_PATHS = ("fleetops/", "modules/", "stacks/", "Pulumi.yaml", "pyproject.toml", "setup.py")
 
 
 class PlanError(Exception):
@@ -115,61 +96,63 @@ def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
 
 
 @contextlib.contextmanager
-def checkout(repo: Path, rev: str, only: Sequence[str] | None = None) -> Iterator[Path]:
-    """A read-only copy of the tree at `rev`, or of its files `only`, in a temporary folder removed afterwards."""
+def checkout(repo: Path, rev: str, only: Sequence[str] | None = None, limit: int = MAX_TREE_BYTES) -> Iterator[Path]:
+    """A read-only copy of the tree at `rev`, or of its files and folders `only`, in a temporary
+    folder removed afterwards; streamed out of Git, and refused past `limit` bytes."""
     if rev == WORKTREE:
         yield repo
         return
     with tempfile.TemporaryDirectory(prefix="fleetops-plan-") as tmp:
         if only is None or only:
-            archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, "--", *(only or [])],
-                                     capture_output=True, check=False)
-            if archive.returncode != 0:
-                raise PlanError(f"{repo}: cannot read revision {rev}: {archive.stderr.decode(errors='replace').strip()}")
-            with tarfile.open(fileobj=io.BytesIO(archive.stdout), mode="r:") as tar:
-                tar.extractall(tmp, filter=_files_only)
+            _extract(repo, rev, list(only or []), Path(tmp), limit)
         yield Path(tmp)
 
 
-def _start_render(tree: Path, env_rel: str, revision: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    return subprocess.Popen(
-        [sys.executable, "-c", _RENDER_SNIPPET, str(tree / env_rel), revision, env_rel],
-        cwd=tree,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def _finish_render(proc: subprocess.Popen[bytes], label: str) -> dict[str, Any]:
-    stdout, stderr = proc.communicate()
+def _extract(repo: Path, rev: str, only: list[str], dest: Path, limit: int) -> None:
+    archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", rev, "--", *only],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    taken = 0
     try:
-        # The revision's own code wrote it, the code this plan has just run: nothing foreign is unpickled.
-        result = pickle.loads(stdout) if stdout else None
-    except Exception:  # noqa: BLE001 - a model this interpreter cannot rebuild: load it again below
-        result = None
-    if proc.returncode != 0 or not isinstance(result, dict):
-        last = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise PlanError(f"{label}: the revision's program could not be rendered: {last}")
-    return result
+        with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
+            for member in tar:
+                taken += member.size
+                if taken > limit:
+                    raise PlanError(f"{repo}: revision {rev[:12]} holds more than {limit >> 20} MiB in "
+                                    f"{', '.join(only) or 'its tree'}: refused (a plan's memory and disk stay bounded)")
+                tar.extract(member, dest, filter=_files_only)
+        archive.stdout.read()  # type: ignore[union-attr]  # the archive's end padding
+        archive.wait()
+    except tarfile.TarError as exc:
+        archive.kill()
+        archive.wait()
+        raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or exc}") from None
+    except BaseException:
+        archive.kill()
+        archive.wait()
+        raise
+    if archive.returncode != 0:
+        raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or 'git archive failed'}")
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    return proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""  # type: ignore[union-attr]
 
 
 class Sides:
     """Base and head of a plan, rendered side by side, each by its own revision's code.
 
-    A side whose program, modules and model are byte for byte the code running here (the usual
-    head: the working tree, or CI's checkout of it) renders in this process. The other renders at
-    the same time: in a fork of this process when it is our code too (a change of environments or
-    policies only: no interpreter start, no imports; with no fork to be had, here after the first),
-    else in a subprocess of its own tree. A forked base sends its environment before its objects,
-    since the change facts need only the environments.
+    A side whose program, modules and model are byte for byte the code running here renders in this
+    process. The other renders at the same time: in a fork of this process when it is our code too
+    (a change of environments or policies only: no interpreter start, no imports; with no fork to be
+    had, here after the first), else confined (`isolate`), answering its objects as data. Either
+    way its environment file is read here, by the running model. A forked base sends its
+    environment before its objects, since the change facts need only the environments.
     """
 
     def __init__(self, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path], ours: tuple[bool, bool]) -> None:
         self.env_rel, self.revs, self.trees, self.ours = env_rel, revs, trees, ours
         self.sides: list[Side | None] = [None, None]
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: dict[int, isolate.Started] = {}
         self.forked: fork.Forked | None = None
 
     def __enter__(self) -> Sides:
@@ -185,8 +168,8 @@ class Sides:
                 elif ours[i]:  # our code too (its tree holds only its file and policies): a fork, or here after the other
                     self.forked = fork.start(_label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel)
                     here += [] if self.forked else [i]
-                else:  # another revision's code: a process of its own tree
-                    self.procs[i] = _start_render(tree, self.env_rel, rev)
+                else:  # another revision's code: confined, answering as data
+                    self.procs[i] = _isolated(tree, self.env_rel, rev)
             for i in here:
                 side = _load_side(self.revs[i], self.trees[i], self.env_rel)
                 side.clusters = _render_side(side, self.env_rel)
@@ -198,9 +181,7 @@ class Sides:
 
     def __exit__(self, *_: object) -> None:
         for proc in self.procs.values():  # a side that failed leaves the other nothing to do
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            proc.close()
         if self.forked is not None:
             self.forked.close()
 
@@ -218,9 +199,21 @@ class Sides:
 
     def _side(self, i: int) -> Side:
         if self.sides[i] is None:
-            rev = self.revs[i]
-            self.sides[i] = _side(rev, self.trees[i], self.env_rel, _finish_render(self.procs.pop(i), _label(self.env_rel, rev)))
+            try:
+                clusters = self.procs.pop(i).finish()
+            except isolate.IsolationError as exc:
+                raise PlanError(str(exc)) from None
+            side = _load_side(self.revs[i], self.trees[i], self.env_rel)
+            side.clusters = clusters
+            self.sides[i] = side
         return self.sides[i]  # type: ignore[return-value]
+
+
+def _isolated(tree: Path, env_rel: str, rev: str) -> isolate.Started:
+    try:
+        return isolate.start(tree, env_rel, rev, _label(env_rel, rev))
+    except isolate.IsolationError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _label(env_rel: str, rev: str) -> str:
@@ -252,25 +245,16 @@ def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
         raise PlanError(str(exc)) from None
 
 
-def _side(rev: str, tree: Path, env_rel: str, result: dict[str, Any]) -> Side:
-    if "problems" in result:
-        raise PlanError("\n".join(result["problems"]))
-    env = result.get("env") if _same_code(tree, MODEL_FILES) else _facts_model(tree / env_rel, env_rel)
-    return Side(revision=rev, exists=True, env=env, clusters=result["clusters"], tree=tree)
-
-
-CODE = ("fleetops", "modules", "stacks")
+CODE = isolate.PROGRAM
 HERE = Path(__file__).resolve().parent.parent  # the program running now
 
 
-def _same_code(tree: Path, files: tuple[str, ...] | None = None) -> bool:
-    """Whether `files` (default: every Python file of the program) are byte for byte the ones running
-    here: the same Git object ids, as `survey` compares a commit's."""
+def _same_code(tree: Path) -> bool:
+    """Whether every Python file of the program is byte for byte the one running here: the same Git
+    object ids, as `survey` compares a commit's."""
     running = _object_ids("sha1")
-    names = _sources(tree) if files is None else list(files)
-    if files is None and set(names) != running.keys():
-        return False
-    return all((tree / f).is_file() and _object_id(tree / f, "sha1") == running.get(f) for f in names)
+    names = _sources(tree)
+    return set(names) == running.keys() and all(_object_id(tree / f, "sha1") == running[f] for f in names)
 
 
 @dataclass(frozen=True)
@@ -278,12 +262,13 @@ class Revision:
     """What a plan needs to know of a revision before taking anything out of Git."""
 
     runs_here: bool  # its program is byte for byte the code running here: it renders in this process or a fork
-    needs: list[str] | None  # the files to take out of Git: None for the whole tree
+    needs: list[str] | None  # the files and folders to take out of Git: None for the working tree
 
 
 def survey(repo: Path, rev: str, env_rel: str) -> Revision:
-    """A revision whose program runs here needs only its environment file and policies out of Git;
-    a commit's program is compared by Git's object ids (`ls-tree`), without taking it out."""
+    """A revision whose program runs here needs only its environment file and policies out of Git,
+    another its program too; a commit's program is compared by Git's object ids (`ls-tree`), without
+    taking it out."""
     if rev == WORKTREE:
         return Revision(runs_here=_same_code(repo), needs=None)
     entries = {}
@@ -292,9 +277,10 @@ def survey(repo: Path, rev: str, env_rel: str) -> Revision:
         entries[path] = meta.split()[2]
     code = {path: oid for path, oid in entries.items() if path.endswith(".py") and path.split("/", 1)[0] in CODE}
     algorithm = "sha256" if any(len(oid) == 64 for oid in code.values()) else "sha1"
+    data = [p for p in entries if p == env_rel or p.startswith("policies/")]
     if not code or code != _object_ids(algorithm):
-        return Revision(runs_here=False, needs=None)
-    return Revision(runs_here=True, needs=[p for p in entries if p == env_rel or p.startswith("policies/")])
+        return Revision(runs_here=False, needs=sorted({p.split("/", 1)[0] for p in code}) + data)
+    return Revision(runs_here=True, needs=data)
 
 
 @functools.cache
@@ -314,14 +300,6 @@ def _object_id(path: Path, algorithm: str) -> str:
 
 def stamp(repo: Path, rev: str) -> str:
     return git.revision(repo) if rev == WORKTREE else rev
-
-
-def _facts_model(path: Path, display: str) -> spec.Environment | None:
-    # Capacity and cost facts come from the current model; a base written for an older model may not load.
-    try:
-        return spec.load_environment(path, display=display)
-    except spec.SpecError:
-        return None
 
 
 # --- what changed ---------------------------------------------------------------------------
@@ -377,15 +355,30 @@ def group_changes(before: spec.Environment | None, after: spec.Environment | Non
     return {"added": sorted(a - b), "removed": sorted(b - a)}
 
 
-def changed_policy_files(repo: Path, base: str, head: str, stack: contextlib.ExitStack) -> Callable[[], list[str]]:
-    """The policy files the change touches, looked up by Git while the caller goes on (stopped when
-    `stack` closes); the result waits for them."""
-    lookups = [git.Started(repo, "diff", "--name-only", "-z", base, *([] if head == WORKTREE else [head]), "--", "policies/")]
+def changed_files(repo: Path, base: str, head: str, paths: Sequence[str], stack: contextlib.ExitStack) -> Callable[[], list[str]]:
+    """The files under `paths` the change touches, looked up by Git while the caller goes on (stopped
+    when `stack` closes); the result waits for them."""
+    lookups = [git.Started(repo, "diff", "--name-only", "-z", base, *([] if head == WORKTREE else [head]), "--", *paths)]
     if head == WORKTREE:
-        lookups.append(git.Started(repo, "ls-files", "-z", "--others", "--exclude-standard", "--", "policies/"))
+        lookups.append(git.Started(repo, "ls-files", "-z", "--others", "--exclude-standard", "--", *paths))
     for lookup in lookups:
         stack.callback(lookup.close)
     return lambda: sorted({name for lookup in lookups for name in lookup().split("\0") if name})
+
+
+def price_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
+    """Every device model whose price per device-hour differs between the sides (None: not priced there)."""
+    old, new = (env.prices if env is not None else {} for env in (before, after))
+    return [{"model": m, "before": old.get(m), "after": new.get(m)} for m in sorted(set(old) | set(new)) if old.get(m) != new.get(m)]
+
+
+def cost_at_base_prices(before: spec.Environment | None, after: spec.Environment | None) -> float:
+    """Head's fleet priced as the base prices each model (head's price for a model the base does not
+    price): a price cut in the same change as more nodes cannot hide what the nodes cost."""
+    if after is None:
+        return 0.0
+    base_prices = before.prices if before is not None else {}
+    return spec.monthly_cost(after.model_copy(update={"prices": {**after.prices, **base_prices}}))
 
 
 def policy_owners(tree: Path) -> list[str]:
@@ -408,7 +401,7 @@ def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
 
 
 def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]],
-                 policy_files: list[str], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
+                 files: dict[str, list[str]], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
         "environment": environment,
@@ -421,7 +414,10 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "groups_removed": groups["removed"],
         "cost_before": costs[0],
         "cost_after": costs[1],
-        "policy_files_changed": policy_files,
+        "cost_after_base_prices": cost_at_base_prices(base.env, head.env),
+        "price_changes": price_changes(base.env, head.env),
+        "policy_files_changed": files["policies"],
+        "program_files_changed": files["program"],
         "approvals": approvals,
     }
 
@@ -433,21 +429,26 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
     with contextlib.ExitStack() as stack:
-        policy_files_changed = changed_policy_files(repo, base, head, stack)
+        policy_files_changed = changed_files(repo, base, head, ["policies/"], stack)
+        program_files_changed = changed_files(repo, base, head, PROGRAM_PATHS, stack)
         revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
         base_tree = stack.enter_context(checkout(repo, base, revisions[0].needs))
         head_tree = stack.enter_context(checkout(repo, head, revisions[1].needs))
         sides = stack.enter_context(Sides(env_rel, (base, head), (base_tree, head_tree), (revisions[0].runs_here, revisions[1].runs_here)))
         # The base revision's policies judge the change: a pull request cannot weaken its own gate.
-        policies = base_tree / "policies" if (base_tree / "policies").is_dir() else head_tree / "policies"
+        policies = base_tree / "policies"
+        if not policies.is_dir():
+            raise PlanError(f"base {base[:12]} has no policies/ to judge the change with (fail closed)")
         before, after = sides.base(objects=False), sides.head()
         if not before.exists and not after.exists:
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
+        _check_schema(after, env_rel)
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
-        policy_files = policy_files_changed()
+        policy_files, program_files = policy_files_changed(), program_files_changed()
         cost_before, cost_after = cost(before.env), cost(after.env)
-        facts = change_facts(env_name, before, after, quota, groups, policy_files, approvals, (cost_before, cost_after))
+        facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
+                             approvals, (cost_before, cost_after))
         judgement = start_judging(after, env_name, facts, policies, stack)
         # Everything else while the fork judges, the longest part of a plan; what needs the base's
         # file or objects last, as they arrive.
@@ -455,7 +456,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         after.clusters = {}  # nothing below reads the objects: freed now, not at the end
         fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
         currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
-        owners = policy_owners(base_tree) or policy_owners(head_tree)
+        owners = policy_owners(base_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
                   "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
         head_revision = stamp(repo, head)
@@ -478,7 +479,8 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         "fleet_changes": fleet_changes,
         "spec_changes": edits,
         "policy_file_changes": files,
-        "security_changes": sum(c["security"] for c in edits) + sum(f["security"] for f in files),
+        "program_file_changes": program_files,
+        "security_changes": sum(c["security"] for c in edits) + sum(f["security"] for f in files) + len(program_files),
         "objects": {
             "added": [_key_dict(k) for k in changes.added],
             "removed": [_key_dict(k) for k in changes.removed],
@@ -491,6 +493,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
         "policy": {
             "judged_by": base,
+            "judge_program_is_base": revisions[0].runs_here,
             "policy_files_changed": policy_files,
             "owners": owners,
             "needs_policy_owner_review": bool(policy_files),
@@ -499,6 +502,17 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         "counts": counts,
         "judgement": verdict.judgement(),
     }
+
+
+def _check_schema(head: Side, env_rel: str) -> None:
+    """Head's objects, checked as `render` checks them: a revision the API server would refuse is
+    refused here, before it can be approved and freeze the reconciler once merged."""
+    from fleetops import schema
+
+    objects = ((cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
+    problems = schema.validate_objects(objects)
+    if problems:
+        raise PlanError("\n".join(f"{env_rel}: rendered object fails its schema: {p}" for p in problems))
 
 
 def _read(path: Path) -> str | None:

@@ -63,6 +63,12 @@ def header(plan: dict[str, Any]) -> list[str]:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
         lines += [f"> - `{d['rule']}` {d['msg']} — owner {d['waiver']['owner']}, {d['waiver']['ticket']}, expires {d['waiver']['expires']}"
                   if d.get("waiver") else f"> - `{d['rule']}` {d['msg']} (waiver {d.get('waived_by')})" for d in waived]
+    if plan.get("program_file_changes"):
+        files = ", ".join(f"`{f}`" for f in plan["program_file_changes"][:10]) + (" …" if len(plan["program_file_changes"]) > 10 else "")
+        lines += ["", f"> {SECURITY} **Program change** ({len(plan['program_file_changes'])} file(s): {files}): the objects below are "
+                      "what the head's own program renders (confined, without tokens); it needs the code owners' approval."]
+    if not plan["policy"].get("judge_program_is_base", True):
+        lines += ["", "> ⚠️ Judged by a program other than the base revision's: CI runs the base's `fleetops` (docs/ci/)."]
     if plan["policy"]["needs_policy_owner_review"]:
         owners = ", ".join(plan["policy"]["owners"]) or "(no policies/owners.yaml)"
         files = ", ".join(f"`{f}`" for f in plan["policy"]["policy_files_changed"])

@@ -23,6 +23,12 @@ def invocations(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def script_of(job: dict) -> str:
+    """A GitLab job's script as its runner reads it: nested lists (from YAML anchors) flattened."""
+    flat = [line for item in job["script"] for line in (item if isinstance(item, list) else [item])]
+    return "\n".join(flat)
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_every_fleetops_call_in_the_workflow_exists(path: Path) -> None:
     yaml.safe_load(path.read_text())
@@ -45,8 +51,23 @@ def test_github_plans_once_per_environment_and_deploys_one_at_a_time() -> None:
     assert triggers["pull_request_review"]["types"] == ["submitted", "dismissed"]
 
 
+def test_the_gate_runs_the_bases_fleetops_and_takes_the_head_as_data() -> None:
+    flow = yaml.safe_load(WORKFLOWS[0].read_text())
+    triggers, plan = flow[True], flow["jobs"]["plan"]
+    assert "pull_request" not in triggers and "pull_request_target" in triggers  # the workflow file is the base's
+    checkout = plan["steps"][0]
+    assert checkout["uses"].startswith("actions/checkout@")
+    assert checkout["with"]["ref"] == "${{ github.event.pull_request.base.sha }}" and checkout["with"]["persist-credentials"] is False
+    runs = [str(s.get("run", "")) for s in plan["steps"]]
+    assert not any("checkout" in r and "HEAD_SHA" in r for r in runs)  # the head is never checked out
+    setup, planned = next(i for i, r in enumerate(runs) if "make setup" in r), next(i for i, r in enumerate(runs) if "fleetops plan" in r)
+    assert setup < planned and "--require-base-program" in runs[planned] and '--head "$HEAD_SHA"' in runs[planned]
+    gitlab = script_of(yaml.safe_load(WORKFLOWS[1].read_text())["fleetops-plan"])
+    assert gitlab.index('git checkout --quiet --detach "$BASE_SHA"') < gitlab.index("make setup") < gitlab.index("--require-base-program")
+
+
 def test_gitlab_uses_the_approvals_api_and_one_note_per_environment() -> None:
     flow = yaml.safe_load(WORKFLOWS[1].read_text())
-    script = "\n".join(flow["fleetops-plan"]["script"][1:])
+    script = script_of(flow["fleetops-plan"])
     assert script.count("fleetops plan") == 1 and "fleetops approvals gitlab" in script and "fleetops note" in script
     assert flow["fleetops-deploy"]["resource_group"] == "fleet"

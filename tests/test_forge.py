@@ -90,6 +90,18 @@ def test_the_cli_counts_current_code_owner_approvals_on_github(forge: str, tmp_p
     assert Forge.seen[-1]["Authorization"] == "Bearer ghs_secret"
 
 
+def test_without_codeowners_no_approval_counts(forge: str, tmp_path: Path) -> None:
+    # A head that deletes CODEOWNERS must not turn every approval into a code owner's: none counts.
+    Forge.routes = {"/repos/acme/fleet/pulls/7/reviews": [review("alice", "APPROVED"), review("zed", "APPROVED")],
+                    "/repos/acme/fleet/pulls/7/files": [{"filename": "environments/prod.yaml"}]}
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}}}))
+    env = {"GH_TOKEN": "ghs_secret", "GITHUB_EVENT_PATH": str(event), "GITHUB_REPOSITORY": "acme/fleet", "GITHUB_API_URL": forge}
+    done = run("approvals", "github", env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+    assert "no CODEOWNERS" in done.stderr
+
+
 def test_the_cli_reads_gitlabs_approvals_api(forge: str) -> None:
     Forge.routes = {"/projects/42/merge_requests/9/approvals": {"approved_by": [{"user": {"username": "a"}}, {"user": {"username": "b"}}]}}
     env = {"FLEETOPS_GITLAB_TOKEN": "glpat-secret", "CI_API_V4_URL": forge, "CI_PROJECT_ID": "42", "CI_MERGE_REQUEST_IID": "9"}

@@ -57,9 +57,9 @@ def edit(repo: Path, old: str, new: str, env: str = "prod") -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def plan(repo: Path, *args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+def plan(repo: Path, *args: str, tmpdir: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # Decision records go beside the repository: the working tree must stay as the test left it.
-    env = {"FLEETOPS_DECISION_LOG": str(repo.parent / "decisions.jsonl"), **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
+    env = {"FLEETOPS_DECISION_LOG": str(repo.parent / "decisions.jsonl"), **({"TMPDIR": str(tmpdir)} if tmpdir else {}), **(env or {})}
     return run("plan", "--repo", repo, *args, cwd=repo, env=env)
 
 
@@ -182,7 +182,9 @@ def test_a_revision_running_this_code_is_taken_out_of_git_as_its_file_and_polici
         assert sorted(p.name for p in tree.iterdir()) == ["environments", "policies"]
     (repo / "modules" / "kube.py").write_text((repo / "modules" / "kube.py").read_text() + "\n# changed\n")
     changed = commit(repo, "a module changed")
-    assert plan_mod.survey(repo, changed, "environments/prod.yaml") == plan_mod.Revision(runs_here=False, needs=None)
+    # Another program: its folders too, and nothing else of the tree (a blob in docs/ is never taken out).
+    assert plan_mod.survey(repo, changed, "environments/prod.yaml") == plan_mod.Revision(
+        runs_here=False, needs=["fleetops", "modules", "stacks", *revision.needs])
 
 
 def test_deleted_environment_file_removes_everything(repo: Path) -> None:

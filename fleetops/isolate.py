@@ -1,0 +1,248 @@
+"""A revision's own program, rendered where it cannot reach the judge: the review's trust boundary.
+
+`fleetops plan` judges a pull request with the code that runs it (in CI, the base revision's). A side
+whose program differs from that code (a head that edits `modules/`, `fleetops/` or `stacks/`) is
+still rendered by its own program, since that is what `pulumi up` would deploy once merged; but in a
+process that:
+
+- starts from an empty environment (no tokens: not `GITHUB_TOKEN`, not `FLEETOPS_OPA_TOKEN`, no
+  kubeconfig path) and Python's isolated mode (`-I`: no `PYTHON*` variables, no user site);
+- is confined by Landlock (Linux 5.13+, no privileges needed): it may read only its own tree and the
+  Python installation, and write nothing anywhere, so it can neither read the runner's secrets nor
+  rewrite the judge's code or anything a later CI step runs; TCP, abstract sockets and signals to
+  other processes are refused where the kernel can (ABI 4 and 6), and where this process may create
+  one (root, or unprivileged user namespaces), it gets a network namespace of its own with no
+  interface up;
+- is bounded in memory (address space), CPU time, wall time and the size of its answer;
+- answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
+  it. Nothing it writes is ever run or unpickled here.
+
+Where Landlock is not available the side is not rendered at all: plan fails closed (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import NotRequired, TypedDict  # pydantic reads TypedDicts from here on Python 3.11
+
+import landlockpy
+import orjson
+import pydantic
+from landlockpy import AccessFS, AccessNet, Ruleset, Scope
+
+
+class IsolationError(Exception):
+    """The side could not be rendered in isolation: no sandbox, a crash, a bound hit, or an answer that is not data."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 8 << 30  # address space: the large generated fleet renders in under 2 GiB
+    cpu_seconds: int = 600
+    wall_seconds: float = 900.0
+    answer_bytes: int = 512 << 20  # its JSON: about 60 MiB for the large generated fleet (15,348 objects)
+    problems: int = 200  # lines of a refusal kept, each cut at `problem_chars`
+    problem_chars: int = 2000
+
+
+LIMITS = Limits()
+
+# Runs in the revision's own tree with its own fleetops and modules (taken first on sys.path), and
+# prints one JSON document. The code it imports is the revision's: nothing here trusts it.
+_SNIPPET = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import orjson
+from fleetops import render, spec
+try:
+    env = spec.load_environment(sys.argv[2], display=sys.argv[4])
+    if hasattr(render, "render_environment"):
+        state = render.render_environment(env, sys.argv[2], revision=sys.argv[3])
+    else:  # a revision from before render took a loaded environment
+        state = render.render(sys.argv[2], revision=sys.argv[3], display=sys.argv[4])
+except spec.SpecError as exc:
+    answer = {"problems": [str(p) for p in exc.problems]}
+except render.RenderError as exc:
+    answer = {"problems": [str(exc)]}
+else:
+    answer = {"clusters": state.clusters}
+sys.stdout.buffer.write(orjson.dumps(answer))
+"""
+
+
+@pydantic.with_config(pydantic.ConfigDict(extra="allow"))
+class _Metadata(TypedDict, total=False):
+    name: pydantic.StrictStr
+    namespace: pydantic.StrictStr
+
+
+@pydantic.with_config(pydantic.ConfigDict(extra="allow"))
+class _Object(TypedDict):
+    apiVersion: pydantic.StrictStr
+    kind: pydantic.StrictStr
+    metadata: _Metadata
+
+
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class Answer(TypedDict):
+    """What an isolated render may say: its objects per cluster, or why its program refused the file."""
+
+    clusters: NotRequired[dict[pydantic.StrictStr, list[_Object]]]
+    problems: NotRequired[list[pydantic.StrictStr]]
+
+
+_ANSWER = pydantic.TypeAdapter(Answer)
+
+
+def available() -> bool:
+    """Whether this kernel can confine a render (Landlock's filesystem rules)."""
+    return landlockpy.abi_version() >= 1
+
+
+@dataclass
+class Started:
+    """An isolated render under way; `finish()` waits for it and returns its objects per cluster."""
+
+    proc: subprocess.Popen[bytes]
+    stderr: Any
+    label: str
+    limits: Limits
+
+    def finish(self) -> dict[str, list[dict[str, Any]]]:
+        answer = _answer(self._read(), self.label)
+        if "problems" in answer:
+            raise IsolationError("\n".join(_printable(p, self.limits.problem_chars) for p in answer["problems"][: self.limits.problems]))
+        clusters = answer.get("clusters")
+        if clusters is None:
+            raise IsolationError(f"{self.label}: the revision's program answered neither objects nor problems")
+        for cluster, objects in clusters.items():
+            for obj in objects:
+                if not obj["metadata"].get("name"):
+                    raise IsolationError(f"{self.label}: the revision's program rendered a {obj['kind']} without a name on {cluster}")
+        return clusters  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()  # type: ignore[union-attr]
+        self.stderr.close()
+
+    def _read(self) -> bytes:
+        expired = threading.Event()
+        timer = threading.Timer(self.limits.wall_seconds, lambda: (expired.set(), self.proc.kill()))
+        timer.start()
+        try:
+            data = self.proc.stdout.read(self.limits.answer_bytes + 1)  # type: ignore[union-attr]
+            if len(data) > self.limits.answer_bytes:
+                self.proc.kill()
+                raise IsolationError(f"{self.label}: the revision's program answered more than {self.limits.answer_bytes >> 20} MiB")
+            code = self.proc.wait()
+            if code != 0:
+                why = f"more than {self.limits.wall_seconds:g} s" if expired.is_set() else self._why(code)
+                raise IsolationError(f"{self.label}: the revision's program could not be rendered: {why}")
+        finally:
+            timer.cancel()
+            self.close()
+        return data
+
+    def _why(self, code: int) -> str:
+        if code in (-signal.SIGXCPU, -signal.SIGKILL):
+            return f"more than {self.limits.cpu_seconds} s of CPU"
+        self.stderr.seek(0)
+        lines = self.stderr.read(64 << 10).decode(errors="replace").strip().splitlines()
+        return _printable(lines[-1], self.limits.problem_chars) if lines else f"exit {code}, no output"
+
+
+def start(tree: Path, env_rel: str, revision: str, label: str, limits: Limits = LIMITS) -> Started:
+    """Render `tree/env_rel` with the program in `tree`, confined, in the background."""
+    if not available():
+        raise IsolationError(f"{label}: its program differs from the one judging and this system cannot confine it "
+                             "(Landlock, Linux 5.13+); plan a revision with other code where Landlock is available")
+    stderr = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", _SNIPPET, str(tree), str(tree / env_rel), revision, env_rel],
+            cwd=tree,
+            env={"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": str(tree), "TMPDIR": str(tree)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            preexec_fn=_confine(_readable(tree, env_rel), limits),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        stderr.close()
+        raise IsolationError(f"{label}: cannot start a confined render: {exc}") from None
+    return Started(proc, stderr, label, limits)
+
+
+PROGRAM = ("fleetops", "modules", "stacks")  # the folders of a revision its render runs
+
+
+def _readable(tree: Path, env_rel: str) -> list[tuple[Path, AccessFS]]:
+    """What the render may read: the names in its tree (Python lists a folder to import from it), the
+    files of its program and environment (not its `.git`, nor anything else a working tree holds), the
+    Python installation it runs on and the system's libraries."""
+    tree = tree.resolve()
+    files = [tree / name for name in PROGRAM] + [tree / env_rel]
+    python = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, Path(sys.executable).parent)}
+    system = [Path(p) for p in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/dev/null", "/dev/urandom")]
+    readable = [p for p in (*files, *sorted(python), *system) if p.exists()]
+    return [(tree, AccessFS.READ_DIR)] + [(p, _READ if p.is_dir() else AccessFS.READ_FILE) for p in readable]
+
+
+_READ = AccessFS.READ_FILE | AccessFS.READ_DIR
+
+
+_CLONE_NEWNET = 0x40000000  # linux/sched.h
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits) -> Any:
+    """The steps the child takes on itself between fork and exec (each inherited by the program it runs)."""
+    rights = [(str(path), access | AccessFS.EXECUTE if access & AccessFS.READ_FILE else access) for path, access in readable]
+
+    def confine() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.unshare(_CLONE_NEWNET)  # best effort: Landlock below refuses TCP and abstract sockets anyway
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))  # SIGXCPU, then SIGKILL
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        with Ruleset(handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+                     scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as ruleset:
+            for path, access in rights:
+                ruleset.allow_path(path, access)
+            ruleset.restrict()
+
+    return confine
+
+
+def _answer(data: bytes, label: str) -> Answer:
+    try:
+        return _ANSWER.validate_python(orjson.loads(data))
+    except orjson.JSONDecodeError as exc:
+        raise IsolationError(f"{label}: the revision's program answered something that is not JSON: {exc}") from None
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][:6])
+        raise IsolationError(f"{label}: the revision's program answered objects that are not Kubernetes objects: {where}: {first['msg']}") from None
+
+
+def _printable(text: str, limit: int) -> str:
+    """A line from the revision's program as it may be shown: no control characters, bounded."""
+    clean = "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

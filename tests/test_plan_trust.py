@@ -1,0 +1,149 @@
+"""The review's trust boundary, attacked through real Git revisions: a pull request whose program
+differs from the judge's is rendered confined and answers as data; nothing it holds judges it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from fleetops import isolate
+from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
+
+pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+)")
+
+# Raising vision's guarantee on center-bj past its pools: quota.guaranteed_over_capacity denies it.
+OVER = ("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}")
+
+
+def append(repo: Path, rel: str, code: str) -> None:
+    path = repo / rel
+    path.write_text(path.read_text() + "\n" + code)
+
+
+def test_a_head_that_rewrites_the_judge_through_its_answer_is_still_denied(repo: Path) -> None:
+    # The attack on the old plan: the head's program answered in pickle, and an object in it ran
+    # code in the judging process on load, which dropped every denial.
+    marker = repo.parent / "judge-rewritten"
+    append(repo, "fleetops/render.py", f'''
+class _Payload:
+    def __reduce__(self):
+        return (exec, ("import fleetops.policy as p\\np.report_rows = lambda verdict: []\\nopen({str(marker)!r}, 'w').write('x')",))
+
+
+_render_environment = render_environment
+
+
+def render_environment(*args, **kwargs):
+    state = _render_environment(*args, **kwargs)
+    next(iter(state.clusters.values())).append(_Payload())
+    return state
+''')
+    edit(repo, *OVER)
+    commit(repo, "vision: 400 GPUs, and a judge that says yes")
+    out = plan(repo, "--env", "prod", "--output", "json")
+    assert out.returncode != 0 and out.stdout == "", out.stdout[:300]
+    assert "not JSON" in out.stderr or "could not be rendered" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not marker.exists()
+
+
+def test_no_code_of_the_head_runs_in_the_judging_process(repo: Path) -> None:
+    # The head's modules run (its label is in the plan) but never here, and never with the right to write.
+    marker = repo.parent / "head-code-ran"
+    append(repo, "modules/__init__.py", f"try:\n    open({str(marker)!r}, 'a').write('ran')\nexcept OSError:\n    pass\n")
+    kube = repo / "modules" / "kube.py"
+    text = kube.read_text()
+    old = "return {MANAGED_BY: MANAGER, "
+    assert old in text, "test setup: the common labels moved"
+    kube.write_text(text.replace(old, 'return {"example.com/head": "yes", MANAGED_BY: MANAGER, ', 1))
+    commit(repo, "modules: one more label")
+    code, result = plan_json(repo)
+    changed = result["objects"]["changed"]
+    assert changed and all(any("example.com~1head" in f["path"] or "example.com/head" in f["path"] for f in o["fields"]) for o in changed)
+    assert not marker.exists()
+    assert result["program_file_changes"] == ["modules/__init__.py", "modules/kube.py"]
+    assert result["security_changes"] >= 2
+
+
+def test_the_heads_program_sees_no_token_no_network_no_secret_and_writes_nothing(repo: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "kubeconfig"
+    secret.write_text("token: s3cr3t")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    append(repo, "modules/fleet.py", f'''
+import os as _os, socket as _socket, json as _json
+
+def _try(what):
+    try:
+        what()
+        return "allowed"
+    except Exception as exc:
+        return type(exc).__name__
+
+_probe = {{
+    "token": _os.environ.get("FLEETOPS_OPA_TOKEN", "none"),
+    "variables": sorted(_os.environ),
+    "read_secret": _try(lambda: open({str(secret)!r}).read()),
+    "write_judge": _try(lambda: open({str(repo / "fleetops" / "policy.py")!r}, "a").write("# pwned")),
+    "write_tmp": _try(lambda: open("/tmp/fleetops-probe", "w").write("x")),
+    "connect": _try(lambda: _socket.create_connection(("127.0.0.1", {port}), timeout=2)),
+    "git_config": _try(lambda: open({str(repo / ".git" / "config")!r}).read()),
+}}
+raise SystemExit("probe " + _json.dumps(_probe))
+''')
+    commit(repo, "modules: look around")
+    judge_before = (repo / "fleetops" / "policy.py").read_bytes()
+    out = plan(repo, "--env", "prod", env={"FLEETOPS_OPA_TOKEN": "opa-s3cr3t", "GITHUB_TOKEN": "ghs_s3cr3t"})
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = next(part for part in out.stderr.splitlines() if "probe " in part)
+    probe = json.loads(line.split("probe ", 1)[1])
+    assert probe["token"] == "none"
+    assert not any("TOKEN" in v for v in probe["variables"])
+    assert probe["read_secret"] == probe["write_judge"] == probe["write_tmp"] == probe["git_config"] == "PermissionError"
+    assert probe["connect"] != "allowed"
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    assert (repo / "fleetops" / "policy.py").read_bytes() == judge_before
+    assert not Path("/tmp/fleetops-probe").exists()
+
+
+def test_head_owners_and_waivers_are_never_read_for_the_verdict(repo: Path) -> None:
+    owners = repo / "policies" / "owners.yaml"
+    owners.write_text("owners: ['@attacker']\n")
+    edit(repo, *OVER)
+    commit(repo, "vision: 400 GPUs; I own the policies now")
+    code, result = plan_json(repo)
+    assert code == 1 and result["verdict"] == "denied"
+    assert "@attacker" not in result["policy"]["owners"]
+
+
+def test_a_base_without_policies_fails_closed(repo: Path) -> None:
+    git(repo, "checkout", "-q", "main")
+    git(repo, "rm", "-rq", "policies")
+    base = commit(repo, "no policies")
+    git(repo, "checkout", "-q", "change")
+    git(repo, "reset", "-q", "--hard", base)
+    edit(repo, *OVER)
+    commit(repo, "vision: 400 GPUs")
+    out = plan(repo, "--env", "prod", "--base", base)
+    assert out.returncode == 2
+    assert "no policies/" in out.stderr and "fail closed" in out.stderr
+
+
+def test_more_than_the_limit_out_of_git_is_refused_in_one_line(repo: Path) -> None:
+    from fleetops import plan as plan_mod
+
+    (repo / "modules" / "blob.bin").write_bytes(os.urandom(3 << 20))
+    head = commit(repo, "a large file in the program")
+    with pytest.raises(plan_mod.PlanError, match=r"more than 2 MiB in modules: refused"):
+        with plan_mod.checkout(repo, head, ["modules"], limit=2 << 20):
+            pass
+    with plan_mod.checkout(repo, head, ["environments/prod.yaml"], limit=2 << 20) as tree:  # the blob is not taken out
+        assert [p.name for p in tree.rglob("*") if p.is_file()] == ["prod.yaml"]
