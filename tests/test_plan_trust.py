@@ -31,7 +31,10 @@ def test_a_head_that_rewrites_the_judge_through_its_answer_is_still_denied(repo:
     append(repo, "fleetops/render.py", f'''
 class _Payload:
     def __reduce__(self):
-        return (exec, ("import fleetops.policy as p\\np.report_rows = lambda verdict: []\\nopen({str(marker)!r}, 'w').write('x')",))
+        # Loaded, it drops every denial of the judge and stands in for a harmless ConfigMap.
+        return (eval, ("(setattr(__import__('fleetops.policy').policy, 'report_rows', lambda verdict: []), "
+                       "open({str(marker)!r}, 'w').write('x'), "
+                       "{{'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {{'name': 'payload', 'namespace': 'default'}}}})[2]",))
 
 
 _render_environment = render_environment
