@@ -410,24 +410,42 @@ def plan(
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
     except (plan_mod.PlanError, policy.PolicyError) as exc:
+        # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
+        invalid = plan_mod.cannot_judge(env, base, head, str(exc).splitlines())
+        if artifacts is not None:
+            write_files(_plan_forms(invalid, artifacts, review.cannot_judge(invalid, max_chars), review.cannot_judge(invalid, 10**12)), "the plan")
+        sys.stdout.write(_plan_form(invalid, output, review.cannot_judge(invalid, max_chars)))
         fail(str(exc))
     code = 0 if result["verdict"] == "allowed" else 1
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
-        write_files({artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": review.full(result),
-                     artifacts / "comment.md": review.comment(result, max_chars, where), artifacts / "plan-junit.xml": plan_mod.junit(result),
-                     artifacts / "annotations.txt": review.github_annotations(result)}, "the full plan")
+        write_files(_plan_forms(result, artifacts, review.comment(result, max_chars, where), review.full(result)), "the full plan")
     if only_on_change and result["no_effect"]:
         raise typer.Exit(code)
-    if output is PlanFormat.json:
-        sys.stdout.write(as_json(plan_document(result)))
-    elif output is PlanFormat.junit:
-        sys.stdout.write(plan_mod.junit(result))
-    elif output is PlanFormat.github:
-        sys.stdout.write(review.github_annotations(result))
-    else:
-        sys.stdout.write(review.comment(result, max_chars, where))
+    sys.stdout.write(_plan_form(result, output, review.comment(result, max_chars, where)))
     raise typer.Exit(code)
+
+
+def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str:
+    from fleetops import plan as plan_mod
+    from fleetops import review
+
+    if output is PlanFormat.json:
+        return as_json(plan_document(result))
+    if output is PlanFormat.junit:
+        return plan_mod.junit(result)
+    if output is PlanFormat.github:
+        return review.github_annotations(result)
+    return markdown
+
+
+def _plan_forms(result: dict[str, Any], artifacts: Path, comment: str, full: str) -> dict[Path, str]:
+    """Every form of the one plan, for a CI job that plans once per environment."""
+    from fleetops import plan as plan_mod
+    from fleetops import review
+
+    return {artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": full, artifacts / "comment.md": comment,
+            artifacts / "plan-junit.xml": plan_mod.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
 
 
 # --- audit ---------------------------------------------------------------------------------------

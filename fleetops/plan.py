@@ -515,6 +515,22 @@ def _check_schema(head: Side, env_rel: str) -> None:
         raise PlanError("\n".join(f"{env_rel}: rendered object fails its schema: {p}" for p in problems))
 
 
+def cannot_judge(environment: str, base: str | None, head: str | None, problems: list[str]) -> dict[str, Any]:
+    """The plan of a change that cannot be judged (an invalid side, no policy engine): verdict
+    "invalid", each problem a blocking decision at the file and line it names, so that every form
+    of the plan (comment, annotations, JUnit, JSON) says so and replaces an earlier verdict."""
+    decisions = []
+    for text in problems:
+        where = output.problem(text)
+        decisions.append({"status": "deny", "rule": "plan.cannot_judge", "severity": "high", "msg": text, "resource": "",
+                          "subject": {}, "package": "fleetops.plan", "waived_by": None, "fix": "",
+                          **({"location": {"file": where["file"], "line": where["line"], "column": where["column"] or 1}}
+                             if where["file"] and where["line"] else {})})
+    return {"environment": environment, "verdict": "invalid", "base": {"revision": base or "default branch"},
+            "head": {"revision": head or "working tree"}, "problems": problems, "decisions": decisions,
+            "counts": output.decision_counts(decisions), "no_effect": False, "spec_changes": []}
+
+
 def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 

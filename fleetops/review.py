@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
-VERDICT = {"denied": "❌ denied", "needs-approval": "⏳ needs approval", "allowed": "✅ allowed"}
+VERDICT = {"denied": "❌ denied", "needs-approval": "⏳ needs approval", "allowed": "✅ allowed", "invalid": "⛔ cannot be judged"}
 SECURITY = "🔒"
 
 
@@ -233,6 +233,28 @@ def _sections(plan: dict[str, Any]) -> list[str]:
 
 def _join(lines: list[str], tail: list[str]) -> str:
     return "\n".join(lines + tail) + "\n"
+
+
+def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """The comment for a change that cannot be judged (an invalid side, no policy engine): it replaces
+    any earlier verdict on the pull request, and says why, each problem on its line."""
+    shown, body = [], 0
+    for d in plan["decisions"]:
+        line = f"- {d['msg']}{_where(d)}"
+        if body + len(line) > max_chars - 2000:
+            shown.append(f"- … and {len(plan['decisions']) - len(shown)} more (see the full plan)")
+            break
+        shown.append(line)
+        body += len(line) + 1
+    lines = [
+        f"### fleetops plan `{plan['environment']}`: {VERDICT['invalid']}",
+        "",
+        f"The change cannot be judged, so it cannot be merged: base `{plan['base']['revision'][:12]}`, head `{plan['head']['revision'][:12]}`.",
+        "Any earlier verdict on this pull request no longer holds.",
+        "",
+        *shown,
+    ]
+    return _join(lines, [])
 
 
 def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts: str = "") -> str:

@@ -204,9 +204,30 @@ def test_invalid_yaml_at_head_is_one_line_exit_2(repo: Path) -> None:
     commit(repo, "broken")
     out = plan(repo, "--env", "prod")
     assert out.returncode == 2
-    assert out.stdout == ""
+    assert "cannot be judged" in out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: invalid YAML", lines[0]), out.stderr
+
+
+def test_an_invalid_head_replaces_the_last_verdict_in_every_form(repo: Path, tmp_path: Path) -> None:
+    # The workflow posts comment.md whenever plan.json has an effect: an earlier "allowed" must not stand.
+    import jsonschema
+
+    from fleetops import output
+
+    edit(repo, "  - name: vision\n", "  - name: vision\n   bad: [\n")
+    commit(repo, "broken")
+    out = plan(repo, "--env", "prod", "--output", "github", "--artifacts", tmp_path / "out")
+    assert out.returncode == 2
+    line = int(re.match(r"^environments/prod\.yaml:(\d+):", out.stderr)[1])
+    assert out.stdout.startswith(f"::error file=environments/prod.yaml,line={line},title=deny%3A plan.cannot_judge::")
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "cannot be judged" in comment and f"environments/prod.yaml:{line}" in comment and "✅" not in comment
+    document = json.loads((tmp_path / "out" / "plan.json").read_text())
+    jsonschema.Draft202012Validator(output.json_schema()).validate(document)
+    assert (document["verdict"], document["ok"], document["no_effect"]) == ("invalid", False, False)
+    assert document["problems"][0]["line"] == line
+    assert 'failures="2"' in (tmp_path / "out" / "plan-junit.xml").read_text()
 
 
 def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
@@ -217,7 +238,7 @@ def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
     edit(repo, "nodes: -8", "nodes: 8")
     commit(repo, "fixed")
     out = plan(repo, "--env", "prod", "--base", broken)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 2 and "cannot be judged" in out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: clusters\[\d\]\.pools\[\d\]\.nodes: must be >= 0, got -8$", lines[0]), out.stderr
 
@@ -230,7 +251,7 @@ def test_base_policies_the_engine_cannot_read_fail_closed(repo: Path) -> None:
     (repo / "policies" / "broken.rego").unlink()
     commit(repo, "removed")
     out = plan(repo, "--env", "prod", "--base", broken)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 2 and "cannot be judged" in out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("policy gate (fail closed): policies/broken.rego:4:1: "), out.stderr
 
