@@ -268,7 +268,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     path = policies_dir / policy.WAIVERS_FILE
     if not path.is_file():
         return []
-    tree, positions = spec.parse_yaml(path.read_text(), f"{path.parent.name}/{path.name}")
+    tree, positions = spec.parse_yaml(policy.read_text(path), f"{path.parent.name}/{path.name}")
     entries = tree.get("waivers", []) if isinstance(tree, dict) else []
     rows = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):

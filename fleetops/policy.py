@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import git, memory, spec
@@ -104,6 +103,8 @@ def load_inventory(path: Path) -> Inventory:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PolicyError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise PolicyError(f"{path}:1:1: the live inventory is nested too deeply (deeper than Python's recursion limit)") from None
     try:
         return Inventory.model_validate({"nodes": raw} if isinstance(raw, list) else raw)
     except ValidationError as exc:
@@ -206,26 +207,40 @@ def _is_test(path: Path) -> bool:
     return path.name.endswith("_test.rego")
 
 
+def read_text(path: Path) -> str:
+    """A policy, data or waivers file as text: unreadable or not UTF-8 is one line naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise PolicyError(f"{display_path(path)}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise PolicyError(f"{display_path(path)}: cannot read: {exc.strerror}") from None
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML as the environment loader reads it (a key written twice is refused), errors as PolicyError."""
+    try:
+        return spec.parse_yaml(text, file)[0]
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+
+
 def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
     if not directory.is_dir():
         raise PolicyError(f"{directory}: no policy folder")
     files = sorted(p for p in directory.rglob("*.rego") if ".venv" not in p.parts)
-    sources = {p.relative_to(directory).as_posix(): p.read_text() for p in files}
+    sources = {p.relative_to(directory).as_posix(): read_text(p) for p in files}
     policies = {k: v for k, v in sources.items() if not _is_test(Path(k))}
     if not policies:
         raise PolicyError(f"{directory}: no .rego policies")
     data_path = directory / DATA_FILE
-    data_text = data_path.read_text() if data_path.is_file() else ""
-    try:
-        data = yaml.load(data_text, Loader=spec.YAML_LOADER) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        raise PolicyError(f"{data_path}:{line}: not YAML: {getattr(exc, 'problem', exc)}") from None
+    data_text = read_text(data_path) if data_path.is_file() else ""
+    data = parse_yaml(data_text, display_path(data_path)) or {}
     if not isinstance(data, dict):
-        raise PolicyError(f"{data_path}:1:1: policy data must be a mapping")
+        raise PolicyError(f"{display_path(data_path)}:1:1: policy data must be a mapping")
     waivers_path = directory / WAIVERS_FILE
-    waivers_text = waivers_path.read_text() if waivers_path.is_file() else ""
+    waivers_text = read_text(waivers_path) if waivers_path.is_file() else ""
     # Everything that decides a verdict: the rules, their data and the waivers that suspend them.
     digest = hashlib.sha256()
     for name, text in [*sorted(policies.items()), (DATA_FILE, data_text), (WAIVERS_FILE, waivers_text)]:
@@ -272,10 +287,14 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
         for match in _METADATA.finditer(source):
             body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
             line = source.count("\n", 0, match.start(2)) + 1
+            # Blank lines ahead of the block keep the lines of YAML errors those of the .rego file.
+            first = source.count("\n", 0, match.start(1))
             try:
-                meta = yaml.load(body, Loader=spec.YAML_LOADER) or {}
-            except yaml.YAMLError as exc:
-                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
+                meta = spec.parse_yaml("\n" * first + body, display_path(bundle.directory / name))[0] or {}
+            except spec.SpecError as exc:
+                raise PolicyError(f"{exc.problems[0]} (METADATA of the rule at line {line})") from None
+            if not isinstance(meta, dict):
+                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA must be a mapping")
             if meta.get("scope") == "package" or match.group(2) == "package":
                 continue
             custom = meta.get("custom") or {}
@@ -610,7 +629,7 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
         return Waivers([], [])
     try:
         # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
-        tree, positions = spec.parse_yaml(path.read_text(), f"{path.parent.name}/{path.name}")
+        tree, positions = spec.parse_yaml(read_text(path), f"{path.parent.name}/{path.name}")
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     if tree is None:

@@ -313,8 +313,49 @@ def test_metadata_that_is_not_yaml_is_rejected(tmp_path):
     directory = copy_policies(tmp_path)
     path = directory / "edge.rego"
     path.write_text(path.read_text().replace("# title: Edge latency bound", "# title: Edge: latency: bound"))
-    with pytest.raises(policy.PolicyError, match=r"edge\.rego:\d+: METADATA is not YAML"):
+    with pytest.raises(policy.PolicyError, match=r"edge\.rego:\d+:\d+: invalid YAML: .*\(METADATA of the rule at line \d+\)"):
         policy.rule_metadata(policy.load_bundle(directory))
+
+
+# A key written twice silently won before: the second value replaced the first.
+@pytest.mark.parametrize(
+    "file, old, new, message",
+    [
+        ("data.yaml", "  max_tenant_share: 0.5", "  max_tenant_share: 0.5\n  max_tenant_share: 1.0",
+         r"^policies/data\.yaml:6:3: quota\.max_tenant_share: duplicate key$"),
+        ("waivers.yaml", "    owner: ", "    owner: mallory\n    owner: ",
+         r"^policies/waivers\.yaml:\d+:5: waivers\[0\]\.owner: duplicate key$"),
+    ],
+)
+def test_a_key_written_twice_in_policy_data_or_waivers_is_refused(tmp_path, monkeypatch, file, old, new, message):
+    directory = copy_policies(tmp_path)
+    path = directory / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(policy.PolicyError, match=message):
+        judge(*rendered("dev"), policies_dir=directory)
+
+
+def test_a_key_written_twice_in_rule_metadata_is_refused(tmp_path):
+    directory = copy_policies(tmp_path)
+    path = directory / "edge.rego"
+    text = path.read_text()
+    line = text.splitlines().index("#   severity: high") + 1 if "#   severity: high" in text.splitlines() else None
+    assert line, "edge.rego has a high-severity rule"
+    path.write_text(text.replace("#   severity: high", "#   severity: high\n#   severity: low", 1))
+    with pytest.raises(policy.PolicyError, match=rf"edge\.rego:{line + 1}:\d+: custom\.severity: duplicate key"):
+        policy.rule_metadata(policy.load_bundle(directory))
+
+
+@pytest.mark.parametrize("file", ["quota.rego", "data.yaml", "waivers.yaml"])
+def test_a_policy_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, monkeypatch, file):
+    directory = copy_policies(tmp_path)
+    path = directory / file
+    path.write_bytes(path.read_bytes() + b"\n# caf\xe9\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(policy.PolicyError, match=rf"^policies/{re.escape(file)}:\d+: not UTF-8 \(invalid continuation byte at byte \d+\)$"):
+        judge(*rendered("dev"), policies_dir=directory)
 
 
 # --- decision log ----------------------------------------------------------------------------------
