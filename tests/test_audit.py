@@ -142,7 +142,32 @@ def test_history_from_the_decision_log(tmp_path: Path) -> None:
     history = json.loads(out.read_text())["history"]
     assert history["entries"] == 3
     assert history["latest_denials"][0]["rule"] == "budget.over_budget"
-    assert any(p.endswith(":4: not a decision log entry") for p in history["problems"])
+    assert any(p.startswith(f"{log}:4: not a decision log entry") for p in history["problems"])
+
+
+def test_malformed_decision_log_lines_are_counted_and_placed_and_the_report_still_renders(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    assert run("check", "--env", "dev", "--decision-log", str(log)).returncode == 0
+    good = log.read_text()
+    bad = [
+        "[" * 100_000,  # nested past any parser's depth: a RecursionError traceback before
+        '{"time": "2026-11-30T10:00:00+00:00", "decisions": ["not a decision"]}',  # an AttributeError traceback before
+        '{"time": "2026-11-30T10:00:00+00:00", "decisions": [{"rule": "x.y", "status": "deny"}], "revision": 7}',
+        "{}",
+    ]
+    log.write_text(good + "\n".join(bad) + "\n" + good)
+    html = tmp_path / "audit.html"
+    done = run("audit", "--env", "dev", "--decision-log", str(log), "-o", str(html))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    summary = f"decision log: 4 malformed line(s) left out of the history: {log}:2, {log}:3, {log}:4, {log}:5"
+    assert summary in done.stderr
+    text = html.read_text()
+    assert "4 malformed line(s) of the decision log are left out of the history" in text
+    assert f"{log}:3: not a decision log entry (decisions.0: " in text
+    assert "2 evaluations in the decision log" in text
+    md = tmp_path / "audit.md"
+    assert run("audit", "--env", "dev", "--decision-log", str(log), "--output", "markdown", "-o", str(md)).returncode == 0
+    assert summary in md.read_text()
 
 
 def test_bad_policy_writes_no_report(tmp_path: Path) -> None:
