@@ -433,15 +433,92 @@ def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
+_REBASE = re.compile(
+    r'(?P<skip>"(?:[^"\\\n]|\\.)*"|`[^`]*`|#[^\n]*)'  # strings and comments stay as written
+    r"|(?P<head>(?<![\w.])data\.|^package[ \t]+)(?=fleet(?:_data)?\b)"
+    r"|(?P<other>(?<![\w.])data\b)",
+    re.MULTILINE,
+)
+DIGEST_RULE = "fleetops_policy_digest"
+
+
+@dataclass(frozen=True)
+class OpaUpload:
+    """One evaluation's policies and data on a shared OPA, under a root no other evaluation uses.
+
+    Module ids are `fleetops/<root>/<file>`, packages `<root>.fleet.*`, data `<root>.fleet_data`, and
+    every module carries `fleetops_policy_digest`: the answer is checked to come from these modules
+    and this data, so a client writing to the same OPA meanwhile can make the gate fail, never pass.
+    """
+
+    root: str  # "fleetops.e<uuid hex>": a Rego reference, so it starts with a letter
+    modules: dict[str, str]  # module id -> rebased source, helpers (no deny/warn) first
+    data: dict[str, Any]  # the policy data as JSON reads it back
+
+    @property
+    def path(self) -> str:
+        return self.root.replace(".", "/")
+
+    @classmethod
+    def of(cls, bundle: Bundle) -> OpaUpload:
+        root = f"fleetops.e{uuid.uuid4().hex}"
+        modules = {}
+        for name, source in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
+            rebased = rebase(source, root, bundle.directory / name)
+            modules[f"{root.replace('.', '/')}/{name.removesuffix('.rego')}"] = f'{rebased}\n{DIGEST_RULE} := "{bundle.digest}"\n'
+        return cls(root, modules, json.loads(json.dumps(bundle.data[DATA_ROOT])))
+
+    def mismatch(self, answer: Any, bundle: Bundle) -> str | None:
+        """What in OPA's answer did not come from this upload, or None."""
+        if not isinstance(answer, dict):
+            return f"data.{self.root} is not a document"
+        if answer.get(DATA_ROOT) != self.data:
+            return f"data.{self.root}.{DATA_ROOT} differs from {DATA_FILE}"
+        for package in sorted({package_of(source) for source in bundle.policies.values()}):
+            node: Any = answer
+            for part in package.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or node.get(DIGEST_RULE) != bundle.digest:
+                return f"data.{self.root}.{package} has no {DIGEST_RULE} {bundle.digest[:19]}"
+        return None
+
+
+def rebase(source: str, root: str, path: Path) -> str:
+    """A policy with its `fleet` package and `data.fleet` / `data.fleet_data` references moved under `root`.
+
+    Any other read of `data` is refused: on a shared OPA another client could write whatever it reads.
+    """
+
+    def move(match: re.Match[str]) -> str:
+        if match.group("skip"):
+            return match.group(0)
+        if match.group("other"):
+            line = source.count("\n", 0, match.start()) + 1
+            raise PolicyError(f"{display_path(path)}:{line}: policies read only data.fleet and data.fleet_data (OPA holds other clients' data)")
+        return f"{match.group('head')}{root}."
+
+    return _REBASE.sub(move, source)
+
+
+def _refuse_redirects(url: str) -> Any:
+    """A requests response hook: OPA answering 30x must not be followed, or policies, input and token go elsewhere."""
+
+    def hook(response: Any, *args: Any, **kwargs: Any) -> None:
+        if response.is_redirect:
+            raise PolicyError(f"OPA at {url}: answered {response.status_code} redirecting elsewhere: redirects are refused, nothing was sent on")
+
+    return hook
+
+
 class OpaEngine:
-    """An OPA server: policies and data are uploaded (PUT /v1/policies, /v1/data), then data.fleet is queried.
+    """An OPA server: one evaluation's policies and data are uploaded under a root of their own
+    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed.
 
     The bearer token travels only in the Authorization header; every message this class raises has
     it redacted, and the URL is shown without user information.
     """
 
     name = "opa"
-    POLICY_PREFIX = "fleetops"
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
         want = "want http(s)://HOST[:PORT]"
@@ -468,7 +545,9 @@ class OpaEngine:
         from opa_client.opa import OpaClient
 
         # retries=0: a failed upload or query is reported, not hidden behind back-off.
-        return OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
+        client = OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
+        client._session.hooks["response"].append(_refuse_redirects(self.url))  # opa-python-client has no option for it
+        return client
 
     def _refused(self, exc: Exception) -> PolicyError | None:
         """OPA's answer to a missing or wrong token (401, code "unauthorized"), whichever call met it first."""
@@ -479,6 +558,8 @@ class OpaEngine:
         return PolicyError(f"OPA at {self.url}: 401 unauthorized: the server refused {given}")
 
     def _fail(self, step: str, exc: Exception) -> PolicyError:
+        if isinstance(exc, PolicyError):
+            return exc
         if refused := self._refused(exc):
             return refused
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -486,23 +567,10 @@ class OpaEngine:
             detail = json.dumps(detail)[:300]
         return PolicyError(_redact(f"OPA at {self.url}: {step}: {type(exc).__name__}: {detail}", self.token))
 
-    def _remove_ours(self, client: Any) -> None:
-        """Delete every module under our prefix; one OPA refuses (others still call it) after the rest."""
-        left = sorted(p for p in client.get_policies_list() if p.startswith(f"{self.POLICY_PREFIX}/"))
-        while left:
-            refused = []
-            for policy_id in left:
-                try:
-                    client.delete_policy(policy_id)
-                except Exception as exc:  # noqa: BLE001 - tried again once its callers are gone
-                    refused.append(policy_id)
-                    last = exc
-            if len(refused) == len(left):
-                raise last
-            left = refused
-
     def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
         """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
+        if isinstance(exc, PolicyError):
+            return exc
         if refused := self._refused(exc):
             return refused
         errors = getattr(exc, "errors", None)
@@ -512,36 +580,53 @@ class OpaEngine:
             return PolicyError(_redact(f"{display_path(path)}:{loc.get('row', 1)}:{loc.get('col', 1)}: OPA at {self.url}: {first.get('message', 'rejected')}", self.token))
         return self._fail(f"upload {display_path(path)}", exc)
 
+    def _ask(self, client: Any, upload: OpaUpload, bundle: Bundle, document: dict[str, Any], uploaded: list[str]) -> Any:
+        for policy_id, module in upload.modules.items():
+            try:
+                client.update_policy_from_string(module, policy_id, rego_compat=False)
+            except Exception as exc:
+                raise self._upload_error(bundle.directory / f"{policy_id.removeprefix(upload.path + '/')}.rego", exc) from None
+            uploaded.append(policy_id)
+        try:
+            client.update_or_create_data(upload.data, f"{upload.path}/{DATA_ROOT}")
+        except Exception as exc:
+            raise self._fail("upload policy data", exc) from None
+        try:
+            answer = client.query_rule(input_data=document, package_path=upload.path)
+        except Exception as exc:
+            raise self._fail(f"query data.{upload.root}", exc) from None
+        if not isinstance(answer, dict) or "result" not in answer:
+            raise PolicyError(f"OPA at {self.url}: query data.{upload.root}: no result (are the policies loaded?)")
+        return answer["result"]
+
+    def _remove(self, client: Any, upload: OpaUpload, uploaded: list[str]) -> None:
+        # Callers go before the helpers they call: OPA compiles what it holds at every change.
+        for policy_id in reversed(uploaded):
+            client.delete_policy(policy_id)
+        client.delete_data(upload.path)
+
     def evaluate(self, bundle: Bundle, document: dict[str, Any], text: bytes | None = None) -> Results:
+        upload = OpaUpload.of(bundle)
         try:
             client = self.client()
         except Exception as exc:
             raise self._fail("connect", exc) from None
+        uploaded: list[str] = []
         with client:
-            # OPA compiles every module it holds at each change. The modules an earlier bundle left
-            # go first (a renamed or removed file would still add rules, and a helper could not be
-            # replaced while its old callers remain), then helpers (data.fleet.lib) before callers.
             try:
-                self._remove_ours(client)
-            except Exception as exc:
-                raise self._fail("remove the policies uploaded before", exc) from None
-            for name, module in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
-                policy_id = f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}"
-                try:
-                    client.update_policy_from_string(module, policy_id, rego_compat=False)
-                except Exception as exc:
-                    raise self._upload_error(bundle.directory / name, exc) from None
+                result = self._ask(client, upload, bundle, document, uploaded)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the first failure is the one to report
+                    self._remove(client, upload, uploaded)
+                raise
             try:
-                client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
+                self._remove(client, upload, uploaded)
             except Exception as exc:
-                raise self._fail("upload policy data", exc) from None
-            try:
-                answer = client.query_rule(input_data=document, package_path="fleet")
-            except Exception as exc:
-                raise self._fail("query data.fleet", exc) from None
-        if not isinstance(answer, dict) or "result" not in answer:
-            raise PolicyError(f"OPA at {self.url}: query data.fleet: no result (are the policies loaded?)")
-        return collect(answer["result"], fleet_packages(bundle.policies))
+                raise self._fail(f"remove data.{upload.root}", exc) from None
+        if problem := upload.mismatch(result, bundle):
+            raise PolicyError(f"OPA at {self.url}: the answer is not from the policies this evaluation uploaded ({problem}): "
+                              "another client wrote to this OPA meanwhile")
+        return collect(result["fleet"], fleet_packages(bundle.policies))
 
 
 def engine_from(opa_url: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Engine:
