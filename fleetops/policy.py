@@ -569,8 +569,6 @@ class OpaEngine:
 
     def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
         """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
-        if isinstance(exc, PolicyError):
-            return exc
         if refused := self._refused(exc):
             return refused
         errors = getattr(exc, "errors", None)
