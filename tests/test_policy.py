@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.generate import synthetic_yaml
 from fleetops import policy, render, spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,6 +256,33 @@ def test_an_engine_that_does_not_answer_in_time_fails_closed():
 def test_decisions_without_a_rule_are_an_engine_error():
     with pytest.raises(policy.PolicyError, match="decisions must be objects with a rule"):
         policy.collect({"quota": {"deny": ["over"]}}, {"fleet.quota": {"deny"}})
+
+
+class Untouched:
+    """An engine that must not be reached."""
+
+    name = "untouched"
+
+    def evaluate(self, bundle, document, text=None):
+        raise AssertionError("the engine was handed an input above the bound")
+
+
+def test_a_policy_input_above_the_bound_is_refused_before_any_engine_runs():
+    # Before: 55,000 small tenants (an 8 MB file) went to regorus whole, which died at 7.8 GB (exit 134).
+    env, state = rendered("prod")
+    size = len(policy.canonical_json(policy.policy_input(env, state)))
+    with pytest.raises(policy.PolicyError) as caught:
+        judge(env, state, engine=Untouched(), max_input_bytes=size - 1)
+    assert str(caught.value) == (f"prod: the policy input is {size:,} bytes ({state.object_count:,} objects, {len(env.tenants)} tenants), "
+                                 f"more than the {size - 1:,} bytes a policy evaluation takes; split the environment")
+    assert judge(env, state, max_input_bytes=size).ok  # at the bound it is judged
+
+
+def test_the_bound_leaves_room_for_the_generated_large_fleet(tmp_path):
+    path = tmp_path / "large.yaml"
+    path.write_text(synthetic_yaml(1.0))
+    env, state = spec.load_environment(path), render.render(path, revision="test")
+    assert len(policy.canonical_json(policy.policy_input(env, state))) * 4 < policy.MAX_INPUT_BYTES
 
 
 # --- Rego tests, coverage, metadata --------------------------------------------------------------------
