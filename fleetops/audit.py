@@ -103,7 +103,11 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
     times: list[str] = []
     problems: list[str] = []
     malformed = 0
-    for number, raw in enumerate(log.read_bytes().splitlines(), start=1):
+    try:
+        lines = log.read_bytes().splitlines()
+    except OSError as exc:
+        raise policy.PolicyError(f"{log}: cannot read the decision log: {exc.strerror}") from None
+    for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
