@@ -492,8 +492,11 @@ class OpaUpload:
 def rebase(source: str, root: str, path: Path) -> str:
     """A policy with its `fleet` package and `data.fleet` / `data.fleet_data` references moved under `root`.
 
-    Any other read of `data` is refused: on a shared OPA another client could write whatever it reads.
+    Any other package or read of `data` is refused: on a shared OPA other clients own the rest.
     """
+    package = package_of(source)
+    if package != "fleet" and not package.startswith("fleet."):
+        raise PolicyError(f"{display_path(path)}:1: package {package or '(none)'}: policies are packages fleet.*")
 
     def move(match: re.Match[str]) -> str:
         if match.group("skip"):

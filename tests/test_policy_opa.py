@@ -230,6 +230,12 @@ def test_a_policy_reading_other_data_is_refused(tmp_path):
     assert server.calls == []
 
 
+@pytest.mark.parametrize("package", ["team.other", "fleet_data.x"])
+def test_a_policy_outside_the_fleet_packages_is_refused(package):
+    with pytest.raises(policy.PolicyError, match=rf"^extra\.rego:1: package {package}: policies are packages fleet\.\*$"):
+        policy.rebase(f"package {package}\n\nallow := true\n", "fleetops.e1", Path("extra.rego"))
+
+
 def test_rebase_moves_packages_and_data_references_but_not_strings_or_comments():
     source = (
         'package fleet.quota\n\nimport data.fleet.lib\n\ncfg := data.fleet_data.quota\n'
