@@ -97,6 +97,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "PUT" and self.path.startswith("/v1/data/"):
             self.server.put_data(self.path.removeprefix("/v1/data/"), json.loads(body))
             return self._reply(204, None)
+        if self.command == "GET" and self.path == "/v1/policies/":
+            return self._reply(200, {"result": [{"id": i} for i in self.server.policies]})
         if self.command == "DELETE" and self.path.startswith("/v1/policies/"):
             self.server.policies.pop(self.path.removeprefix("/v1/policies/"), None)
             return self._reply(200, {})
