@@ -19,7 +19,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 import jinja2
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fleetops import git, policy, spec
 
@@ -64,36 +64,68 @@ def revision_time(repo: Path) -> str:
 # --- history ---------------------------------------------------------------------------------
 
 
+class _LoggedDecision(BaseModel):
+    rule: str
+    status: str
+    msg: str = ""
+
+
+class _LogEntry(BaseModel):
+    """What the history reads of a decision record (policy.decision_record); other fields are ignored."""
+
+    time: str
+    environment: str = ""
+    revision: str | None = ""
+    decisions: list[_LoggedDecision] = []
+
+
+MAX_LOG_PROBLEMS = 20  # places listed in the report; the count covers every malformed line
+
+
+def _why(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where + ': ' if where else ''}{first['msg']}"
+
+
 def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
-    """Decisions per rule per day, and the latest denials, from a decision log (JSONL)."""
-    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [], "latest_denials": [], "problems": []}
+    """Decisions per rule per day, and the latest denials, from a decision log (JSONL).
+
+    A line that is not a decision record is counted and its place (file:line) listed, never skipped
+    silently: a log someone edited by hand must show it.
+    """
+    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [], "latest_denials": [],
+                             "malformed": 0, "problems": []}
     if log is None or not log.is_file():
         return empty
     per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
     denials: list[dict[str, Any]] = []
     times: list[str] = []
     problems: list[str] = []
-    for number, text in enumerate(log.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not text.strip():
+    malformed = 0
+    try:
+        lines = log.read_bytes().splitlines()
+    except OSError as exc:
+        raise policy.PolicyError(f"{log}: cannot read the decision log: {exc.strerror}") from None
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
         try:
-            entry = json.loads(text)
-            time = str(entry["time"])
-            decisions = list(entry.get("decisions", []))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            problems.append(f"{log}:{number}: not a decision log entry")
+            # pydantic's JSON parser: invalid UTF-8 and nesting past its depth limit are validation errors, not a crash.
+            entry = _LogEntry.model_validate_json(raw)
+        except ValidationError as exc:
+            malformed += 1
+            if len(problems) < MAX_LOG_PROBLEMS:
+                problems.append(f"{log}:{number}: not a decision log entry ({_why(exc)})")
             continue
-        times.append(time)
-        day = time[:10]
-        for d in decisions:
-            counts = per_rule[str(d.get("rule"))].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
-            state = d.get("status")
-            if state in counts:
-                counts[state] += 1
-            if state == "deny":
-                denials.append(
-                    {"time": time, "environment": entry.get("environment", ""), "revision": str(entry.get("revision", "")), "rule": d.get("rule"), "msg": d.get("msg", "")}
-                )
+        times.append(entry.time)
+        day = entry.time[:10]
+        for d in entry.decisions:
+            counts = per_rule[d.rule].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
+            if d.status in counts:
+                counts[d.status] += 1
+            if d.status == "deny":
+                denials.append({"time": entry.time, "environment": entry.environment, "revision": entry.revision or "", "rule": d.rule, "msg": d.msg})
     days = sorted({day for rule in per_rule.values() for day in rule})
     return {
         "source": str(log),
@@ -103,8 +135,18 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         "days": days,
         "per_rule": [{"rule": rule, "by_day": dict(sorted(by_day.items()))} for rule, by_day in sorted(per_rule.items())],
         "latest_denials": sorted(denials, key=lambda d: d["time"], reverse=True)[:latest],
+        "malformed": malformed,
         "problems": problems,
     }
+
+
+def malformed_summary(h: dict[str, Any]) -> str:
+    """One line for stderr and the report: how many log lines were skipped, and where the first are."""
+    if not h["malformed"]:
+        return ""
+    places = ", ".join(p.split(": ", 1)[0] for p in h["problems"])
+    more = f" and {h['malformed'] - len(h['problems'])} more" if h["malformed"] > len(h["problems"]) else ""
+    return f"decision log: {h['malformed']} malformed line(s) left out of the history: {places}{more}"
 
 
 # --- capacity chart --------------------------------------------------------------------------
@@ -195,6 +237,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     h = report["history"]
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
+    if h["malformed"]:
+        lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
     lines += [f"- {d['time']} {d['environment']} `{d['rule']}`: {d['msg']}" for d in h["latest_denials"]]
     return "\n".join(lines) + "\n"
 
@@ -268,7 +312,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     path = policies_dir / policy.WAIVERS_FILE
     if not path.is_file():
         return []
-    tree, positions = spec.parse_yaml(path.read_text(), f"{path.parent.name}/{path.name}")
+    tree, positions = spec.parse_yaml(policy.read_text(path), f"{path.parent.name}/{path.name}")
     entries = tree.get("waivers", []) if isinstance(tree, dict) else []
     rows = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):

@@ -489,6 +489,8 @@ def audit(
     broken = [e["error"] for e in report["environments"] if e["error"]]
     if broken:
         fail("\n".join(broken) + "\n(no report written)")
+    if skipped := audit_mod.malformed_summary(report["history"]):
+        err.print(skipped, markup=False, highlight=False)
     if output is AuditFormat.json:
         decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
         text = as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import git, memory, spec
@@ -43,6 +42,12 @@ WAIVERS_FILE = "waivers.yaml"
 DATA_ROOT = "fleet_data"  # policy data is data.fleet_data; policies are data.fleet.*
 MAX_WAIVER_DAYS = 90
 DEFAULT_TIMEOUT = 30.0
+# The policy input (canonical JSON) one evaluation may hand an engine. regorus takes about 15 bytes of
+# memory per byte of input, linearly (measured: the generated large fleet, 15,348 objects, 13 MB ->
+# +200 MB; 20,000 small tenants, 191 MB -> +2.7 GB; 55,000 tenants died at 7.8 GB). 64 MiB is about
+# 5x the large fleet and 1 GB of engine memory; more is refused, not evaluated in chunks: policies
+# judge sums across tenants and clusters, which no part of the fleet shows alone.
+MAX_INPUT_BYTES = 64 << 20
 
 Status = Literal["deny", "warn", "waived"]
 
@@ -104,6 +109,8 @@ def load_inventory(path: Path) -> Inventory:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PolicyError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise PolicyError(f"{path}:1:1: the live inventory is nested too deeply (deeper than Python's recursion limit)") from None
     try:
         return Inventory.model_validate({"nodes": raw} if isinstance(raw, list) else raw)
     except ValidationError as exc:
@@ -206,26 +213,40 @@ def _is_test(path: Path) -> bool:
     return path.name.endswith("_test.rego")
 
 
+def read_text(path: Path) -> str:
+    """A policy, data or waivers file as text: unreadable or not UTF-8 is one line naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise PolicyError(f"{display_path(path)}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise PolicyError(f"{display_path(path)}: cannot read: {exc.strerror}") from None
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML as the environment loader reads it (a key written twice is refused), errors as PolicyError."""
+    try:
+        return spec.parse_yaml(text, file)[0]
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+
+
 def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
     if not directory.is_dir():
         raise PolicyError(f"{directory}: no policy folder")
     files = sorted(p for p in directory.rglob("*.rego") if ".venv" not in p.parts)
-    sources = {p.relative_to(directory).as_posix(): p.read_text() for p in files}
+    sources = {p.relative_to(directory).as_posix(): read_text(p) for p in files}
     policies = {k: v for k, v in sources.items() if not _is_test(Path(k))}
     if not policies:
         raise PolicyError(f"{directory}: no .rego policies")
     data_path = directory / DATA_FILE
-    data_text = data_path.read_text() if data_path.is_file() else ""
-    try:
-        data = yaml.load(data_text, Loader=spec.YAML_LOADER) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        raise PolicyError(f"{data_path}:{line}: not YAML: {getattr(exc, 'problem', exc)}") from None
+    data_text = read_text(data_path) if data_path.is_file() else ""
+    data = parse_yaml(data_text, display_path(data_path)) or {}
     if not isinstance(data, dict):
-        raise PolicyError(f"{data_path}:1:1: policy data must be a mapping")
+        raise PolicyError(f"{display_path(data_path)}:1:1: policy data must be a mapping")
     waivers_path = directory / WAIVERS_FILE
-    waivers_text = waivers_path.read_text() if waivers_path.is_file() else ""
+    waivers_text = read_text(waivers_path) if waivers_path.is_file() else ""
     # Everything that decides a verdict: the rules, their data and the waivers that suspend them.
     digest = hashlib.sha256()
     for name, text in [*sorted(policies.items()), (DATA_FILE, data_text), (WAIVERS_FILE, waivers_text)]:
@@ -272,10 +293,14 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
         for match in _METADATA.finditer(source):
             body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
             line = source.count("\n", 0, match.start(2)) + 1
+            # Blank lines ahead of the block keep the lines of YAML errors those of the .rego file.
+            first = source.count("\n", 0, match.start(1))
             try:
-                meta = yaml.load(body, Loader=spec.YAML_LOADER) or {}
-            except yaml.YAMLError as exc:
-                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA is not YAML: {getattr(exc, 'problem', exc)}") from None
+                meta = spec.parse_yaml("\n" * first + body, display_path(bundle.directory / name))[0] or {}
+            except spec.SpecError as exc:
+                raise PolicyError(f"{exc.problems[0]} (METADATA of the rule at line {line})") from None
+            if not isinstance(meta, dict):
+                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA must be a mapping")
             if meta.get("scope") == "package" or match.group(2) == "package":
                 continue
             custom = meta.get("custom") or {}
@@ -414,15 +439,95 @@ def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
+_REBASE = re.compile(
+    r'(?P<skip>"(?:[^"\\\n]|\\.)*"|`[^`]*`|#[^\n]*)'  # strings and comments stay as written
+    r"|(?P<head>(?<![\w.])data\.|^package[ \t]+)(?=fleet(?:_data)?\b)"
+    r"|(?P<other>(?<![\w.])data\b)",
+    re.MULTILINE,
+)
+DIGEST_RULE = "fleetops_policy_digest"
+
+
+@dataclass(frozen=True)
+class OpaUpload:
+    """One evaluation's policies and data on a shared OPA, under a root no other evaluation uses.
+
+    Module ids are `fleetops/<root>/<file>`, packages `<root>.fleet.*`, data `<root>.fleet_data`, and
+    every module carries `fleetops_policy_digest`: the answer is checked to come from these modules
+    and this data, so a client writing to the same OPA meanwhile can make the gate fail, never pass.
+    """
+
+    root: str  # "fleetops.e<uuid hex>": a Rego reference, so it starts with a letter
+    modules: dict[str, str]  # module id -> rebased source, helpers (no deny/warn) first
+    data: dict[str, Any]  # the policy data as JSON reads it back
+
+    @property
+    def path(self) -> str:
+        return self.root.replace(".", "/")
+
+    @classmethod
+    def of(cls, bundle: Bundle) -> OpaUpload:
+        root = f"fleetops.e{uuid.uuid4().hex}"
+        modules = {}
+        for name, source in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
+            rebased = rebase(source, root, bundle.directory / name)
+            modules[f"{root.replace('.', '/')}/{name.removesuffix('.rego')}"] = f'{rebased}\n{DIGEST_RULE} := "{bundle.digest}"\n'
+        return cls(root, modules, json.loads(json.dumps(bundle.data[DATA_ROOT])))
+
+    def mismatch(self, answer: Any, bundle: Bundle) -> str | None:
+        """What in OPA's answer did not come from this upload, or None."""
+        if not isinstance(answer, dict):
+            return f"data.{self.root} is not a document"
+        if answer.get(DATA_ROOT) != self.data:
+            return f"data.{self.root}.{DATA_ROOT} differs from {DATA_FILE}"
+        for package in sorted({package_of(source) for source in bundle.policies.values()}):
+            node: Any = answer
+            for part in package.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or node.get(DIGEST_RULE) != bundle.digest:
+                return f"data.{self.root}.{package} has no {DIGEST_RULE} {bundle.digest[:19]}"
+        return None
+
+
+def rebase(source: str, root: str, path: Path) -> str:
+    """A policy with its `fleet` package and `data.fleet` / `data.fleet_data` references moved under `root`.
+
+    Any other package or read of `data` is refused: on a shared OPA other clients own the rest.
+    """
+    package = package_of(source)
+    if package != "fleet" and not package.startswith("fleet."):
+        raise PolicyError(f"{display_path(path)}:1: package {package or '(none)'}: policies are packages fleet.*")
+
+    def move(match: re.Match[str]) -> str:
+        if match.group("skip"):
+            return match.group(0)
+        if match.group("other"):
+            line = source.count("\n", 0, match.start()) + 1
+            raise PolicyError(f"{display_path(path)}:{line}: policies read only data.fleet and data.fleet_data (OPA holds other clients' data)")
+        return f"{match.group('head')}{root}."
+
+    return _REBASE.sub(move, source)
+
+
+def _refuse_redirects(url: str) -> Any:
+    """A requests response hook: OPA answering 30x must not be followed, or policies, input and token go elsewhere."""
+
+    def hook(response: Any, *args: Any, **kwargs: Any) -> None:
+        if response.is_redirect:
+            raise PolicyError(f"OPA at {url}: answered {response.status_code} redirecting elsewhere: redirects are refused, nothing was sent on")
+
+    return hook
+
+
 class OpaEngine:
-    """An OPA server: policies and data are uploaded (PUT /v1/policies, /v1/data), then data.fleet is queried.
+    """An OPA server: one evaluation's policies and data are uploaded under a root of their own
+    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed.
 
     The bearer token travels only in the Authorization header; every message this class raises has
     it redacted, and the URL is shown without user information.
     """
 
     name = "opa"
-    POLICY_PREFIX = "fleetops"
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
         want = "want http(s)://HOST[:PORT]"
@@ -449,7 +554,9 @@ class OpaEngine:
         from opa_client.opa import OpaClient
 
         # retries=0: a failed upload or query is reported, not hidden behind back-off.
-        return OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
+        client = OpaClient(host=self.host, port=self.port, ssl=self.ssl, token=self.token, timeout=self.timeout, retries=0)
+        client._session.hooks["response"].append(_refuse_redirects(self.url))  # opa-python-client has no option for it
+        return client
 
     def _refused(self, exc: Exception) -> PolicyError | None:
         """OPA's answer to a missing or wrong token (401, code "unauthorized"), whichever call met it first."""
@@ -460,27 +567,14 @@ class OpaEngine:
         return PolicyError(f"OPA at {self.url}: 401 unauthorized: the server refused {given}")
 
     def _fail(self, step: str, exc: Exception) -> PolicyError:
+        if isinstance(exc, PolicyError):
+            return exc
         if refused := self._refused(exc):
             return refused
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         if isinstance(detail, (dict, list)):
             detail = json.dumps(detail)[:300]
         return PolicyError(_redact(f"OPA at {self.url}: {step}: {type(exc).__name__}: {detail}", self.token))
-
-    def _remove_ours(self, client: Any) -> None:
-        """Delete every module under our prefix; one OPA refuses (others still call it) after the rest."""
-        left = sorted(p for p in client.get_policies_list() if p.startswith(f"{self.POLICY_PREFIX}/"))
-        while left:
-            refused = []
-            for policy_id in left:
-                try:
-                    client.delete_policy(policy_id)
-                except Exception as exc:  # noqa: BLE001 - tried again once its callers are gone
-                    refused.append(policy_id)
-                    last = exc
-            if len(refused) == len(left):
-                raise last
-            left = refused
 
     def _upload_error(self, path: Path, exc: Exception) -> PolicyError:
         """OPA's compile errors carry row and column in the uploaded module: name our file and line."""
@@ -493,36 +587,53 @@ class OpaEngine:
             return PolicyError(_redact(f"{display_path(path)}:{loc.get('row', 1)}:{loc.get('col', 1)}: OPA at {self.url}: {first.get('message', 'rejected')}", self.token))
         return self._fail(f"upload {display_path(path)}", exc)
 
+    def _ask(self, client: Any, upload: OpaUpload, bundle: Bundle, document: dict[str, Any], uploaded: list[str]) -> Any:
+        for policy_id, module in upload.modules.items():
+            try:
+                client.update_policy_from_string(module, policy_id, rego_compat=False)
+            except Exception as exc:
+                raise self._upload_error(bundle.directory / f"{policy_id.removeprefix(upload.path + '/')}.rego", exc) from None
+            uploaded.append(policy_id)
+        try:
+            client.update_or_create_data(upload.data, f"{upload.path}/{DATA_ROOT}")
+        except Exception as exc:
+            raise self._fail("upload policy data", exc) from None
+        try:
+            answer = client.query_rule(input_data=document, package_path=upload.path)
+        except Exception as exc:
+            raise self._fail(f"query data.{upload.root}", exc) from None
+        if not isinstance(answer, dict) or "result" not in answer:
+            raise PolicyError(f"OPA at {self.url}: query data.{upload.root}: no result (are the policies loaded?)")
+        return answer["result"]
+
+    def _remove(self, client: Any, upload: OpaUpload, uploaded: list[str]) -> None:
+        # Callers go before the helpers they call: OPA compiles what it holds at every change.
+        for policy_id in reversed(uploaded):
+            client.delete_policy(policy_id)
+        client.delete_data(upload.path)
+
     def evaluate(self, bundle: Bundle, document: dict[str, Any], text: bytes | None = None) -> Results:
+        upload = OpaUpload.of(bundle)
         try:
             client = self.client()
         except Exception as exc:
             raise self._fail("connect", exc) from None
+        uploaded: list[str] = []
         with client:
-            # OPA compiles every module it holds at each change. The modules an earlier bundle left
-            # go first (a renamed or removed file would still add rules, and a helper could not be
-            # replaced while its old callers remain), then helpers (data.fleet.lib) before callers.
             try:
-                self._remove_ours(client)
-            except Exception as exc:
-                raise self._fail("remove the policies uploaded before", exc) from None
-            for name, module in sorted(bundle.policies.items(), key=lambda item: bool(_DECISION_RULE.search(item[1]))):
-                policy_id = f"{self.POLICY_PREFIX}/{name.removesuffix('.rego')}"
-                try:
-                    client.update_policy_from_string(module, policy_id, rego_compat=False)
-                except Exception as exc:
-                    raise self._upload_error(bundle.directory / name, exc) from None
+                result = self._ask(client, upload, bundle, document, uploaded)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the first failure is the one to report
+                    self._remove(client, upload, uploaded)
+                raise
             try:
-                client.update_or_create_data(bundle.data[DATA_ROOT], DATA_ROOT)
+                self._remove(client, upload, uploaded)
             except Exception as exc:
-                raise self._fail("upload policy data", exc) from None
-            try:
-                answer = client.query_rule(input_data=document, package_path="fleet")
-            except Exception as exc:
-                raise self._fail("query data.fleet", exc) from None
-        if not isinstance(answer, dict) or "result" not in answer:
-            raise PolicyError(f"OPA at {self.url}: query data.fleet: no result (are the policies loaded?)")
-        return collect(answer["result"], fleet_packages(bundle.policies))
+                raise self._fail(f"remove data.{upload.root}", exc) from None
+        if problem := upload.mismatch(result, bundle):
+            raise PolicyError(f"OPA at {self.url}: the answer is not from the policies this evaluation uploaded ({problem}): "
+                              "another client wrote to this OPA meanwhile")
+        return collect(result["fleet"], fleet_packages(bundle.policies))
 
 
 def engine_from(opa_url: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Engine:
@@ -610,7 +721,7 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
         return Waivers([], [])
     try:
         # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
-        tree, positions = spec.parse_yaml(path.read_text(), f"{path.parent.name}/{path.name}")
+        tree, positions = spec.parse_yaml(read_text(path), f"{path.parent.name}/{path.name}")
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     if tree is None:
@@ -766,6 +877,7 @@ def evaluate_input(
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
+    max_input_bytes: int = MAX_INPUT_BYTES,
 ) -> Verdict:
     """Evaluate a ready-made policy input (the Pulumi policy pack builds its own)."""
     engine = engine or EmbeddedEngine()
@@ -777,6 +889,10 @@ def evaluate_input(
     problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
     active = [w for w in waivers.active if w not in unknown]
     text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
+    if len(text) > max_input_bytes:
+        tenants = len(document.get("spec", {}).get("tenants", []))
+        raise PolicyError(f"{document['environment']}: the policy input is {len(text):,} bytes ({len(document['resources']):,} objects, "
+                          f"{tenants:,} tenants), more than the {max_input_bytes:,} bytes a policy evaluation takes; split the environment")
     started = time.perf_counter()
     results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started
@@ -801,11 +917,12 @@ def evaluate(
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
+    max_input_bytes: int = MAX_INPUT_BYTES,
 ) -> Verdict:
     """Judge a rendered environment. Raises PolicyError when no decision could be made."""
     with memory.acyclic():
         document = policy_input(env, state, live, change)
-    return evaluate_input(document, engine, policies_dir, today)
+    return evaluate_input(document, engine, policies_dir, today, max_input_bytes)
 
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:

@@ -142,7 +142,32 @@ def test_history_from_the_decision_log(tmp_path: Path) -> None:
     history = json.loads(out.read_text())["history"]
     assert history["entries"] == 3
     assert history["latest_denials"][0]["rule"] == "budget.over_budget"
-    assert any(p.endswith(":4: not a decision log entry") for p in history["problems"])
+    assert any(p.startswith(f"{log}:4: not a decision log entry") for p in history["problems"])
+
+
+def test_malformed_decision_log_lines_are_counted_and_placed_and_the_report_still_renders(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    assert run("check", "--env", "dev", "--decision-log", str(log)).returncode == 0
+    good = log.read_text()
+    bad = [
+        "[" * 100_000,  # nested past any parser's depth: a RecursionError traceback before
+        '{"time": "2026-11-30T10:00:00+00:00", "decisions": ["not a decision"]}',  # an AttributeError traceback before
+        '{"time": "2026-11-30T10:00:00+00:00", "decisions": [{"rule": "x.y", "status": "deny"}], "revision": 7}',
+        "{}",
+    ]
+    log.write_bytes((good + "\n".join(bad) + "\n").encode() + b'{"time": "caf\xe9"}\n' + good.encode())
+    html = tmp_path / "audit.html"
+    done = run("audit", "--env", "dev", "--decision-log", str(log), "-o", str(html))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    summary = f"decision log: 5 malformed line(s) left out of the history: {log}:2, {log}:3, {log}:4, {log}:5, {log}:6"
+    assert summary in done.stderr
+    text = html.read_text()
+    assert "5 malformed line(s) of the decision log are left out of the history" in text
+    assert f"{log}:3: not a decision log entry (decisions.0: " in text
+    assert "2 evaluations in the decision log" in text
+    md = tmp_path / "audit.md"
+    assert run("audit", "--env", "dev", "--decision-log", str(log), "--output", "markdown", "-o", str(md)).returncode == 0
+    assert summary in md.read_text()
 
 
 def test_bad_policy_writes_no_report(tmp_path: Path) -> None:
@@ -221,3 +246,13 @@ def test_markdown_report_lists_rules_decisions_and_waivers(tmp_path: Path) -> No
     for rule in shipped_rules():
         assert f"`{rule}`" in text
     assert "### prod: 0 deny, 1 warn, 1 waived" in text and "FLEET-412" in text
+
+
+def test_a_log_full_of_malformed_lines_lists_the_first_places_and_counts_them_all(tmp_path: Path) -> None:
+    from fleetops import audit
+
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("not json\n" * (audit.MAX_LOG_PROBLEMS + 5))
+    history = audit.history(log)
+    assert history["malformed"] == audit.MAX_LOG_PROBLEMS + 5 and len(history["problems"]) == audit.MAX_LOG_PROBLEMS
+    assert audit.malformed_summary(history).endswith(f"{log}:{audit.MAX_LOG_PROBLEMS} and 5 more")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.generate import synthetic_yaml
 from fleetops import policy, render, spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,6 +258,33 @@ def test_decisions_without_a_rule_are_an_engine_error():
         policy.collect({"quota": {"deny": ["over"]}}, {"fleet.quota": {"deny"}})
 
 
+class Untouched:
+    """An engine that must not be reached."""
+
+    name = "untouched"
+
+    def evaluate(self, bundle, document, text=None):
+        raise AssertionError("the engine was handed an input above the bound")
+
+
+def test_a_policy_input_above_the_bound_is_refused_before_any_engine_runs():
+    # Before: 55,000 small tenants (an 8 MB file) went to regorus whole, which died at 7.8 GB (exit 134).
+    env, state = rendered("prod")
+    size = len(policy.canonical_json(policy.policy_input(env, state)))
+    with pytest.raises(policy.PolicyError) as caught:
+        judge(env, state, engine=Untouched(), max_input_bytes=size - 1)
+    assert str(caught.value) == (f"prod: the policy input is {size:,} bytes ({state.object_count:,} objects, {len(env.tenants)} tenants), "
+                                 f"more than the {size - 1:,} bytes a policy evaluation takes; split the environment")
+    assert judge(env, state, max_input_bytes=size).ok  # at the bound it is judged
+
+
+def test_the_bound_leaves_room_for_the_generated_large_fleet(tmp_path):
+    path = tmp_path / "large.yaml"
+    path.write_text(synthetic_yaml(1.0))
+    env, state = spec.load_environment(path), render.render(path, revision="test")
+    assert len(policy.canonical_json(policy.policy_input(env, state))) * 4 < policy.MAX_INPUT_BYTES
+
+
 # --- Rego tests, coverage, metadata --------------------------------------------------------------------
 
 
@@ -313,8 +341,49 @@ def test_metadata_that_is_not_yaml_is_rejected(tmp_path):
     directory = copy_policies(tmp_path)
     path = directory / "edge.rego"
     path.write_text(path.read_text().replace("# title: Edge latency bound", "# title: Edge: latency: bound"))
-    with pytest.raises(policy.PolicyError, match=r"edge\.rego:\d+: METADATA is not YAML"):
+    with pytest.raises(policy.PolicyError, match=r"edge\.rego:\d+:\d+: invalid YAML: .*\(METADATA of the rule at line \d+\)"):
         policy.rule_metadata(policy.load_bundle(directory))
+
+
+# A key written twice silently won before: the second value replaced the first.
+@pytest.mark.parametrize(
+    "file, old, new, message",
+    [
+        ("data.yaml", "  max_tenant_share: 0.5", "  max_tenant_share: 0.5\n  max_tenant_share: 1.0",
+         r"^policies/data\.yaml:6:3: quota\.max_tenant_share: duplicate key$"),
+        ("waivers.yaml", "    owner: ", "    owner: mallory\n    owner: ",
+         r"^policies/waivers\.yaml:\d+:5: waivers\[0\]\.owner: duplicate key$"),
+    ],
+)
+def test_a_key_written_twice_in_policy_data_or_waivers_is_refused(tmp_path, monkeypatch, file, old, new, message):
+    directory = copy_policies(tmp_path)
+    path = directory / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(policy.PolicyError, match=message):
+        judge(*rendered("dev"), policies_dir=directory)
+
+
+def test_a_key_written_twice_in_rule_metadata_is_refused(tmp_path):
+    directory = copy_policies(tmp_path)
+    path = directory / "edge.rego"
+    text = path.read_text()
+    line = text.splitlines().index("#   severity: high") + 1 if "#   severity: high" in text.splitlines() else None
+    assert line, "edge.rego has a high-severity rule"
+    path.write_text(text.replace("#   severity: high", "#   severity: high\n#   severity: low", 1))
+    with pytest.raises(policy.PolicyError, match=rf"edge\.rego:{line + 1}:\d+: custom\.severity: duplicate key"):
+        policy.rule_metadata(policy.load_bundle(directory))
+
+
+@pytest.mark.parametrize("file", ["quota.rego", "data.yaml", "waivers.yaml"])
+def test_a_policy_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, monkeypatch, file):
+    directory = copy_policies(tmp_path)
+    path = directory / file
+    path.write_bytes(path.read_bytes() + b"\n# caf\xe9\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(policy.PolicyError, match=rf"^policies/{re.escape(file)}:\d+: not UTF-8 \(invalid continuation byte at byte \d+\)$"):
+        judge(*rendered("dev"), policies_dir=directory)
 
 
 # --- decision log ----------------------------------------------------------------------------------

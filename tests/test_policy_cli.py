@@ -175,3 +175,37 @@ def test_a_folder_without_policies_is_bad_input_not_a_pass(tmp_path):
     shutil.rmtree(repo / "policies")
     proc = cli.run("check", "--env", "dev", cwd=repo, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "d.jsonl"), "FLEETOPS_OPA_URL": ""})
     assert proc.returncode == 2 and "policies: no policy folder" in proc.stderr and "failing closed" in proc.stderr
+
+
+def test_check_a_rego_file_that_is_not_utf8_exits_2_naming_it(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("pack"))
+    (policies / "edge.rego").write_bytes((policies / "edge.rego").read_bytes() + b"\n# na\xefve\n")
+    proc = run("check", "--env", "dev", "--policies", str(policies), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r".*edge\.rego:\d+: not UTF-8 \(.*\) \(no decision: failing closed\)", line)
+
+
+def test_check_a_key_written_twice_in_policy_data_exits_2_naming_it(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("pack"))
+    data = policies / "data.yaml"
+    data.write_text(data.read_text().replace("  max_latency_ms: 20\n", "  max_latency_ms: 20\n  max_latency_ms: 5000\n"))
+    proc = run("check", "--env", "dev", "--policies", str(policies), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r".*data\.yaml:\d+:3: edge\.max_latency_ms: duplicate key \(no decision: failing closed\)", line)
+
+
+@pytest.mark.parametrize("nesting", ["[" * 100_000, '{"nodes": ' * 100_000])
+def test_check_a_deeply_nested_live_inventory_exits_2_in_one_line(tmp_path, nesting):
+    inventory = tmp_path / "live.json"
+    inventory.write_text(nesting)
+    proc = run("check", "--env", "dev", "--live", str(inventory), tmp_path=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r".*live\.json:1:1: the live inventory is nested too deeply .*\(no decision: failing closed\)", line)

@@ -11,9 +11,12 @@ import json
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import requests
+from opa_client.opa import OpaClient
 
 from fleetops import policy
 from tests import servers
@@ -126,3 +129,86 @@ def test_a_helper_renamed_since_the_last_upload_replaces_the_old_one(opa: server
         path.write_text(path.read_text().replace("of_kind(", "objects_of_kind("))
     after = policy.evaluate(env, state, engine=engine, policies_dir=renamed, today=TODAY)
     assert decisions(after) == decisions(before)
+
+
+# --- a shared OPA: other clients write to it while fleetops evaluates ----------------------------------
+
+
+def neutralised(source: str) -> str:
+    """What a client that wants every change allowed writes: the module's package with no decisions."""
+    return f"package {policy.package_of(source)}\n\ndeny := set()\n\nwarn := set()\n"
+
+
+class Rival:
+    """Another client of the same OPA, writing to whatever fleetops keeps there, between fleetops' upload and query."""
+
+    def __init__(self, opa: servers.Opa, target: str) -> None:
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {opa.token}"
+        self.url, self.target, self.writes = opa.url, target, 0
+
+    def __call__(self) -> None:
+        if self.target == "modules":
+            for module in self.session.get(f"{self.url}/v1/policies", timeout=10).json()["result"]:
+                if module["id"].startswith("fleetops/") and "deny" in module["raw"]:
+                    put = self.session.put(f"{self.url}/v1/policies/{module['id']}", data=neutralised(module["raw"]), timeout=10)
+                    self.writes += put.ok
+        else:  # every copy of the policy data fleetops uploaded, with a limit no edge group exceeds
+            for path in fleetops_data_paths(self.session.get(f"{self.url}/v1/data", timeout=10).json()["result"]):
+                data = self.session.get(f"{self.url}/v1/data/{path}", timeout=10).json()["result"]
+                data["edge"]["max_latency_ms"] = 10_000
+                self.writes += self.session.put(f"{self.url}/v1/data/{path}", json=data, timeout=10).ok
+
+
+def fleetops_data_paths(document: dict, prefix: str = "") -> list[str]:
+    """Where a policy data document (one with `edge.max_latency_ms`) sits in OPA's data tree."""
+    if isinstance(document.get("edge"), dict) and "max_latency_ms" in document["edge"]:
+        return [prefix]
+    return [p for k, v in document.items() if isinstance(v, dict) for p in fleetops_data_paths(v, f"{prefix}/{k}".lstrip("/"))]
+
+
+@pytest.mark.parametrize("target", ["modules", "data"])
+def test_a_rival_writing_between_upload_and_query_never_turns_a_deny_into_an_allow(opa: servers.Opa, tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch, target: str) -> None:
+    # Before: the rival's empty modules (or loosened data) decided 10 of 10 denied checks as allowed.
+    rival = Rival(opa, target)
+    query = OpaClient.query_rule
+
+    def raced(client, *args, **kwargs):
+        rival()  # exactly between the upload and the query: the window a concurrent client has
+        return query(client, *args, **kwargs)
+
+    monkeypatch.setattr(OpaClient, "query_rule", raced)
+    engine = policy.OpaEngine(opa.url, token=opa.token, timeout=30)
+    for rule in sorted(MUTATIONS):
+        (tmp_path / rule).mkdir()
+        env, state = mutated(tmp_path / rule, MUTATIONS[rule])
+        try:
+            verdict = policy.evaluate(env, state, engine=engine, today=TODAY)
+        except policy.PolicyError as exc:
+            assert "the answer is not from the policies this evaluation uploaded" in str(exc) and opa.token not in str(exc)
+            continue
+        assert rule in verdict.rules("deny"), f"{rule}: allowed after a rival wrote to OPA"
+    assert rival.writes, "the rival found nothing of fleetops' to write to"
+
+
+def test_two_gates_sharing_an_opa_each_get_their_own_policies_decisions(opa: servers.Opa, tmp_path: Path) -> None:
+    # Two pull requests judged at once by one OPA: one side's policies waive nothing, the other's
+    # have no quota rule. Before, each upload removed the other's modules: wrong answers or errors.
+    strict = tmp_path / "strict"
+    shutil.copytree(ROOT / "policies", strict, ignore=shutil.ignore_patterns("pack"))
+    (strict / "waivers.yaml").write_text("waivers: []\n")
+    lax = tmp_path / "lax"
+    shutil.copytree(ROOT / "policies", lax, ignore=shutil.ignore_patterns("pack"))
+    (lax / "quota.rego").write_text("package fleet.quota\n\ndeny := set()\n")
+    env, state = rendered("prod")
+    engine = policy.OpaEngine(opa.url, token=opa.token, timeout=30)
+    expected = {d: decisions(policy.evaluate(env, state, policies_dir=d, today=TODAY)) for d in (strict, lax)}
+    assert expected[strict] != expected[lax]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [pool.submit(policy.evaluate, env, state, engine=engine, policies_dir=d, today=TODAY) for _ in range(6) for d in (strict, lax)]
+        got = [(d, f.result()) for f, d in zip(runs, [d for _ in range(6) for d in (strict, lax)])]
+    for d, verdict in got:
+        assert decisions(verdict) == expected[d]
+    modules = requests.get(f"{opa.url}/v1/policies", headers={"Authorization": f"Bearer {opa.token}"}, timeout=10).json()["result"]
+    assert not [m["id"] for m in modules if m["id"].startswith("fleetops/")]  # each evaluation removed what it uploaded
