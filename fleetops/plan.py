@@ -467,7 +467,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         for side in (before, after):  # freed while the fork judges, not when the plan returns
             side.release()
         rows, verdict = judgement()
-        decisions = explain(rows, after.env, positions, policies, edits)
+        decisions = explain(rows, after.env, positions, policies, edits, policy_files)
     counts = output.decision_counts(decisions)
     return {
         "environment": env_name,
@@ -541,10 +541,9 @@ _OVER = re.compile(r"quota (?P<sum>\d+) exceeds (?P<limit>\d+) \(capacity \d+ le
 
 
 def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
-            edits: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """Each decision with where it comes from in the environment file, how to fix it, and its gate:
-    a deny that more approvals resolve is an `approval`, not a denial of the change itself. A decision
-    about a device resource points at the line of this change that moved its quota, if there is one."""
+            edits: list[dict[str, Any]] = (), policy_files: list[str] = ()) -> list[dict[str, Any]]:
+    """Each decision with where it comes from (`location`), how to fix it, and its gate: a deny that
+    more approvals resolve is an `approval`, not a denial of the change itself."""
     from fleetops import policy
 
     meta = {m.rule_id: m for m in policy.rule_metadata(policy.load_bundle(policies))}
@@ -555,12 +554,8 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
         row = dict(row)
         if row["status"] == "deny" and rule is not None and rule.gate == "approval":
             row["status"] = "approval"
-        if env is not None and positions is not None and row.get("subject"):
-            line, column = positions.at(locate(row["subject"], env))
-            if row["subject"].get("kind") == "DeviceResource":
-                moved = [e for e in edits if e["side"] == "head" and f".quota.{row['subject'].get('name')}." in e["path"]]
-                line, column = (moved[0]["line"], 1) if moved else (line, column)
-            row["location"] = {"file": positions.file, "line": line, "column": column}
+        if (where := location(row.get("subject") or {}, env, positions, edits, policy_files)) is not None:
+            row["location"] = where
         row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
         waiver = waivers.get(row.get("waived_by") or "")
         if waiver is not None:
@@ -569,9 +564,38 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
     return out
 
 
+def location(subject: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
+             edits: Sequence[dict[str, Any]], policy_files: Sequence[str]) -> dict[str, Any] | None:
+    """The file, line and column a decision is about: the policy file a policy change touched, else the
+    field of the environment file its subject comes from; a fleet-wide sum about a device resource on a
+    cluster points at the quota this change edited there, if it edited one."""
+    if subject.get("kind") == "Policies" and policy_files:
+        return {"file": policy_files[0], "line": 1, "column": 1}
+    if env is None or positions is None or not subject:
+        return None
+    loc = locate(subject, env)
+    if subject.get("kind") == "DeviceResource" and not subject.get("tenant"):
+        loc = _edited_quota(subject, env, positions, {e["line"] for e in edits if e["side"] == "head"}) or loc
+    line, column = positions.at(loc)
+    return {"file": positions.file, "line": line, "column": column}
+
+
+def _edited_quota(subject: dict[str, Any], env: spec.Environment, positions: spec.Positions, lines: set[int]) -> spec.Loc | None:
+    resource, cluster = subject.get("name"), subject.get("cluster")
+    for i, tenant in enumerate(env.tenants):
+        if cluster in tenant.clusters and resource in tenant.quota:
+            for field in ("guaranteed", "burst"):
+                loc: spec.Loc = ("tenants", i, "quota", resource, field)
+                if positions.at(loc)[0] in lines:
+                    return loc
+    return None
+
+
 def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     """The field of the environment file a decision's resource comes from (the nearest one declared)."""
     kind, name, cluster, tenant = (resource.get(k) for k in ("kind", "name", "cluster", "tenant"))
+    if kind == "Group" and "/" in (name or ""):  # the change rules name a group "cluster/group"
+        cluster, name = name.split("/", 1)
     tenants = {t.name: i for i, t in enumerate(env.tenants)}
     clusters = {c.name: i for i, c in enumerate(env.clusters)}
     if tenant in tenants:

@@ -375,3 +375,20 @@ def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
     audit = run("audit", "--decision-log", repo.parent / "decisions.jsonl", "--output", "json", cwd=ROOT)
     history = json.loads(audit.stdout)["history"]
     assert history["entries"] == 1, history
+
+
+def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
+    # Two tenants' quotas on two clusters change; each cluster's sum is located at its own tenant's line.
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
+    data = repo / "policies" / "data.yaml"
+    data.write_text(data.read_text() + "\n")
+    commit(repo, "two quota raises and a policy data edit")
+    code, result = plan_json(repo)
+    text = (repo / "environments" / "prod.yaml").read_text().splitlines()
+    line_of = {needle: next(i for i, t in enumerate(text, 1) if needle in t) for needle in ("guaranteed: 400", "guaranteed: 60")}
+    sums = {d["subject"]["cluster"]: d["location"] for d in result["decisions"] if d["rule"] == "quota.guaranteed_over_capacity"}
+    assert sums["center-bj"]["line"] == line_of["guaranteed: 400"] and sums["center-sh"]["line"] == line_of["guaranteed: 60"]
+    assert all(loc["column"] > 1 for loc in sums.values())  # the field itself, not the line's start
+    policy_change = next(d for d in result["decisions"] if d["rule"] == "change.policy_files_changed")
+    assert policy_change["location"] == {"file": "policies/data.yaml", "line": 1, "column": 1}
