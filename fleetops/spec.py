@@ -69,6 +69,10 @@ _LABEL_KEY = re.compile(rf"({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _MIG_PROFILE = re.compile(r"[1-7]g\.[0-9]+gb(\+me)?")
 _CURRENCY = re.compile(r"[A-Z]{3}")
+# Node names are DNS subdomains: a glob over them needs no other character (a quote would also end
+# the PromQL string the offline alert writes it into).
+_NODE_GLOB = re.compile(r"[-a-z0-9.*?\[\]!]{1,253}")
+_IMAGE = re.compile(r"[!-~]{1,4096}")  # the API server refuses an image with white space in it
 DNS_LABEL_RULE = "a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)"
 
 
@@ -110,6 +114,8 @@ LabelKey = Annotated[str, _whole(_LABEL_KEY, "a Kubernetes label key (an optiona
 LabelValue = Annotated[str, _whole(_LABEL_VALUE, "a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.')")]
 MigProfile = Annotated[str, _whole(_MIG_PROFILE, "a MIG profile like '1g.10gb' or '1g.10gb+me'")]
 Currency = Annotated[str, _whole(_CURRENCY, "a three-letter ISO 4217 code like 'USD'")]
+NodeGlob = Annotated[str, _whole(_NODE_GLOB, "a glob over node names: lowercase letters, digits, '-', '.', and '*', '?', '[...]'")]
+Image = Annotated[str, _whole(_IMAGE, "a container image reference without spaces, like 'ghcr.io/org/name:tag'")]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 # Every count travels as a JSON number (policy input, Rego, the API server): beyond 2^53 - 1 those
@@ -173,7 +179,7 @@ class Taint(Model):
 class NodeMatch(Model):
     """How the reconciler recognises a live node as a member: by name glob and/or labels."""
 
-    name_pattern: str | None = None
+    name_pattern: NodeGlob | None = None
     labels: Labels = {}
 
 
@@ -319,7 +325,7 @@ class Budget(Model):
 
 
 class Reconciler(Model):
-    image: str = "ghcr.io/fleetops/fleetops:0.1.0"
+    image: Image = "ghcr.io/fleetops/fleetops:0.1.0"
     namespace: Name = "fleetops-system"
     replicas: Positive = 2
     interval_seconds: Positive = 60

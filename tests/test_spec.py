@@ -221,6 +221,23 @@ def test_a_value_ending_in_a_newline_matches_no_pattern(field: str, tmp_path: Pa
     assert "\n" not in problem and "\\n'" in problem, problem  # one line, naming the value as written
 
 
+@pytest.mark.parametrize(("path", "value", "message"), [
+    # a quote ended the PromQL string of the node-offline alert that the glob is written into
+    (("clusters", 1, "edge_groups", 0, "match", "name_pattern"), 'jetson-*"} or vector(1) #',
+     "must be a glob over node names: lowercase letters, digits, '-', '.', and '*', '?', '[...]'"),
+    # the API server refuses an image with white space: the reconciler's Deployment would never apply
+    (("reconciler",), {"image": "ghcr.io/fleetops/fleetops:0.1.0\n"}, "must be a container image reference without spaces"),
+], ids=["node glob", "image"])
+def test_free_strings_that_reach_objects_hold_to_what_their_readers_take(path: tuple[str | int, ...], value: Any, message: str,
+                                                                          tmp_path: Path) -> None:
+    env = small_env()
+    _set(path, value)(env)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    assert message in problem, problem
+
+
 def test_an_environment_is_read_from_a_regular_file_only(tmp_path: Path) -> None:
     # reconcile reads environments/NAME.yaml of a checkout with no other check: a link to /dev/zero
     # there was read until memory ran out.
