@@ -264,3 +264,15 @@ def test_counts_over_the_documented_limits_are_one_line(make: Any, limit: int, l
         done = run(*command, "--env", "test", "--environments", envs)
         assert done.returncode == 2
         assert done.stderr.splitlines() == [f"{envs / 'test.yaml'}{line}"]
+
+
+def test_a_problem_at_a_key_with_a_newline_is_one_line_and_one_path(tmp_path: Path) -> None:
+    # The key was written raw into the path: the problem took two lines and lost its path in JSON.
+    env = small_env()
+    env["clusters"][0]["pools"][1]["sharing"]["mig"]["profiles"] = {"1g.10gb\n": 7}
+    envs = env_dir(tmp_path, env)
+    done = run("validate", "--env", "test", "--environments", envs)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    [problem] = json.loads(run("validate", "--env", "test", "--environments", envs, "--output", "json").stdout)["problems"]
+    assert problem["path"] == 'clusters[0].pools[1].sharing.mig.profiles["1g.10gb\\n"]'
+    assert problem["message"] == "must be a MIG profile like '1g.10gb' or '1g.10gb+me', got '1g.10gb\\n'"
