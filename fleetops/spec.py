@@ -41,6 +41,10 @@ class Limits:
     clusters: int = 500
     groups: int = 10_000  # pools and edge groups, over all clusters
     tenants: int = 10_000
+    # The pools and edge groups open to each tenant, counted in each of its clusters: each is a flavor
+    # of the tenant's Kueue ClusterQueue there, so the render grows with this, not with the objects.
+    placements: int = 200_000
+    quotas: int = 256  # device resources in one tenant's quota: Kueue's 16 resource groups of 16
     objects: int = 200_000  # rendered Kubernetes objects, over all clusters
 
 
@@ -274,7 +278,7 @@ class Tenant(Model):
     clusters: list[Name] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
     priority_classes: list[Name] = []
-    quota: dict[ResourceName, Quota] = {}
+    quota: dict[ResourceName, Quota] = Field(default={}, max_length=LIMITS.quotas)
     pools: list[Name] | None = None
     edge_groups: list[Name] = []
     isolation: Literal["shared", "strict"] = "shared"
@@ -550,7 +554,7 @@ def _message(err: Any, fields: list[str]) -> str:
     elif kind == "literal_error":
         msg = f"must be one of {ctx['expected']}"
     elif kind == "too_long":  # only the LIMITS set a longest list
-        msg = f"at most {ctx['max_length']:,} items in one environment (fleetops.spec.LIMITS), got {ctx['actual_length']:,}"
+        msg = f"at most {ctx['max_length']:,} items (fleetops.spec.LIMITS), got {len(err['input']):,}"
     elif kind in ("too_short", "string_too_short"):
         msg = "must not be empty" if ctx.get("min_length") == 1 else f"must have at least {ctx['min_length']} items"
     elif kind == "string_too_long":
@@ -625,6 +629,22 @@ def _over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     if groups > LIMITS.groups:
         yield ("clusters",), f"{groups:,} pools and edge groups, more than the {LIMITS.groups:,} one environment may hold (fleetops.spec.LIMITS)"
+        return  # the count below walks the groups
+    clusters = {c.name: c for c in reversed(env.clusters)}  # a name declared twice resolves to the first
+    placements = 0
+    for tenant in env.tenants:
+        placements += sum(_open_groups(tenant, clusters[name]) for name in set(tenant.clusters) if name in clusters)
+        if placements > LIMITS.placements:
+            yield ("tenants",), (f"the tenants may use more than {LIMITS.placements:,} pools and edge groups, counted in each "
+                                 f"of their clusters (fleetops.spec.LIMITS): name fewer in their pools")
+            return
+
+
+def _open_groups(tenant: Tenant, cluster: Cluster) -> int:
+    """How many of the cluster's pools and edge groups the tenant may use, counted without listing them."""
+    names = group_names(cluster)
+    pools = len(cluster.pools) if tenant.pools is None else sum(len(names.pool.get(n, ())) for n in set(tenant.pools))
+    return pools + sum(len(names.edge_group.get(n, ())) for n in set(tenant.edge_groups))
 
 
 _FILE_TYPES = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -805,6 +825,8 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
+        # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
+        offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
         for resource, quota in tenant.quota.items():
             qloc = loc + ("quota", resource)
             if quota.burst < quota.guaranteed:
@@ -813,7 +835,7 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
                 continue
             # The quota applies in every cluster of the tenant, so each must offer the resource.
             for cluster in mine:
-                if not any(resource in group_capacity(g) for g in eligible_groups(tenant, [cluster])):
+                if resource not in offered[cluster.name]:
                     yield qloc, f"no pool or edge group of cluster {cluster.name} open to this tenant offers {resource}"
 
 

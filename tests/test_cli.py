@@ -252,11 +252,29 @@ def _clusters(count: int) -> dict:
     return env
 
 
+def _placements(count: int) -> dict:
+    # Each tenant may use every pool of its cluster: its ClusterQueue lists them all, tenants x pools.
+    env = small_env()
+    pool = env["clusters"][0]["pools"][2]
+    env["clusters"][0]["pools"] = [{**pool, "name": f"p{i}"} for i in range(1000)]
+    env["tenants"] = [{"name": f"t{i}", "clusters": ["center-a"], "workloads": ["inference"]} for i in range(count // 1000 + 1)]
+    return env
+
+
+def _quotas(count: int) -> dict:
+    env = small_env()
+    env["tenants"][0]["quota"] = {f"example.com/r{i}": {"guaranteed": 0, "burst": 0} for i in range(count)}
+    return env
+
+
 @pytest.mark.parametrize(("make", "limit", "line"), [
-    (_tenants, 10_000, ":56:1: tenants: at most 10,000 items in one environment (fleetops.spec.LIMITS), got 10,001"),
+    (_tenants, 10_000, ":56:1: tenants: at most 10,000 items (fleetops.spec.LIMITS), got 10,001"),
     (_pools, 10_000, ":2:1: clusters: 10,001 pools and edge groups, more than the 10,000 one environment may hold (fleetops.spec.LIMITS)"),
-    (_clusters, 500, ":2:1: clusters: at most 500 items in one environment (fleetops.spec.LIMITS), got 501"),
-], ids=["tenants", "pools", "clusters"])
+    (_clusters, 500, ":2:1: clusters: at most 500 items (fleetops.spec.LIMITS), got 501"),
+    (_placements, 200_000, ":3028:1: tenants: the tenants may use more than 200,000 pools and edge groups, counted in each of their "
+                           "clusters (fleetops.spec.LIMITS): name fewer in their pools"),
+    (_quotas, 256, ":65:3: tenants[0].quota: at most 256 items (fleetops.spec.LIMITS), got 257"),
+], ids=["tenants", "pools", "clusters", "placements", "quotas"])
 def test_counts_over_the_documented_limits_are_one_line(make: Any, limit: int, line: str, tmp_path: Path) -> None:
     # 55,000 small tenants (an 8 MB file, under the byte limit) took `check` to 7.8 GB and a crash.
     envs = env_dir(tmp_path, make(limit + 1))

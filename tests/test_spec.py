@@ -262,8 +262,11 @@ def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> N
     # scale 4 is the largest fleet the benchmarks measure (benchmarks/scale_bench.py)
     env = spec.load_environment(_written(tmp_path, synthetic_yaml(4)))
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
-    assert (len(env.clusters), groups, len(env.tenants)) == (20, 1600, 4000)
+    clusters = {c.name: c for c in env.clusters}
+    placements = sum(spec._open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
+    assert (len(env.clusters), groups, len(env.tenants), placements) == (20, 1600, 4000, 12400)
     assert spec.LIMITS.clusters >= 20 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
+    assert spec.LIMITS.placements >= 10 * placements and spec.LIMITS.quotas >= 100 * max(len(t.quota) for t in env.tenants)
 
 
 def _written(directory: Path, text: str) -> Path:
