@@ -629,7 +629,7 @@ def _over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     if groups > LIMITS.groups:
         yield ("clusters",), f"{groups:,} pools and edge groups, more than the {LIMITS.groups:,} one environment may hold (fleetops.spec.LIMITS)"
-        return  # the count below walks the groups
+        return  # the count below grows with the groups: this line says enough
     clusters = {c.name: c for c in reversed(env.clusters)}  # a name declared twice resolves to the first
     placements = 0
     for tenant in env.tenants:
