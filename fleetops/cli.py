@@ -70,7 +70,15 @@ class _Console:
 out = _Console(soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160)
 err = _Console(stderr=True, soft_wrap=True, emoji=False)
 
-EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml")]
+
+def _env_name(name: str | None) -> str | None:
+    """An environment is named, never given as a path: `../x`, `/abs` or `a/b` would reach outside the folder."""
+    if name is not None and not spec.is_dns_label(name):
+        fail(f"--env: an environment name must be {spec.DNS_LABEL_RULE}, got {name!r}")
+    return name
+
+
+EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml", callback=_env_name)]
 DirOpt = Annotated[Path, typer.Option("--environments", help="Folder of environment files", envvar="FLEETOPS_ENVIRONMENTS")]
 DEFAULT_DIR = Path("environments")
 
@@ -110,35 +118,42 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def env_file(directory: Path, name: str) -> Path:
     path = directory / f"{name}.yaml"
-    if not path.is_file():
+    if not path.exists():  # what exists but is no regular file is refused, and said so, as it is read
         known = sorted(p.stem for p in directory.glob("*.yaml"))
         fail(f"{path}:1:1: no environment {name!r} (known: {', '.join(known) or 'none'})")
     return path
 
 
-def load_or_fail(path: Path) -> spec.Environment:
+def checked_or_problems(path: Path, revision: str | None = None, engine: str = "direct",
+                        each_cluster: "render_mod.Each | None" = None) -> "render_mod.Checked | list[str]":
+    """`render.load_checked`, the validation every command shares, or its problems, one line each."""
+    from fleetops import render as render_mod
+
     try:
-        return spec.load_environment(path)
+        return render_mod.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
     except spec.SpecError as exc:
-        fail("\n".join(exc.problems))
+        return exc.problems
+    except render_mod.RenderError as exc:
+        return [str(exc)]
+
+
+# The revision is only stamped on objects; a command that prints none need not ask Git for it.
+UNSTAMPED = "unstamped"
+
+
+def problems_of(path: Path) -> list[str]:
+    checked = checked_or_problems(path, revision=UNSTAMPED)
+    return checked if isinstance(checked, list) else []
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
                    each_cluster: "render_mod.Each | None" = None) -> tuple[spec.Environment, "render_mod.DesiredState"]:
-    """The environment (loaded once) and its rendered objects, schema-checked; bad input is exit 2."""
-    from fleetops import render as render_mod
-    from fleetops import schema
-
-    model = load_or_fail(path)
-    try:
-        with progress(f"rendering {path}"):
-            state = render_mod.render_environment(model, path, revision=revision, engine=engine, each_cluster=each_cluster)
-    except render_mod.RenderError as exc:
-        fail(str(exc))
-    problems = schema.validate_objects(state.objects())
-    if problems:
-        fail("\n".join(f"{path}: rendered object fails its schema: {p}" for p in problems))
-    return model, state
+    """The environment and its rendered objects, schema-checked; bad input is exit 2 with a line per problem."""
+    with progress(f"rendering {path}"):
+        checked = checked_or_problems(path, revision, engine, each_cluster)
+    if isinstance(checked, list):
+        fail("\n".join(checked))
+    return checked.env, checked.state
 
 
 def print_summary(env: spec.Environment, state: "render_mod.DesiredState", console: _Console) -> None:
@@ -200,20 +215,18 @@ def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
 
 @app.command()
 def validate(
-    env: Annotated[str | None, typer.Option("--env", "-e", help="One environment; default: all of them")] = None,
+    env: Annotated[str | None, typer.Option("--env", "-e", help="One environment; default: all of them", callback=_env_name)] = None,
     environments: DirOpt = DEFAULT_DIR,
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
-    """Check environment files: schema, references, sharing modes, names. Exit 2 on any problem."""
+    """Check environment files as every other command does: fields, references, sharing modes, names,
+    limits, and every rendered object against its schema. Exit 2 on any problem."""
     paths = [env_file(environments, env)] if env else sorted(environments.glob("*.yaml"))
     if not paths:
         fail(f"{environments}: no environment files")
     problems: list[str] = []
     for path in paths:
-        try:
-            spec.load_environment(path)
-        except spec.SpecError as exc:
-            problems += exc.problems
+        problems += problems_of(path)
     if output is Output.json:
         sys.stdout.write(as_json(envelope("validate", not problems, {"problems": len(problems)}, problems, files=[str(p) for p in paths])))
     elif not problems:
@@ -459,7 +472,7 @@ class AuditFormat(str, Enum):
 
 @app.command()
 def audit(
-    env: Annotated[str, typer.Option("--env", "-e", help="One environment, or 'all'")] = "all",
+    env: Annotated[str, typer.Option("--env", "-e", help="One environment, or 'all'", callback=_env_name)] = "all",
     environments: DirOpt = DEFAULT_DIR,
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log for the history (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
     output: Annotated[AuditFormat, typer.Option("--output", help="html, markdown or json")] = AuditFormat.html,
@@ -475,6 +488,10 @@ def audit(
     paths = sorted(environments.glob("*.yaml")) if env == "all" else [env_file(environments, env)]
     if not paths:
         fail(f"{environments}: no environment files")
+    # An environment the other commands refuse is refused here too, before a report says anything of it.
+    problems = [line for path in paths for line in problems_of(path)]
+    if problems:
+        fail("\n".join(problems))
     try:
         repo = Path(git.run(policies, "rev-parse", "--show-toplevel").strip())
     except git.GitError:

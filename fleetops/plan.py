@@ -505,14 +505,18 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
 
 
 def _check_schema(head: Side, env_rel: str) -> None:
-    """Head's objects, checked as `render` checks them: a revision the API server would refuse is
-    refused here, before it can be approved and freeze the reconciler once merged."""
-    from fleetops import schema
+    """Head's objects, checked as `render` checks them (`render.check_schemas`): a revision the API
+    server would refuse is refused here, before it can be approved and freeze the reconciler once
+    merged; and no more objects than an environment may render."""
+    from fleetops import render
 
-    objects = ((cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
-    problems = schema.validate_objects(objects)
-    if problems:
-        raise PlanError("\n".join(f"{env_rel}: rendered object fails its schema: {p}" for p in problems))
+    count = sum(len(m) for m in head.clusters.values())
+    if count > spec.LIMITS.objects:
+        raise PlanError(f"{env_rel}: renders {count:,} objects, more than the {spec.LIMITS.objects:,} an environment may (spec.LIMITS)")
+    try:
+        render.check_schemas(((cluster, m) for cluster, manifests in head.clusters.items() for m in manifests), env_rel)
+    except spec.SpecError as exc:
+        raise PlanError("\n".join(exc.problems)) from None
 
 
 def cannot_judge(environment: str, base: str | None, head: str | None, problems: list[str]) -> dict[str, Any]:

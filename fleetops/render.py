@@ -8,12 +8,12 @@ mocks (`fleetops.sdk_render`): tests prove both give byte-identical manifests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from fleetops import git, memory, spec
+from fleetops import git, memory, schema, spec
 from fleetops.diff import object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,18 +76,25 @@ def render(env_file: str | Path, revision: str | None = None, display: str | Non
     engine "direct" walks the fleet's parts; "pulumi" runs `program` under the SDK's mocks.
     """
     env = spec.load_environment(env_file, display=display)  # fail on bad input before any other work
-    return render_environment(env, env_file, revision, engine, program, each_cluster)
+    return render_environment(env, env_file, revision, engine, program, each_cluster, display=display)
 
 
 @memory.acyclic()
 def render_environment(env: spec.Environment, env_file: str | Path, revision: str | None = None,
-                       engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None) -> DesiredState:
-    """`render` of an environment already loaded from `env_file`. `each_cluster(cluster, objects)`
+                       engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None,
+                       display: str | None = None) -> DesiredState:
+    """`render` of an environment already loaded from `env_file` (named `display` in errors). `each_cluster(cluster, objects)`
     is called with each cluster's checked and sorted objects as soon as they are (the direct walk:
     before the next cluster is built), so that writing them can overlap with rendering the rest."""
     revision = revision or git.revision(Path(env_file).resolve().parent)
+    rendered = 0
 
     def finish(cluster: str, manifests: list[dict[str, Any]]) -> None:
+        nonlocal rendered
+        rendered += len(manifests)
+        if rendered > spec.LIMITS.objects:  # checked as each cluster is done: the render stops before the rest is built
+            raise RenderError(f"{display or env_file}: renders more than {spec.LIMITS.objects:,} objects, the limit for one environment "
+                              f"(fleetops.spec.LIMITS); {rendered:,} by cluster {cluster}")
         seen: set[tuple[str, str, str, str, str]] = set()
         for manifest in manifests:
             key = object_key(cluster, manifest)
@@ -116,3 +123,38 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
     else:
         raise ValueError(f"unknown render engine {engine!r}")
     return DesiredState(environment=env.environment, revision=revision, clusters=clusters, resources=resources)
+
+
+class Checked(NamedTuple):
+    """An environment file that every command may act on: valid, rendered, and every object valid
+    against its schema (what the API server will accept)."""
+
+    document: spec.Document
+    state: DesiredState
+
+    @property
+    def env(self) -> spec.Environment:
+        return self.document.env
+
+
+def load_checked(path: Path, display: str | None = None, revision: str | None = None, engine: str = "direct",
+                 each_cluster: Each | None = None) -> Checked:
+    """The one validation of an environment file that validate, render, check, audit, plan and reconcile
+    share, so that each refuses exactly what the others refuse: read (bounded) and validate the file,
+    render it, and check every object against its schema.
+
+    Raises spec.SpecError (the file is invalid, too large, or renders objects the API server would
+    refuse: one line per problem, naming the file as `display`) or RenderError (the program failed)."""
+    display = display or str(path)
+    document = spec.read_environment(path, display=display)
+    state = render_environment(document.env, path, revision=revision, engine=engine, each_cluster=each_cluster, display=display)
+    check_schemas(state.objects(), display)
+    return Checked(document, state)
+
+
+def check_schemas(objects: Iterable[tuple[str, dict[str, Any]]], display: str) -> None:
+    """Every (cluster, object) against its schema, as the API server would judge it; spec.SpecError
+    with one line per problem, naming the environment file as `display`."""
+    problems = schema.validate_objects(objects)
+    if problems:
+        raise spec.SpecError([f"{display}: rendered object fails its schema: {p}" for p in problems])

@@ -10,7 +10,9 @@ argocd-diff-preview bound theirs.
 from __future__ import annotations
 
 import difflib
+import html
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -31,14 +33,46 @@ def _arrow(before: Any, after: Any) -> str:
     return f"{before}" if before == after else f"{before} → {after}"
 
 
-def _cell(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
+# Every string that comes from an environment file or the policies (descriptions, messages, owners,
+# waiver reasons, names) is shown as written and never read as markup: GitHub renders the raw HTML of a
+# comment (`<img src=x onerror=...>`, a `<details>` that swallows the verdict) and markdown's own
+# links and images. `_text` for text, `_code` for inline code, `_fenced` for blocks.
+
+
+def _line(value: Any) -> str:
+    """One line of a table or list: `|` would end a table cell, a newline the item."""
+    text = value if isinstance(value, str) else json.dumps(value)
     return text.replace("|", "\\|").replace("\n", "⏎")
+
+
+def _text(value: Any) -> str:
+    """Markdown text that shows `value` as written: HTML escaped; backslashes, backticks and the
+    brackets of links and images made inert."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return _line(html.escape(re.sub(r"([\\`\[\]])", r"\\\1", text), quote=False))
+
+
+def _code(value: Any) -> str:
+    """Inline code that no backtick of `value` can close early (the renderer escapes what is inside)."""
+    text = _line(value)
+    ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _fenced(lines: list[str], info: str = "diff") -> list[str]:
+    """A code block that no line of `lines` can close: its fence is longer than any run of backticks in them."""
+    longest = max((len(run) for line in lines for run in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *lines, fence]
 
 
 def _where(d: dict[str, Any]) -> str:
     loc = d.get("location")
-    return f" — `{loc['file']}:{loc['line']}`" if loc else ""
+    if not loc:
+        return ""
+    place = f"{loc['file']}:{loc['line']}"
+    return f" — {_code(place)}"
 
 
 # --- sections, most important first ------------------------------------------------------------
@@ -48,40 +82,42 @@ def header(plan: dict[str, Any]) -> list[str]:
     c, n, objs = plan["cost"], plan["counts"], plan["objects"]
     flags = f" · {SECURITY} **{plan['security_changes']} security-relevant change(s)**" if plan.get("security_changes") else ""
     lines = [
-        f"### fleetops plan `{plan['environment']}`: {VERDICT[plan['verdict']]}",
+        f"### fleetops plan {_code(plan['environment'])}: {VERDICT[plan['verdict']]}",
         "",
-        f"**Monthly cost** {_num(c['before'])} → {_num(c['after'])} {c['currency']} (**{_signed(c['delta'])}**) · "
+        f"**Monthly cost** {_num(c['before'])} → {_num(c['after'])} {_text(c['currency'])} (**{_signed(c['delta'])}**) · "
         f"**Objects** +{len(objs['added'])} ~{len(objs['changed'])} −{len(objs['removed'])} · "
         f"**Decisions** {n['deny']} deny, {n['approval']} need approval, {n['warn']} warn, {n['waived']} waived{flags}",
         "",
-        f"Judged by the policies of the base revision `{plan['base']['revision'][:12]}`.",
+        f"Judged by the policies of the base revision {_code(plan['base']['revision'][:12])}.",
     ]
     if not plan["head"]["exists"]:
-        lines += ["", f"> ⚠️ This change deletes `environments/{plan['environment']}.yaml`: every object below is removed."]
+        deleted = f"environments/{plan['environment']}.yaml"
+        lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
     waived = [d for d in plan["decisions"] if d["status"] == "waived" and d.get("severity") == "high"]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
-        lines += [f"> - `{d['rule']}` {d['msg']} — owner {d['waiver']['owner']}, {d['waiver']['ticket']}, expires {d['waiver']['expires']}"
-                  if d.get("waiver") else f"> - `{d['rule']}` {d['msg']} (waiver {d.get('waived_by')})" for d in waived]
+        lines += [f"> - {_code(d['rule'])} {_text(d['msg'])} — owner {_text(d['waiver']['owner'])}, {_text(d['waiver']['ticket'])}, "
+                  f"expires {_text(d['waiver']['expires'])}"
+                  if d.get("waiver") else f"> - {_code(d['rule'])} {_text(d['msg'])} (waiver {_text(d.get('waived_by'))})" for d in waived]
     if plan.get("program_file_changes"):
-        files = ", ".join(f"`{f}`" for f in plan["program_file_changes"][:10]) + (" …" if len(plan["program_file_changes"]) > 10 else "")
+        files = ", ".join(_code(f) for f in plan["program_file_changes"][:10]) + (" …" if len(plan["program_file_changes"]) > 10 else "")
         lines += ["", f"> {SECURITY} **Program change** ({len(plan['program_file_changes'])} file(s): {files}): the objects below are "
                       "what the head's own program renders (confined, without tokens); it needs the code owners' approval."]
     if not plan["policy"].get("judge_program_is_base", True):
         lines += ["", "> ⚠️ Judged by a program other than the base revision's: CI runs the base's `fleetops` (docs/ci/)."]
     if plan["policy"]["needs_policy_owner_review"]:
-        owners = ", ".join(plan["policy"]["owners"]) or "(no policies/owners.yaml)"
-        files = ", ".join(f"`{f}`" for f in plan["policy"]["policy_files_changed"])
+        owners = ", ".join(_text(o) for o in plan["policy"]["owners"]) or "(no policies/owners.yaml)"
+        files = ", ".join(_code(f) for f in plan["policy"]["policy_files_changed"])
         lines += ["", f"> ⚠️ **Policy change** ({files}): needs review by the policy owners: {owners}. It takes effect only after merge."]
     return lines
 
 
 def what_changes(plan: dict[str, Any]) -> list[str]:
-    items = [f"- {SECURITY + ' ' if c['security'] else ''}{c['text']}" for c in plan["fleet_changes"]]
+    items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in plan["fleet_changes"]]
     edits = plan["spec_changes"]
     if edits:
         flagged = sum(e["security"] for e in edits)
-        items.append(f"- {len(edits)} field(s) of `{edits[0]['file']}` changed"
+        items.append(f"- {len(edits)} field(s) of {_code(edits[0]['file'])} changed"
                      + (f", {SECURITY} {flagged} security-relevant" if flagged else "") + " (listed below)")
     return ["", "**What changes**", "", *items] if items else []
 
@@ -92,13 +128,13 @@ def blocking(plan: dict[str, Any]) -> list[str]:
     if denied:
         lines += ["", "**Denied by**", ""]
         for d in denied:
-            lines.append(f"- `{d['rule']}` {d['msg']}{_where(d)}")
+            lines.append(f"- {_code(d['rule'])} {_text(d['msg'])}{_where(d)}")
             if d.get("fix"):
-                lines.append(f"  - **Fix:** {d['fix']}")
+                lines.append(f"  - **Fix:** {_text(d['fix'])}")
     waiting = [d for d in plan["decisions"] if d["status"] == "approval"]
     if waiting:
         lines += ["", f"**Needs approval** (has {plan['approvals']['have']})", ""]
-        lines += [f"- `{d['rule']}` {d['msg']}{_where(d)}" for d in waiting]
+        lines += [f"- {_code(d['rule'])} {_text(d['msg'])}{_where(d)}" for d in waiting]
     return lines
 
 
@@ -115,7 +151,7 @@ def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
         cols = ("physical", "schedulable", "sharing_factor", "guaranteed", "burst", "headroom_percent")
         cells = [_arrow(b[k], a[k]) if changed else str(a[k]) for k in cols]
         cells[2] = "×" + cells[2].replace(" → ", " → ×")
-        out.append(f"| {r['cluster']} | `{r['resource']}` | " + " | ".join(cells) + " |")
+        out.append(f"| {_text(r['cluster'])} | {_code(r['resource'])} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -128,7 +164,7 @@ def spec_fields(plan: dict[str, Any]) -> list[str]:
     if not edits:
         return []
     rows = ["| | field | before | after | line |", "|---|---|---|---|---:|"] + [
-        f"| {SECURITY if e['security'] else ''} | `{e['path']}` | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |" for e in edits]
+        f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |" for e in edits]
     return _details(f"Environment file changes ({len(edits)})", rows)
 
 
@@ -136,14 +172,14 @@ def _values(old: Any, new: Any) -> tuple[str, str]:
     """Before and after cells; of a list (fingerprints, allow lists), only what left and what came."""
     if isinstance(old, list) and isinstance(new, list):
         gone, came = [x for x in old if x not in new], [x for x in new if x not in old]
-        return (", ".join(f"−`{_cell(x)}`" for x in gone) or "—", ", ".join(f"+`{_cell(x)}`" for x in came) or "—")
-    return (_cell(old) if old is not None else "—", _cell(new) if new is not None else "—")
+        return (", ".join(f"−{_code(x)}" for x in gone) or "—", ", ".join(f"+{_code(x)}" for x in came) or "—")
+    return (_text(old) if old is not None else "—", _text(new) if new is not None else "—")
 
 
 def policy_files(plan: dict[str, Any]) -> list[str]:
     body = []
     for f in plan["policy_file_changes"]:
-        body += [f"{SECURITY + ' ' if f['security'] else ''}`{f['file']}`", "", "```diff", f["diff"].rstrip("\n"), "```", ""]
+        body += [f"{SECURITY + ' ' if f['security'] else ''}{_code(f['file'])}", "", *_fenced(f["diff"].rstrip("\n").split("\n")), ""]
     return _details(f"Policy file changes ({len(plan['policy_file_changes'])})", body)
 
 
@@ -153,14 +189,15 @@ def decision_table(plan: dict[str, Any]) -> list[str]:
     rows = ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"]
     for d in plan["decisions"]:
         loc = d.get("location")
-        where = f"{loc['file']}:{loc['line']}" if loc else ""
-        rows.append(f"| {d['status']} | `{d['rule']}` | {d.get('severity', '')} | {d.get('resource') or ''} | {_cell(d['msg'])} | {where} |")
+        where = _text(f"{loc['file']}:{loc['line']}") if loc else ""
+        rows.append(f"| {_text(d['status'])} | {_code(d['rule'])} | {_text(d.get('severity', ''))} | {_text(d.get('resource') or '')} "
+                    f"| {_text(d['msg'])} | {where} |")
     return _details(f"Policy decisions ({len(plan['decisions'])})", rows)
 
 
 def quota_table(plan: dict[str, Any]) -> list[str]:
     rows = ["| tenant | cluster | resource | guaranteed | burst |", "|---|---|---|---:|---:|"] + [
-        f"| {q['tenant']} | {q['cluster']} | `{q['resource']}` | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
+        f"| {_text(q['tenant'])} | {_text(q['cluster'])} | {_code(q['resource'])} | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
         f"| {_arrow(q['before']['burst'], q['after']['burst'])} |" for q in plan["quota_changes"]]
     return _details(f"Quota changes ({len(plan['quota_changes'])})", rows) if plan["quota_changes"] else []
 
@@ -173,7 +210,7 @@ def object_summary(plan: dict[str, Any]) -> list[str]:
             counts[(o["cluster"], o["kind"], what)] += 1
     keys = sorted({(c, k) for c, k, _ in counts})
     rows = ["| cluster | kind | + | ~ | − |", "|---|---|---:|---:|---:|"] + [
-        f"| {c} | {k} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |" for c, k in keys]
+        f"| {_text(c)} | {_text(k)} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |" for c, k in keys]
     return _details(f"Objects per cluster and kind ({len(keys)})", rows) if keys else []
 
 
@@ -210,7 +247,7 @@ def _objects_section(blocks: list[list[str]], budget: int, pointer: str) -> list
         lines += block
         used += size
         shown += 1
-    body = ["```diff", *lines, "```"] if lines else []
+    body = _fenced(lines) if lines else []
     if shown < len(blocks):
         body += ["", f"{len(blocks) - shown} more object(s) not shown here: {pointer}"]
     total = len(blocks)
@@ -240,16 +277,16 @@ def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> st
     any earlier verdict on the pull request, and says why, each problem on its line."""
     shown, body = [], 0
     for d in plan["decisions"]:
-        line = f"- {d['msg']}{_where(d)}"
+        line = f"- {_text(d['msg'])}{_where(d)}"
         if body + len(line) > max_chars - 2000:
             shown.append(f"- … and {len(plan['decisions']) - len(shown)} more (see the full plan)")
             break
         shown.append(line)
         body += len(line) + 1
     lines = [
-        f"### fleetops plan `{plan['environment']}`: {VERDICT['invalid']}",
+        f"### fleetops plan {_code(plan['environment'])}: {VERDICT['invalid']}",
         "",
-        f"The change cannot be judged, so it cannot be merged: base `{plan['base']['revision'][:12]}`, head `{plan['head']['revision'][:12]}`.",
+        f"The change cannot be judged, so it cannot be merged: base {_code(plan['base']['revision'][:12])}, head {_code(plan['head']['revision'][:12])}.",
         "Any earlier verdict on this pull request no longer holds.",
         "",
         *shown,

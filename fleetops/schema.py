@@ -139,11 +139,23 @@ def _core_validator(api_version: str, kind: str) -> jsonschema_rs.Draft202012Val
     return jsonschema_rs.Draft202012Validator(schema, registry=_definitions(), validate_formats=False)
 
 
+# A message quotes the whole value it refuses: a list of 1,000 flavors made each line 100 kB.
+_MESSAGE_ENDS = 120
+
+
+def _short(message: str) -> str:
+    """The start and the end of a long message (what was refused, and why), one line."""
+    message = message.replace("\n", " ")
+    if len(message) <= 2 * _MESSAGE_ENDS + 20:
+        return message
+    return f"{message[:_MESSAGE_ENDS]} … ({len(message) - 2 * _MESSAGE_ENDS:,} characters) … {message[-_MESSAGE_ENDS:]}"
+
+
 def _problems(cluster: str, manifest: dict[str, Any], validator: jsonschema_rs.Validator) -> list[SchemaProblem]:
     if validator.is_valid(manifest):
         return []
     return [
-        SchemaProblem(cluster, manifest["kind"], manifest["metadata"]["name"], ".".join(str(p) for p in err.instance_path), err.message)
+        SchemaProblem(cluster, manifest["kind"], manifest["metadata"]["name"], ".".join(str(p) for p in err.instance_path), _short(err.message))
         for err in sorted(validator.iter_errors(manifest), key=lambda e: list(map(str, e.instance_path)))
     ]
 

@@ -12,7 +12,10 @@ import difflib
 import fnmatch
 import functools
 import ipaddress
+import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +26,29 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from fleetops import memory, mig
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
 HOURS_PER_MONTH = 730
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one environment may hold. Each is far above the generated large fleet that the benchmarks
+    measure (`benchmarks/generate.py`, scale 1: 20 clusters, 392 pools and edge groups, 1,000 tenants,
+    15,348 objects; scale 4: 1,600 groups, 4,000 tenants, about 61,000 objects), and low enough that
+    reading, rendering and judging one stays within a CI runner's memory: past them the file is refused
+    with one line, before the work they would multiply."""
+
+    file_bytes: int = 8 * 1024 * 1024
+    clusters: int = 500
+    groups: int = 10_000  # pools and edge groups, over all clusters
+    tenants: int = 10_000
+    # The pools and edge groups open to each tenant, counted in each of its clusters: each is a flavor
+    # of the tenant's Kueue ClusterQueue there, so the render grows with this, not with the objects.
+    placements: int = 200_000
+    quotas: int = 256  # device resources in one tenant's quota: Kueue's 16 resource groups of 16
+    objects: int = 200_000  # rendered Kubernetes objects, over all clusters
+
+
+LIMITS = Limits()
 
 Loc = tuple[str | int, ...]
 
@@ -39,31 +63,35 @@ class SpecError(Exception):
 
 # --- field types -------------------------------------------------------------------------
 
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_FINGERPRINT = re.compile(r"^sha256:[0-9a-f]{64}$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+# Every pattern is matched against the whole value (`fullmatch`): `^...$` also accepts a value that
+# ends in a newline (Python's `$` matches before a final newline), which the API server refuses.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
+_RESOURCE = re.compile(rf"{_SUBDOMAIN}/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+_LABEL_KEY = re.compile(rf"({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_MIG_PROFILE = re.compile(r"[1-7]g\.[0-9]+gb(\+me)?")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+# Node names are DNS subdomains: a glob over them needs no other character (a quote would also end
+# the PromQL string the offline alert writes it into).
+_NODE_GLOB = re.compile(r"[-a-z0-9.*?\[\]!]{1,253}")
+_IMAGE = re.compile(r"[!-~]{1,4096}")  # the API server refuses an image with white space in it
+DNS_LABEL_RULE = "a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)"
 
 
-def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS1123.match(value):
-        raise ValueError(
-            f"must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters), got {value!r}"
-        )
-    return value
+def is_dns_label(value: str) -> bool:
+    """Whether `value` may name a Kubernetes object, a namespace, or an environment file."""
+    return _DNS_LABEL.fullmatch(value) is not None
 
 
-def _resource_name(value: str) -> str:
-    if not _RESOURCE.match(value):
-        raise ValueError(f"must be an extended resource name like 'nvidia.com/gpu', got {value!r}")
-    return value
+def _whole(pattern: re.Pattern[str], rule: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if pattern.fullmatch(value) is None:
+            raise ValueError(f"must be {rule}, got {value!r}")
+        return value
 
-
-def _fingerprint(value: str) -> str:
-    if not _FINGERPRINT.match(value):
-        raise ValueError(f"must be 'sha256:' and 64 lowercase hex digits, got {value!r}")
-    return value
+    return AfterValidator(check)
 
 
 def _cidr(value: str) -> str:
@@ -76,16 +104,22 @@ def _cidr(value: str) -> str:
 
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for key, val in value.items():
-        if not _LABEL_KEY.match(key):
+        if not _LABEL_KEY.fullmatch(key):
             raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-        if not _LABEL_VALUE.match(val):
+        if not _LABEL_VALUE.fullmatch(val):
             raise ValueError(f"label value {val!r} of {key!r} is not a valid Kubernetes label value")
     return value
 
 
-Name = Annotated[str, AfterValidator(_dns_label)]
-ResourceName = Annotated[str, AfterValidator(_resource_name)]
-Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
+Name = Annotated[str, _whole(_DNS_LABEL, DNS_LABEL_RULE)]
+ResourceName = Annotated[str, _whole(_RESOURCE, "an extended resource name like 'nvidia.com/gpu'")]
+Fingerprint = Annotated[str, _whole(_FINGERPRINT, "'sha256:' and 64 lowercase hex digits")]
+LabelKey = Annotated[str, _whole(_LABEL_KEY, "a Kubernetes label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.')")]
+LabelValue = Annotated[str, _whole(_LABEL_VALUE, "a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.')")]
+MigProfile = Annotated[str, _whole(_MIG_PROFILE, "a MIG profile like '1g.10gb' or '1g.10gb+me'")]
+Currency = Annotated[str, _whole(_CURRENCY, "a three-letter ISO 4217 code like 'USD'")]
+NodeGlob = Annotated[str, _whole(_NODE_GLOB, "a glob over node names: lowercase letters, digits, '-', '.', and '*', '?', '[...]'")]
+Image = Annotated[str, _whole(_IMAGE, "a container image reference without spaces, like 'ghcr.io/org/name:tag'")]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 # Every count travels as a JSON number (policy input, Rego, the API server): beyond 2^53 - 1 those
@@ -131,7 +165,7 @@ class Mig(Model):
     strategy: Literal["single", "mixed"] = "single"
     # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7} or {"3g.40gb": 1, "2g.20gb": 2}; checked
     # against the GPU model's profiles and placement rules (fleetops.mig).
-    profiles: dict[Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")], Positive] = Field(min_length=1)
+    profiles: dict[MigProfile, Positive] = Field(min_length=1)
 
 
 class Sharing(Model):
@@ -141,15 +175,15 @@ class Sharing(Model):
 
 
 class Taint(Model):
-    key: Annotated[str, Field(pattern=_LABEL_KEY.pattern)]
-    value: Annotated[str, Field(pattern=_LABEL_VALUE.pattern)] = ""
+    key: LabelKey
+    value: LabelValue = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class NodeMatch(Model):
     """How the reconciler recognises a live node as a member: by name glob and/or labels."""
 
-    name_pattern: str | None = None
+    name_pattern: NodeGlob | None = None
     labels: Labels = {}
 
 
@@ -244,7 +278,7 @@ class Tenant(Model):
     clusters: list[Name] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
     priority_classes: list[Name] = []
-    quota: dict[ResourceName, Quota] = {}
+    quota: dict[ResourceName, Quota] = Field(default={}, max_length=LIMITS.quotas)
     pools: list[Name] | None = None
     edge_groups: list[Name] = []
     isolation: Literal["shared", "strict"] = "shared"
@@ -290,12 +324,12 @@ class Monitoring(Model):
 
 class Budget(Model):
     monthly: Annotated[float, Field(gt=0)]
-    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+    currency: Currency
     alert_at: list[Fraction] = []
 
 
 class Reconciler(Model):
-    image: str = "ghcr.io/fleetops/fleetops:0.1.0"
+    image: Image = "ghcr.io/fleetops/fleetops:0.1.0"
     namespace: Name = "fleetops-system"
     replicas: Positive = 2
     interval_seconds: Positive = 60
@@ -303,8 +337,8 @@ class Reconciler(Model):
 
 class Environment(Model):
     environment: Name
-    clusters: list[Cluster] = Field(min_length=1)
-    tenants: list[Tenant] = []
+    clusters: list[Cluster] = Field(min_length=1, max_length=LIMITS.clusters)
+    tenants: list[Tenant] = Field(default=[], max_length=LIMITS.tenants)
     priority_classes: list[PriorityClass] = []
     scheduler: Scheduler = Scheduler()
     network: Network = Network()
@@ -344,8 +378,8 @@ def format_loc(loc: Loc) -> str:
             out += f"[{part}]"
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
             out += f".{part}" if out else part
-        else:
-            out += f'["{part}"]'
+        else:  # quoted as JSON: a key holding a newline or a quote stays one line and one key
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
     return out
 
 
@@ -519,6 +553,8 @@ def _message(err: Any, fields: list[str]) -> str:
         msg = f"must be {op} {ctx[key]}"
     elif kind == "literal_error":
         msg = f"must be one of {ctx['expected']}"
+    elif kind == "too_long":  # only the LIMITS set a longest list
+        msg = f"at most {ctx['max_length']:,} items (fleetops.spec.LIMITS), got {len(err['input']):,}"
     elif kind in ("too_short", "string_too_short"):
         msg = "must not be empty" if ctx.get("min_length") == 1 else f"must have at least {ctx['min_length']} items"
     elif kind == "string_too_long":
@@ -580,10 +616,68 @@ def parse_environment(text: str, file: str) -> Document:
         env = Environment.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_pydantic_problems(exc, pos)) from None
-    problems = [pos.error(loc, msg) for loc, msg in cross_checks(env)]
+    problems = [pos.error(loc, msg) for loc, msg in _over_limits(env)]
+    if not problems:  # the cross checks grow with what the limits bound
+        problems = [pos.error(loc, msg) for loc, msg in cross_checks(env)]
     if problems:
         raise SpecError(problems)
     return Document(env, data, pos)
+
+
+def _over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """The LIMITS that no one field's bound expresses (clusters and tenants are bounded where declared)."""
+    groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
+    if groups > LIMITS.groups:
+        yield ("clusters",), f"{groups:,} pools and edge groups, more than the {LIMITS.groups:,} one environment may hold (fleetops.spec.LIMITS)"
+        return  # the count below grows with the groups: this line says enough
+    clusters = {c.name: c for c in reversed(env.clusters)}  # a name declared twice resolves to the first
+    placements = 0
+    for tenant in env.tenants:
+        placements += sum(_open_groups(tenant, clusters[name]) for name in set(tenant.clusters) if name in clusters)
+        if placements > LIMITS.placements:
+            yield ("tenants",), (f"the tenants may use more than {LIMITS.placements:,} pools and edge groups, counted in each "
+                                 f"of their clusters (fleetops.spec.LIMITS): name fewer in their pools")
+            return
+
+
+def _open_groups(tenant: Tenant, cluster: Cluster) -> int:
+    """How many of the cluster's pools and edge groups the tenant may use, counted without listing them."""
+    names = group_names(cluster)
+    pools = len(cluster.pools) if tenant.pools is None else sum(len(names.pool.get(n, ())) for n in set(tenant.pools))
+    return pools + sum(len(names.edge_group.get(n, ())) for n in set(tenant.edge_groups))
+
+
+_FILE_TYPES = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_bounded(path: Path, limit: int, file: str, what: str) -> bytes:
+    """The bytes of a regular file (a link is followed), at most `limit` of them; anything else is one
+    SpecError at `file:1:1`. A device, pipe or socket is refused before a byte is read (its size says
+    nothing of what it yields: /dev/zero never ends, a pipe blocks), and a file that grows past its
+    size while read, or a /proc file that reports none, is cut at limit + 1 bytes and refused."""
+    try:
+        # O_NONBLOCK: opening a named pipe must not wait for a writer; a regular file reads as ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise SpecError([f"{file}:1:1: no such file"]) from None
+    except OSError as exc:  # no permission, a dangling link, a loop of links
+        raise SpecError([f"{file}:1:1: cannot read {what}: {exc.strerror}"]) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if stat.S_ISREG(info.st_mode):
+            raise SpecError([f"{file}:1:1: file is {info.st_size} bytes, more than the {limit} byte limit for {what}"])
+        kind = next((name for test, name in _FILE_TYPES if test(info.st_mode)), "of another kind")
+        raise SpecError([f"{file}:1:1: is {kind}, not a regular file: {what} is read from a regular file only"])
+    with os.fdopen(fd, "rb") as stream:
+        try:
+            data = stream.read(limit + 1)
+        except OSError as exc:
+            raise SpecError([f"{file}:1:1: cannot read {what}: {exc.strerror}"]) from None
+    if len(data) > limit:
+        raise SpecError([f"{file}:1:1: more than the {limit} byte limit for {what}"])
+    return data
 
 
 def load_environment(path: str | Path, display: str | None = None) -> Environment:
@@ -595,16 +689,7 @@ def read_environment(path: str | Path, display: str | None = None) -> Document:
     """`load_environment`, keeping the data and positions the model was validated from."""
     path = Path(path)
     file = display or str(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise SpecError([f"{file}:1:1: no such environment file"]) from None
-    if size > MAX_FILE_BYTES:
-        raise SpecError([f"{file}:1:1: file is {size} bytes, more than the {MAX_FILE_BYTES} byte limit for an environment"])
-    try:
-        data = path.read_bytes()
-    except OSError as exc:  # a directory named *.yaml, no permission
-        raise SpecError([f"{file}:1:1: cannot read the environment file: {exc.strerror}"]) from None
+    data = read_bounded(path, LIMITS.file_bytes, file, "an environment")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -740,6 +825,8 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
+        # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
+        offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
         for resource, quota in tenant.quota.items():
             qloc = loc + ("quota", resource)
             if quota.burst < quota.guaranteed:
@@ -748,7 +835,7 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
                 continue
             # The quota applies in every cluster of the tenant, so each must offer the resource.
             for cluster in mine:
-                if not any(resource in group_capacity(g) for g in eligible_groups(tenant, [cluster])):
+                if resource not in offered[cluster.name]:
                     yield qloc, f"no pool or edge group of cluster {cluster.name} open to this tenant offers {resource}"
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.cli import run
-from tests.helpers import ROOT
+from tests.helpers import ROOT, small_env, write_env
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
@@ -139,14 +141,156 @@ def test_the_module_runs_every_command_as_the_console_script_does() -> None:
 
 
 def test_validate_starts_without_the_heavy_parts() -> None:
-    """`validate` runs in editors and pre-commit hooks: it reads YAML and checks the model, and
-    loads neither Pulumi, the policy engine, JSON Schema, rich nor logging (each tens of ms)."""
+    """`validate` runs in editors and pre-commit hooks: it checks what every command checks (the model,
+    the render and each object's schema), and loads neither Pulumi, the policy engine, rich nor logging
+    (each tens of ms)."""
     import subprocess
     import sys
 
-    heavy = ["pulumi", "pulumi_kubernetes", "fleetops.policy", "regorus", "jsonschema", "rich", "logging", "modules"]
+    heavy = ["pulumi", "pulumi_kubernetes", "fleetops.policy", "regorus", "rich", "logging"]
     probe = ("import sys; from fleetops import cli\n"
              "try: cli.app(['validate', '--env', 'dev'])\nexcept SystemExit as e: code = e.code\n"
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+
+
+# --- one validation for every command (issue 20, items 8, 9, 11) ---------------------------------
+
+COMMANDS = [["validate"], ["render"], ["check"], ["audit", "-o", "report.html"]]
+
+
+def env_dir(tmp_path: Path, env: dict) -> Path:
+    envs = tmp_path / "environments"
+    envs.mkdir(exist_ok=True)
+    write_env(envs, env)
+    return envs
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_name_ending_in_a_newline_is_refused_by_every_command_in_one_line(command: list[str], tmp_path: Path) -> None:
+    # `^...$` let "ml-sandbox\n" through validate; render and check refused it only in their schema
+    # check, in a line the newline broke in two; audit wrote a report for it.
+    env = small_env()
+    env["tenants"][0]["name"] = "ml-sandbox\n"
+    envs = env_dir(tmp_path, env)
+    done = run(*command, "--env", "test", "--environments", envs, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"{envs / 'test.yaml'}:57:3: tenants[0].name: must be a DNS-1123 label (lowercase letters, digits and '-', "
+        "at most 63 characters), got 'ml-sandbox\\n'"]
+    assert done.stdout == "" and not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_what_only_the_schema_check_refuses_is_refused_by_every_command_alike(command: list[str], tmp_path: Path) -> None:
+    # A Kueue ResourceFlavor takes at most 8 taints: the model accepts 9, the CRD (and the API server) not.
+    env = small_env()
+    env["clusters"][0]["pools"][0]["taints"] = [{"key": f"k{i}", "value": "v", "effect": "NoSchedule"} for i in range(9)]
+    envs = env_dir(tmp_path, env)
+    done = run(*command, "--env", "test", "--environments", envs, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(": [")[0] for line in lines] == [
+        f"{envs / 'test.yaml'}: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.nodeTaints",
+        f"{envs / 'test.yaml'}: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.tolerations"]
+    assert all(line.endswith("has more than 8 items") for line in lines)
+    assert done.stdout == "" and not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("name", ["../outside", "/abs/outside", "sub/outside", "Outside", "outside\n"])
+@pytest.mark.parametrize("command", [["validate", "--environments", "environments"], ["render", "--environments", "environments"],
+                                     ["check", "--environments", "environments"], ["audit", "--environments", "environments"],
+                                     ["plan"], ["reconcile", "--repo", ".", "--once"]], ids=lambda c: c[0])
+def test_env_is_a_name_never_a_path(command: list[str], name: str, tmp_path: Path) -> None:
+    # environments/../outside.yaml is a valid environment named `outside`: it was read and rendered.
+    (tmp_path / "environments").mkdir()
+    write_env(tmp_path, {**small_env(), "environment": "outside"})
+    done = run(*command, "--env", name, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"--env: an environment name must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters), got {name!r}"]
+    assert done.stdout == ""
+
+
+def test_an_environment_linked_to_a_device_or_a_pipe_is_refused_without_reading_it(tmp_path: Path) -> None:
+    # The size limit looked at the size the link's target reports: 0 for /dev/zero, which `validate`
+    # (every file) then read until memory ran out; a named pipe made it wait for a writer forever.
+    envs = tmp_path / "environments"
+    envs.mkdir()
+    (envs / "zero.yaml").symlink_to("/dev/zero")
+    os.mkfifo(envs / "pipe.yaml")
+    (envs / "folder.yaml").mkdir()
+    kinds = {"folder": "a folder", "pipe": "a named pipe", "zero": "a character device"}
+    refused = [f"{envs / name}.yaml:1:1: is {kind}, not a regular file: an environment is read from a regular file only"
+               for name, kind in kinds.items()]
+    for command in (["validate"], ["audit"]):
+        done = run(*command, "--environments", envs)
+        assert done.returncode == 2 and done.stderr.splitlines() == refused, (command, done.stderr)
+    for name, line in zip(kinds, refused):
+        for command in (["validate"], ["render"], ["check"]):
+            done = run(*command, "--env", name, "--environments", envs)
+            assert done.returncode == 2 and done.stderr.splitlines() == [line], (command, done.stderr)
+
+
+def _tenants(count: int) -> dict:
+    env = small_env()
+    env["tenants"] = [{"name": f"t{i}", "clusters": ["center-a"], "workloads": ["inference"]} for i in range(count)]
+    return env
+
+
+def _pools(count: int) -> dict:
+    env = small_env()
+    pool = env["clusters"][0]["pools"][2]
+    env["clusters"][0]["pools"] += [{**pool, "name": f"p{i}"} for i in range(count - 4)]
+    return env
+
+
+def _clusters(count: int) -> dict:
+    env = small_env()
+    env["clusters"] += [{"name": f"c{i}", "role": "center", "context": f"c{i}"} for i in range(count - 2)]
+    return env
+
+
+def _placements(count: int) -> dict:
+    # Each tenant may use every pool of its cluster: its ClusterQueue lists them all, tenants x pools.
+    env = small_env()
+    pool = env["clusters"][0]["pools"][2]
+    env["clusters"][0]["pools"] = [{**pool, "name": f"p{i}"} for i in range(1000)]
+    env["tenants"] = [{"name": f"t{i}", "clusters": ["center-a"], "workloads": ["inference"]} for i in range(count // 1000 + 1)]
+    return env
+
+
+def _quotas(count: int) -> dict:
+    env = small_env()
+    env["tenants"][0]["quota"] = {f"example.com/r{i}": {"guaranteed": 0, "burst": 0} for i in range(count)}
+    return env
+
+
+@pytest.mark.parametrize(("make", "limit", "line"), [
+    (_tenants, 10_000, ":56:1: tenants: at most 10,000 items (fleetops.spec.LIMITS), got 10,001"),
+    (_pools, 10_000, ":2:1: clusters: 10,001 pools and edge groups, more than the 10,000 one environment may hold (fleetops.spec.LIMITS)"),
+    (_clusters, 500, ":2:1: clusters: at most 500 items (fleetops.spec.LIMITS), got 501"),
+    (_placements, 200_000, ":3028:1: tenants: the tenants may use more than 200,000 pools and edge groups, counted in each of their "
+                           "clusters (fleetops.spec.LIMITS): name fewer in their pools"),
+    (_quotas, 256, ":65:3: tenants[0].quota: at most 256 items (fleetops.spec.LIMITS), got 257"),
+], ids=["tenants", "pools", "clusters", "placements", "quotas"])
+def test_counts_over_the_documented_limits_are_one_line(make: Any, limit: int, line: str, tmp_path: Path) -> None:
+    # 55,000 small tenants (an 8 MB file, under the byte limit) took `check` to 7.8 GB and a crash.
+    envs = env_dir(tmp_path, make(limit + 1))
+    for command in (["validate"], ["check"]):
+        done = run(*command, "--env", "test", "--environments", envs)
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [f"{envs / 'test.yaml'}{line}"]
+
+
+def test_a_problem_at_a_key_with_a_newline_is_one_line_and_one_path(tmp_path: Path) -> None:
+    # The key was written raw into the path: the problem took two lines and lost its path in JSON.
+    env = small_env()
+    env["clusters"][0]["pools"][1]["sharing"]["mig"]["profiles"] = {"1g.10gb\n": 7}
+    envs = env_dir(tmp_path, env)
+    done = run("validate", "--env", "test", "--environments", envs)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    [problem] = json.loads(run("validate", "--env", "test", "--environments", envs, "--output", "json").stdout)["problems"]
+    assert problem["path"] == 'clusters[0].pools[1].sharing.mig.profiles["1g.10gb\\n"]'
+    assert problem["message"] == "must be a MIG profile like '1g.10gb' or '1g.10gb+me', got '1g.10gb\\n'"

@@ -392,3 +392,14 @@ def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
     assert all(loc["column"] > 1 for loc in sums.values())  # the field itself, not the line's start
     policy_change = next(d for d in result["decisions"] if d["rule"] == "change.policy_files_changed")
     assert policy_change["location"] == {"file": "policies/data.yaml", "line": 1, "column": 1}
+
+
+def test_a_head_only_the_schema_check_refuses_cannot_be_approved(repo: Path) -> None:
+    # A Kueue ResourceFlavor takes at most 8 taints: the model accepts 9, the API server not. Once
+    # merged, the reconciler would refuse the revision and the fleet would stay where it is.
+    taints = ", ".join(f"{{key: k{i}, value: v, effect: NoSchedule}}" for i in range(9))
+    edit(repo, "taints: [{key: dedicated, value: training, effect: NoSchedule}]", f"taints: [{taints}]")
+    commit(repo, "nine taints")
+    out = plan(repo, "--env", "prod")
+    assert out.returncode == 2 and "cannot be judged" in out.stdout
+    assert "rendered object fails its schema" in out.stderr and "has more than 8 items" in out.stderr

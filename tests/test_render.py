@@ -249,3 +249,30 @@ def test_a_tenant_finds_the_groups_of_the_cluster_it_is_given_not_of_the_one_it_
     bare = edge.model_copy(update={"edge_groups": [g.model_copy(update={"fingerprints": []}) for g in edge.edge_groups]})
     assert [g.fingerprints for g in spec.eligible_groups(tenant, [bare])] == [[]]
     assert bare == bare.model_copy() and edge != bare
+
+
+def test_load_checked_is_the_file_its_objects_and_their_schema_check(tmp_path: Path) -> None:
+    path = write_env(tmp_path, small_env())
+    checked = render.load_checked(path, display="environments/test.yaml", revision="rev-x")
+    assert checked.env.environment == "test" and checked.document.positions.file == "environments/test.yaml"
+    assert checked.state.revision == "rev-x" and checked.state.object_count > 50
+    env = small_env()
+    env["clusters"][0]["pools"][0]["taints"] *= 9  # a Kueue ResourceFlavor takes at most 8
+    with pytest.raises(spec.SpecError) as raised:
+        render.load_checked(write_env(tmp_path, env), display="environments/test.yaml", revision="rev-x")
+    assert [p.split(": [")[0] for p in raised.value.problems] == [
+        "environments/test.yaml: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.nodeTaints",
+        "environments/test.yaml: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.tolerations"]
+
+
+def test_a_render_over_the_object_limit_stops_at_the_cluster_that_crosses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_env(tmp_path, small_env())
+    per_cluster = {c: len(objs) for c, objs in render.load_checked(path, revision="r").state.clusters.items()}
+    assert list(per_cluster) == ["center-a", "edge-b"]
+    monkeypatch.setattr(spec, "LIMITS", spec.Limits(objects=per_cluster["center-a"] + 1))
+    done: list[str] = []
+    with pytest.raises(render.RenderError) as raised:
+        render.load_checked(path, display="environments/test.yaml", revision="r", each_cluster=lambda cluster, objects: done.append(cluster))
+    assert str(raised.value) == (f"environments/test.yaml: renders more than {per_cluster['center-a'] + 1:,} objects, the limit for one "
+                                 f"environment (fleetops.spec.LIMITS); {sum(per_cluster.values()):,} by cluster edge-b")
+    assert done == ["center-a"]  # nothing of the cluster that crossed it was handed on

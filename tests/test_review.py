@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,37 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
         assert '<pre lang="diff">' in html and "\n-      replicas: 4\n+      replicas: 2\n" in html
     if journey.name == "fingerprint-added":
         assert "🔒" in html
+
+
+def test_no_string_from_the_environment_or_the_policies_becomes_markup_in_the_comment(repo: Path) -> None:
+    # Waiver owners and tickets, descriptions, and policy files went into the comment verbatim: GitHub
+    # rendered their `<img onerror>` as a tag, and a policy file's own ``` line closed the diff's fence.
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    git(repo, "checkout", "-q", "main")
+    waivers = repo / "policies" / "waivers.yaml"
+    waivers.write_text(waivers.read_text() + (
+        "  - rule: quota.guaranteed_over_capacity\n"
+        "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
+        "    owner: '<img src=x onerror=alert(1)>'\n    reason: racks\n    ticket: '</details>![pixel](https://evil.example/p.png)'\n"
+        f"    created: {dt.date.today()}\n    expires: {dt.date.today() + dt.timedelta(days=30)}\n"))
+    commit(repo, "waive with markup")
+    git(repo, "checkout", "-q", "-B", "change")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
+    edit(repo, 'description: "Online inference serving user traffic"', 'description: "<script>alert(2)</script>\\n```\\n<img src=x onerror=alert(3)>"')
+    readme = repo / "policies" / "README.md"
+    readme.write_text(readme.read_text().replace("```\n\n", "```\n<img src=x onerror=alert(4)>\n\n", 1))
+    commit(repo, "markup everywhere")
+    markdown = comment(repo, "--approvals", "2")
+    page = cmarkgfm.github_flavored_markdown_to_html(markdown, options=Options.CMARK_OPT_UNSAFE)  # as GitHub, before its sanitiser
+    tags = set(re.findall(r"<([a-z]+)[\s>/]", page))
+    assert tags <= {"h3", "p", "strong", "code", "blockquote", "ul", "li", "details", "summary", "table", "thead", "tbody", "tr", "th", "td",
+                    "pre", "em", "br", "a"}, tags
+    links = re.findall(r'<a href="([^"]*)">([^<]*)</a>', page)
+    assert len(links) == page.count("<a ") and all(href == text for href, text in links)  # GitHub's autolinks of bare URLs, no more
+    assert page.count("<details>") == page.count("</details>") == markdown.count("<details>")
+    # Each shown as written, where a reviewer looks for it.
+    assert "owner &lt;img src=x onerror=alert(1)&gt;, &lt;/details&gt;![pixel](" in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;⏎```⏎&lt;img src=x onerror=alert(3)&gt;" in page
+    assert "\n+&lt;img src=x onerror=alert(4)&gt;\n" in page  # inside the policy file's diff block

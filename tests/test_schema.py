@@ -90,3 +90,14 @@ def test_a_crd_that_is_no_schema_is_a_problem_not_a_crash(tmp_path: Path) -> Non
     )
     (problem,) = schema.validate_objects([("c", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})], crds=tmp_path)
     assert problem.message.startswith(f"the schema of example.com/v1 Widget in {tmp_path} is not usable: ")
+
+
+def test_a_refused_long_value_is_one_short_line_that_keeps_why(prod: render.DesiredState) -> None:
+    # The message quotes the value it refuses: 1,000 flavors of a tenant's ClusterQueue made one line of 100 kB.
+    queue = first(prod, "ClusterQueue")
+    flavors = queue["spec"]["resourceGroups"][0]["flavors"]
+    flavors += [{**flavors[0], "name": f"extra-{i}"} for i in range(1000)]
+    (problem,) = schema.validate_objects([("c", queue)])
+    assert (problem.kind, problem.path) == ("ClusterQueue", "spec.resourceGroups.0.flavors")
+    assert len(str(problem)) < 400 and "\n" not in str(problem)
+    assert problem.message.startswith('[{"name":') and problem.message.endswith("has more than 64 items")

@@ -11,7 +11,7 @@ import yaml
 
 from benchmarks.generate import synthetic_yaml
 from fleetops import spec
-from tests.helpers import ROOT
+from tests.helpers import ROOT, small_env, write_env
 
 PLAIN = """\
 bools: [yes, no, on, off, true, False, y, n]
@@ -180,3 +180,96 @@ def test_a_collection_key_full_of_aliases_is_refused_without_expanding_them() ->
         spec.parse_yaml("\n".join(lines) + "\n", "f.yaml")
     [problem] = raised.value.problems
     assert "found unhashable key" in problem
+
+
+# --- every pattern holds to the end of the value; reads are bounded (issue 20, items 8, 9) ---------
+
+def _set(path: tuple[str | int, ...], value: Any) -> Any:
+    def apply(env: dict[str, Any]) -> None:
+        target: Any = env
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+    return apply
+
+
+NEWLINE_FIELDS = {
+    "tenant name": (("tenants", 0, "name"), "ml-sandbox\n"),
+    "cluster name": (("clusters", 0, "name"), "center-a\n"),
+    "pool name": (("clusters", 0, "pools", 0, "name"), "a100-ts\n"),
+    "device resource": (("clusters", 0, "pools", 2, "device", "resource"), "huawei.com/Ascend910\n"),
+    "fingerprint": (("clusters", 1, "edge_groups", 0, "fingerprints", 0), "sha256:" + "ab" * 32 + "\n"),
+    "label key": (("clusters", 0, "pools", 0, "labels"), {"team\n": "a"}),
+    "label value": (("clusters", 0, "pools", 0, "labels"), {"team": "a\n"}),
+    "taint key": (("clusters", 0, "pools", 0, "taints", 0, "key"), "dedicated\n"),
+    "taint value": (("clusters", 0, "pools", 0, "taints", 0, "value"), "inference\n"),
+    "mig profile": (("clusters", 0, "pools", 1, "sharing", "mig", "profiles"), {"1g.10gb\n": 7}),
+    "currency": (("budget", "currency"), "USD\n"),
+}
+
+
+@pytest.mark.parametrize("field", NEWLINE_FIELDS)
+def test_a_value_ending_in_a_newline_matches_no_pattern(field: str, tmp_path: Path) -> None:
+    # Python's `$` matches before a final newline: "ml-sandbox\n" passed as a DNS label, and the
+    # revision was refused only later, by the schema check or the API server.
+    env = small_env()
+    path, value = NEWLINE_FIELDS[field]
+    _set(path, value)(env)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    assert "\n" not in problem and "\\n'" in problem, problem  # one line, naming the value as written
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    # a quote ended the PromQL string of the node-offline alert that the glob is written into
+    (("clusters", 1, "edge_groups", 0, "match", "name_pattern"), 'jetson-*"} or vector(1) #',
+     "must be a glob over node names: lowercase letters, digits, '-', '.', and '*', '?', '[...]'"),
+    # the API server refuses an image with white space: the reconciler's Deployment would never apply
+    (("reconciler",), {"image": "ghcr.io/fleetops/fleetops:0.1.0\n"}, "must be a container image reference without spaces"),
+], ids=["node glob", "image"])
+def test_free_strings_that_reach_objects_hold_to_what_their_readers_take(path: tuple[str | int, ...], value: Any, message: str,
+                                                                          tmp_path: Path) -> None:
+    env = small_env()
+    _set(path, value)(env)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    assert message in problem, problem
+
+
+def test_an_environment_is_read_from_a_regular_file_only(tmp_path: Path) -> None:
+    # reconcile reads environments/NAME.yaml of a checkout with no other check: a link to /dev/zero
+    # there was read until memory ran out.
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    with pytest.raises(spec.SpecError) as raised:
+        spec.read_environment(tmp_path / "zero.yaml", display="environments/zero.yaml")
+    assert raised.value.problems == [
+        "environments/zero.yaml:1:1: is a character device, not a regular file: an environment is read from a regular file only"]
+
+
+def test_a_file_longer_than_its_reported_size_is_read_only_to_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /proc files report size 0 whatever they hold: the bytes read are bounded, not the size believed.
+    monkeypatch.setattr(spec, "LIMITS", spec.Limits(file_bytes=64))
+    (tmp_path / "maps.yaml").symlink_to("/proc/self/maps")
+    assert (tmp_path / "maps.yaml").stat().st_size == 0
+    with pytest.raises(spec.SpecError) as raised:
+        spec.read_environment(tmp_path / "maps.yaml")
+    assert raised.value.problems == [f"{tmp_path / 'maps.yaml'}:1:1: more than the 64 byte limit for an environment"]
+
+
+def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> None:
+    # scale 4 is the largest fleet the benchmarks measure (benchmarks/scale_bench.py)
+    env = spec.load_environment(_written(tmp_path, synthetic_yaml(4)))
+    groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
+    clusters = {c.name: c for c in env.clusters}
+    placements = sum(spec._open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
+    assert (len(env.clusters), groups, len(env.tenants), placements) == (20, 1600, 4000, 12400)
+    assert spec.LIMITS.clusters >= 20 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
+    assert spec.LIMITS.placements >= 10 * placements and spec.LIMITS.quotas >= 100 * max(len(t.quota) for t in env.tenants)
+
+
+def _written(directory: Path, text: str) -> Path:
+    path = directory / "large.yaml"
+    path.write_text(text)
+    return path
