@@ -87,7 +87,8 @@ def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None
     code, result = plan_json(repo, "--approvals", "2")
     denied = next(d for d in result["decisions"] if d["rule"] == "quota.guaranteed_over_capacity")
     changed = (repo / PROD).read_text().splitlines().index("      nvidia.com/gpu: {guaranteed: 60, burst: 64}") + 1
-    assert denied["location"] == {"file": "environments/prod.yaml", "line": changed, "column": 1}  # the line this change moved
+    column = "      nvidia.com/gpu: {guaranteed: 60, burst: 64}".index("guaranteed") + 1
+    assert denied["location"] == {"file": "environments/prod.yaml", "line": changed, "column": column}  # the field this change moved
     assert denied["fix"] == ("lower guaranteed nvidia.com/gpu by 11 across the tenants on center-sh, or add 2 nodes to a100-train, "
                              "or merge a waiver first in its own PR")
     text = comment(repo, "--approvals", "2")
