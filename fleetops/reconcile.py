@@ -451,6 +451,15 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
     return patch, notes
 
 
+def quarantine(cluster: str, node: inventory.NodeInfo, why: str) -> Action:
+    """The quarantine taint on a node that is no group's member, or the finding that it has it already."""
+    target = f"Node {node.name}"
+    if _has(node.taints, inventory.QUARANTINE_TAINT):
+        return Action(cluster, "quarantined", target, why, write=False, kind="Node")
+    patch = {"metadata": {"resourceVersion": node.resource_version}, "spec": {"taints": [*node.taints, dict(inventory.QUARANTINE_TAINT)]}}
+    return Action(cluster, "quarantine", target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
+
+
 def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
                  record: dict[str, str] | None = None) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
     """Per node: its actions (writes carry the node's patch); and the members of each group (for capacity)."""
@@ -458,12 +467,16 @@ def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.dateti
     members: dict[str, list[inventory.NodeInfo]] = {}
     for node in inv.nodes:
         groups = inventory.match_groups(cluster, node)
+        impostor = [g.name for g in inventory.claimed_groups(cluster, node) if g not in groups]
+        if impostor or len(groups) > 1:
+            # Workloads find a group's nodes by its label: a node that claims a group it does not match,
+            # or that two groups claim, must run none of them.
+            why = (f"carries the label of {', '.join(impostor)} but does not match its match" if impostor
+                   else f"matches several groups ({', '.join(g.name for g in groups)})")
+            out.append(quarantine(cluster.name, node, why))
+            continue
         if not groups:
             out.append(Action(cluster.name, "unmatched", f"Node {node.name}", "matches no pool or edge group; left alone", write=False, kind="Node"))
-            continue
-        if len(groups) > 1:
-            names = ", ".join(g.name for g in groups)
-            out.append(Action(cluster.name, "ambiguous", f"Node {node.name}", f"matches several groups ({names}); left alone", write=False, kind="Node"))
             continue
         members.setdefault(groups[0].name, []).append(node)
         patch, notes = node_plan(groups[0], node, now, record)
@@ -478,7 +491,7 @@ CSR_KIND = ("certificates.k8s.io/v1", "CertificateSigningRequest")
 
 
 def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, result: ClusterResult) -> tuple[list[Action], dict[str, str] | None]:
-    """Approve or deny the pending kubelet certificate requests of guarded edge groups; the identity
+    """Decide every pending kubelet client certificate request of a guarded cluster; the identity
     record as it stands once they are approved. None for the record when it could not be read."""
     try:
         record_map = call(opts, api.get, "v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP)
@@ -492,9 +505,7 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
     for csr in sorted(requests, key=lambda c: c["metadata"]["name"]):
         if not identity.pending(csr):
             continue
-        verdict = identity.judge(cluster, identity.read_request(csr))
-        if verdict is None:
-            continue
+        verdict = identity.judge(cluster, identity.read_request(csr), record)
         if verdict.approve:
             record[verdict.request.node] = verdict.request.fingerprint
         actions.append(Action(cluster.name, "approve" if verdict.approve else "deny", f"CertificateSigningRequest {csr['metadata']['name']}",
