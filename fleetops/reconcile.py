@@ -66,6 +66,7 @@ class GateResult:
     denied: bool
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # reported, never blocking (e.g. live capacity below quota)
+    unavailable: bool = False  # denied because no decision could be made (no engine), not by a policy
 
 
 class Gate(Protocol):
@@ -86,7 +87,7 @@ def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: 
 
         verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes), policies_dir=policies_dir)
     except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
-        return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"])
+        return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"], unavailable=True)
     warnings = [f"{d.rule}: {d.msg}" for d in verdict.warnings]
     try:  # the same record plan, check and the policy pack write; losing it does not undo the decision
         policy.log_decisions(policy.decision_log_path(), policy.verdict_record(verdict, "reconcile"))
@@ -213,6 +214,7 @@ class PassResult:
     clusters: dict[str, ClusterResult] = field(default_factory=dict)
     last_applied: str | None = None
     warnings: list[str] = field(default_factory=list)
+    gate_unavailable: bool = False
 
     @property
     def drift(self) -> int:
@@ -772,7 +774,8 @@ def run_pass(
         inventories = {name: inv for name, (inv, _) in surveyed.items()}
         verdict = gate(env, state, live_input(env, inventories, results))
         if verdict.denied:
-            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied, verdict.warnings)
+            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied, verdict.warnings,
+                              gate_unavailable=verdict.unavailable)
 
         def one(cluster: spec.Cluster) -> None:
             api, result = apis[cluster.name], results[cluster.name]
@@ -992,6 +995,8 @@ class Metrics:
         self.denials = Counter("fleetops_policy_denials", "Revisions the policy gate denied", registry=r)
         self.capacity = Gauge("fleetops_capacity_devices", "Device units per cluster, resource and state (declared, ready, unavailable)", ["cluster", "resource", "state"], registry=r)
         self.last_success = Gauge("fleetops_last_success_timestamp_seconds", "When a pass last ended without errors", registry=r)
+        self.cluster_errors = Counter("fleetops_reconcile_errors", "Errors of reconcile passes per cluster (reads, writes, an unreachable API server)", ["cluster"], registry=r)
+        self.cluster_up = Gauge("fleetops_cluster_up", "1 when the last pass reached the cluster's API server, 0 when it did not", ["cluster"], registry=r)
 
     def observe(self, result: PassResult, seconds: float, now: float) -> None:
         self.duration.observe(seconds)
@@ -1000,6 +1005,8 @@ class Metrics:
         self.drift.clear()
         self.capacity.clear()
         for name, cluster in result.clusters.items():
+            self.cluster_errors.labels(name).inc(len(cluster.errors))  # present at 0 from the first pass
+            self.cluster_up.labels(name).set(0 if cluster.unreachable else 1)
             for kind, n in cluster.drift_by_kind().items():
                 self.drift.labels(name, kind).set(n)
             for action in cluster.actions:
@@ -1015,8 +1022,42 @@ class Metrics:
             self.last_success.set(now)
 
 
-def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], bool]) -> http.server.ThreadingHTTPServer:
-    """/metrics, /healthz (the process answers) and /readyz (a revision has been reconciled), in a daemon thread."""
+@dataclass(frozen=True)
+class Readiness:
+    """What /readyz answers: ready, or the short reason it is not."""
+
+    reason: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.reason is None
+
+
+READY_REASON_CHARS = 1000
+
+
+def readiness(result: PassResult | None) -> Readiness:
+    """Ready when the last pass judged a valid revision and reached every cluster without an error
+    (applied, clean, drift found, denied by a policy, or another replica leads)."""
+    if result is None:
+        return Readiness("no pass has completed")
+    revision = (result.revision or "")[:12]
+    if result.status == "unavailable":
+        why = f"no revision to reconcile: {'; '.join(result.reasons)}"
+    elif result.status == "invalid":
+        why = f"revision {revision} is invalid: {'; '.join(result.reasons)}"
+    elif result.gate_unavailable:
+        why = f"the policy gate could not judge revision {revision}: {'; '.join(result.reasons)}"
+    elif result.errors:
+        failing = sorted(n for n, c in result.clusters.items() if c.errors)
+        why = f"the last pass failed in {len(failing)} cluster(s): " + "; ".join(result.clusters[n].errors[0] for n in failing)
+    else:
+        return Readiness()
+    why = redact(why)
+    return Readiness(why if len(why) <= READY_REASON_CHARS else why[:READY_REASON_CHARS] + "...")
+
+
+def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], Readiness]) -> http.server.ThreadingHTTPServer:
+    """/metrics, /healthz (the process answers) and /readyz (the last pass worked, or why not), in a daemon thread."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -1025,8 +1066,8 @@ def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], bool]
             elif self.path == "/healthz":
                 self._send(200, b"ok\n")
             elif self.path == "/readyz":
-                ok = ready()
-                self._send(200 if ok else 503, b"ok\n" if ok else b"not ready: no pass has completed\n")
+                state = ready()
+                self._send(200 if state else 503, b"ok\n" if state else f"not ready: {state.reason}\n".encode())
             else:
                 self._send(404, b"not found\n")
 
@@ -1102,6 +1143,8 @@ class Reconciler:
         self.validate = validate
         self.last_applied: str | None = None
         self.last_status: str | None = None
+        self.last_result: PassResult | None = None
+        self.failure: str | None = None  # why the last pass raised instead of ending with a result
         self.lease_seconds = 15  # longer than the interval in service mode, or leadership flaps between passes
         self.passes = 0
         self._apis: dict[str, ClusterAPI] = {}
@@ -1168,7 +1211,7 @@ class Reconciler:
         started = time.perf_counter()
         result = self._pass()
         self.passes += 1
-        self.last_status = result.status
+        self.last_status, self.last_result, self.failure = result.status, result, None
         self.metrics.observe(result, time.perf_counter() - started, time.time())
         level = logging.INFO if result.status in ("applied", "clean", "drift", "planned") else logging.WARNING
         log.log(
@@ -1227,9 +1270,8 @@ class Reconciler:
         return result
 
     @property
-    def ready(self) -> bool:
-        """A pass has judged a valid revision (applied, clean, or denied by policy: the loop works)."""
-        return self.last_status not in (None, "invalid", "unavailable")
+    def ready(self) -> Readiness:
+        return Readiness(self.failure) if self.failure else readiness(self.last_result)
 
     def serve(self, interval: float, stop: threading.Event) -> None:
         """Pass after pass until `stop` is set; a failing pass is logged and the next one starts on time."""
@@ -1238,5 +1280,7 @@ class Reconciler:
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 - the loop outlives any one pass
-                log.error("reconcile pass failed", extra={"fields": {"error": redact(f"{type(exc).__name__}: {exc}")}})
+                error = redact(f"{type(exc).__name__}: {exc}")
+                self.failure = f"the last pass failed: {error}"[:READY_REASON_CHARS]
+                log.error("reconcile pass failed", extra={"fields": {"error": error}})
             stop.wait(interval)

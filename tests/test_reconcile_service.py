@@ -195,6 +195,71 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
         assert name in text
 
 
+def probe(base: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"{base}{path}") as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_readiness_tells_the_truth_about_the_last_pass_and_errors_are_metrics_per_cluster(repo: Path, tmp_path: Path) -> None:
+    apis = {name: MemoryCluster(name, faults=cluster.Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
+    commit(repo, GOOD, "good")
+    verdict = {"gate": reconcile.GateResult(False, [])}
+    rec = make(repo, tmp_path, apis, gate=lambda env, state, live: verdict["gate"])
+    server = reconcile.serve_http("127.0.0.1", 0, rec.metrics, lambda: rec.ready)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert rec.run_once().status == "errors"  # every API server is unreachable
+        code, body = probe(base, "/readyz")
+        assert code == 503 and body.startswith("not ready: the last pass failed in 2 cluster(s): dev-center: API server unreachable"), body
+        metrics = probe(base, "/metrics")[1]
+        for cluster_name in ("dev-center", "dev-edge"):
+            assert f'fleetops_reconcile_errors_total{{cluster="{cluster_name}"}} 1.0' in metrics
+            assert f'fleetops_cluster_up{{cluster="{cluster_name}"}} 0.0' in metrics
+        for api in apis.values():
+            api.faults.rate = 0
+        assert rec.run_once().status == "applied"
+        assert probe(base, "/readyz") == (200, "ok\n")
+        metrics = probe(base, "/metrics")[1]
+        assert 'fleetops_cluster_up{cluster="dev-center"} 1.0' in metrics and 'fleetops_reconcile_errors_total{cluster="dev-center"} 1.0' in metrics
+        verdict["gate"] = reconcile.GateResult(True, ["policy engine unavailable: ConnectionError: OPA at 127.0.0.1:8181"], unavailable=True)
+        assert rec.run_once().status == "denied"
+        code, body = probe(base, "/readyz")
+        assert code == 503 and "the policy gate could not judge revision" in body and "OPA at 127.0.0.1:8181" in body
+        verdict["gate"] = reconcile.GateResult(True, ["fleet.quota: burst too high"])  # a policy's denial: the loop works
+        assert rec.run_once().status == "denied"
+        assert probe(base, "/readyz")[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_a_pass_that_raises_makes_the_service_not_ready(repo: Path, tmp_path: Path) -> None:
+    commit(repo, GOOD, "good")
+    rec = make(repo, tmp_path, fleet())
+    rec.run_once()
+    assert rec.ready
+
+    def broken(env, state, live):
+        raise RuntimeError("https://bot:ghp_secret@git.example.com went away")
+
+    rec.gate = broken
+    stop = reconcile.threading.Event()
+    rec.opts.clock = Clock()
+    original = rec.run_once
+
+    def once_then_stop():
+        try:
+            return original()
+        finally:
+            stop.set()
+
+    rec.run_once = once_then_stop
+    rec.serve(0, stop)
+    assert not rec.ready and rec.ready.reason.startswith("the last pass failed: RuntimeError") and "ghp_secret" not in rec.ready.reason
+
+
 def test_json_logs_carry_fields_and_never_credentials() -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
