@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -383,3 +384,63 @@ def test_credentials_in_repository_urls_are_redacted_whole(url: str) -> None:
     shown = reconcile.redact(f"fetch {url} failed")
     assert "TOKEN" not in shown and "secret" not in shown and "tok@" not in shown and "ssTOKEN" not in shown
     assert "***@git.example.com" in shown
+
+
+class BasicAuthGit:
+    """A Git repository served over dumb HTTP on 127.0.0.1 that answers only with the right Basic credentials."""
+
+    def __init__(self, bare: Path, user: str, token: str):
+        import base64
+        import functools
+        import http.server
+        import threading
+
+        expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+        self.seen: list[str | None] = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N802, N805 - http.server's names
+                self.seen.append(handler.headers.get("Authorization"))
+                if handler.headers.get("Authorization") != expected:
+                    handler.send_response(401)
+                    handler.send_header("WWW-Authenticate", 'Basic realm="git"')
+                    handler.send_header("Content-Length", "0")
+                    handler.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(handler, *args: object) -> None:  # noqa: N805
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(bare.parent)))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://{user}:{token}@127.0.0.1:{self.server.server_address[1]}/{bare.name}"
+
+
+def test_the_git_token_reaches_the_server_but_never_the_cache(repo: Path, tmp_path: Path) -> None:
+    token = "s3cret-token-value"
+    first = commit(repo, GOOD, "first")
+    bare = tmp_path / "served" / "fleet.git"
+    bare.parent.mkdir()
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    served = BasicAuthGit(bare, "bot", token)
+    try:
+        source = reconcile.GitSource(served.url, "main", tmp_path / "cache")
+        fetched = source.fetch()
+        assert fetched.revision == first, fetched.error
+        second = commit(repo, BIGGER, "second")
+        subprocess.run(["git", "-C", str(repo), "push", "--quiet", str(bare), "main"], check=True)
+        subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+        assert source.fetch().revision == second
+        # A cache an earlier version cloned with the token in its remote URL is cleaned by the next fetch.
+        subprocess.run(["git", "-C", str(source.path), "remote", "set-url", "origin", served.url], check=True)
+        assert source.fetch().revision == second
+        refused = reconcile.GitSource(served.url.replace(token, "wrong-token"), "main", tmp_path / "other").fetch()
+    finally:
+        served.server.shutdown()
+        served.server.server_close()
+    assert any(served.seen) and token not in (source.path / ".git" / "config").read_text()
+    leaked = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert leaked == []
+    assert refused.revision is None and "terminal prompts disabled" in refused.error and "wrong-token" not in refused.error  # refused, no prompt
