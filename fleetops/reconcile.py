@@ -365,11 +365,11 @@ NOT_APPLIED = "carries fleetops' labels but fleetops never applied it (not in it
 
 
 def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manifest], failed: set[tuple[str, str]], opts: Options,
-                   applied: set[Key] | None = None) -> list[Action]:
+                   applied: set[Key] | None) -> list[Action]:
     """Creates and updates in apply order, then prunes (workloads before namespaces).
 
-    Only an object of the last inventory (`applied`), in a namespace fleetops manages, is pruned: its
-    labels alone prove nothing.
+    Only an object of the last inventory (`applied`; None when it could not be read), in a namespace
+    fleetops manages, is pruned: its labels alone prove nothing.
     """
     actions: list[Action] = []
     wanted: set[Key] = set()
@@ -383,9 +383,9 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
             actions.append(Action(cluster, verb, describe(key), None, kind=key[1], key=key, body=manifest))
         elif changes := diff.drift(manifest, current):
             actions.append(Action(cluster, "update", describe(key), changes, kind=key[1], key=key, body=manifest))
-    applied = applied if applied is not None else set()
+    known = applied or set()
     # Namespaces fleetops creates, or created, and those Git puts objects in (kube-system for a plugin).
-    managed = {k[3] for k in wanted | applied if k[1] == "Namespace"} | {k[2] for k in wanted if k[2]}
+    managed = {k[3] for k in wanted | known if k[1] == "Namespace"} | {k[2] for k in wanted if k[2]}
     extra = sorted((k for k in live if k not in wanted), key=lambda k: -render.kind_rank({"kind": k[1]}))
     for key in extra:
         meta = live[key].get("metadata", {})
@@ -400,6 +400,8 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
             # Deleting a namespace deletes everything in it, objects fleetops does not own and protected
             # ones included; its managed contents are pruned one by one, the namespace is left to a person.
             actions.append(Action(cluster, "orphan", describe(key), NAMESPACE_NOT_PRUNED, write=False, kind=key[1]))
+        elif applied is None:
+            actions.append(Action(cluster, "orphan", describe(key), "not in Git; the inventory could not be read: not pruned this pass", write=False, kind=key[1]))
         elif key not in applied:
             actions.append(Action(cluster, "unowned", describe(key), NOT_APPLIED, write=False, kind=key[1]))
         elif key[2] and key[2] not in managed:

@@ -149,9 +149,13 @@ def test_an_unreadable_inventory_prunes_nothing_and_is_kept() -> None:
         return read(api_version, kind, namespace, name)
 
     center.get = refused
-    result = reconcile.run_pass(env, without(state, "LimitRange"), apis, allow, options(prune=True))
+    smaller = copy.copy(state)  # one LimitRange gone from Git, the kind still there
+    smaller.clusters = {c: [m for m in ms if (m["kind"], m["metadata"].get("namespace")) != ("LimitRange", "platform-dev")] for c, ms in state.clusters.items()}
+    result = reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
     assert any("read inventory ConfigMap: 403" in e for e in result.errors)
-    assert not [a for a in result.clusters["dev-center"].actions if a.verb == "prune"] and center.objects("LimitRange")
+    assert not [a for a in result.clusters["dev-center"].actions if a.verb == "prune"] and len(center.objects("LimitRange")) == 2
+    assert [a.detail for a in result.clusters["dev-center"].actions if a.kind == "LimitRange"] == [
+        "not in Git; the inventory could not be read: not pruned this pass"]
     assert center.peek("v1", "ConfigMap", "fleetops-system", reconcile.INVENTORY_CONFIGMAP) == record
 
 
