@@ -19,6 +19,7 @@ import base64
 import fnmatch
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ def fingerprint_of_key(public_key: Any) -> str:
 # key encipherment allowed (it is for RSA keys), no subject alternative name of any kind.
 CLIENT_USAGES = (frozenset({"digital signature", "client auth"}), frozenset({"digital signature", "key encipherment", "client auth"}))
 NODES_GROUP = "system:nodes"
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as the API server names nodes
 BOOTSTRAP_GROUP = "system:bootstrappers"
 BOOTSTRAP_USER_PREFIX = "system:bootstrap:"
 
@@ -77,7 +79,8 @@ def read_request(csr: dict[str, Any]) -> Request:
         return Request(name, None, None, f"unreadable request: {type(exc).__name__}")
     common = [v for oid, v in attributes if oid == NameOID.COMMON_NAME]
     node = str(common[0]).removeprefix(NODE_PREFIX) if len(common) == 1 and str(common[0]).startswith(NODE_PREFIX) else ""
-    if len(attributes) != 2 or [v for oid, v in attributes if oid == NameOID.ORGANIZATION_NAME] != [NODES_GROUP] or not node:
+    subject_ok = len(attributes) == 2 and [v for oid, v in attributes if oid == NameOID.ORGANIZATION_NAME] == [NODES_GROUP]
+    if not subject_ok or not NODE_NAME.fullmatch(node):
         return Request(name, None, fingerprint, _bounded(f"subject {parsed.subject.rfc4514_string()!r} is not exactly "
                                                           f"O={NODES_GROUP}, CN={NODE_PREFIX}<name>"))
     usages = [str(u) for u in spec_.get("usages") or []]

@@ -30,8 +30,9 @@ ATTACKS = {
     "csr-other-node": (dict(node_name="dev-orin-11", key="orin-11", username="system:node:dev-orin-1"), "another node"),
     "csr-reused-key": (dict(node_name="dev-orin-12", key="orin-1"), "already approved for node dev-orin-1"),
     "csr-outside-groups": (dict(node_name="login-0", key="orin-13"), "matches no edge group"),
+    "csr-not-a-node-name": (dict(node_name="dev-orin-X\n", key="orin-14"), "is not exactly O=system:nodes"),
 }
-KEYS = ("orin-1", "orin-2", *(f"orin-{i}" for i in range(3, 14)))
+KEYS = ("orin-1", "orin-2", *(f"orin-{i}" for i in range(3, 15)))
 
 
 def test_kubelet_requests_are_approved_only_to_the_letter_of_kubernetes_rules(backend) -> None:
