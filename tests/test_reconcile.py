@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fleetops import identity, reconcile, render, spec
-from fleetops.cluster import ApiError, Faults, MemoryCluster
+from fleetops.cluster import ApiError, Faults, MemoryCluster, key_of
 from tests.reconcile_support import ROOT, T0, Clock, Sleeps, allow, allowing, clusters, deny, dev, key_fingerprint, kubelet_csr, node, options
 
 CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")
@@ -455,3 +455,17 @@ def test_a_revision_without_policies_is_denied(tmp_path) -> None:
     result = reconcile.run_pass(env, state, apis, gate, options())
     assert result.status == "denied" and "no policies/ folder" in result.reasons[0]
     assert sum(api.writes() for api in apis.values()) == 0
+
+
+def test_the_inventory_of_the_largest_generated_cluster_fits_a_configmap_many_times_over(tmp_path) -> None:
+    from benchmarks.generate import synthetic_yaml
+
+    (tmp_path / "environments").mkdir()
+    path = tmp_path / "environments" / "large.yaml"
+    path.write_text(synthetic_yaml(1.0))
+    state = render.render(path, revision="r")
+    largest = max(state.clusters.values(), key=len)
+    keys = {key_of(m) for m in largest}
+    content = reconcile.inventory_content(keys)
+    assert len(largest) > 900 and len(content["binaryData"][reconcile.INVENTORY_KEY]) < 8 * 1024  # of the 1 MiB a ConfigMap holds
+    assert reconcile.applied_keys(content) == keys
