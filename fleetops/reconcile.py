@@ -440,6 +440,11 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
             notes.append(("taint", f"{taint['key']}={taint['value']}:{taint['effect']}", True))
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
+    guarded = isinstance(group, spec.EdgeGroup) and bool(group.fingerprints)
+    if not guarded and _has(taints, inventory.QUARANTINE_TAINT):
+        # Quarantined while it claimed a group it did not match, or two groups matched it: one member now.
+        taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
+        notes.append(("release", f"a member of {group.name} by its match alone", True))
     if isinstance(group, spec.EdgeGroup):
         if group.fingerprints and record is None:
             notes.append(("identity", "the identity record could not be read: quarantine left as it is", False))

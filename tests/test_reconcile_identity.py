@@ -85,6 +85,14 @@ def test_nodes_that_claim_a_group_they_do_not_match_are_quarantined(backend) -> 
         assert QUARANTINE in apis[cluster].peek("v1", "Node", "", name)["spec"]["taints"]
     again = reconcile.run_pass(env, state, apis, allow, options())
     assert {a.verb for r in again.clusters.values() for a in r.actions if a.kind == "Node"} == {"quarantined"}
+    # Its wrong label taken away by hand, dev-ascend-0 is dev-ascend's member: labelled and released.
+    fixed = center.peek("v1", "Node", "", "dev-ascend-0")
+    fixed["metadata"]["labels"] = {}
+    center.put(fixed)
+    healed = reconcile.run_pass(env, state, apis, allow, options())
+    assert [a.verb for a in healed.clusters["dev-center"].actions if a.target == "Node dev-ascend-0"] == ["label", "release"]
+    node_now = center.peek("v1", "Node", "", "dev-ascend-0")
+    assert node_now["metadata"]["labels"]["fleetops.io/pool"] == "dev-ascend" and QUARANTINE not in (node_now["spec"].get("taints") or [])
 
 
 def test_a_node_two_groups_match_is_quarantined() -> None:
