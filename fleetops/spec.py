@@ -676,10 +676,15 @@ def _overlapping_matches(ci: int, cluster: Cluster) -> Iterator[tuple[Loc, str]]
     """Two groups of a cluster whose matches can claim one node (fleetops.nodematch decides it exactly)."""
     from fleetops import nodematch
 
+    def labels(group: Pool | EdgeGroup) -> dict[str, str]:
+        # A device allow list admits by node name alone, and a node writes its own labels: no label
+        # may take a name of such a group into another group.
+        return {} if isinstance(group, EdgeGroup) and group.fingerprints else group.match.labels
+
     groups = [(kind, gi, g) for kind, members in (("pools", cluster.pools), ("edge_groups", cluster.edge_groups)) for gi, g in enumerate(members)]
     for n, (kind, gi, group) in enumerate(groups):
         for _, _, earlier in groups[:n]:
-            name = nodematch.overlap(earlier.match.name_pattern, earlier.match.labels, group.match.name_pattern, group.match.labels)
+            name = nodematch.overlap(earlier.match.name_pattern, labels(earlier), group.match.name_pattern, labels(group))
             if name is not None:
                 example = f"a node named {name!r}" if name else "any node name"
                 yield ("clusters", ci, kind, gi, "match"), (f"overlaps the match of {earlier.name} ({example} matches both): "

@@ -144,3 +144,22 @@ def test_labels_that_disagree_keep_two_matches_apart() -> None:
     assert nodematch.overlap("bj-*", {"gpu": "a100"}, "bj-*", {"gpu": "h100"}) is None
     assert nodematch.overlap("bj-*", {"gpu": "a100"}, None, {"zone": "1"}) == "bj-"
     assert nodematch.overlap(None, {}, "bj-*", {}) is None  # a match of nothing matches no node
+
+
+def test_labels_never_keep_a_pool_apart_from_a_device_allow_list(tmp_path: Path) -> None:
+    # A node writes its own labels: were labels enough, a device quarantined in dev-jetson would
+    # relabel itself into a pool of the same names and be released there.
+    text = DEV.read_text().replace('match: {name_pattern: "dev-orin-*"}', 'match: {name_pattern: "dev-orin-*", labels: {zone: a}}')
+    text = text.replace("    edge_groups:\n", """    edge_groups:
+      - name: dev-orin-pool
+        device: {resource: nvidia.com/gpu, model: Jetson-AGX-Orin, per_node: 1}
+        nodes: 1
+        heartbeat_seconds: 10
+        offline_grace_seconds: 120
+        latency_ms: 10
+        match: {name_pattern: "dev-orin-*", labels: {zone: b}}
+""")
+    (tmp_path / "environments").mkdir()
+    (tmp_path / "environments" / "dev.yaml").write_text(text)
+    done = run("validate", "--env", "dev", cwd=tmp_path)
+    assert done.returncode == 2 and "overlaps the match of dev-orin-pool" in done.stdout + done.stderr, done.stdout + done.stderr
