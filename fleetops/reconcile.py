@@ -2,12 +2,14 @@
 
 A pass: fetch the revision -> validate and render -> read live nodes -> gate (policy, with the live
 inventory in its input) -> per cluster, in parallel: one LIST per kind by the managed-by selector,
-diff on the fields fleetops sets, server-side apply in kind order, prune (only when asked), node
-labels/taints/quarantine/cordon, status ConfigMap. Anything that fails closed stops before the
-first write: no policy engine, an invalid revision, a denied one. The last applied revision stays.
+diff on the fields fleetops sets, server-side apply in kind order, prune (only when asked, and only
+what its inventory of applied objects holds), node labels/taints/quarantine/cordon, inventory and
+status ConfigMaps. Anything that fails closed stops before the first write: no policy engine, an
+invalid revision, a denied one. The last applied revision stays.
 
-The loop adds metrics, /healthz and /readyz, JSON logs and leader election through a Lease per
-cluster, so that several replicas can run and only the leader of a cluster writes to it.
+The loop adds metrics (errors and reachability per cluster among them), /healthz, /readyz (the last
+pass worked, or why not), JSON logs and leader election through a Lease per cluster, so that several
+replicas can run and only the leader of a cluster writes to it.
 """
 
 from __future__ import annotations
