@@ -163,3 +163,26 @@ def test_labels_never_keep_a_pool_apart_from_a_device_allow_list(tmp_path: Path)
     (tmp_path / "environments" / "dev.yaml").write_text(text)
     done = run("validate", "--env", "dev", cwd=tmp_path)
     assert done.returncode == 2 and "overlaps the match of dev-orin-pool" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_request_not_signed_by_its_own_key_or_unreadable_is_denied() -> None:
+    # Twin and unit only: a real API server refuses both at create.
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+
+    from fleetops import identity
+
+    env, _ = dev()
+    cluster = spec.cluster_by_name(allowing(env, "orin-1"), "dev-edge")
+    csr = kubelet_csr("csr-forged", "dev-orin-1", key="orin-1")
+    parsed = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+    der = bytearray(parsed.public_bytes(serialization.Encoding.DER))
+    der[-1] ^= 0x01  # the last byte of the signature
+    csr["spec"]["request"] = base64.b64encode(b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der))
+                                              + b"-----END CERTIFICATE REQUEST-----\n").decode()
+    verdict = identity.judge(cluster, identity.read_request(csr), {})
+    assert not verdict.approve and "not signed by the key" in verdict.reason
+    csr["spec"]["request"] = base64.b64encode(b"not a request").decode()
+    verdict = identity.judge(cluster, identity.read_request(csr), {})
+    assert not verdict.approve and verdict.reason.startswith("unreadable request")
