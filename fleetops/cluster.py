@@ -482,9 +482,24 @@ def _transport_reason(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def _api_error(exc: Exception) -> ApiError:
+MESSAGE_CHARS = 300  # of a server's message: enough for Kubernetes' own, not for a page a proxy sends back
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """A server's message fit to print: the client's own credentials and anything shaped like a bearer
+    or basic credential or a JWT replaced by ***, then bounded (after, so no cut token escapes)."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    text = _JWT.sub("***", _CREDENTIAL.sub(r"\1\2***", text))
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "..."
+
+
+def _api_error(exc: Exception, secrets: Iterable[str] = ()) -> ApiError:
     if type(exc).__name__ == "ResourceNotFoundError":  # discovery does not know the kind: its CRD is not installed
-        return ApiError(404, str(exc))
+        return ApiError(404, scrub(str(exc), secrets))
     status = getattr(exc, "status", None)
     if isinstance(status, int):
         headers = getattr(exc, "headers", None) or {}
@@ -493,18 +508,24 @@ def _api_error(exc: Exception) -> ApiError:
             retry_after = float(retry) if retry is not None else None
         except ValueError:
             retry_after = None
-        return ApiError(status, _status_reason(exc), retry_after)
+        return ApiError(status, _status_reason(exc, secrets), retry_after)
     return ApiError(TIMEOUT, _transport_reason(exc))
 
 
-def _status_reason(exc: Exception) -> str:
-    """The API server's own message (a Status body) when it sent one, else the HTTP reason."""
+def _status_reason(exc: Exception, secrets: Iterable[str] = ()) -> str:
+    """The reason and message of the API server's Status object, scrubbed; never the raw body (a
+    server or proxy may echo the request, Authorization header included). Without a Status, the
+    HTTP reason only."""
     body = getattr(exc, "body", None)
     try:
-        message = json.loads(body).get("message") if body else None
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or getattr(exc, "reason", "") or type(exc).__name__)
+        status = json.loads(body) if body else None
+    except (ValueError, TypeError):
+        status = None
+    http_reason = scrub(str(getattr(exc, "reason", "") or type(exc).__name__), secrets)
+    if not isinstance(status, dict) or status.get("kind") != "Status":
+        return http_reason
+    reason, message = (scrub(str(status.get(k) or ""), secrets) for k in ("reason", "message"))
+    return ": ".join(p for p in (reason, message) if p) or http_reason
 
 
 class KubeCluster:
@@ -530,6 +551,7 @@ class KubeCluster:
             where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'} context {context}"
             raise ApiError(TIMEOUT, f"cannot load {where}: {type(exc).__name__}") from None
         self._api_client = api_client
+        self._config = cfg
         self._dynamic: Any = None
         self._make_dynamic = dynamic.DynamicClient
 
@@ -540,13 +562,19 @@ class KubeCluster:
             self._dynamic = self._make_dynamic(self._api_client)
         return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
+    def _secrets(self) -> list[str]:
+        """The credentials this client sends, read when needed (an in-cluster token is refreshed)."""
+        cfg = self._config
+        values = [*(cfg.api_key or {}).values(), cfg.password or ""]
+        return [str(v).split(" ", 1)[-1] for v in values if v]
+
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except ApiError:
             raise
         except Exception as exc:
-            raise _api_error(exc) from None
+            raise _api_error(exc, self._secrets()) from None
 
     def list(self, api_version: str, kind: str, label_selector: str = "") -> list[Manifest]:
         def go() -> list[Manifest]:

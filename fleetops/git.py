@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 UNVERSIONED = "unversioned"
@@ -12,8 +14,9 @@ class GitError(Exception):
     pass
 
 
-def run(repo: str | Path, *args: str) -> str:
-    return Started(repo, *args)()
+def run(repo: str | Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """`env`: variables set for this command only, on top of this process's (credentials, never in argv)."""
+    return Started(repo, *args, env=env)()
 
 
 class Started:
@@ -21,11 +24,11 @@ class Started:
     output; `close()` stops it if nobody will (the caller failed first). Names Git writes that are
     not UTF-8 come back as `os.fsdecode` would make them."""
 
-    def __init__(self, repo: str | Path, *args: str) -> None:
+    def __init__(self, repo: str | Path, *args: str, env: Mapping[str, str] | None = None) -> None:
         self.args = args
         try:
             self.proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, errors="surrogateescape")
+                                         text=True, errors="surrogateescape", env={**os.environ, **env} if env else None)
         except FileNotFoundError:
             raise GitError("git is not installed") from None
 

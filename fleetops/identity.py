@@ -1,13 +1,16 @@
 """Edge device identity: which edge nodes are the devices Git allows, proven by their kubelet's key.
 
 A node cannot forge this. An edge node joins by asking for a kubelet client certificate
-(CertificateSigningRequest, signer `kubernetes.io/kube-apiserver-client-kubelet`); the reconciler
-approves the request only when the public key's fingerprint (`sha256:` of the key's DER
-SubjectPublicKeyInfo) is in the allow list of the edge group whose name pattern the requested node
-name matches, and denies it otherwise. What it approved is recorded in a ConfigMap of the
-reconciler's namespace, which nodes cannot write (unlike their own annotations): a node whose
-recorded key is missing or no longer allowed is quarantined. Approved requests are deleted by the
-API server after an hour; the record outlives them.
+(CertificateSigningRequest, signer `kubernetes.io/kube-apiserver-client-kubelet`). In a cluster with
+a device allow list fleetops decides every such request: it approves one only when it is a kubelet
+client certificate to the letter of Kubernetes' rules (subject exactly O=system:nodes,
+CN=system:node:<name>; usages digital signature and client auth, key encipherment allowed; no subject
+alternative names), sent by a bootstrap token or by that node renewing, for a node name of exactly one
+edge group, with a public key (`sha256:` of its DER SubjectPublicKeyInfo) in that group's allow list
+and approved for no other node name; it denies everything else, with the reason. What it approved is
+recorded in a ConfigMap of the reconciler's namespace, which nodes cannot write (unlike their own
+annotations): a node whose recorded key is missing or no longer allowed is quarantined. Approved
+requests are deleted by the API server after an hour; the record outlives them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import base64
 import fnmatch
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +38,29 @@ def fingerprint_of_key(public_key: Any) -> str:
     return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
+# Kubernetes' own rule for the kubelet client signer (k8s.io/kubernetes pkg/apis/certificates
+# ValidateKubeletClientCSR, which its csrapproving controller and signer apply): exactly these usages,
+# key encipherment allowed (it is for RSA keys), no subject alternative name of any kind.
+CLIENT_USAGES = (frozenset({"digital signature", "client auth"}), frozenset({"digital signature", "key encipherment", "client auth"}))
+NODES_GROUP = "system:nodes"
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as the API server names nodes
+BOOTSTRAP_GROUP = "system:bootstrappers"
+BOOTSTRAP_USER_PREFIX = "system:bootstrap:"
+
+
 @dataclass(frozen=True)
 class Request:
-    """A pending kubelet client certificate request, read and checked."""
+    """A pending kubelet client certificate request, read and checked against Kubernetes' rules."""
 
     name: str  # of the CertificateSigningRequest
     node: str | None  # the node name its subject asks for (CN system:node:<name>, O system:nodes)
     fingerprint: str | None
     problem: str | None  # why it cannot be a kubelet client certificate of a node
+    renewal: bool = False  # sent by that node itself (its current certificate), not a bootstrap token
+
+
+def _bounded(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def read_request(csr: dict[str, Any]) -> Request:
@@ -49,20 +68,38 @@ def read_request(csr: dict[str, Any]) -> Request:
     from cryptography.x509.oid import NameOID
 
     name = csr["metadata"]["name"]
+    spec_ = csr.get("spec") or {}
     try:
-        parsed = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        parsed = x509.load_pem_x509_csr(base64.b64decode(spec_["request"]))
+        fingerprint = fingerprint_of_key(parsed.public_key())
+        attributes = [(a.oid, a.value) for a in parsed.subject]
+        sans = [ext.value for ext in parsed.extensions if isinstance(ext.value, x509.SubjectAlternativeName)]
+        signed = parsed.is_signature_valid
     except (KeyError, ValueError, TypeError) as exc:
         return Request(name, None, None, f"unreadable request: {type(exc).__name__}")
-    common = [a.value for a in parsed.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    orgs = [a.value for a in parsed.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-    fingerprint = fingerprint_of_key(parsed.public_key())
-    if len(common) != 1 or not str(common[0]).startswith(NODE_PREFIX) or orgs != ["system:nodes"]:
-        return Request(name, None, fingerprint, f"subject is not a node's (CN {common}, O {orgs})")
-    node = str(common[0]).removeprefix(NODE_PREFIX)
-    requester = csr["spec"].get("username", "")
-    if requester.startswith(NODE_PREFIX) and requester != f"{NODE_PREFIX}{node}":
-        return Request(name, node, fingerprint, f"{requester} asks for a certificate of another node, {node}")
-    return Request(name, node, fingerprint, None)
+    common = [v for oid, v in attributes if oid == NameOID.COMMON_NAME]
+    node = str(common[0]).removeprefix(NODE_PREFIX) if len(common) == 1 and str(common[0]).startswith(NODE_PREFIX) else ""
+    subject_ok = len(attributes) == 2 and [v for oid, v in attributes if oid == NameOID.ORGANIZATION_NAME] == [NODES_GROUP]
+    if not subject_ok or not NODE_NAME.fullmatch(node):
+        return Request(name, None, fingerprint, _bounded(f"subject {parsed.subject.rfc4514_string()!r} is not exactly "
+                                                          f"O={NODES_GROUP}, CN={NODE_PREFIX}<name>"))
+    usages = [str(u) for u in spec_.get("usages") or []]
+    if frozenset(usages) not in CLIENT_USAGES:
+        return Request(name, node, fingerprint, _bounded(f"usages {', '.join(usages) or 'none'}: a kubelet client certificate has "
+                                                          "exactly digital signature and client auth (key encipherment allowed)"))
+    if sans:
+        kinds = sorted({type(general).__name__ for san in sans for general in san} or {"empty"})
+        return Request(name, node, fingerprint, f"asks for subject alternative names ({', '.join(kinds)}): a kubelet client certificate has none")
+    if not signed:
+        return Request(name, node, fingerprint, "the request is not signed by the key it asks a certificate for")
+    requester, groups = str(spec_.get("username", "")), [str(g) for g in spec_.get("groups") or []]
+    renewal = requester == f"{NODE_PREFIX}{node}"
+    if not renewal and requester.startswith(NODE_PREFIX):
+        return Request(name, node, fingerprint, _bounded(f"{requester} asks for a certificate of another node, {node}"))
+    if not renewal and not (requester.startswith(BOOTSTRAP_USER_PREFIX) or BOOTSTRAP_GROUP in groups):
+        return Request(name, node, fingerprint, _bounded(f"requested by {requester!r}, neither a bootstrap token ({BOOTSTRAP_GROUP}) "
+                                                          f"nor node {node} renewing its own certificate"))
+    return Request(name, node, fingerprint, None, renewal)
 
 
 def pending(csr: dict[str, Any]) -> bool:
@@ -70,13 +107,10 @@ def pending(csr: dict[str, Any]) -> bool:
     return csr["spec"].get("signerName") == KUBELET_CLIENT_SIGNER and not any(c.get("type") in ("Approved", "Denied") for c in conditions)
 
 
-def guarded_group(cluster: spec.Cluster, node: str) -> spec.EdgeGroup | None:
-    """The edge group with an allow list whose name pattern covers `node`: a request shows only the
-    name (validation makes every group with an allow list declare a name pattern)."""
-    for group in cluster.edge_groups:
-        if group.fingerprints and group.match.name_pattern and fnmatch.fnmatchcase(node, group.match.name_pattern):
-            return group
-    return None
+def guarded_groups(cluster: spec.Cluster, node: str) -> list[spec.EdgeGroup]:
+    """The edge groups with an allow list whose name pattern covers `node`: a request shows only the
+    name (validation makes every group with an allow list declare a name pattern, and refuses overlaps)."""
+    return [g for g in cluster.edge_groups if g.fingerprints and g.match.name_pattern and fnmatch.fnmatchcase(node, g.match.name_pattern)]
 
 
 def guarded(cluster: spec.Cluster) -> bool:
@@ -90,18 +124,31 @@ class Verdict:
     reason: str
 
 
-def judge(cluster: spec.Cluster, request: Request) -> Verdict | None:
-    """Approve or deny a request for a node of a guarded edge group; None: not fleetops' to decide."""
-    if request.node is None:
-        return None  # not a node's certificate: another approver's business
-    group = guarded_group(cluster, request.node)
-    if group is None:
-        return None
-    if request.problem:
-        return Verdict(request, False, request.problem)
-    if request.fingerprint in group.fingerprints:
-        return Verdict(request, True, f"key {request.fingerprint} is in the allow list of {group.name}")
-    return Verdict(request, False, f"key {request.fingerprint} is not in the allow list of {group.name}")
+def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Verdict:
+    """Approve or deny a pending kubelet client request of a guarded cluster: fleetops is its signer's
+    approver there, so every request is decided, none is left pending for another approver.
+
+    `record` (node -> key fleetops approved) binds each key to one node name: a device's key cannot
+    admit a second node, and a node name admitted with one key is not taken over with another
+    (only that node, renewing with its current certificate, may move to another allowed key).
+    """
+    if request.problem or request.node is None:
+        return Verdict(request, False, request.problem or "not a node's certificate")
+    groups = guarded_groups(cluster, request.node)
+    if len(groups) != 1:
+        names = ", ".join(g.name for g in groups)
+        why = f"matches several edge groups ({names})" if groups else f"matches no edge group with a device allow list in {cluster.name}"
+        return Verdict(request, False, f"node name {request.node} {why}")
+    group = groups[0]
+    if request.fingerprint not in group.fingerprints:
+        return Verdict(request, False, f"key {request.fingerprint} is not in the allow list of {group.name}")
+    holder = next((node for node, key in sorted(record.items()) if key == request.fingerprint and node != request.node), None)
+    if holder is not None:
+        return Verdict(request, False, f"key {request.fingerprint} is already approved for node {holder}: one key per node name")
+    if record.get(request.node, request.fingerprint) != request.fingerprint and not request.renewal:
+        return Verdict(request, False, f"node {request.node} was admitted with key {record[request.node]}; "
+                                       "only that node, renewing its certificate, may change its key")
+    return Verdict(request, True, f"key {request.fingerprint} is in the allow list of {group.name}")
 
 
 def approval(csr: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -109,7 +156,7 @@ def approval(csr: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
     condition = {
         "type": "Approved" if verdict.approve else "Denied",
         "status": "True",
-        "reason": "FleetopsDeviceAllowed" if verdict.approve else "FleetopsDeviceUnknown",
+        "reason": "FleetopsDeviceAllowed" if verdict.approve else "FleetopsDenied",
         "message": f"fleetops: {verdict.reason}",
     }
     status = dict(csr.get("status") or {})

@@ -210,6 +210,12 @@ def match_groups(cluster: spec.Cluster, node: NodeInfo) -> list[spec.Group]:
     return [g for g in groups_of(cluster) if spec.matches_node(g, node.name, node.labels)]
 
 
+def claimed_groups(cluster: spec.Cluster, node: NodeInfo) -> list[spec.Group]:
+    """The groups of the cluster a node's own pool or edge-group label names."""
+    pool, edge = node.labels.get(spec.POOL_LABEL), node.labels.get(spec.EDGE_GROUP_LABEL)
+    return [*(p for p in cluster.pools if p.name == pool), *(g for g in cluster.edge_groups if g.name == edge)]
+
+
 def schedulable(node: NodeInfo) -> bool:
     """Whether a node's devices count as live capacity: Ready, not cordoned, not quarantined."""
     quarantined = any(t["key"] == QUARANTINE_TAINT["key"] for t in node.taints)

@@ -757,6 +757,25 @@ def _dangling_placement(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster]) 
             yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
 
 
+def _overlapping_matches(ci: int, cluster: Cluster) -> Iterator[tuple[Loc, str]]:
+    """Two groups of a cluster whose matches can claim one node (fleetops.nodematch decides it exactly)."""
+    from fleetops import nodematch
+
+    def labels(group: Pool | EdgeGroup) -> dict[str, str]:
+        # A device allow list admits by node name alone, and a node writes its own labels: no label
+        # may take a name of such a group into another group.
+        return {} if isinstance(group, EdgeGroup) and group.fingerprints else group.match.labels
+
+    groups = [(kind, gi, g) for kind, members in (("pools", cluster.pools), ("edge_groups", cluster.edge_groups)) for gi, g in enumerate(members)]
+    for n, (kind, gi, group) in enumerate(groups):
+        for _, _, earlier in groups[:n]:
+            name = nodematch.overlap(earlier.match.name_pattern, labels(earlier), group.match.name_pattern, labels(group))
+            if name is not None:
+                example = f"a node named {name!r}" if name else "any node name"
+                yield ("clusters", ci, kind, gi, "match"), (f"overlaps the match of {earlier.name} ({example} matches both): "
+                                                            "a node must belong to one group; make the name patterns or labels disjoint")
+
+
 def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
     """Rules that span fields: unique names, references that resolve, sharing valid for the device."""
     yield from _duplicates(((("clusters", i), c.name) for i, c in enumerate(env.clusters)), "cluster")
@@ -782,6 +801,7 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             for gi, group in enumerate(members):
                 for key in sorted(set(group.labels) & RESERVED_LABELS):
                     yield ("clusters", ci, kind, gi, "labels", key), f"{key} is set by fleetops from the {kind[:-1].replace('_', ' ')} itself"
+        yield from _overlapping_matches(ci, cluster)
         for gi, group in enumerate(cluster.edge_groups):
             loc = ("clusters", ci, "edge_groups", gi)
             if cluster.role != "edge":

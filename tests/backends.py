@@ -105,16 +105,17 @@ class RealCluster(CallCounts):
         from kubernetes import dynamic
 
         user = csr["spec"]["username"]
-        groups = ["system:nodes"] if user.startswith("system:node:") else ["system:bootstrappers"]
+        groups = [g for g in csr["spec"].get("groups") or [] if g != "system:authenticated"]
         admin = dynamic.DynamicClient(self.server.client())
         binding = {  # what kubeadm grants joining and renewing kubelets
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "test-kubelet-csr"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in ("system:bootstrappers", "system:nodes")],
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in ("system:bootstrappers", "system:nodes")]
+            + [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],  # a requester of any other name
         }
         admin.resources.get(api_version="rbac.authorization.k8s.io/v1", kind="ClusterRoleBinding").server_side_apply(body=binding, field_manager="test")
         kubelet = dynamic.DynamicClient(self.server.client(impersonate=(user, groups)))
-        body = {**csr, "spec": {k: v for k, v in csr["spec"].items() if k != "username"}}
+        body = {**csr, "spec": {k: v for k, v in csr["spec"].items() if k not in ("username", "groups")}}
         return kubelet.resources.get(api_version=csr["apiVersion"], kind=csr["kind"]).create(body=body).to_dict()
 
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:

@@ -109,24 +109,32 @@ def key_fingerprint(name: str) -> str:
     return identity.fingerprint_of_key(device_key(name).public_key())
 
 
-def kubelet_csr(name: str, node_name: str, key: str, username: str = "system:bootstrap:abcdef") -> dict[str, Any]:
-    """A kubelet client certificate request as a joining node sends it (signed with the device's key)."""
+def kubelet_csr(name: str, node_name: str, key: str, username: str = "system:bootstrap:abcdef", *,
+                usages: tuple[str, ...] = ("digital signature", "client auth"), organization: str = "system:nodes",
+                common_name: str | None = None, sans: tuple[Any, ...] = (), groups: list[str] | None = None) -> dict[str, Any]:
+    """A kubelet client certificate request as a joining node sends it (signed with the device's key);
+    the keywords make the requests an attacker would send instead. `groups` as the API server sets
+    them from the requester (a bootstrap token's group, or system:nodes for a node renewing)."""
     import base64
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import NameOID
 
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
-    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(device_key(key), hashes.SHA256())
-    pem = request.public_bytes(serialization.Encoding.PEM)
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+                         x509.NameAttribute(NameOID.COMMON_NAME, common_name or f"system:node:{node_name}")])
+    builder = x509.CertificateSigningRequestBuilder().subject_name(subject)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
+    pem = builder.sign(device_key(key), hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    if groups is None:
+        groups = ["system:nodes" if username.startswith("system:node:") else "system:bootstrappers"]
     return {
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"name": name},
         "spec": {"request": base64.b64encode(pem).decode(), "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-                 "usages": ["digital signature", "client auth"], "username": username},
+                 "usages": list(usages), "username": username, "groups": [*groups, "system:authenticated"]},
     }
 
 

@@ -47,6 +47,11 @@ class Scripted(http.server.BaseHTTPRequestHandler):
                                     "items": [{"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}, "data": {}}]})
         if url.path.endswith("/configmaps/missing"):
             return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+        if url.path.endswith("/configmaps/echo"):  # a server that echoes the request into its Status message
+            echoed = f"denied {self.headers.get('Authorization')}; also Bearer other-token-value and eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl " + "x" * 5000
+            return self._send(403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403, "message": echoed})
+        if url.path.endswith("/configmaps/page"):  # a proxy's page, not a Status: its body is never shown
+            return self._send(502, {"request": {"headers": {"Authorization": self.headers.get("Authorization")}}})
         if url.path.endswith("/configmaps/busy"):
             return self._send(429, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429}, {"Retry-After": "3"})
         echo = {"apiVersion": "v1", "kind": "Node", **(body or {}), "metadata": {**(body or {}).get("metadata", {}), "resourceVersion": "8"}}
@@ -116,3 +121,16 @@ def test_not_found_is_none_and_429_carries_retry_after(kube: KubeCluster) -> Non
         kube.get("v1", "ConfigMap", "default", "busy")
     assert err.value.status == 429 and err.value.retry_after == 3 and err.value.retryable
     assert "not-a-real-token" not in str(err.value)
+
+
+def test_a_server_echoing_the_token_never_gets_it_printed(kube: KubeCluster) -> None:
+    with pytest.raises(ApiError) as err:
+        kube.get("v1", "ConfigMap", "default", "echo")
+    shown = str(err.value)
+    assert shown.startswith("403 Forbidden: denied Bearer ***; also Bearer ***") and "***" in shown
+    for secret in ("not-a-real-token", "other-token-value", "eyJhbGciOi"):
+        assert secret not in shown
+    assert len(shown) < 400  # bounded, not 5,000 characters of a message
+    with pytest.raises(ApiError) as err:
+        kube.get("v1", "ConfigMap", "default", "page")
+    assert err.value.status == 502 and "not-a-real-token" not in str(err.value) and "Authorization" not in str(err.value)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fleetops import identity, reconcile, render, spec
-from fleetops.cluster import ApiError, Faults, MemoryCluster
+from fleetops.cluster import ApiError, Faults, MemoryCluster, key_of
 from tests.reconcile_support import ROOT, T0, Clock, Sleeps, allow, allowing, clusters, deny, dev, key_fingerprint, kubelet_csr, node, options
 
 CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")
@@ -50,7 +50,7 @@ def test_converges_from_empty_then_a_second_pass_writes_nothing(backend) -> None
         guarded = identity.guarded(spec.cluster_by_name(env, name))  # an edge cluster with device allow lists
         assert {k for (verb, k), n in api.calls.items() if verb == "list"} == kinds | {"Node"} | ({"CertificateSigningRequest"} if guarded else set())
         assert all(n == 1 for (verb, _), n in api.calls.items() if verb == "list")  # one LIST per kind
-        assert api.count("get") == 1 + guarded  # the status ConfigMap (and the identity record), not one GET per object
+        assert api.count("get") == 2 + guarded  # the status and inventory ConfigMaps (and the identity record), not one GET per object
 
 
 def test_status_configmap_records_the_applied_revision(backend) -> None:
@@ -97,34 +97,66 @@ def test_without_force_a_hand_edit_is_a_reported_conflict_and_the_rest_still_app
     assert center.peek("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny") is not None
 
 
-def _extra(name: str, labels: dict, annotations: dict | None = None) -> dict:
+def _extra(name: str, labels: dict, annotations: dict | None = None, namespace: str = "platform-dev") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "kube-system", "labels": labels, "annotations": annotations or {}}, "data": {}}
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations or {}}, "data": {}}
 
 
 MANAGED = {"app.kubernetes.io/managed-by": "fleetops", "fleetops.io/environment": "dev", "fleetops.io/cluster": "dev-center"}
 
 
-def test_prune_only_when_asked_and_never_protected_or_unmanaged_objects(backend) -> None:
-    env, state, apis = converged(backend)
+def test_prune_deletes_only_what_fleetops_applied_never_forged_labels_or_protected_objects(backend) -> None:
+    env, state = dev()
+    apis = backend(env)
     center = apis["dev-center"]
-    center.seed(
-        _extra("gone-from-git", MANAGED),
-        _extra("kept-by-hand", MANAGED, {"fleetops.io/prune": "disabled"}),
-        _extra("not-ours", {"app": "other"}),
-    )
+    applied = [_extra("gone-from-git", MANAGED), _extra("kept-by-hand", MANAGED, {"fleetops.io/prune": "disabled"})]
+    before = render.DesiredState(state.environment, state.revision, {**state.clusters, "dev-center": [*state.clusters["dev-center"], *applied]}, state.resources)
+    assert reconcile.run_pass(env, before, apis, allow, options()).status == "applied"
+    # Another manager labels its own objects as fleetops': in a namespace fleetops manages, and in one it does not.
+    center.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-x"}})
+    center.seed(_extra("forged", MANAGED), _extra("forged-elsewhere", MANAGED, namespace="team-x"), _extra("not-ours", {"app": "other"}))
     center.reset_counts()
     off = reconcile.run_pass(env, state, apis, allow, options())
-    found = {a.target: a.verb for a in off.clusters["dev-center"].actions}
-    assert found["ConfigMap kube-system/gone-from-git"] == "orphan"
-    assert found["ConfigMap kube-system/kept-by-hand"] == "protected"
-    assert "ConfigMap kube-system/not-ours" not in found
+    found = {a.target: (a.verb, a.detail) for a in off.clusters["dev-center"].actions}
+    assert found["ConfigMap platform-dev/gone-from-git"][0] == "orphan"
+    assert found["ConfigMap platform-dev/kept-by-hand"][0] == "protected"
+    for forged in ("ConfigMap platform-dev/forged", "ConfigMap team-x/forged-elsewhere"):
+        assert found[forged][0] == "unowned" and "fleetops never applied it" in found[forged][1]
+    assert "ConfigMap platform-dev/not-ours" not in found
     assert center.writes() == 0
     on = reconcile.run_pass(env, state, apis, allow, options(prune=True))
-    assert [a.target for a in on.clusters["dev-center"].drift] == ["ConfigMap kube-system/gone-from-git"]
-    assert center.peek("v1", "ConfigMap", "kube-system", "gone-from-git") is None
-    assert center.peek("v1", "ConfigMap", "kube-system", "kept-by-hand") is not None
-    assert center.peek("v1", "ConfigMap", "kube-system", "not-ours") is not None
+    assert [a.target for a in on.clusters["dev-center"].drift] == ["ConfigMap platform-dev/gone-from-git"]
+    assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is None
+    for namespace, name in (("platform-dev", "kept-by-hand"), ("platform-dev", "forged"), ("team-x", "forged-elsewhere"), ("platform-dev", "not-ours")):
+        assert center.peek("v1", "ConfigMap", namespace, name) is not None, name
+    # The inventory forgets what was pruned: a later object of the same name is not fleetops' either.
+    center.seed(_extra("gone-from-git", MANAGED))
+    later = reconcile.run_pass(env, state, apis, allow, options(prune=True))
+    assert {a.target: a.verb for a in later.clusters["dev-center"].actions}["ConfigMap platform-dev/gone-from-git"] == "unowned"
+    assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is not None
+
+
+def test_an_unreadable_inventory_prunes_nothing_and_is_kept() -> None:
+    env, state, apis = converged(clusters)
+    center = apis["dev-center"]
+    record = center.peek("v1", "ConfigMap", "fleetops-system", reconcile.INVENTORY_CONFIGMAP)
+    assert ("v1", "LimitRange", "platform-dev", "defaults") in reconcile.applied_keys(record)
+    read = center.get
+
+    def refused(api_version, kind, namespace, name):
+        if name == reconcile.INVENTORY_CONFIGMAP:
+            raise ApiError(403, "configmaps is forbidden")
+        return read(api_version, kind, namespace, name)
+
+    center.get = refused
+    smaller = copy.copy(state)  # one LimitRange gone from Git, the kind still there
+    smaller.clusters = {c: [m for m in ms if (m["kind"], m["metadata"].get("namespace")) != ("LimitRange", "platform-dev")] for c, ms in state.clusters.items()}
+    result = reconcile.run_pass(env, smaller, apis, allow, options(prune=True))
+    assert any("read inventory ConfigMap: 403" in e for e in result.errors)
+    assert not [a for a in result.clusters["dev-center"].actions if a.verb == "prune"] and len(center.objects("LimitRange")) == 2
+    assert [a.detail for a in result.clusters["dev-center"].actions if a.kind == "LimitRange"] == [
+        "not in Git; the inventory could not be read: not pruned this pass"]
+    assert center.peek("v1", "ConfigMap", "fleetops-system", reconcile.INVENTORY_CONFIGMAP) == record
 
 
 def test_a_tenant_dropped_from_git_loses_its_managed_objects_but_not_its_namespace(backend) -> None:
@@ -276,13 +308,13 @@ def test_edge_devices_are_admitted_by_their_kubelet_key_and_unknown_ones_quarant
     apis = backend(env)
     edge = apis["dev-edge"]
     edge.seed(kubelet_csr("csr-orin-1", "dev-orin-1", key="stranger"), kubelet_csr("csr-orin-2", "dev-orin-2", key="orin-2"),
-              kubelet_csr("csr-login", "login-0", key="stranger"))  # not an edge group's node: another approver's business
+              kubelet_csr("csr-login", "login-0", key="stranger"))  # no edge group's node: fleetops is this signer's approver here
     result = reconcile.run_pass(env, state, apis, allow, options())
     verbs = {(a.verb, a.target): a for a in result.clusters["dev-edge"].actions}
     assert ("approve", "CertificateSigningRequest csr-orin-2") in verbs and ("deny", "CertificateSigningRequest csr-orin-1") in verbs
-    assert not any(t == "CertificateSigningRequest csr-login" for _, t in verbs)
+    assert "matches no edge group" in verbs[("deny", "CertificateSigningRequest csr-login")].detail
     conditions = lambda name: [c["type"] for c in edge.peek(*CSR, "", name).get("status", {}).get("conditions") or []]  # noqa: E731
-    assert conditions("csr-orin-2") == ["Approved"] and conditions("csr-orin-1") == ["Denied"] and conditions("csr-login") == []
+    assert conditions("csr-orin-2") == ["Approved"] and conditions("csr-orin-1") == ["Denied"] and conditions("csr-login") == ["Denied"]
     # The nodes join; a node's own annotations prove nothing, the record of approved keys does.
     edge.seed(node("dev-orin-1", annotations={"fleetops.io/device-fingerprint": key_fingerprint("orin-2")}), node("dev-orin-2"))
     joined = reconcile.run_pass(env, state, apis, allow, options())
@@ -423,3 +455,17 @@ def test_a_revision_without_policies_is_denied(tmp_path) -> None:
     result = reconcile.run_pass(env, state, apis, gate, options())
     assert result.status == "denied" and "no policies/ folder" in result.reasons[0]
     assert sum(api.writes() for api in apis.values()) == 0
+
+
+def test_the_inventory_of_the_largest_generated_cluster_fits_a_configmap_many_times_over(tmp_path) -> None:
+    from benchmarks.generate import synthetic_yaml
+
+    (tmp_path / "environments").mkdir()
+    path = tmp_path / "environments" / "large.yaml"
+    path.write_text(synthetic_yaml(1.0))
+    state = render.render(path, revision="r")
+    largest = max(state.clusters.values(), key=len)
+    keys = {key_of(m) for m in largest}
+    content = reconcile.inventory_content(keys)
+    assert len(largest) > 900 and len(content["binaryData"][reconcile.INVENTORY_KEY]) < 8 * 1024  # of the 1 MiB a ConfigMap holds
+    assert reconcile.applied_keys(content) == keys

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -195,6 +196,71 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
         assert name in text
 
 
+def probe(base: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"{base}{path}") as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_readiness_tells_the_truth_about_the_last_pass_and_errors_are_metrics_per_cluster(repo: Path, tmp_path: Path) -> None:
+    apis = {name: MemoryCluster(name, faults=cluster.Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
+    commit(repo, GOOD, "good")
+    verdict = {"gate": reconcile.GateResult(False, [])}
+    rec = make(repo, tmp_path, apis, gate=lambda env, state, live: verdict["gate"])
+    server = reconcile.serve_http("127.0.0.1", 0, rec.metrics, lambda: rec.ready)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert rec.run_once().status == "errors"  # every API server is unreachable
+        code, body = probe(base, "/readyz")
+        assert code == 503 and body.startswith("not ready: the last pass failed in 2 cluster(s): dev-center: API server unreachable"), body
+        metrics = probe(base, "/metrics")[1]
+        for cluster_name in ("dev-center", "dev-edge"):
+            assert f'fleetops_reconcile_errors_total{{cluster="{cluster_name}"}} 1.0' in metrics
+            assert f'fleetops_cluster_up{{cluster="{cluster_name}"}} 0.0' in metrics
+        for api in apis.values():
+            api.faults.rate = 0
+        assert rec.run_once().status == "applied"
+        assert probe(base, "/readyz") == (200, "ok\n")
+        metrics = probe(base, "/metrics")[1]
+        assert 'fleetops_cluster_up{cluster="dev-center"} 1.0' in metrics and 'fleetops_reconcile_errors_total{cluster="dev-center"} 1.0' in metrics
+        verdict["gate"] = reconcile.GateResult(True, ["policy engine unavailable: ConnectionError: OPA at 127.0.0.1:8181"], unavailable=True)
+        assert rec.run_once().status == "denied"
+        code, body = probe(base, "/readyz")
+        assert code == 503 and "the policy gate could not judge revision" in body and "OPA at 127.0.0.1:8181" in body
+        verdict["gate"] = reconcile.GateResult(True, ["fleet.quota: burst too high"])  # a policy's denial: the loop works
+        assert rec.run_once().status == "denied"
+        assert probe(base, "/readyz")[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_a_pass_that_raises_makes_the_service_not_ready(repo: Path, tmp_path: Path) -> None:
+    commit(repo, GOOD, "good")
+    rec = make(repo, tmp_path, fleet())
+    rec.run_once()
+    assert rec.ready
+
+    def broken(env, state, live):
+        raise RuntimeError("https://bot:ghp_secret@git.example.com went away")
+
+    rec.gate = broken
+    stop = reconcile.threading.Event()
+    rec.opts.clock = Clock()
+    original = rec.run_once
+
+    def once_then_stop():
+        try:
+            return original()
+        finally:
+            stop.set()
+
+    rec.run_once = once_then_stop
+    rec.serve(0, stop)
+    assert not rec.ready and rec.ready.reason.startswith("the last pass failed: RuntimeError") and "ghp_secret" not in rec.ready.reason
+
+
 def test_json_logs_carry_fields_and_never_credentials() -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -318,3 +384,63 @@ def test_credentials_in_repository_urls_are_redacted_whole(url: str) -> None:
     shown = reconcile.redact(f"fetch {url} failed")
     assert "TOKEN" not in shown and "secret" not in shown and "tok@" not in shown and "ssTOKEN" not in shown
     assert "***@git.example.com" in shown
+
+
+class BasicAuthGit:
+    """A Git repository served over dumb HTTP on 127.0.0.1 that answers only with the right Basic credentials."""
+
+    def __init__(self, bare: Path, user: str, token: str):
+        import base64
+        import functools
+        import http.server
+        import threading
+
+        expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+        self.seen: list[str | None] = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N802, N805 - http.server's names
+                self.seen.append(handler.headers.get("Authorization"))
+                if handler.headers.get("Authorization") != expected:
+                    handler.send_response(401)
+                    handler.send_header("WWW-Authenticate", 'Basic realm="git"')
+                    handler.send_header("Content-Length", "0")
+                    handler.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(handler, *args: object) -> None:  # noqa: N805
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(bare.parent)))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://{user}:{token}@127.0.0.1:{self.server.server_address[1]}/{bare.name}"
+
+
+def test_the_git_token_reaches_the_server_but_never_the_cache(repo: Path, tmp_path: Path) -> None:
+    token = "s3cret-token-value"
+    first = commit(repo, GOOD, "first")
+    bare = tmp_path / "served" / "fleet.git"
+    bare.parent.mkdir()
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    served = BasicAuthGit(bare, "bot", token)
+    try:
+        source = reconcile.GitSource(served.url, "main", tmp_path / "cache")
+        fetched = source.fetch()
+        assert fetched.revision == first, fetched.error
+        second = commit(repo, BIGGER, "second")
+        subprocess.run(["git", "-C", str(repo), "push", "--quiet", str(bare), "main"], check=True)
+        subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+        assert source.fetch().revision == second
+        # A cache an earlier version cloned with the token in its remote URL is cleaned by the next fetch.
+        subprocess.run(["git", "-C", str(source.path), "remote", "set-url", "origin", served.url], check=True)
+        assert source.fetch().revision == second
+        refused = reconcile.GitSource(served.url.replace(token, "wrong-token"), "main", tmp_path / "other").fetch()
+    finally:
+        served.server.shutdown()
+        served.server.server_close()
+    assert any(served.seen) and token not in (source.path / ".git" / "config").read_text()
+    leaked = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert leaked == []
+    assert refused.revision is None and "terminal prompts disabled" in refused.error and "wrong-token" not in refused.error  # refused, no prompt
