@@ -1,0 +1,75 @@
+# METADATA
+# title: Workload host privileges
+# description: Pods and pod templates run without host privileges (privileged containers, hostPath volumes, the host's network, PID or IPC namespace, added capabilities), except the system components fleetops ships, each with only what upstream deploys it with and only its own images; never in a tenant namespace.
+package fleet.workloads
+
+cfg := data.fleet_data.workloads
+
+# The pod spec inside each kind that makes pods.
+templated := ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"]
+
+pods contains {"r": ref(r), "spec": r.manifest.spec} if some r in data.fleet.lib.of_kind("Pod")
+
+pods contains {"r": ref(r), "spec": r.manifest.spec.template.spec} if {
+	some kind in templated
+	some r in data.fleet.lib.of_kind(kind)
+}
+
+pods contains {"r": ref(r), "spec": r.manifest.spec.jobTemplate.spec.template.spec} if some r in data.fleet.lib.of_kind("CronJob")
+
+ref(r) := {"cluster": r.cluster, "kind": r.kind, "namespace": r.namespace, "name": r.name}
+
+containers(spec) := [c | some field in ["initContainers", "containers", "ephemeralContainers"]; some c in object.get(spec, field, [])]
+
+# Each host privilege a pod spec uses, as a word data.yaml lists.
+uses(spec) := {u |
+	some field in ["hostNetwork", "hostPID", "hostIPC"]
+	object.get(spec, field, false) == true
+	u := field
+} | {"privileged" |
+	some c in containers(spec)
+	object.get(c, ["securityContext", "privileged"], false) == true
+} | {sprintf("hostPath %s", [object.get(v.hostPath, "path", "")]) |
+	some v in object.get(spec, "volumes", [])
+	v.hostPath
+} | {sprintf("capability %s", [cap]) |
+	some c in containers(spec)
+	some cap in object.get(c, ["securityContext", "capabilities", "add"], [])
+}
+
+# What a system component may use, in the same words.
+granted(entry) := {"privileged" | object.get(entry, "privileged", false) == true} |
+	{h | some h in object.get(entry, "host_namespaces", [])} |
+	{sprintf("hostPath %s", [p]) | some p in object.get(entry, "host_paths", [])} |
+	{sprintf("capability %s", [c]) | some c in object.get(entry, "capabilities", [])}
+
+allowed(pod, use) if {
+	some entry in cfg.system_components
+	data.fleet.lib.system_component(pod.r, entry)
+	use in granted(entry)
+	every c in containers(pod.spec) {
+		c.image in entry.images
+	}
+}
+
+name_of(r) := sprintf("%s/%s", [r.namespace, r.name])
+
+# METADATA
+# title: No host privileges outside the system components
+# description: A Pod, Deployment, DaemonSet, StatefulSet, ReplicaSet, Job or CronJob that is privileged, mounts a hostPath, uses the host's network, PID or IPC namespace or adds a capability is denied, unless it is a system component listed under workloads.system_components (kind, namespace, name) using only what that entry grants, with only its images; a tenant namespace never qualifies.
+# custom:
+#   severity: critical
+#   control_id: FLEET-WORK-01
+#   fix: "drop the host privilege; a system component that needs it is listed under workloads.system_components in policies/data.yaml, in its own reviewed PR"
+deny contains d if {
+	some pod in pods
+	some use in uses(pod.spec)
+	not allowed(pod, use)
+	r := pod.r
+	d := {
+		"rule": "workloads.host_privilege",
+		"severity": "critical",
+		"msg": sprintf("%s: %s %s uses %s, which only a system component listed in workloads.system_components may, with its own images", [r.cluster, r.kind, name_of(r), use]),
+		"resource": r,
+	}
+}
