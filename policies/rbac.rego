@@ -135,13 +135,23 @@ deny contains d if {
 	}
 }
 
-grants(rule, perm) if {
+# "apiGroup/resource" -> the sensitive permissions that name it: a rule is looked up by what it
+# names instead of being compared with every permission.
+sensitive_resources[key] := names if {
+	some perm in cfg.sensitive
+	some group in perm.apiGroups
+	some resource in perm.resources
+	key := sprintf("%s/%s", [group, resource])
+	names := {name | some name, p in cfg.sensitive; group in p.apiGroups; resource in p.resources}
+}
+
+# The sensitive permissions a rule grants: one of their API groups, resources and verbs each.
+granted(rule) := {name |
 	some group in object.get(rule, "apiGroups", [])
-	group in perm.apiGroups
 	some resource in object.get(rule, "resources", [])
-	resource in perm.resources
+	some name in sensitive_resources[sprintf("%s/%s", [group, resource])]
 	some verb in object.get(rule, "verbs", [])
-	verb in perm.verbs
+	verb in cfg.sensitive[name].verbs
 }
 
 may(r, name) if {
@@ -160,8 +170,7 @@ may(r, name) if {
 deny contains d if {
 	some r in roles
 	some i, rule in object.get(r.manifest, "rules", [])
-	some name, perm in cfg.sensitive
-	grants(rule, perm)
+	some name in granted(rule)
 	not may(r, name)
 	d := {
 		"rule": "rbac.sensitive_permission",
