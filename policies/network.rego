@@ -97,10 +97,16 @@ endpoint_ports := {e.cidr: ports |
 
 # An egress rule reaches an allow-listed endpoint: its CIDR, and only that endpoint's ports.
 allow_listed(cidr, ports) if {
-	allowed := endpoint_ports[cidr]
+	on_ports(ports, endpoint_ports[cidr])
+}
+
+# Every port of a rule is one of `allowed`, one port each: a rule without ports allows them all, and
+# endPort opens a range.
+on_ports(ports, allowed) if {
 	count(ports) > 0
 	every p in ports {
 		p.port in allowed
+		not p.endPort
 	}
 }
 
@@ -167,10 +173,7 @@ egress_allowed(tenant, peer, ports) if {
 	some e in input.spec.network.center_endpoints
 	e.name == name
 	e.cidr == peer.ipBlock.cidr
-	count(ports) > 0
-	every p in ports {
-		p.port in e.ports
-	}
+	on_ports(ports, {port | some port in e.ports})
 }
 
 # Every opening of a tenant namespace's NetworkPolicies that its allow lists do not produce: a rule

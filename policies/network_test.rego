@@ -136,6 +136,8 @@ test_an_endpoint_is_reached_only_on_its_ports if {
 	count(network.deny) == 0 with input as with_resources([on_port])
 	every_port := netpol("edge", "e", "extra", {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}]}]})
 	"network.tenant_opened" in rules(network.deny) with input as with_resources([every_port])
+	port_range := netpol("edge", "e", "extra", {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}], "ports": [{"port": 443, "endPort": 65535}]}]})
+	rules(network.deny) == {"network.tenant_opened", "network.edge_egress_not_allowed"} with input as with_resources([port_range])
 }
 
 test_policies_outside_tenant_namespaces_are_not_judged_for_opening if {

@@ -218,13 +218,29 @@ def test_mig_manager_privileges_are_only_for_mig_pools():
 # --- admission -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"])
-def test_an_admission_webhook_is_denied(kind):
+@pytest.mark.parametrize("kind, what", [
+    ("ValidatingWebhookConfiguration", "would send objects to a webhook"),
+    ("MutatingWebhookConfiguration", "would send objects to a webhook that may rewrite them"),
+])
+def test_an_admission_webhook_is_denied(kind, what):
     webhook = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": meta("everything"),
                "webhooks": [{"name": "x.example.com", "clientConfig": {"url": "https://evil.example/"}, "rules": [
                    {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}],
                    "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}
-    assert denied(judge(webhook))["admission.webhook"] == [f"dev-center: {kind} everything would send objects to a webhook fleetops does not render"]
+    assert denied(judge(webhook))["admission.webhook"] == [f"dev-center: {kind} everything, which fleetops does not render, {what}"]
+
+
+def test_a_mutating_admission_policy_an_api_service_and_a_conversion_webhook_are_denied():
+    rewrite = {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy", "metadata": meta("rewrite"), "spec": {}}
+    service = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": meta("v1.example.com"),
+               "spec": {"group": "example.com", "version": "v1", "service": {"name": "x", "namespace": "ml-sandbox"}}}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": meta("things.example.com"),
+           "spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://evil.example/"}}}}}
+    assert sorted(denied(judge(rewrite, service, crd))["admission.webhook"]) == [
+        "dev-center: APIService v1.example.com, which fleetops does not render, would hand an API group to a server",
+        "dev-center: CustomResourceDefinition things.example.com, which fleetops does not render, would send its objects to a conversion webhook",
+        "dev-center: MutatingAdmissionPolicy rewrite, which fleetops does not render, would rewrite objects on admission",
+    ]
 
 
 # --- tenant NetworkPolicies ---------------------------------------------------------------------------
@@ -248,6 +264,13 @@ def test_a_networkpolicy_that_opens_a_tenant_beyond_its_allow_lists_is_denied(sp
 def test_an_endpoint_on_an_undeclared_port_is_denied_on_the_edge_tenant():
     endpoint = network_policy("edge-dev", {"policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "10.120.0.0/24"}}], "ports": [{"port": 22, "protocol": "TCP"}]}]})
     assert "network.tenant_opened" in denied(judge(endpoint, cluster="dev-edge"))
+
+
+def test_an_endpoint_port_range_is_denied():
+    # endPort turns the declared port 443 into every port from 443 up.
+    ranged = network_policy("edge-dev", {"policyTypes": ["Egress"], "egress": [
+        {"to": [{"ipBlock": {"cidr": "10.120.0.0/24"}}], "ports": [{"port": 443, "endPort": 65535, "protocol": "TCP"}]}]})
+    assert {"network.tenant_opened", "network.edge_egress_not_allowed"} <= set(denied(judge(ranged, cluster="dev-edge")))
 
 
 def test_a_tenant_namespace_stripped_of_its_label_is_still_a_tenant():
