@@ -146,15 +146,12 @@ named_namespace(peer) := name if {
 	name := peer.namespaceSelector.matchLabels["kubernetes.io/metadata.name"]
 }
 
-# Ingress: from its own pods and from the tenants in allow_from_tenants.
-ingress_allowed(_, peer) if same_namespace(peer)
-
+# Besides its own pods (same_namespace, checked first where the peers are read): ingress from itself
+# and the tenants in allow_from_tenants.
 ingress_allowed(tenant, peer) if named_namespace(peer) in {tenant.name} | {t | some t in tenant.network.allow_from_tenants}
 
-# Egress: to its own pods, cluster DNS when network.allow_dns, its egress_cidrs, and its center
-# endpoints on their ports only.
-egress_allowed(_, peer, _) if same_namespace(peer)
-
+# Egress, besides its own pods: to itself, cluster DNS when network.allow_dns, its egress_cidrs, and
+# its center endpoints on their ports only.
 egress_allowed(tenant, peer, _) if named_namespace(peer) == tenant.name
 
 egress_allowed(_, peer, _) if {
@@ -196,7 +193,7 @@ openings contains {"np": key(np), "what": sprintf("ingress rule %d peer %d is no
 	some np in tenant_policies
 	some i, rule in object.get(np.manifest.spec, "ingress", [])
 	some j, peer in object.get(rule, "from", [])
-	not same_namespace(peer) # most peers: checked first, as the cheapest
+	not same_namespace(peer) # its own pods: most peers, so checked first
 	not ingress_allowed(tenants[np.namespace], peer)
 }
 
@@ -204,7 +201,7 @@ openings contains {"np": key(np), "what": sprintf("egress rule %d peer %d is not
 	some np in tenant_policies
 	some i, rule in object.get(np.manifest.spec, "egress", [])
 	some j, peer in object.get(rule, "to", [])
-	not same_namespace(peer) # most peers: checked first, as the cheapest
+	not same_namespace(peer) # its own pods: most peers, so checked first
 	not egress_allowed(tenants[np.namespace], peer, object.get(rule, "ports", []))
 }
 

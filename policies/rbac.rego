@@ -179,3 +179,57 @@ deny contains d if {
 		"resource": ref(r),
 	}
 }
+
+# "cluster/kind/namespace/name" of every role that holds a sensitive permission.
+powerful_roles contains role_key(r.cluster, r.kind, r.namespace, r.name) if {
+	some r in roles
+	some rule in object.get(r.manifest, "rules", [])
+	count(granted(rule)) > 0
+}
+
+powerful_role_names := {key: name |
+	some r in roles
+	key := role_key(r.cluster, r.kind, r.namespace, r.name)
+	key in powerful_roles
+	name := r.name
+}
+
+# The one subject a system role may be bound to: the ServiceAccount named like the role, in the
+# entry's account_namespace (by default the environment's reconciler.namespace).
+own_account(b, subject) if {
+	subject.kind == "ServiceAccount"
+	key := bound_role(b)
+	subject.name == powerful_role_names[key]
+	some entry in cfg.system_roles
+	data.fleet.lib.system_component({"cluster": b.cluster, "kind": b.manifest.roleRef.kind, "namespace": "", "name": subject.name}, entry)
+	subject.namespace == object.get(entry, "account_namespace", input.spec.reconciler.namespace)
+}
+
+# "cluster/namespace/name" of every ServiceAccount bound to a role holding a sensitive permission:
+# whoever runs as it holds the role (fleet.workloads judges who does).
+powerful_accounts contains sprintf("%s/%s/%s", [b.cluster, object.get(s, "namespace", b.namespace), s.name]) if {
+	some b in bindings
+	bound_role(b) in powerful_roles
+	some s in object.get(b.manifest, "subjects", [])
+	s.kind == "ServiceAccount"
+}
+
+# METADATA
+# title: System roles are bound only to their own ServiceAccount
+# description: A role holding a sensitive permission (rbac.sensitive) is bound only to the ServiceAccount named like it, in its system role entry's account_namespace (the reconciler's namespace by default); a second binding of the reconciler's role to any other subject would hand its power out.
+# custom:
+#   severity: critical
+#   control_id: FLEET-RBAC-05
+#   fix: "bind a role of its own, with only the permissions the subject needs"
+deny contains d if {
+	some b in bindings
+	bound_role(b) in powerful_roles
+	some subject in object.get(b.manifest, "subjects", [])
+	not own_account(b, subject)
+	d := {
+		"rule": "rbac.system_role_binding",
+		"severity": "critical",
+		"msg": sprintf("%s: %s %s binds %s %s, which holds sensitive permissions, to %s %s/%s: only its own ServiceAccount may hold it", [b.cluster, b.kind, name_of(b), b.manifest.roleRef.kind, b.manifest.roleRef.name, subject.kind, object.get(subject, "namespace", b.namespace), subject.name]),
+		"resource": ref(b),
+	}
+}

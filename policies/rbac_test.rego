@@ -16,7 +16,7 @@ sa(name) := {"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}
 reader := [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
 
 base := {
-	"spec": {"tenants": [{"name": "t", "clusters": ["c"]}]},
+	"spec": {"tenants": [{"name": "t", "clusters": ["c"]}], "reconciler": {"namespace": "fleetops-system"}},
 	"facts": {"groups": {"npu": {"cluster": "c", "sharing": "exclusive"}}},
 	"resources": [
 		cluster_role("plugin", reader),
@@ -27,6 +27,8 @@ base := {
 		binding("RoleBinding", "t", "read-nodes", "ClusterRole", "plugin", [{"kind": "ServiceAccount", "name": "app", "namespace": "t"}]),
 		cluster_role("fleetops-reconciler", [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create", "patch"]}]),
 		cluster_role("ascend-device-plugin-npu", [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]),
+		binding("ClusterRoleBinding", "", "fleetops-reconciler", "ClusterRole", "fleetops-reconciler", [{"kind": "ServiceAccount", "name": "fleetops-reconciler", "namespace": "fleetops-system"}]),
+		binding("ClusterRoleBinding", "", "ascend-device-plugin-npu", "ClusterRole", "ascend-device-plugin-npu", [sa("ascend-device-plugin-npu")]),
 	],
 }
 
@@ -105,4 +107,26 @@ test_a_system_role_holds_only_what_it_is_listed_for if {
 test_a_system_role_name_for_a_group_that_does_not_exist_is_not_trusted if {
 	fake := cluster_role("ascend-device-plugin-ghost", [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}])
 	"rbac.sensitive_permission" in rules(rbac.deny) with input as with_resources([fake])
+}
+
+test_a_system_role_bound_to_another_subject_is_denied if {
+	lent := binding("RoleBinding", "t", "borrow", "ClusterRole", "fleetops-reconciler", [
+		{"kind": "ServiceAccount", "name": "app"},
+		{"kind": "ServiceAccount", "name": "fleetops-reconciler", "namespace": "t"},
+		{"kind": "User", "name": "alice"},
+	])
+	msgs(rbac.deny, "rbac.system_role_binding") == {
+		"c: RoleBinding t/borrow binds ClusterRole fleetops-reconciler, which holds sensitive permissions, to ServiceAccount t/app: only its own ServiceAccount may hold it",
+		"c: RoleBinding t/borrow binds ClusterRole fleetops-reconciler, which holds sensitive permissions, to ServiceAccount t/fleetops-reconciler: only its own ServiceAccount may hold it",
+		"c: RoleBinding t/borrow binds ClusterRole fleetops-reconciler, which holds sensitive permissions, to User t/alice: only its own ServiceAccount may hold it",
+	} with input as with_resources([lent])
+}
+
+test_the_reconcilers_account_follows_its_namespace if {
+	moved := object.union(base, {"spec": {"reconciler": {"namespace": "ops"}}})
+	"rbac.system_role_binding" in rules(rbac.deny) with input as moved
+}
+
+test_powerful_accounts_are_those_bound_to_sensitive_roles if {
+	rbac.powerful_accounts == {"c/fleetops-system/fleetops-reconciler", "c/kube-system/ascend-device-plugin-npu"} with input as base
 }

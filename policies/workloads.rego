@@ -72,3 +72,31 @@ deny contains d if {
 		"resource": r,
 	}
 }
+
+account(spec) := object.get(spec, "serviceAccountName", object.get(spec, "serviceAccount", "default"))
+
+# METADATA
+# title: A system role's ServiceAccount runs only its own workload
+# description: A pod that runs as a ServiceAccount bound to a role holding sensitive permissions (the reconciler's, a device plugin's; see rbac.sensitive) is that account's own Deployment or DaemonSet, named like it, as fleetops renders each component; any other pod in its namespace would borrow the role.
+# custom:
+#   severity: critical
+#   control_id: FLEET-WORK-02
+#   fix: "run the workload as a ServiceAccount of its own, bound to a role with only what it needs"
+deny contains d if {
+	some pod in pods
+	name := account(pod.spec)
+	sprintf("%s/%s/%s", [pod.r.cluster, pod.r.namespace, name]) in data.fleet.rbac.powerful_accounts
+	not own_workload(pod.r, name)
+	r := pod.r
+	d := {
+		"rule": "workloads.borrowed_service_account",
+		"severity": "critical",
+		"msg": sprintf("%s: %s %s runs as ServiceAccount %s, which is bound to a role holding sensitive permissions: only its own workload may", [r.cluster, r.kind, name_of(r), name]),
+		"resource": r,
+	}
+}
+
+own_workload(r, name) if {
+	r.kind in {"Deployment", "DaemonSet"}
+	r.name == name
+}

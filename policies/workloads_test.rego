@@ -73,3 +73,20 @@ test_a_tenant_namespace_never_hosts_a_system_component if {
 	denied := msgs(workloads.deny) with input as with_resources([in_tenant]) with data.fleet_data.workloads.system_components as listed
 	"c: DaemonSet t/nvidia-device-plugin-a100 uses hostPath /var/lib/kubelet/device-plugins, which only a system component listed in workloads.system_components may, with its own images" in denied
 }
+
+deployment(ns, name, spec) := {"cluster": "c", "kind": "Deployment", "namespace": ns, "name": name, "manifest": {"spec": {"template": {"spec": spec}}}}
+
+borrowed(decisions) := {d.msg | some d in decisions; d.rule == "workloads.borrowed_service_account"}
+
+test_only_its_own_workload_runs_as_a_system_roles_account if {
+	accounts := {"c/fleetops-system/fleetops-reconciler", "c/other/default"}
+	own := deployment("fleetops-system", "fleetops-reconciler", {"serviceAccountName": "fleetops-reconciler", "containers": [{"name": "r", "image": "x"}]})
+	thief := deployment("fleetops-system", "miner", {"serviceAccountName": "fleetops-reconciler", "containers": [{"name": "m", "image": "x"}]})
+	old_field := deployment("fleetops-system", "old", {"serviceAccount": "fleetops-reconciler", "containers": [{"name": "m", "image": "x"}]})
+	by_default := deployment("other", "app", {"containers": [{"name": "m", "image": "x"}]})
+	borrowed(workloads.deny) == {
+		"c: Deployment fleetops-system/miner runs as ServiceAccount fleetops-reconciler, which is bound to a role holding sensitive permissions: only its own workload may",
+		"c: Deployment fleetops-system/old runs as ServiceAccount fleetops-reconciler, which is bound to a role holding sensitive permissions: only its own workload may",
+		"c: Deployment other/app runs as ServiceAccount default, which is bound to a role holding sensitive permissions: only its own workload may",
+	} with input as with_resources([own, thief, old_field, by_default]) with data.fleet.rbac.powerful_accounts as accounts
+}

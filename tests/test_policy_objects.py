@@ -150,6 +150,23 @@ def test_the_reconcilers_cluster_role_passes_but_a_wildcard_in_it_is_still_denie
     assert any("fleetops-reconciler binds ClusterRole fleetops-reconciler" in m for m in rules["rbac.unjudged_binding"])
 
 
+def test_the_reconcilers_role_bound_to_a_tenant_account_is_denied():
+    # A bounded, rendered role: only who holds it is wrong.
+    lent = cluster_role_binding("lend", "fleetops-reconciler", [service_account("app", "ml-sandbox")])
+    assert denied(judge(lent)) == {"rbac.system_role_binding": [
+        "dev-center: ClusterRoleBinding lend binds ClusterRole fleetops-reconciler, which holds sensitive permissions, "
+        "to ServiceAccount ml-sandbox/app: only its own ServiceAccount may hold it"
+    ]}
+
+
+def test_a_workload_that_borrows_the_reconcilers_account_is_denied():
+    miner = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("miner", "fleetops-system"), "spec": {"template": {"spec": {
+        "serviceAccountName": "fleetops-reconciler", "containers": [{"name": "m", "image": "evil.example/miner:1"}]}}}}
+    assert denied(judge(miner)) == {"workloads.borrowed_service_account": [
+        "dev-center: Deployment fleetops-system/miner runs as ServiceAccount fleetops-reconciler, which is bound to a role holding sensitive permissions: only its own workload may"
+    ]}
+
+
 def test_a_role_named_like_a_system_role_in_the_wrong_place_is_not_trusted():
     # A namespaced Role with the reconciler's name, and a ClusterRole named after a group that does not exist.
     role = {"apiVersion": RBAC, "kind": "Role", "metadata": meta("fleetops-reconciler", "ml-sandbox"),
@@ -336,11 +353,14 @@ def test_an_egress_cidr_that_cannot_be_measured_is_denied():
 
 ATTACKS = {
     "rbac": [cluster_role_binding("everyone-admin", "cluster-admin", [{"kind": "Group", "name": "system:authenticated"}]),
-             cluster_role("wide", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["get", "bind"]}])],
+             cluster_role("wide", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["get", "bind"]}]),
+             cluster_role_binding("lend", "fleetops-reconciler", [service_account("app", "ml-sandbox")])],
     "workloads": [pod("escape", "ml-sandbox", {"hostPID": True, "volumes": [{"name": "r", "hostPath": {"path": "/"}}],
-                                                "container": {"securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}})],
-    "admission": [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta("w"), "webhooks": []}],
-    "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"),
+                                                "container": {"securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}}),
+                  pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler"})],
+    "admission": [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta("w"), "webhooks": []},
+                  {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": meta("c"), "spec": {"conversion": {"strategy": "Webhook"}}}],
+    "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"), egress_to("platform-dev", "not-a-cidr"),
                 network_policy("ml-sandbox", {"ingress": [{}, {"from": [{"namespaceSelector": {}}]}]}, name="wide-open")],
 }
 
