@@ -1,12 +1,12 @@
 # METADATA
 # title: Workload host privileges
-# description: Pods and pod templates run without host privileges (privileged containers, hostPath volumes, the host's network, PID or IPC namespace, added capabilities), except the system components fleetops ships, each with only what upstream deploys it with and only its own images; never in a tenant namespace.
+# description: Pods and pod templates run without host privileges (privileged containers, hostPath volumes, the host's network, PID or IPC namespace, host ports, added capabilities, Windows host processes), except the system components fleetops ships, each with only what upstream deploys it with and only its own images; never in a tenant namespace.
 package fleet.workloads
 
 cfg := data.fleet_data.workloads
 
 # The pod spec inside each kind that makes pods.
-templated := ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"]
+templated := ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "ReplicationController", "Job"]
 
 # An array, not a set: a set would hash every pod spec.
 pods := array.concat(array.concat(
@@ -32,6 +32,13 @@ uses(spec) := {u |
 } | {sprintf("capability %s", [cap]) |
 	some c in containers(spec)
 	some cap in object.get(c, ["securityContext", "capabilities", "add"], [])
+} | {"hostProcess" |
+	some context in array.concat([object.get(spec, "securityContext", {})], [object.get(c, "securityContext", {}) | some c in containers(spec)])
+	object.get(context, ["windowsOptions", "hostProcess"], false) == true
+} | {sprintf("hostPort %v", [port.hostPort]) |
+	some c in containers(spec)
+	some port in object.get(c, "ports", [])
+	port.hostPort
 }
 
 # What a system component may use, in the same words.
@@ -54,7 +61,7 @@ name_of(r) := sprintf("%s/%s", [r.namespace, r.name])
 
 # METADATA
 # title: No host privileges outside the system components
-# description: A Pod, Deployment, DaemonSet, StatefulSet, ReplicaSet, Job or CronJob that is privileged, mounts a hostPath, uses the host's network, PID or IPC namespace or adds a capability is denied, unless it is a system component listed under workloads.system_components (kind, namespace, name) using only what that entry grants, with only its images; a tenant namespace never qualifies.
+# description: A Pod, Deployment, DaemonSet, StatefulSet, ReplicaSet, ReplicationController, Job or CronJob that is privileged, mounts a hostPath, uses the host's network, PID or IPC namespace or a host port, adds a capability or runs as a Windows host process is denied, unless it is a system component listed under workloads.system_components (kind, namespace, name) using only what that entry grants, with only its images; a tenant namespace never qualifies.
 # custom:
 #   severity: critical
 #   control_id: FLEET-WORK-01
@@ -99,4 +106,26 @@ deny contains d if {
 own_workload(r, name) if {
 	r.kind in {"Deployment", "DaemonSet"}
 	r.name == name
+}
+
+pod_security_label := "pod-security.kubernetes.io/enforce"
+
+# METADATA
+# title: Tenant namespaces enforce a Pod Security level
+# description: Every tenant namespace carries pod-security.kubernetes.io/enforce at a level of workloads.tenant_pod_security (baseline or restricted), so that the pods tenants create themselves, which no policy here sees, cannot be privileged either; a program that drops or lowers the label would let them.
+# custom:
+#   severity: critical
+#   control_id: FLEET-WORK-03
+#   fix: "keep the pod-security.kubernetes.io/enforce label modules/tenant.py sets on the namespace"
+deny contains d if {
+	some r in data.fleet.lib.of_kind("Namespace")
+	sprintf("%s/%s", [r.cluster, r.name]) in data.fleet.lib.tenant_namespaces
+	level := object.get(r.manifest, ["metadata", "labels", pod_security_label], "(none)")
+	not level in cfg.tenant_pod_security
+	d := {
+		"rule": "workloads.tenant_pod_security",
+		"severity": "critical",
+		"msg": sprintf("%s: tenant namespace %s enforces Pod Security level %s, not one of %s", [r.cluster, r.name, level, concat(", ", cfg.tenant_pod_security)]),
+		"resource": {"cluster": r.cluster, "tenant": r.name, "kind": "Namespace", "name": r.name},
+	}
 }

@@ -32,11 +32,12 @@ test_every_host_privilege_is_named if {
 		"hostNetwork": true, "hostPID": true, "hostIPC": true,
 		"volumes": [{"name": "root", "hostPath": {"path": "/"}}],
 		"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true}}],
-		"initContainers": [{"name": "b", "image": "x", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}],
+		"initContainers": [{"name": "b", "image": "x", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
+		"securityContext": {"windowsOptions": {"hostProcess": true}},
 	}
 	bad := {"cluster": "c", "kind": "Pod", "namespace": "t", "name": "escape", "manifest": {"spec": spec}}
 	msgs(workloads.deny) == {sprintf("c: Pod t/escape uses %s, which only a system component listed in workloads.system_components may, with its own images", [use]) |
-		some use in ["hostNetwork", "hostPID", "hostIPC", "hostPath /", "privileged", "capability NET_ADMIN"]
+		some use in ["hostNetwork", "hostPID", "hostIPC", "hostPath /", "privileged", "capability NET_ADMIN", "hostPort 80", "hostProcess"]
 	} with input as with_resources([bad])
 }
 
@@ -44,7 +45,8 @@ test_pod_templates_of_every_kind_are_read if {
 	privileged := pod_spec("x", {"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true}}]})
 	job := {"cluster": "c", "kind": "Job", "namespace": "t", "name": "j", "manifest": {"spec": {"template": {"spec": privileged}}}}
 	cron := {"cluster": "c", "kind": "CronJob", "namespace": "t", "name": "cj", "manifest": {"spec": {"jobTemplate": {"spec": {"template": {"spec": privileged}}}}}}
-	count(msgs(workloads.deny)) == 2 with input as with_resources([job, cron])
+	rc := {"cluster": "c", "kind": "ReplicationController", "namespace": "t", "name": "rc", "manifest": {"spec": {"template": {"spec": privileged}}}}
+	count(msgs(workloads.deny)) == 3 with input as with_resources([job, cron, rc])
 }
 
 test_a_system_component_may_use_only_what_it_is_granted if {
@@ -89,4 +91,15 @@ test_only_its_own_workload_runs_as_a_system_roles_account if {
 		"c: Deployment fleetops-system/old runs as ServiceAccount fleetops-reconciler, which is bound to a role holding sensitive permissions: only its own workload may",
 		"c: Deployment other/app runs as ServiceAccount default, which is bound to a role holding sensitive permissions: only its own workload may",
 	} with input as with_resources([own, thief, old_field, by_default]) with data.fleet.rbac.powerful_accounts as accounts
+}
+
+namespace(name, labels) := {"cluster": "c", "kind": "Namespace", "namespace": "", "name": name, "manifest": {"metadata": {"labels": labels}}}
+
+pod_security(decisions) := {d.msg | some d in decisions; d.rule == "workloads.tenant_pod_security"}
+
+test_tenant_namespaces_enforce_baseline_or_restricted if {
+	enforced := [namespace("t", {"pod-security.kubernetes.io/enforce": "restricted"}), namespace("kube-system", {})]
+	count(pod_security(workloads.deny)) == 0 with input as with_resources(enforced)
+	pod_security(workloads.deny) == {"c: tenant namespace t enforces Pod Security level privileged, not one of baseline, restricted"} with input as with_resources([namespace("t", {"pod-security.kubernetes.io/enforce": "privileged"})])
+	pod_security(workloads.deny) == {"c: tenant namespace t enforces Pod Security level (none), not one of baseline, restricted"} with input as with_resources([namespace("t", {})])
 }

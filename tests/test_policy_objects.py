@@ -185,6 +185,8 @@ def test_a_role_named_like_a_system_role_in_the_wrong_place_is_not_trusted():
     ({"hostPID": True}, "hostPID"),
     ({"hostIPC": True}, "hostIPC"),
     ({"container": {"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}}, "capability NET_ADMIN"),
+    ({"container": {"ports": [{"containerPort": 22, "hostPort": 22}]}}, "hostPort 22"),
+    ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, "hostProcess"),
 ])
 def test_host_privileges_in_a_tenant_pod_are_denied(spec, use):
     assert denied(judge(pod("escape", "ml-sandbox", spec)))["workloads.host_privilege"] == [
@@ -192,12 +194,25 @@ def test_host_privileges_in_a_tenant_pod_are_denied(spec, use):
     ]
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob"])
+@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"])
 def test_every_kind_that_makes_pods_is_judged(kind):
     template = {"spec": {"containers": [{"name": "main", "image": "busybox:1.37", "securityContext": {"privileged": True}}]}}
     spec = {"jobTemplate": {"spec": {"template": template}}, "schedule": "* * * * *"} if kind == "CronJob" else {"template": template}
     obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": meta("escape", "ml-sandbox"), "spec": spec}
     assert [m.split(" uses ")[0] for m in denied(judge(obj))["workloads.host_privilege"]] == [f"dev-center: {kind} ml-sandbox/escape"]
+
+
+def test_a_tenant_namespace_without_pod_security_enforcement_is_denied():
+    # Tenants' own pods are admitted by Pod Security admission: dropping the label lets them run privileged.
+    env, state = rendered("dev")
+    entries = []
+    for c, m in state.objects():
+        if m["kind"] == "Namespace" and m["metadata"]["name"] == "ml-sandbox":
+            m = copy.deepcopy(m)
+            m["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+        entries.append(policy.resource_entry(c, m))
+    rules = denied(policy.evaluate_input(policy.build_input(env, entries, state.revision), today=TODAY))
+    assert rules == {"workloads.tenant_pod_security": ["dev-center: tenant namespace ml-sandbox enforces Pod Security level privileged, not one of baseline, restricted"]}
 
 
 def _device_plugin() -> dict[str, Any]:
@@ -357,7 +372,7 @@ ATTACKS = {
              cluster_role_binding("lend", "fleetops-reconciler", [service_account("app", "ml-sandbox")])],
     "workloads": [pod("escape", "ml-sandbox", {"hostPID": True, "volumes": [{"name": "r", "hostPath": {"path": "/"}}],
                                                 "container": {"securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}}),
-                  pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler"})],
+                  pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler", "container": {"ports": [{"containerPort": 1, "hostPort": 8080}]}})],
     "admission": [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta("w"), "webhooks": []},
                   {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": meta("c"), "spec": {"conversion": {"strategy": "Webhook"}}}],
     "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"), egress_to("platform-dev", "not-a-cidr"),
