@@ -146,23 +146,25 @@ named_namespace(peer) := name if {
 	name := peer.namespaceSelector.matchLabels["kubernetes.io/metadata.name"]
 }
 
-# Besides its own pods (same_namespace, checked first where the peers are read): ingress from itself
-# and the tenants in allow_from_tenants.
+# The peers a tenant's allow lists render (modules/tenant.py), exactly: besides its own pods, ingress
+# from itself and the tenants in allow_from_tenants; egress to itself, cluster DNS when
+# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed.
+ingress_peers[tenant.name] := peers if {
+	some tenant in input.spec.tenants
+	peers := {namespace_peer(name) | some name in array.concat([tenant.name], tenant.network.allow_from_tenants)}
+}
+
+egress_peers[tenant.name] := peers if {
+	some tenant in input.spec.tenants
+	cidrs := {{"ipBlock": {"cidr": cidr}} | some cidr in tenant.network.egress_cidrs}
+	peers := ({namespace_peer(tenant.name)} | {p | input.spec.network.allow_dns; p := dns_peer}) | cidrs
+}
+
+# What else is allowed: a namespace peer above narrowed to some of its pods, and a center endpoint
+# of allow_to_endpoints with every port of the rule one of the endpoint's.
 ingress_allowed(tenant, peer) if named_namespace(peer) in {tenant.name} | {t | some t in tenant.network.allow_from_tenants}
 
-# Egress, besides its own pods: to itself, cluster DNS when network.allow_dns, its egress_cidrs, and
-# its center endpoints on their ports only.
 egress_allowed(tenant, peer, _) if named_namespace(peer) == tenant.name
-
-egress_allowed(_, peer, _) if {
-	input.spec.network.allow_dns
-	peer == dns_peer
-}
-
-egress_allowed(tenant, peer, _) if {
-	object.keys(peer) == {"ipBlock"}
-	peer.ipBlock.cidr in tenant.network.egress_cidrs
-}
 
 egress_allowed(tenant, peer, ports) if {
 	object.keys(peer) == {"ipBlock"}
@@ -194,6 +196,7 @@ openings contains {"np": key(np), "what": sprintf("ingress rule %d peer %d is no
 	some i, rule in object.get(np.manifest.spec, "ingress", [])
 	some j, peer in object.get(rule, "from", [])
 	not same_namespace(peer) # its own pods: most peers, so checked first
+	not peer in ingress_peers[np.namespace]
 	not ingress_allowed(tenants[np.namespace], peer)
 }
 
@@ -202,6 +205,7 @@ openings contains {"np": key(np), "what": sprintf("egress rule %d peer %d is not
 	some i, rule in object.get(np.manifest.spec, "egress", [])
 	some j, peer in object.get(rule, "to", [])
 	not same_namespace(peer) # its own pods: most peers, so checked first
+	not peer in egress_peers[np.namespace]
 	not egress_allowed(tenants[np.namespace], peer, object.get(rule, "ports", []))
 }
 

@@ -101,6 +101,7 @@ test_the_allow_lists_themselves_open_nothing if {
 	]}], "egress": [{"to": [
 		{"podSelector": {"matchLabels": {"app": "y"}}},
 		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}, "podSelector": {"matchLabels": {"app": "z"}}},
 		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
 		{"ipBlock": {"cidr": "10.30.0.0/16"}},
 	]}]}
