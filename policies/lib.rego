@@ -41,8 +41,8 @@ system_component(r, entry) if {
 }
 
 system_component(r, entry) if {
+	startswith(r.name, entry.group_prefix) # the cheapest test first: most entries differ here
 	same_place(r, entry)
-	startswith(r.name, entry.group_prefix)
 	group := input.facts.groups[trim_prefix(r.name, entry.group_prefix)]
 	group.cluster == r.cluster
 	object.get(entry, "sharing", group.sharing) == group.sharing
