@@ -133,7 +133,9 @@ cheaper(p) if {
 
 cheaper(p) if p.after == 0
 
-price(value) := sprintf("%v", [value]) if is_number(value)
+# Rounded to 4 decimals first: %v writes a tiny float differently in OPA (1e-07) and regorus
+# (0.0000001), and %.4f an integer.
+price(value) := sprintf("%v", [round(value * 10000) / 10000]) if is_number(value)
 
 price(null) := "unpriced"
 

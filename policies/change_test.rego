@@ -105,6 +105,8 @@ test_a_price_set_to_zero_needs_approvals if {
 	some d in decisions
 	d.msg == "price of H100-SXM-80GB per device-hour unpriced -> 0: needs 2 approvals, has 0"
 	"change.price_decrease_approvals" in rules(change.deny) with input as with_change(prices(3, 0))
+	tiny := change.deny with input as with_change(prices(0.0000003, 0.0000001))
+	{t.msg | some t in tiny} == {"price of H100-SXM-80GB per device-hour 0 -> 0: needs 2 approvals, has 0"}
 }
 
 test_a_price_raise_a_new_price_or_a_removed_one_needs_nothing if {
