@@ -196,6 +196,9 @@ def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
             except ValueError:
                 invalid.append(cidr)
                 continue
+            if network.version == 6 and network.network_address.ipv4_mapped is not None and network.prefixlen >= 96:
+                # ::ffff:0.0.0.0/96 is all of IPv4 to a Go CNI (net.IPNet unmaps it): count it there.
+                network = ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96))
             families[network.version].append(network)
         fact: dict[str, Any] = {"cluster": cluster, "namespace": namespace, "invalid": sorted(set(invalid))}
         for version, networks in families.items():

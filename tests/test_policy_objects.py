@@ -328,6 +328,8 @@ def test_a_tenant_namespace_stripped_of_its_label_is_still_a_tenant():
     (["0.0.0.0/0"], "0.0.0.0/0", "IPv4"),
     (["10.0.0.0/7"], "10.0.0.0/7", "IPv4"),
     (["2001:db8::/16"], "2001::/16", "IPv6"),
+    (["::ffff:0.0.0.0/96"], "0.0.0.0/0", "IPv4"),
+    (["::ffff:0.0.0.0/97", "128.0.0.0/1"], "0.0.0.0/0", "IPv4"),
 ])
 def test_egress_covering_more_than_the_allowed_share_is_denied_however_it_is_split(cidrs, union, family):
     assert denied(judge(egress_to("ml-sandbox", *cidrs)))["network.egress_anywhere"] == [
@@ -375,7 +377,7 @@ ATTACKS = {
                   pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler", "container": {"ports": [{"containerPort": 1, "hostPort": 8080}]}})],
     "admission": [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta("w"), "webhooks": []},
                   {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": meta("c"), "spec": {"conversion": {"strategy": "Webhook"}}}],
-    "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"), egress_to("platform-dev", "not-a-cidr"),
+    "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"), egress_to("platform-dev", "not-a-cidr", "::ffff:0.0.0.0/96"),
                 network_policy("ml-sandbox", {"ingress": [{}, {"from": [{"namespaceSelector": {}}]}]}, name="wide-open")],
 }
 
