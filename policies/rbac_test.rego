@@ -98,6 +98,11 @@ test_sensitive_permissions_only_in_the_system_roles if {
 	msgs(rbac.deny, "rbac.sensitive_permission") == {"c: ClusterRole reader rule 1 grants secrets permissions, which only the system roles listed in rbac.system_roles may hold"} with input as with_resources([secrets])
 }
 
+test_writing_workloads_is_sensitive if {
+	writer := role("t", "deployer", [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}])
+	msgs(rbac.deny, "rbac.sensitive_permission") == {"c: Role t/deployer rule 1 grants workloads permissions, which only the system roles listed in rbac.system_roles may hold"} with input as with_resources([writer])
+}
+
 test_a_system_role_holds_only_what_it_is_listed_for if {
 	more := cluster_role("ascend-device-plugin-npu", [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}])
 	replaced := object.union(base, {"resources": array.concat([r | some r in base.resources; r.name != "ascend-device-plugin-npu"], [more])})

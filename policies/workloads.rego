@@ -80,6 +80,25 @@ deny contains d if {
 	}
 }
 
+# METADATA
+# title: No host folders through PersistentVolumes
+# description: A PersistentVolume with a hostPath or local source hands a folder of a node to whichever claim binds it, in any namespace; fleetops renders none, and a rendered one is denied like a hostPath volume in a pod.
+# custom:
+#   severity: critical
+#   control_id: FLEET-WORK-04
+#   fix: "remove the PersistentVolume; storage comes from a StorageClass's provisioner"
+deny contains d if {
+	some r in data.fleet.lib.of_kind("PersistentVolume")
+	some source in ["hostPath", "local"]
+	r.manifest.spec[source]
+	d := {
+		"rule": "workloads.host_volume",
+		"severity": "critical",
+		"msg": sprintf("%s: PersistentVolume %s hands out the node folder %s (%s) to any claim", [r.cluster, r.name, object.get(r.manifest.spec[source], "path", ""), source]),
+		"resource": {"cluster": r.cluster, "kind": r.kind, "name": r.name},
+	}
+}
+
 account(spec) := object.get(spec, "serviceAccountName", object.get(spec, "serviceAccount", "default"))
 
 # METADATA

@@ -103,3 +103,14 @@ test_tenant_namespaces_enforce_baseline_or_restricted if {
 	pod_security(workloads.deny) == {"c: tenant namespace t enforces Pod Security level privileged, not one of baseline, restricted"} with input as with_resources([namespace("t", {"pod-security.kubernetes.io/enforce": "privileged"})])
 	pod_security(workloads.deny) == {"c: tenant namespace t enforces Pod Security level (none), not one of baseline, restricted"} with input as with_resources([namespace("t", {})])
 }
+
+volume(spec) := {"cluster": "c", "kind": "PersistentVolume", "namespace": "", "name": "pv", "manifest": {"spec": spec}}
+
+test_host_folders_through_persistent_volumes_are_denied if {
+	ds := workloads.deny with input as with_resources([volume({"hostPath": {"path": "/"}}), volume({"local": {"path": "/mnt/disk"}})])
+	{d.msg | some d in ds; d.rule == "workloads.host_volume"} == {
+		"c: PersistentVolume pv hands out the node folder / (hostPath) to any claim",
+		"c: PersistentVolume pv hands out the node folder /mnt/disk (local) to any claim",
+	}
+	count(workloads.deny) == 0 with input as with_resources([volume({"nfs": {"server": "x", "path": "/"}})])
+}

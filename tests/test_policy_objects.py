@@ -131,6 +131,14 @@ def test_a_role_that_reads_secrets_or_writes_bindings_is_denied_outside_the_syst
     ]
 
 
+def test_a_role_that_writes_workloads_is_denied_outside_the_system_roles():
+    # Writing a DaemonSet runs any image, as any ServiceAccount of its namespace, on every node.
+    role = cluster_role("deployer", [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["create", "patch"]}])
+    assert denied(judge(role)) == {"rbac.sensitive_permission": [
+        "dev-center: ClusterRole deployer rule 1 grants workloads permissions, which only the system roles listed in rbac.system_roles may hold"
+    ]}
+
+
 def _reconciler_role(cluster: str = "dev-center") -> dict[str, Any]:
     env, state = rendered("dev")
     return copy.deepcopy(next(m for c, m in state.objects() if c == cluster and m["kind"] == "ClusterRole" and m["metadata"]["name"] == "fleetops-reconciler"))
@@ -192,6 +200,12 @@ def test_host_privileges_in_a_tenant_pod_are_denied(spec, use):
     assert denied(judge(pod("escape", "ml-sandbox", spec)))["workloads.host_privilege"] == [
         f"dev-center: Pod ml-sandbox/escape uses {use}, which only a system component listed in workloads.system_components may, with its own images"
     ]
+
+
+def test_a_host_folder_handed_out_through_a_persistent_volume_is_denied():
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta("root"),
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/"}}}
+    assert denied(judge(volume)) == {"workloads.host_volume": ["dev-center: PersistentVolume root hands out the node folder / (hostPath) to any claim"]}
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"])
@@ -374,7 +388,8 @@ ATTACKS = {
              cluster_role_binding("lend", "fleetops-reconciler", [service_account("app", "ml-sandbox")])],
     "workloads": [pod("escape", "ml-sandbox", {"hostPID": True, "volumes": [{"name": "r", "hostPath": {"path": "/"}}],
                                                 "container": {"securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}}),
-                  pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler", "container": {"ports": [{"containerPort": 1, "hostPort": 8080}]}})],
+                  pod("miner", "fleetops-system", {"serviceAccountName": "fleetops-reconciler", "container": {"ports": [{"containerPort": 1, "hostPort": 8080}]}}),
+                  {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta("root"), "spec": {"local": {"path": "/"}}}],
     "admission": [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta("w"), "webhooks": []},
                   {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": meta("c"), "spec": {"conversion": {"strategy": "Webhook"}}}],
     "network": [egress_to("ml-sandbox", "0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"), egress_to("platform-dev", "not-a-cidr", "::ffff:0.0.0.0/96"),
