@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import getpass
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -163,6 +164,61 @@ def derived_facts(env: spec.Environment) -> dict[str, Any]:
     }
 
 
+def _egress_blocks(manifest: Any) -> Iterator[str]:
+    """The CIDR of every egress IP block of a NetworkPolicy, whatever program wrote it: a part that is
+    not the documented shape has no block to count, and the schema check refuses it anyway."""
+    body = manifest.get("spec") if isinstance(manifest, dict) else None
+    rules = body.get("egress") if isinstance(body, dict) else None
+    for rule in rules if isinstance(rules, list) else []:
+        peers = rule.get("to") if isinstance(rule, dict) else None
+        for peer in peers if isinstance(peers, list) else []:
+            block = peer.get("ipBlock") if isinstance(peer, dict) else None
+            if isinstance(block, dict) and "cidr" in block:
+                yield str(block["cidr"])
+
+
+def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """"cluster/namespace" -> the share of the IPv4 and IPv6 address spaces its NetworkPolicies' egress IP
+    blocks reach together, for `network.egress_anywhere`.
+
+    Arithmetic, not strings: 0.0.0.0/1 + 128.0.0.0/1 is all of IPv4 as much as 0.0.0.0/0 is, and two
+    overlapping blocks count once (their union). Neither engine can merge CIDRs (regorus lacks
+    net.cidr_merge), so the union is computed here and the rule compares the share with its data.
+    `except` is not subtracted: the share is an upper bound, so an exception never hides a wide block.
+    A CIDR that does not parse cannot be measured and is listed as invalid (the rule denies it).
+    """
+    blocks: dict[tuple[str, str], list[str]] = {}
+    for entry in entries:
+        if entry["kind"] == "NetworkPolicy":
+            blocks.setdefault((entry["cluster"], entry["namespace"]), []).extend(_egress_blocks(entry["manifest"]))
+    out: dict[str, dict[str, Any]] = {}
+    for (cluster, namespace), cidrs in sorted(blocks.items()):
+        if not cidrs:
+            continue
+        families: dict[int, list[Any]] = {4: [], 6: []}  # collapse_addresses takes one version at a time
+        invalid = []
+        for cidr in cidrs:
+            try:
+                network = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                invalid.append(cidr)
+                continue
+            if network.version == 6 and network.network_address.ipv4_mapped is not None and network.prefixlen >= 96:
+                # ::ffff:0.0.0.0/96 is all of IPv4 to a Go CNI (net.IPNet unmaps it): count it there.
+                network = ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96))
+            families[network.version].append(network)
+        fact: dict[str, Any] = {"cluster": cluster, "namespace": namespace, "invalid": sorted(set(invalid))}
+        for version, networks in families.items():
+            union = list(ipaddress.collapse_addresses(networks))
+            bits = 32 if version == 4 else 128
+            fact[f"ipv{version}"] = {
+                "cidrs": [str(n) for n in union],
+                "share": sum(n.num_addresses for n in union) / 2**bits,
+            }
+        out[f"{cluster}/{namespace}"] = fact
+    return out
+
+
 def build_input(
     env: spec.Environment,
     resources: Iterable[dict[str, Any]],
@@ -183,7 +239,7 @@ def build_input(
         "spec": env.model_dump(mode="json"),
         "resources": entries,
         "by_kind": by_kind,
-        "facts": derived_facts(env),
+        "facts": {**derived_facts(env), "egress": egress_coverage(entries)},
         "live": live.model_dump(mode="json") if live is not None else None,
         "change": change,
     }

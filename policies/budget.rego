@@ -3,7 +3,18 @@
 # description: The projected monthly cost of every declared device stays within the environment's budget; alert thresholds warn ahead of it.
 package fleet.budget
 
-cost := input.facts.monthly_cost
+# In a plan, the head is also costed with the base revision's prices for the models the base prices
+# (input.change.cost_after_base_prices): the budget is judged with the larger of the two, so that a
+# price cut in the same change cannot hide the capacity it adds.
+costs contains input.facts.monthly_cost
+
+costs contains input.change.cost_after_base_prices if is_number(input.change.cost_after_base_prices)
+
+cost := max(costs)
+
+default priced := ""
+
+priced := " at the base revision's prices" if cost > input.facts.monthly_cost
 
 budget := input.spec.budget
 
@@ -11,7 +22,7 @@ percent := round((cost * 100) / budget.monthly)
 
 # METADATA
 # title: Projected cost within budget
-# description: Physical devices x price per device-hour x 730 hours is at most the monthly budget.
+# description: Physical devices x price per device-hour x 730 hours is at most the monthly budget; in a plan, priced with the larger of the head's and the base revision's prices.
 # custom:
 #   severity: high
 #   control_id: FLEET-BUDGET-01
@@ -21,7 +32,7 @@ deny contains d if {
 	d := {
 		"rule": "budget.over_budget",
 		"severity": "high",
-		"msg": sprintf("projected monthly cost %d %s exceeds the budget of %d (%d%%)", [round(cost), budget.currency, round(budget.monthly), percent]),
+		"msg": sprintf("projected monthly cost %d %s%s exceeds the budget of %d (%d%%)", [round(cost), budget.currency, priced, round(budget.monthly), percent]),
 		"resource": {"kind": "Budget", "name": input.environment},
 	}
 }
@@ -38,7 +49,7 @@ warn contains d if {
 	d := {
 		"rule": "budget.alert_threshold",
 		"severity": "low",
-		"msg": sprintf("projected monthly cost %d %s is %d%% of the budget of %d, past the %d%% alert", [round(cost), budget.currency, percent, round(budget.monthly), round(threshold * 100)]),
+		"msg": sprintf("projected monthly cost %d %s%s is %d%% of the budget of %d, past the %d%% alert", [round(cost), budget.currency, priced, percent, round(budget.monthly), round(threshold * 100)]),
 		"resource": {"kind": "Budget", "name": input.environment},
 	}
 }

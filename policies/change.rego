@@ -49,9 +49,21 @@ deny contains d if {
 	}
 }
 
+# The head's cost as judged: the larger of its own prices and the base's for the models the base prices
+# (cost_after_base_prices), so that a price cut in the same change cannot hide the capacity it adds.
+head_costs contains change.cost_after
+
+head_costs contains change.cost_after_base_prices if is_number(change.cost_after_base_prices)
+
+judged_cost := max(head_costs)
+
+default cost_note := ""
+
+cost_note := " at the base revision's prices" if judged_cost > change.cost_after
+
 # METADATA
 # title: Large cost increase needs approvals
-# description: A projected monthly cost increase above the configured share of the base cost needs the configured number of approvals.
+# description: A projected monthly cost increase above the configured share of the base cost needs the configured number of approvals. The head is costed with the larger of its own prices and the base revision's (cost_after_base_prices).
 # custom:
 #   severity: medium
 #   control_id: FLEET-CHANGE-02
@@ -60,11 +72,11 @@ deny contains d if {
 deny contains d if {
 	short
 	change.cost_before > 0
-	change.cost_after - change.cost_before > change.cost_before * cfg.max_cost_increase_fraction
+	judged_cost - change.cost_before > change.cost_before * cfg.max_cost_increase_fraction
 	d := {
 		"rule": "change.cost_increase_approvals",
 		"severity": "medium",
-		"msg": sprintf("monthly cost rises %d -> %d (more than %d%%): needs %d approvals, has %d", [round(change.cost_before), round(change.cost_after), round(cfg.max_cost_increase_fraction * 100), cfg.required_approvals, approvals]),
+		"msg": sprintf("monthly cost rises %d -> %d%s (more than %d%%): needs %d approvals, has %d", [round(change.cost_before), round(judged_cost), cost_note, round(cfg.max_cost_increase_fraction * 100), cfg.required_approvals, approvals]),
 		"resource": {"kind": "Budget", "name": input.environment},
 	}
 }
@@ -85,6 +97,65 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("the change deletes environment %s: needs %d approvals, has %d", [input.environment, cfg.required_approvals, approvals]),
 		"resource": {"kind": "Environment", "name": input.environment},
+	}
+}
+
+# METADATA
+# title: Program change needs approvals
+# description: A change to the program that renders the fleet (modules/, fleetops/, stacks/, Pulumi.yaml, pyproject.toml, setup.py; program_files_changed) can change every object whatever the environment file says; it needs the configured number of code owners' approvals.
+# custom:
+#   severity: high
+#   control_id: FLEET-CHANGE-06
+#   fix: "get the code owners' approvals, or keep the program change in its own reviewed PR"
+#   gate: approval
+deny contains d if {
+	short
+	files := change.program_files_changed
+	count(files) > 0
+	d := {
+		"rule": "change.program_approvals",
+		"severity": "high",
+		"msg": sprintf("changes the program that renders the fleet (%s): needs %d approvals, has %d", [listed(files), cfg.required_approvals, approvals]),
+		"resource": {"kind": "Program", "name": input.environment},
+	}
+}
+
+# At most five names, then how many more: a large refactor must not flood the plan comment.
+listed(files) := concat(", ", files) if count(files) <= 5
+
+listed(files) := sprintf("%s and %d more", [concat(", ", array.slice(files, 0, 5)), count(files) - 5]) if count(files) > 5
+
+cheaper(p) if {
+	is_number(p.before)
+	is_number(p.after)
+	p.after < p.before
+}
+
+cheaper(p) if p.after == 0
+
+# Rounded to 4 decimals first: %v writes a tiny float differently in OPA (1e-07) and regorus
+# (0.0000001), and %.4f an integer.
+price(value) := sprintf("%v", [round(value * 10000) / 10000]) if is_number(value)
+
+price(null) := "unpriced"
+
+# METADATA
+# title: Price decrease needs approvals
+# description: Lowering a device model's price per device-hour, or setting one to 0, lowers the projected cost of every node of that model and with it what the budget and cost rules see; it needs the configured number of approvals.
+# custom:
+#   severity: high
+#   control_id: FLEET-CHANGE-07
+#   fix: "get the required approvals, or change prices in their own reviewed PR"
+#   gate: approval
+deny contains d if {
+	short
+	some p in change.price_changes
+	cheaper(p)
+	d := {
+		"rule": "change.price_decrease_approvals",
+		"severity": "high",
+		"msg": sprintf("price of %s per device-hour %s -> %s: needs %d approvals, has %d", [p.model, price(p.before), price(p.after), cfg.required_approvals, approvals]),
+		"resource": {"kind": "Price", "name": p.model},
 	}
 }
 

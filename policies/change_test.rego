@@ -28,6 +28,8 @@ test_no_change_no_decisions if {
 
 test_no_change_input_no_decisions if {
 	count(change.deny) == 0 with input as {"environment": "prod"}
+	count(change.deny) == 0 with input as {"environment": "prod", "change": null}
+	count(change.warn) == 0 with input as {"environment": "prod", "change": null}
 }
 
 test_small_quota_raise_allowed if {
@@ -70,4 +72,56 @@ test_policy_edit_warns if {
 
 test_group_removed_warns if {
 	"change.group_removed" in rules(change.warn) with input as with_change({"groups_removed": ["center-sh/fpga-arria10"]})
+}
+
+test_program_change_needs_approvals if {
+	decisions := change.deny with input as with_change({"program_files_changed": ["fleetops/policy.py", "modules/reconciler.py"]})
+	some d in decisions
+	d.rule == "change.program_approvals"
+	d.msg == "changes the program that renders the fleet (fleetops/policy.py, modules/reconciler.py): needs 2 approvals, has 0"
+	count(change.deny) == 0 with input as with_change({"program_files_changed": ["modules/tenant.py"], "approvals": 2})
+	count(change.deny) == 0 with input as with_change({"program_files_changed": []})
+}
+
+test_a_long_program_change_is_named_in_short if {
+	files := [sprintf("modules/m%d.py", [i]) | some i in numbers.range(1, 7)]
+	decisions := change.deny with input as with_change({"program_files_changed": files})
+	some d in decisions
+	d.msg == "changes the program that renders the fleet (modules/m1.py, modules/m2.py, modules/m3.py, modules/m4.py, modules/m5.py and 2 more): needs 2 approvals, has 0"
+}
+
+prices(before, after) := {"price_changes": [{"model": "H100-SXM-80GB", "before": before, "after": after}]}
+
+test_a_price_decrease_needs_approvals if {
+	decisions := change.deny with input as with_change(prices(2.5, 2))
+	some d in decisions
+	d.rule == "change.price_decrease_approvals"
+	d.msg == "price of H100-SXM-80GB per device-hour 2.5 -> 2: needs 2 approvals, has 0"
+	count(change.deny) == 0 with input as with_change(object.union(prices(2.5, 2), {"approvals": 2}))
+}
+
+test_a_price_set_to_zero_needs_approvals if {
+	decisions := change.deny with input as with_change(prices(null, 0))
+	some d in decisions
+	d.msg == "price of H100-SXM-80GB per device-hour unpriced -> 0: needs 2 approvals, has 0"
+	"change.price_decrease_approvals" in rules(change.deny) with input as with_change(prices(3, 0))
+	tiny := change.deny with input as with_change(prices(0.0000003, 0.0000001))
+	{t.msg | some t in tiny} == {"price of H100-SXM-80GB per device-hour 0 -> 0: needs 2 approvals, has 0"}
+}
+
+test_a_price_raise_a_new_price_or_a_removed_one_needs_nothing if {
+	count(change.deny) == 0 with input as with_change(prices(2, 3))
+	count(change.deny) == 0 with input as with_change(prices(null, 3))
+	count(change.deny) == 0 with input as with_change(prices(3, null))
+}
+
+test_cost_at_base_prices_shows_the_increase_a_price_cut_hides if {
+	# 20x the nodes at a 20th of the price: the head's own cost is flat.
+	hidden := {"cost_after": 1000, "cost_after_base_prices": 20000}
+	decisions := change.deny with input as with_change(hidden)
+	some d in decisions
+	d.rule == "change.cost_increase_approvals"
+	d.msg == "monthly cost rises 1000 -> 20000 at the base revision's prices (more than 20%): needs 2 approvals, has 0"
+	count(change.deny) == 0 with input as with_change({"cost_after": 1100, "cost_after_base_prices": 900})
+	count(change.deny) == 0 with input as with_change({"cost_after": 1100, "cost_after_base_prices": null})
 }

@@ -18,3 +18,38 @@ of_kind(kind) := objects if {
 }
 
 indexed if is_object(input.by_kind)
+
+# "cluster/namespace" of every tenant namespace: those the environment file declares, whatever the
+# rendered objects say (a program that drops the tenant label must not drop a rule), and any rendered
+# namespace labelled as a tenant's.
+tenant_namespaces contains sprintf("%s/%s", [cluster, tenant.name]) if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+}
+
+tenant_namespaces contains sprintf("%s/%s", [r.cluster, r.name]) if {
+	some r in of_kind("Namespace")
+	r.manifest.metadata.labels["fleetops.io/tenant"]
+}
+
+# A rendered object is the system component `entry` of policies/data.yaml names: same kind and
+# namespace, and its name, or `group_prefix` + a pool or edge group of the object's cluster (with the
+# entry's `sharing` mode, when it names one). Never one in a tenant namespace.
+system_component(r, entry) if {
+	same_place(r, entry)
+	r.name == entry.name
+}
+
+system_component(r, entry) if {
+	startswith(r.name, entry.group_prefix) # the cheapest test first: most entries differ here
+	same_place(r, entry)
+	group := input.facts.groups[trim_prefix(r.name, entry.group_prefix)]
+	group.cluster == r.cluster
+	object.get(entry, "sharing", group.sharing) == group.sharing
+}
+
+same_place(r, entry) if {
+	r.kind == entry.kind
+	r.namespace == entry.namespace
+	not sprintf("%s/%s", [r.cluster, r.namespace]) in tenant_namespaces
+}

@@ -14,13 +14,22 @@ egress(cluster, ns, cidr, port) := netpol(cluster, ns, "allow-out", {
 	"egress": [{"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"port": port, "protocol": "TCP"}]}],
 })
 
+tenant(name, cluster, network) := {"name": name, "clusters": [cluster], "network": object.union({"egress_cidrs": [], "allow_from_tenants": [], "allow_to_endpoints": []}, network)}
+
 base := {
 	"spec": {
 		"clusters": [{"name": "center", "role": "center"}, {"name": "edge", "role": "edge"}],
-		"network": {"center_endpoints": [{"name": "registry", "cidr": "10.20.0.0/24", "ports": [443]}]},
+		"network": {"allow_dns": true, "center_endpoints": [{"name": "registry", "cidr": "10.20.0.0/24", "ports": [443]}]},
+		"tenants": [
+			tenant("a", "center", {"egress_cidrs": ["10.30.0.0/16"], "allow_from_tenants": ["b"]}),
+			tenant("b", "center", {}),
+			tenant("e", "edge", {"allow_to_endpoints": ["registry"]}),
+		],
 	},
+	"facts": {"egress": {}},
 	"resources": [
 		namespace("center", "a"), deny_all("center", "a"), egress("center", "a", "10.30.0.0/16", 8080),
+		namespace("center", "b"), deny_all("center", "b"),
 		namespace("edge", "e"), deny_all("edge", "e"), egress("edge", "e", "10.20.0.0/24", 443),
 	],
 }
@@ -33,8 +42,10 @@ test_clean_input_has_no_decisions if {
 	count(network.deny) == 0 with input as base
 }
 
+without_default_deny(ns) := object.union(base, {"resources": [r | some r in base.resources; not r == deny_all("center", ns)]})
+
 test_missing_default_deny_fires if {
-	decisions := network.deny with input as with_resources([namespace("center", "b")])
+	decisions := network.deny with input as without_default_deny("b")
 	some d in decisions
 	d.rule == "network.missing_default_deny"
 	d.resource.tenant == "b"
@@ -42,11 +53,96 @@ test_missing_default_deny_fires if {
 
 test_a_policy_with_rules_is_not_default_deny if {
 	open := netpol("center", "b", "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}]})
-	"network.missing_default_deny" in rules(network.deny) with input as with_resources([namespace("center", "b"), open])
+	"network.missing_default_deny" in rules(network.deny) with input as object.union(without_default_deny("b"), {"resources": array.concat(without_default_deny("b").resources, [open])})
 }
 
-test_egress_anywhere_fires if {
-	"network.egress_anywhere" in rules(network.deny) with input as with_resources([egress("center", "a", "0.0.0.0/0", 443)])
+test_a_namespace_without_the_tenant_label_is_still_a_tenant if {
+	# The tenant list comes from the environment file, not from what the program labels.
+	unlabelled := object.union(without_default_deny("b"), {"resources": [r | some r in without_default_deny("b").resources; not r == namespace("center", "b")]})
+	"network.missing_default_deny" in rules(network.deny) with input as unlabelled
+}
+
+# facts.egress as fleetops.policy.egress_coverage computes it: the union of a namespace's egress blocks.
+coverage(ipv4, ipv6, invalid) := {"center/a": {"cluster": "center", "namespace": "a", "invalid": invalid, "ipv4": ipv4, "ipv6": ipv6}}
+
+none := {"cidrs": [], "share": 0}
+
+test_egress_over_the_ipv4_share_fires if {
+	decisions := network.deny with input as object.union(base, {"facts": {"egress": coverage({"cidrs": ["0.0.0.0/0"], "share": 1}, none, [])}})
+	some d in decisions
+	d.rule == "network.egress_anywhere"
+	d.msg == "center: NetworkPolicies in namespace a allow egress to 0.0.0.0/0 together (their union), more of the IPv4 address space than network.max_egress_share allows"
+}
+
+test_egress_over_the_ipv6_share_fires if {
+	decisions := network.deny with input as object.union(base, {"facts": {"egress": coverage(none, {"cidrs": ["::/1", "c000::/2"], "share": 0.75}, [])}})
+	some d in decisions
+	d.msg == "center: NetworkPolicies in namespace a allow egress to ::/1, c000::/2 together (their union), more of the IPv6 address space than network.max_egress_share allows"
+}
+
+test_egress_within_the_share_passes if {
+	count(network.deny) == 0 with input as object.union(base, {"facts": {"egress": coverage({"cidrs": ["10.0.0.0/8"], "share": 0.00390625}, none, [])}})
+}
+
+test_egress_that_cannot_be_measured_fires if {
+	decisions := network.deny with input as object.union(base, {"facts": {"egress": coverage(none, none, ["anywhere"])}})
+	some d in decisions
+	d.msg == "center: NetworkPolicies in namespace a allow egress to anywhere, which is not a CIDR and cannot be measured"
+}
+
+opened(rules) := with_resources([netpol("center", "a", "extra", object.union({"podSelector": {}}, rules))])
+
+opening(decisions) := {d.msg | some d in decisions; d.rule == "network.tenant_opened"}
+
+test_the_allow_lists_themselves_open_nothing if {
+	allowed := {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [
+		{"podSelector": {}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "b"}}, "podSelector": {"matchLabels": {"app": "x"}}},
+	]}], "egress": [{"to": [
+		{"podSelector": {"matchLabels": {"app": "y"}}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}, "podSelector": {"matchLabels": {"app": "z"}}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
+		{"ipBlock": {"cidr": "10.30.0.0/16"}},
+	]}]}
+	count(network.deny) == 0 with input as opened(allowed)
+}
+
+test_a_rule_without_peers_opens_the_tenant if {
+	opening(network.deny) == {"center: NetworkPolicy a/extra: ingress rule 1 allows every source", "center: NetworkPolicy a/extra: egress rule 2 allows every destination"} with input as opened({"ingress": [{}], "egress": [{"to": [{"podSelector": {}}]}, {"to": []}]})
+}
+
+test_peers_outside_the_allow_lists_open_the_tenant if {
+	wide := {"ingress": [{"from": [{"namespaceSelector": {}}, {"ipBlock": {"cidr": "10.0.0.0/8"}}]}], "egress": [{"to": [
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "b"}}},
+		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+		{"ipBlock": {"cidr": "10.31.0.0/16"}},
+	]}]}
+	opening(network.deny) == {
+		"center: NetworkPolicy a/extra: ingress rule 1 peer 1 is not in the tenant's allow lists",
+		"center: NetworkPolicy a/extra: ingress rule 1 peer 2 is not in the tenant's allow lists",
+		"center: NetworkPolicy a/extra: egress rule 1 peer 1 is not in the tenant's allow lists",
+		"center: NetworkPolicy a/extra: egress rule 1 peer 2 is not in the tenant's allow lists",
+		"center: NetworkPolicy a/extra: egress rule 1 peer 3 is not in the tenant's allow lists",
+	} with input as opened(wide)
+}
+
+test_dns_is_allowed_only_when_the_environment_allows_it if {
+	no_dns := object.union(opened({"egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]}]}), {"spec": {"network": {"allow_dns": false}}})
+	"network.tenant_opened" in rules(network.deny) with input as no_dns
+}
+
+test_an_endpoint_is_reached_only_on_its_ports if {
+	on_port := netpol("edge", "e", "extra", {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]})
+	count(network.deny) == 0 with input as with_resources([on_port])
+	every_port := netpol("edge", "e", "extra", {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}]}]})
+	"network.tenant_opened" in rules(network.deny) with input as with_resources([every_port])
+	port_range := netpol("edge", "e", "extra", {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/24"}}], "ports": [{"port": 443, "endPort": 65535}]}]})
+	rules(network.deny) == {"network.tenant_opened", "network.edge_egress_not_allowed"} with input as with_resources([port_range])
+}
+
+test_policies_outside_tenant_namespaces_are_not_judged_for_opening if {
+	count(opening(network.deny)) == 0 with input as with_resources([netpol("center", "monitoring", "open", {"podSelector": {}, "ingress": [{}]})])
 }
 
 test_edge_egress_outside_allow_list_fires if {
@@ -55,4 +151,10 @@ test_edge_egress_outside_allow_list_fires if {
 
 test_edge_egress_on_undeclared_port_fires if {
 	"network.edge_egress_not_allowed" in rules(network.deny) with input as with_resources([egress("edge", "e", "10.20.0.0/24", 22)])
+}
+
+test_a_labelled_namespace_the_environment_does_not_declare_is_a_tenant_too if {
+	decisions := network.deny with input as with_resources([namespace("center", "z")])
+	some d in decisions
+	d.msg == "center: tenant namespace z has no default-deny NetworkPolicy for ingress and egress"
 }
