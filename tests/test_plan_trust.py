@@ -48,8 +48,8 @@ def render_environment(*args, **kwargs):
     edit(repo, *OVER)
     commit(repo, "vision: 400 GPUs, and a judge that says yes")
     out = plan(repo, "--env", "prod", "--output", "json")
-    assert out.returncode != 0 and out.stdout == "", out.stdout[:300]
-    assert "not JSON" in out.stderr or "could not be rendered" in out.stderr, out.stderr
+    assert out.returncode == 2 and json.loads(out.stdout)["verdict"] == "invalid", out.stdout[:300]
+    assert "not JSON serializable" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
     assert not marker.exists()
 
@@ -70,6 +70,8 @@ def test_no_code_of_the_head_runs_in_the_judging_process(repo: Path) -> None:
     assert not marker.exists()
     assert result["program_file_changes"] == ["modules/__init__.py", "modules/kube.py"]
     assert result["security_changes"] >= 2
+    assert code == 1 and result["verdict"] == "needs-approval"  # a program change needs the code owners' approval
+    assert "change.program_approvals" in {d["rule"] for d in result["decisions"] if d["status"] == "approval"}
 
 
 def test_the_heads_program_sees_no_token_no_network_no_secret_and_writes_nothing(repo: Path, tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ _probe = {{
     "variables": sorted(_os.environ),
     "read_secret": _try(lambda: open({str(secret)!r}).read()),
     "write_judge": _try(lambda: open({str(repo / "fleetops" / "policy.py")!r}, "a").write("# pwned")),
-    "write_tmp": _try(lambda: open("/tmp/fleetops-probe", "w").write("x")),
+    "write_tmp": _try(lambda: open({str(tmp_path / "probe")!r}, "w").write("x")),
     "connect": _try(lambda: _socket.create_connection(("127.0.0.1", {port}), timeout=2)),
     "git_config": _try(lambda: open({str(repo / ".git" / "config")!r}).read()),
 }}
@@ -114,7 +116,7 @@ raise SystemExit("probe " + _json.dumps(_probe))
     with pytest.raises(BlockingIOError):
         listener.accept()
     assert (repo / "fleetops" / "policy.py").read_bytes() == judge_before
-    assert not Path("/tmp/fleetops-probe").exists()
+    assert not (tmp_path / "probe").exists()
 
 
 def test_head_owners_and_waivers_are_never_read_for_the_verdict(repo: Path) -> None:
@@ -150,3 +152,38 @@ def test_more_than_the_limit_out_of_git_is_refused_in_one_line(repo: Path) -> No
             pass
     with plan_mod.checkout(repo, head, ["environments/prod.yaml"], limit=2 << 20) as tree:  # the blob is not taken out
         assert [p.name for p in tree.rglob("*") if p.is_file()] == ["prod.yaml"]
+
+
+def test_a_cluster_admin_binding_added_by_the_program_is_denied(repo: Path) -> None:
+    # The attack: a head adds, in modules/, a ClusterRoleBinding of cluster-admin for every authenticated user.
+    append(repo, "modules/fleet.py", """
+_manifests = manifests
+
+
+def manifests(env, *args, **kwargs):
+    collected = _manifests(env, *args, **kwargs)
+    cluster = next(iter(collected.clusters))
+    collected.clusters[cluster].append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "everyone-admin", "labels": {"app.kubernetes.io/managed-by": "fleetops"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]})
+    return collected
+""")
+    commit(repo, "modules: a helpful binding")
+    code, result = plan_json(repo, "--approvals", "5")
+    assert code == 1 and result["verdict"] == "denied", result["verdict"]
+    denied = {d["rule"] for d in result["decisions"] if d["status"] == "deny"}
+    assert {"rbac.unjudged_binding", "rbac.broad_subject"} <= denied
+    assert result["program_file_changes"] == ["modules/fleet.py"]
+
+
+def test_a_price_cut_cannot_hide_the_cost_of_more_nodes(repo: Path) -> None:
+    edit(repo, "  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 0\n")
+    edit(repo, "nodes: 16", "nodes: 320")
+    commit(repo, "twenty times the H100 nodes, for free")
+    code, result = plan_json(repo)
+    assert code == 1 and result["verdict"] != "allowed"
+    blocking = {d["rule"] for d in result["decisions"] if d["status"] in ("deny", "approval")}
+    assert "change.price_decrease_approvals" in blocking
+    assert blocking & {"change.cost_increase_approvals", "budget.monthly_over_budget", "budget.over_budget"}, blocking
