@@ -124,9 +124,12 @@ class Verdict:
     reason: str
 
 
-def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Verdict:
+def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Verdict | None:
     """Approve or deny a pending kubelet client request of a guarded cluster: fleetops is its signer's
-    approver there, so every request is decided, none is left pending for another approver.
+    approver there, so every request a device could use to join is decided. The one left to
+    Kubernetes' own approver (None) is a node outside every edge group renewing its own certificate
+    (a control-plane or infrastructure node): denying it would cut that node off when its
+    certificate expires, and admits no one new.
 
     `record` (node -> key fleetops approved) binds each key to one node name: a device's key cannot
     admit a second node, and a node name admitted with one key is not taken over with another
@@ -135,6 +138,8 @@ def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Ve
     if request.problem or request.node is None:
         return Verdict(request, False, request.problem or "not a node's certificate")
     groups = guarded_groups(cluster, request.node)
+    if not groups and request.renewal and request.node not in record:
+        return None
     if len(groups) != 1:
         names = ", ".join(g.name for g in groups)
         why = f"matches several edge groups ({names})" if groups else f"matches no edge group with a device allow list in {cluster.name}"

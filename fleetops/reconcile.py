@@ -542,6 +542,8 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
         if not identity.pending(csr):
             continue
         verdict = identity.judge(cluster, identity.read_request(csr), record)
+        if verdict is None:  # not an edge device's: Kubernetes' own approver decides it
+            continue
         if verdict.approve:
             record[verdict.request.node] = verdict.request.fingerprint
         actions.append(Action(cluster.name, "approve" if verdict.approve else "deny", f"CertificateSigningRequest {csr['metadata']['name']}",

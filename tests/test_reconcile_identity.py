@@ -58,6 +58,21 @@ def test_kubelet_requests_are_approved_only_to_the_letter_of_kubernetes_rules(ba
     assert "dev-orin-12" not in record and "dev-orin-1" in record
 
 
+def test_a_node_outside_every_edge_group_renewing_its_own_certificate_is_left_to_kubernetes(backend) -> None:
+    # A control-plane node of a guarded cluster: denying its renewal would cut it off when its
+    # certificate expires. A bootstrap token asking for the same name is still denied.
+    env, state = dev()
+    apis = backend(allowing(env, "orin-1"))
+    edge = apis["dev-edge"]
+    edge.seed(kubelet_csr("csr-cp-renew", "control-plane-0", key="orin-13", username="system:node:control-plane-0"),
+              kubelet_csr("csr-cp-join", "control-plane-1", key="orin-14"))
+    result = reconcile.run_pass(allowing(env, "orin-1"), state, apis, allow, options())
+    decided = {a.target.removeprefix("CertificateSigningRequest "): a.verb for a in result.clusters["dev-edge"].actions
+               if a.kind == "CertificateSigningRequest"}
+    assert decided == {"csr-cp-join": "deny"}
+    assert "conditions" not in (edge.peek(*CSR, "", "csr-cp-renew").get("status") or {})
+
+
 def test_a_node_name_admitted_with_one_key_is_not_taken_over_with_another(backend) -> None:
     env, state = dev()
     env = allowing(env, "orin-1", "orin-2")
