@@ -99,16 +99,21 @@ def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None
     assert f"::error file=environments/prod.yaml,line={changed},title=deny%3A quota.guaranteed_over_capacity::{message}" in annotations
 
 
-def test_waived_high_severity_denials_are_listed_first_with_owner_ticket_and_expiry(repo: Path) -> None:
-    git(repo, "checkout", "-q", "main")  # the waiver is merged first, in its own change, as the fix says
+def merge_waiver(repo: Path, owner: str, reason: str, ticket: str) -> None:
+    """A month's waiver of center-sh's GPU headroom, merged first in its own change (as the fix says)."""
+    git(repo, "checkout", "-q", "main")
     waivers = repo / "policies" / "waivers.yaml"
     waivers.write_text(waivers.read_text() + (
         "  - rule: quota.guaranteed_over_capacity\n"
         "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
-        "    owner: capacity-planning@fleetops.example\n    reason: two racks land next week\n    ticket: FLEET-500\n"
+        f"    owner: {owner}\n    reason: {reason}\n    ticket: {ticket}\n"
         f"    created: {dt.date.today()}\n    expires: {dt.date.today() + dt.timedelta(days=30)}\n"))
     commit(repo, "waive center-sh's GPU headroom for a month")
     git(repo, "checkout", "-q", "-B", "change")
+
+
+def test_waived_high_severity_denials_are_listed_first_with_owner_ticket_and_expiry(repo: Path) -> None:
+    merge_waiver(repo, "capacity-planning@fleetops.example", "two racks land next week", "FLEET-500")
     edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
     commit(repo, "llm-pretrain: 12 more")
     text = comment(repo, "--approvals", "2")
@@ -177,15 +182,7 @@ def test_no_string_from_the_environment_or_the_policies_becomes_markup_in_the_co
     import cmarkgfm
     from cmarkgfm.cmark import Options
 
-    git(repo, "checkout", "-q", "main")
-    waivers = repo / "policies" / "waivers.yaml"
-    waivers.write_text(waivers.read_text() + (
-        "  - rule: quota.guaranteed_over_capacity\n"
-        "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
-        "    owner: '<img src=x onerror=alert(1)>'\n    reason: racks\n    ticket: '</details>![pixel](https://evil.example/p.png)'\n"
-        f"    created: {dt.date.today()}\n    expires: {dt.date.today() + dt.timedelta(days=30)}\n"))
-    commit(repo, "waive with markup")
-    git(repo, "checkout", "-q", "-B", "change")
+    merge_waiver(repo, "'<img src=x onerror=alert(1)>'", "racks", "'</details>![pixel](https://evil.example/p.png)'")
     edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
     edit(repo, 'description: "Online inference serving user traffic"', 'description: "<script>alert(2)</script>\\n```\\n<img src=x onerror=alert(3)>"')
     readme = repo / "policies" / "README.md"
