@@ -60,7 +60,7 @@ def test_plan_judges_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeyp
     monkeypatch.chdir(repo)
     refuse_forks(monkeypatch)
     # The base runs this code too: rendered here, not by a process of its tree (which holds only its file and policies).
-    monkeypatch.setattr(plan, "_start_render", lambda *args: pytest.fail("the base was rendered by a process of its own tree"))
+    monkeypatch.setattr(plan, "_isolated", lambda *args: pytest.fail("the base was rendered by a process of its own tree"))
     result = plan.build(repo, "prod", git(repo, "rev-parse", "main").strip(), None, 0)
     assert result["verdict"] == "allowed" and result["decisions"]
     assert ("ResourceQuota", "vision") in {(o["kind"], o["namespace"]) for o in result["objects"]["changed"]}

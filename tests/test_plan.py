@@ -155,14 +155,17 @@ def test_price_change_moves_cost_only(repo: Path) -> None:
 
 
 def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) -> None:
-    # The head's modules are not the code running the plan: the head renders in a process of its own
-    # tree, the base here from only its environment file and policies out of Git.
+    # The head's modules are not the code running the plan: the head renders confined, by its own
+    # program, the base here from only its environment file and policies out of Git; a program change
+    # needs the code owners' approvals.
     path = repo / "modules" / "kube.py"
     text = path.read_text()
     assert "return {MANAGED_BY: MANAGER," in text, "test setup: the labels every object carries"
     path.write_text(text.replace("return {MANAGED_BY: MANAGER,", 'return {"fleetops.io/tier": "gpu", MANAGED_BY: MANAGER,', 1))
     commit(repo, "a label on every object")
     code, result = plan_json(repo)
+    assert (code, result["verdict"], result["approvals"]["needed_by"]) == (1, "needs-approval", ["change.program_approvals"])
+    code, result = plan_json(repo, "--approvals", "2")
     assert code == 0
     assert not result["objects"]["added"] and not result["objects"]["removed"]
     namespaces = [c for c in result["objects"]["changed"] if c["kind"] == "Namespace"]
