@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fleetops import cli, reconcile, schema
-from fleetops.cluster import TIMEOUT, Faults, MemoryCluster
+from fleetops.cluster import TIMEOUT, ApiError, Faults, KubeCluster, MemoryCluster
 from tests.backends import RealCluster
 from tests.reconcile_support import DEV, allow, commit, dev, key_fingerprint, kubelet_csr, new_repo, options
 
@@ -81,6 +81,18 @@ def test_a_missing_kubeconfig_is_one_line_naming_the_file_and_exit_2(tmp_path: P
     assert result.exit_code == 2
     assert result.output.splitlines() == [
         f"{missing}: no such kubeconfig file (cluster dev-center: set its kubeconfig in the environment, --kubeconfig or $KUBECONFIG)"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("apiVersion: v1\nkind: Config\ncontexts: []\n", "cannot load context dev (cluster c1): Invalid kube-config file. Expected object with name dev"),
+    ("users:\n- name: x\n  user: {token: s3cr3t-token\n", "cannot load context dev (cluster c1): ParserError"),
+])
+def test_an_unreadable_kubeconfig_is_named_with_its_context_never_its_contents(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(ApiError) as raised:
+        KubeCluster("c1", kubeconfig=str(path), context="dev")
+    assert str(raised.value).startswith(f"{path}: {says}") and "s3cr3t" not in str(raised.value)
 
 
 @pytest.fixture(params=["memory", pytest.param("real", marks=pytest.mark.real)])
