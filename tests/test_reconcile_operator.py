@@ -26,8 +26,8 @@ QUOTA = ("v1", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu")
 def printed(result: reconcile.PassResult, monkeypatch: pytest.MonkeyPatch, width: int = 100) -> tuple[str, str]:
     """What `reconcile --once` prints of a pass, on a terminal `width` columns wide: (stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=out, width=width, color_system=None))
-    monkeypatch.setattr(cli, "err", Console(file=err, width=width, color_system=None))
+    monkeypatch.setattr(cli, "out", Console(file=out, width=width, color_system=None, soft_wrap=True))
+    monkeypatch.setattr(cli, "err", Console(file=err, width=width, color_system=None, soft_wrap=True))
     cli.print_pass(result)
     return out.getvalue(), err.getvalue()
 
@@ -127,7 +127,8 @@ def test_a_bare_cluster_gets_one_line_per_missing_api_naming_what_to_install(bar
         assert apis[name].peek("v1", "Namespace", "", namespace) is not None
     if "monitoring.coreos.com/v1" in {m["apiVersion"] for m in state.clusters["dev-center"]}:
         assert any("install prometheus-operator" in e for e in result.errors)
-    stdout, stderr = printed(result, monkeypatch, width=400)
+    stdout, stderr = printed(result, monkeypatch)
+    assert stderr.splitlines() == result.errors  # each on one line of its own, nothing else
     assert "No matches found" not in stdout + stderr and "404" not in stdout + stderr
 
 
