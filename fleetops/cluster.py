@@ -77,12 +77,6 @@ class ClusterAPI(Protocol):
 
     def create(self, manifest: Manifest) -> Manifest: ...
 
-    def _existing(self, key: Key) -> Manifest:
-        before = self._objects.get(key)
-        if before is None:
-            raise ApiError(404, f"{describe(key)} not found")
-        return before
-
     def replace(self, manifest: Manifest) -> Manifest: ...
 
     def approve(self, csr: Manifest) -> Manifest:
@@ -683,12 +677,6 @@ class KubeCluster:
     def create(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).create(
             body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
-
-    def _existing(self, key: Key) -> Manifest:
-        before = self._objects.get(key)
-        if before is None:
-            raise ApiError(404, f"{describe(key)} not found")
-        return before
 
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(
