@@ -538,18 +538,22 @@ def parse_interval(text: str, option: str) -> float:
 def print_pass(result: Any) -> None:
     from rich.table import Table
 
+    if result.status in ("invalid", "unavailable"):  # nothing was reconciled: the reasons alone, no table, no counts
+        for reason in result.reasons:
+            err.print(reason, markup=False, highlight=False)
+        return
     table = Table(title=f"{result.environment} at {result.revision or '(no revision)'}: {result.status}", title_justify="left")
     for col in ("cluster", "action", "object", "detail", "result"):
-        table.add_column(col)
+        # A fingerprint or a name is read whole: long words wrap, never end in an ellipsis.
+        table.add_column(col, overflow="fold")
     for name, cluster in result.clusters.items():
         if cluster.unreachable is not None:
             table.add_row(name, "unreachable", "", cluster.unreachable, "error")
         elif not cluster.leader and not cluster.errors:
             table.add_row(name, "standby", "", "another replica holds the Lease", "")
         for a in cluster.actions:
-            detail = a.detail if isinstance(a.detail, str) else (", ".join(c.path for c in a.detail) if isinstance(a.detail, list) else "")
             outcome = a.error or ("done" if a.done else ("planned" if a.write else ""))
-            table.add_row(name, a.verb, a.target, detail, outcome)
+            table.add_row(name, a.verb, a.target, a.text(), outcome)
         for problem in cluster.problems:
             table.add_row(name, "malformed", "", problem, "left out")
     if table.row_count:
@@ -570,7 +574,12 @@ def print_pass(result: Any) -> None:
     for error in dict.fromkeys(result.errors):
         if error not in in_table:
             err.print(error, markup=False, highlight=False)
-    out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {result.last_applied or 'none'}", highlight=False)
+    recorded = {n: c.last_applied for n, c in result.clusters.items() if c.leader}
+    if result.last_applied or len(set(recorded.values())) <= 1:
+        applied = result.last_applied or "none"
+    else:  # the clusters' status records disagree: each one's
+        applied = ", ".join(f"{n} {r or 'none'}" for n, r in recorded.items())
+    out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {applied}", highlight=False)
 
 
 @app.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import os
 import random
 import re
 import threading
@@ -20,6 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from fleetops.render import CLUSTER_SCOPED
@@ -46,10 +48,16 @@ class ApiError(Exception):
     @property
     def retryable(self) -> bool:
         # A server-side apply the server cannot even type (a field its schema lacks) comes back as a
-        # 500 on a real kube-apiserver, yet no retry can heal it.
-        if self.status == 500 and "failed to create typed patch object" in self.reason:
+        # 500 on a real kube-apiserver, yet no retry can heal it; nor can sending the same apply
+        # again take a field another manager owns.
+        if self.status == 500 and "failed to create typed patch object" in self.reason or self.field_conflict:
             return False
         return self.status == TIMEOUT or self.status in RETRYABLE_STATUSES
+
+    @property
+    def field_conflict(self) -> bool:
+        """A server-side apply refused because another field manager owns a field it sends."""
+        return self.status == 409 and "Apply failed with" in self.reason
 
 
 class ClusterAPI(Protocol):
@@ -69,12 +77,6 @@ class ClusterAPI(Protocol):
 
     def create(self, manifest: Manifest) -> Manifest: ...
 
-    def _existing(self, key: Key) -> Manifest:
-        before = self._objects.get(key)
-        if before is None:
-            raise ApiError(404, f"{describe(key)} not found")
-        return before
-
     def replace(self, manifest: Manifest) -> Manifest: ...
 
     def approve(self, csr: Manifest) -> Manifest:
@@ -90,6 +92,48 @@ def key_of(manifest: Manifest) -> Key:
 def describe(key: Key) -> str:
     _, kind, namespace, name = key
     return f"{kind} {namespace + '/' if namespace else ''}{name}"
+
+
+def _member(fields: dict[str, Any], value: Any, token: str) -> tuple[str, Any] | None:
+    """The managedFields key of one step into `value` (`f:name`, or a list item by `k:{keys}`, `v:value`
+    or `i:index`), and the value it leads to."""
+    if isinstance(value, dict):
+        return (f"f:{token}", value.get(token)) if f"f:{token}" in fields else None
+    if not isinstance(value, list) or not token.isdigit() or int(token) >= len(value):
+        return None
+    item = value[int(token)]
+    for name in fields:
+        kind, _, text = name.partition(":")
+        if kind == "i" and text == token:
+            return name, item
+        if kind in ("k", "v"):
+            try:
+                wanted = json.loads(text)
+            except ValueError:
+                continue
+            if (kind == "v" and wanted == item) or (kind == "k" and isinstance(item, dict) and isinstance(wanted, dict)
+                                                    and all(item.get(k) == v for k, v in wanted.items())):
+                return name, item
+    return None
+
+
+def field_managers(obj: Manifest, path: list[str]) -> list[str]:
+    """Who owns the field at `path` (keys and list indexes) of a live object, by its managedFields:
+    the managers whose owned fields reach deepest towards it (an owned leaf owns all below it)."""
+    best, owners = 0, []
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("subresource") or not isinstance(entry.get("fieldsV1"), dict):
+            continue
+        fields, value, depth = entry["fieldsV1"], obj, 0
+        for token in path:
+            step = _member(fields, value, token)
+            if step is None:
+                break
+            fields, value, depth = fields[step[0]], step[1], depth + 1
+        owns = depth == len(path) or (depth > 0 and not fields)
+        if owns and depth >= best:
+            best, owners = depth, ([] if depth > best else owners) + [str(entry.get("manager", ""))]
+    return owners
 
 
 # --- label selectors ------------------------------------------------------------------------
@@ -214,8 +258,9 @@ class MemoryCluster(CallCounts):
     """An API server in a dict. Thread-safe; latency sleeps only when set (default 0)."""
 
     def __init__(self, name: str = "memory", faults: Faults | None = None, latency: float = 0.0,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, unserved: Iterable[str] = ()):
         self.name = name
+        self.unserved = frozenset(unserved)  # API versions whose CRDs are not installed: every call 404s
         self.faults = faults or Faults()
         self.latency = latency
         self._sleep = sleep
@@ -229,12 +274,14 @@ class MemoryCluster(CallCounts):
 
     # -- accounting ---------------------------------------------------------------------------
 
-    def _enter(self, verb: str, kind: str) -> None:
+    def _enter(self, verb: str, kind: str, api_version: str = "v1") -> None:
         if self.latency:
             self._sleep(self.latency)
         with self._lock:  # one seeded sequence of faults, whatever the threads
             self.calls[(verb, kind)] += 1
             self.faults.check(verb, kind)
+        if api_version in self.unserved:  # as the real client's discovery answers for a kind it does not know
+            raise ApiError(404, f"No matches found for {{'api_version': '{api_version}', 'kind': '{kind}'}}")
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -260,7 +307,7 @@ class MemoryCluster(CallCounts):
         self._bump(obj)
         owners = self._owners.get(key, {})
         obj["metadata"]["managedFields"] = [
-            {"manager": m, "operation": "Apply", "fieldsV1": sorted(p for p, o in owners.items() if o == m)}
+            {"manager": m, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(p for p, o in owners.items() if o == m)}
             for m in sorted(set(owners.values()))
         ]
         self._objects[key] = obj
@@ -305,7 +352,7 @@ class MemoryCluster(CallCounts):
     # -- the ClusterAPI interface -------------------------------------------------------------
 
     def list(self, api_version: str, kind: str, label_selector: str = "") -> list[Manifest]:
-        self._enter("list", kind)
+        self._enter("list", kind, api_version)
         match = selector_matcher(label_selector)
         with self._lock:
             return [
@@ -315,12 +362,12 @@ class MemoryCluster(CallCounts):
             ]
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
-        self._enter("get", kind)
+        self._enter("get", kind, api_version)
         return self.peek(api_version, kind, namespace, name)
 
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
         """Server-side apply: merge the fields sent, owned per manager; conflicts unless forced."""
-        self._enter("apply", manifest["kind"])
+        self._enter("apply", manifest["kind"], manifest["apiVersion"])
         with self._lock:
             key = key_of(manifest)
             self._check_namespace(key)
@@ -350,7 +397,7 @@ class MemoryCluster(CallCounts):
             return self._store(key, obj, before)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        self._enter("delete", kind)
+        self._enter("delete", kind, api_version)
         with self._lock:
             key = (api_version, kind, namespace, name)
             if key not in self._objects:
@@ -373,7 +420,7 @@ class MemoryCluster(CallCounts):
             return self._store(key, obj, before)
 
     def create(self, manifest: Manifest) -> Manifest:
-        self._enter("create", manifest["kind"])
+        self._enter("create", manifest["kind"], manifest["apiVersion"])
         with self._lock:
             key = key_of(manifest)
             self._check_namespace(key)
@@ -392,7 +439,7 @@ class MemoryCluster(CallCounts):
 
     def replace(self, manifest: Manifest) -> Manifest:
         """PUT with optimistic concurrency: the resourceVersion sent must be the current one."""
-        self._enter("replace", manifest["kind"])
+        self._enter("replace", manifest["kind"], manifest["apiVersion"])
         with self._lock:
             key = key_of(manifest)
             before = self._existing(key)
@@ -437,6 +484,16 @@ def _field_paths(manifest: Manifest | None) -> dict[str, Any]:
             continue
         out[key] = value
     return out
+
+
+def _fields_v1(paths: Iterable[str]) -> dict[str, Any]:
+    """Owned paths as the API server writes them in managedFields (`{"f:spec": {}}`), at the twin's granularity."""
+    tree: dict[str, Any] = {}
+    for path in paths:
+        node = tree
+        for part in path.split(".", 2) if path.startswith("metadata.") else [path]:
+            node = node.setdefault(f"f:{part}", {})
+    return tree
 
 
 def _set_path(obj: Manifest, path: str, value: Any) -> None:
@@ -537,19 +594,26 @@ class KubeCluster:
 
         self.name = name
         self.timeout = timeout
+        files = None if in_cluster else kubeconfig_files(kubeconfig)
+        if files is not None and not any(f.is_file() for f in files):
+            shown = os.pathsep.join(str(f) for f in files)
+            raise ApiError(TIMEOUT, f"{shown}: no such kubeconfig file (cluster {name}: set its kubeconfig in the environment, --kubeconfig or $KUBECONFIG)")
         try:
             cfg = client.Configuration()
             if in_cluster:
                 config.load_incluster_config(client_configuration=cfg)
             else:
-                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+                config.load_kube_config(config_file=os.pathsep.join(map(str, files or [])), context=context, client_configuration=cfg)
             # Retries belong to the reconciler (tenacity, with jitter, counted): urllib3's own would
             # sleep on Retry-After out of sight and multiply every attempt.
             cfg.retries = False
             api_client = _timed_client(client.ApiClient, (CONNECT_TIMEOUT, timeout))(cfg)
         except Exception as exc:  # config errors name the file/context, never its contents
-            where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'} context {context}"
-            raise ApiError(TIMEOUT, f"cannot load {where}: {type(exc).__name__}") from None
+            where = "the in-cluster service account" if in_cluster else f"context {context}"
+            # The client's own ConfigException says what is missing; a parser's error may quote the file (a token).
+            why = scrub(str(exc)) if type(exc).__name__ == "ConfigException" else type(exc).__name__
+            shown = "" if in_cluster else os.pathsep.join(map(str, files or [])) + ": "
+            raise ApiError(TIMEOUT, f"{shown}cannot load {where} (cluster {name}): {why}") from None
         self._api_client = api_client
         self._config = cfg
         self._dynamic: Any = None
@@ -614,12 +678,6 @@ class KubeCluster:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).create(
             body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
 
-    def _existing(self, key: Key) -> Manifest:
-        before = self._objects.get(key)
-        if before is None:
-            raise ApiError(404, f"{describe(key)} not found")
-        return before
-
     def replace(self, manifest: Manifest) -> Manifest:
         return self._call(lambda: self._resource(manifest["apiVersion"], manifest["kind"]).replace(
             body=manifest, namespace=manifest["metadata"].get("namespace")).to_dict())
@@ -627,6 +685,13 @@ class KubeCluster:
     def approve(self, csr: Manifest) -> Manifest:
         return self._call(lambda: self._resource(csr["apiVersion"], csr["kind"]).subresources["approval"].replace(
             body=csr, name=csr["metadata"]["name"]).to_dict())
+
+
+def kubeconfig_files(kubeconfig: str | None) -> list[Path]:
+    """The files a kubeconfig setting names: the one given, else $KUBECONFIG's list, else ~/.kube/config
+    (read when called: the client reads $KUBECONFIG once, when it is imported)."""
+    given = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return [Path(p).expanduser() for p in given.split(os.pathsep) if p]
 
 
 def _timed_client(base: type, timeout: tuple[float, float]) -> type:

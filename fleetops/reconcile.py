@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import jsonpatch
 import tenacity
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleetops import diff, git, identity, inventory, memory, render, schema, spec
-from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, key_of
+from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, field_managers, key_of
 from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
 log = logging.getLogger("fleetops.reconcile")
@@ -159,11 +160,46 @@ class Action:
     error: str | None = None
     key: Key | None = None  # the object, for writes to it
     body: Manifest | None = field(default=None, repr=False)  # what an apply sends; what a node patch sends
+    changed_by: dict[str, str] = field(default_factory=dict)  # of an update: JSON pointer -> the field manager that owns it live
 
     def to_dict(self) -> dict[str, Any]:
-        detail = [c.to_dict() for c in self.detail] if self.verb == "update" else self.detail  # FieldChanges
+        detail = ([{**c.to_dict(), "changed_by": self.changed_by.get(c.path)} for c in self.detail]  # FieldChanges
+                  if self.verb == "update" else self.detail)
         return {"cluster": self.cluster, "verb": self.verb, "kind": self.kind, "target": self.target, "detail": detail,
                 "write": self.write, "done": self.done, "error": self.error}
+
+    def text(self) -> str:
+        """The detail as a person reads it: an update's fields as `path: live → Git (who changed it)`."""
+        if self.verb == "update" and isinstance(self.detail, list):
+            return "; ".join(change_text(c, self.changed_by.get(c.path)) for c in self.detail)
+        return "" if self.detail is None else str(self.detail)
+
+
+VALUE_CHARS = 80  # of one value in a drift line: a changed ConfigMap or pod template is summarised, not printed whole
+
+
+def field_path(pointer: str) -> str:
+    """A JSON pointer as a field path: /spec/hard/requests.nvidia.com~1gpu -> spec.hard["requests.nvidia.com/gpu"]."""
+    out = ""
+    for part in jsonpatch.JsonPointer(pointer).parts:
+        if part.isdigit():
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
+
+
+def change_text(change: diff.FieldChange, changed_by: str | None) -> str:
+    before = "(absent)" if change.op == "add" else _value(change.old)
+    after = "(absent)" if change.op == "remove" else _value(change.new)
+    return f"{field_path(change.path)}: {before} → {after}" + (f" (changed by {changed_by})" if changed_by else "")
 
 
 @dataclass
@@ -178,6 +214,8 @@ class ClusterResult:
     nodes_read: bool = True  # False: the node LIST failed, so capacity is unknown (not zero)
     unreachable: str | None = None  # why the API server was taken for unreachable in this pass
     applied: set[Key] | None = None  # the inventory of applied objects after this pass; None: not known
+    last_applied: str | None = None  # the revision its status ConfigMap records as applied
+    measured: set[str] | None = None  # the kinds whose drift this pass measured; None: none (unreachable, denied, standby)
 
     @property
     def kinds(self) -> list[tuple[str, str]]:
@@ -202,6 +240,7 @@ class ClusterResult:
             "actions": [a.to_dict() for a in self.actions],
             "errors": self.errors,
             "unreachable": self.unreachable,
+            "last_applied": self.last_applied,
             "problems": self.problems,
             "capacity": [r.to_dict() for r in self.capacity],
             "shortfalls": self.shortfalls,
@@ -339,28 +378,65 @@ def kinds_of(manifests: Iterable[Manifest]) -> list[tuple[str, str]]:
 
 
 def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: str, opts: Options, result: ClusterResult,
-              desired: set[tuple[str, str]] | None = None) -> tuple[dict[Key, Manifest], set[tuple[str, str]]]:
-    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects and kinds that failed.
+              desired: set[tuple[str, str]]) -> tuple[dict[Key, Manifest], set[tuple[str, str]], set[tuple[str, str]]]:
+    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects,
+    kinds whose LIST failed, and kinds Git wants that the server does not serve (404: no CRD).
 
-    A kind only remembered from earlier passes whose type the server no longer serves (404) holds
+    A kind only remembered from earlier passes whose type the server no longer serves holds
     nothing: it is dropped, not an error.
     """
     live: dict[Key, Manifest] = {}
     failed: set[tuple[str, str]] = set()
+    unserved: set[tuple[str, str]] = set()
     selector = managed_selector(environment)
     for api_version, kind in kinds:
         try:
             for obj in call(opts, api.list, api_version, kind, selector):
                 live[key_of(obj)] = obj
         except ApiError as exc:
-            if exc.status == 404 and desired is not None and (api_version, kind) not in desired:
+            if exc.status == 404:
+                if (api_version, kind) in desired:
+                    unserved.add((api_version, kind))
                 continue
             failed.add((api_version, kind))
             result.errors.append(f"{result.cluster}: list {kind}: {explain(exc)}")
-    return live, failed
+    return live, failed, unserved
+
+
+# What serves each API group fleetops renders beyond Kubernetes' own: a bare cluster lacks them all.
+PROVIDERS = {
+    "kueue.x-k8s.io": "Kueue",
+    "scheduling.volcano.sh": "Volcano",
+    "apps.kubeedge.io": "KubeEdge",
+    "apps.openyurt.io": "OpenYurt (yurt-manager)",
+    "monitoring.coreos.com": "prometheus-operator",
+}
+
+
+def not_served(cluster: str, desired: list[Manifest], unserved: set[tuple[str, str]]) -> list[str]:
+    """One line per API version Git needs and the server lacks, naming what to install, instead of one error per object."""
+    lines = []
+    for api_version in sorted({v for v, _ in unserved}):
+        kinds = sorted(k for v, k in unserved if v == api_version)
+        count = sum(1 for m in desired if m["apiVersion"] == api_version and m["kind"] in kinds)
+        group = api_version.partition("/")[0]
+        provider = f"{PROVIDERS[group]} (its CRDs and controller)" if group in PROVIDERS else f"the CRDs of {group}"
+        lines.append(f"{cluster}: {api_version} not served: install {provider} before fleetops applies "
+                     f"{', '.join(kinds)} ({count} object(s) not applied)")
+    return lines
 
 
 NAMESPACE_NOT_PRUNED = "not in Git; a Namespace is never pruned (deleting it deletes everything in it): delete it by hand once empty"
+
+
+def changed_by(live: Manifest, changes: list[diff.FieldChange]) -> dict[str, str]:
+    """Per drifted field, the field managers other than fleetops that own it live (a removed field has none)."""
+    out = {}
+    for change in changes:
+        managers = [m for m in field_managers(live, jsonpatch.JsonPointer(change.path).parts) if m != MANAGER]
+        if change.op != "add" and managers:
+            out[change.path] = ", ".join(sorted(set(managers)))
+    return out
 
 
 NOT_APPLIED = "carries fleetops' labels but fleetops never applied it (not in its inventory): never pruned"
@@ -384,7 +460,8 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
             verb = "apply" if (key[0], key[1]) in failed else "create"
             actions.append(Action(cluster, verb, describe(key), None, kind=key[1], key=key, body=manifest))
         elif changes := diff.drift(manifest, current):
-            actions.append(Action(cluster, "update", describe(key), changes, kind=key[1], key=key, body=manifest))
+            actions.append(Action(cluster, "update", describe(key), changes, kind=key[1], key=key, body=manifest,
+                                  changed_by=changed_by(current, changes)))
     known = applied or set()
     # Namespaces fleetops creates, or created, and those Git puts objects in (kube-system for a plugin).
     managed = {k[3] for k in wanted | known if k[1] == "Namespace"} | {k[2] for k in wanted if k[2]}
@@ -691,6 +768,8 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
         action.done = True
     except ApiError as exc:
         action.error = explain(exc)
+        if exc.field_conflict:
+            action.error += "; another field manager owns it (a hand edit?): --force-conflicts takes it back for Git, or change Git to match"
 
 
 def reconcile_cluster(
@@ -710,7 +789,10 @@ def reconcile_cluster(
     # Kinds applied last time are listed too, so that a kind Git dropped entirely is still pruned.
     wanted = set(kinds_of(desired))
     kinds = sorted(wanted | {(k[0], k[1]) for k in applied or ()})
-    live, failed = read_live(api, kinds, env.environment, opts, result, wanted)
+    live, failed, unserved = read_live(api, kinds, env.environment, opts, result, wanted)
+    result.errors += not_served(cluster.name, desired, unserved)
+    result.measured = {k for v, k in kinds if (v, k) not in unserved} | {NODE_KIND[1]}
+    desired = [m for m in desired if (m["apiVersion"], m["kind"]) not in unserved]
     result.actions += object_actions(cluster.name, desired, live, failed, opts, applied)
     result.actions += node_work
     if opts.writes:
@@ -796,6 +878,7 @@ def run_pass(
             desired = state.clusters.get(cluster.name, [])
             try:
                 status, known = read_status(api, opts), True
+                result.last_applied = (status or {}).get("data", {}).get("revision") or None
             except ApiError as exc:
                 status, known = None, False  # unknown: reconcile anyway, but do not overwrite the record blind
                 result.errors.append(f"{cluster.name}: read status ConfigMap: {exc}")
@@ -828,6 +911,7 @@ def run_pass(
                                     "ok" if ok else "errors", "; ".join(result.errors))
                 try:
                     write_status(api, opts, status, data)
+                    result.last_applied = data["revision"] or None
                 except ApiError as exc:
                     result.errors.append(f"{cluster.name}: status ConfigMap: {exc}")
 
@@ -842,6 +926,8 @@ def run_pass(
         out.status = "planned" if opts.dry_run else "drift"
     if opts.writes and not out.errors:
         out.last_applied = state.revision
+    elif len(recorded := {c.last_applied for c in results.values()}) == 1 and None not in recorded:
+        out.last_applied = recorded.pop()  # what every cluster's status records, read even when nothing is written
     return out
 
 
@@ -1024,36 +1110,52 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.duration = Histogram("fleetops_reconcile_duration_seconds", "Time of one reconcile pass", registry=r)
-        self.drift = Gauge("fleetops_drift_objects", "Objects and nodes that differed from Git in the last pass", ["cluster", "kind"], registry=r)
+        self.drift = Gauge("fleetops_drift_objects", "Objects and nodes that differed from Git in the last pass that compared them (0: equal)", ["cluster", "kind"], registry=r)
         self.apply_errors = Counter("fleetops_apply_errors", "Writes that failed after retries", ["cluster", "kind"], registry=r)
         self.denials = Counter("fleetops_policy_denials", "Revisions the policy gate denied", registry=r)
         self.capacity = Gauge("fleetops_capacity_devices", "Device units per cluster, resource and state (declared, ready, unavailable)", ["cluster", "resource", "state"], registry=r)
         self.last_success = Gauge("fleetops_last_success_timestamp_seconds", "When a pass last ended without errors", registry=r)
         self.cluster_errors = Counter("fleetops_reconcile_errors", "Errors of reconcile passes per cluster (reads, writes, an unreachable API server)", ["cluster"], registry=r)
         self.cluster_up = Gauge("fleetops_cluster_up", "1 when the last pass reached the cluster's API server, 0 when it did not", ["cluster"], registry=r)
+        self.capacity_read = Gauge("fleetops_capacity_read_timestamp_seconds", "When the cluster's nodes were last read (fleetops_capacity_devices is as of then)", ["cluster"], registry=r)
+        self._series: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}
 
     def observe(self, result: PassResult, seconds: float, now: float) -> None:
+        """Per cluster, what this pass learnt; what it could not learn keeps its last value (see `replace`)."""
         self.duration.observe(seconds)
         if result.status == "denied":
             self.denials.inc()
-        self.drift.clear()
-        self.capacity.clear()
         for name, cluster in result.clusters.items():
             self.cluster_errors.labels(name).inc(len(cluster.errors))  # present at 0 from the first pass
             self.cluster_up.labels(name).set(0 if cluster.unreachable else 1)
-            for kind, n in cluster.drift_by_kind().items():
-                self.drift.labels(name, kind).set(n)
             for action in cluster.actions:
                 if action.error:
                     self.apply_errors.labels(name, action.kind).inc()
-            totals: dict[tuple[str, str], int] = {}
-            for row in cluster.capacity:
-                for state, n in (("declared", row.declared), ("ready", row.allocatable), ("unavailable", row.unavailable)):
-                    totals[(row.resource, state)] = totals.get((row.resource, state), 0) + n
-            for (resource, state), n in totals.items():
-                self.capacity.labels(name, resource, state).set(n)
+            if cluster.measured is not None:  # every kind it compared, at 0 when equal to Git
+                counts = {kind: 0 for kind in cluster.measured} | cluster.drift_by_kind()
+                self.replace(self.drift, name, {(kind,): n for kind, n in counts.items()})
+            if cluster.leader and cluster.nodes_read and cluster.unreachable is None:
+                totals: dict[tuple[str, str], int] = {}
+                for row in cluster.capacity:
+                    for state, n in (("declared", row.declared), ("ready", row.allocatable), ("unavailable", row.unavailable)):
+                        totals[(row.resource, state)] = totals.get((row.resource, state), 0) + n
+                self.replace(self.capacity, name, totals)
+                self.capacity_read.labels(name).set(now)
         if result.status in ("applied", "clean", "drift", "planned"):
             self.last_success.set(now)
+
+    def replace(self, gauge: Gauge, cluster: str, values: dict[tuple[str, ...], float]) -> None:
+        """Set one cluster's series of a gauge to `values` and remove those it no longer has.
+
+        Only a pass that read the cluster calls it: a series that vanished while its API server was
+        down would silence every alert on it (`ready < declared` has nothing to compare) exactly when
+        it matters; `fleetops_cluster_up` and `fleetops_capacity_read_timestamp_seconds` say how old it is.
+        """
+        for labels in self._series.get((gauge, cluster), set()) - values.keys():
+            gauge.remove(cluster, *labels)
+        for labels, n in values.items():
+            gauge.labels(cluster, *labels).set(n)
+        self._series[(gauge, cluster)] = set(values)
 
 
 @dataclass(frozen=True)
@@ -1149,6 +1251,7 @@ def json_logging(level: int = logging.INFO) -> None:
 
 
 Connect = Callable[[spec.Cluster], ClusterAPI]
+LOG_ITEMS = 20  # objects and reasons a pass's log line names; the rest is a count (a first pass drifts in thousands)
 
 
 class Reconciler:
@@ -1248,12 +1351,13 @@ class Reconciler:
         self.last_status, self.last_result, self.failure = result.status, result, None
         self.metrics.observe(result, time.perf_counter() - started, time.time())
         level = logging.INFO if result.status in ("applied", "clean", "drift", "planned") else logging.WARNING
+        drifted = [f"{a.cluster}: {a.verb} {a.target}" for c in result.clusters.values() for a in c.drift]
         log.log(
             level,
             "reconcile pass",
             extra={"fields": {"environment": self.environment, "revision": result.revision, "status": result.status,
-                              "drift": result.drift, "errors": len(result.errors), "reasons": result.reasons[:20],
-                              "last_applied": result.last_applied}},
+                              "drift": result.drift, "drifted": drifted[:LOG_ITEMS], "drifted_more": max(0, len(drifted) - LOG_ITEMS),
+                              "errors": len(result.errors), "reasons": result.reasons[:LOG_ITEMS], "last_applied": result.last_applied}},
         )
         return result
 
