@@ -200,3 +200,45 @@ def test_no_string_from_the_environment_or_the_policies_becomes_markup_in_the_co
     assert "owner &lt;img src=x onerror=alert(1)&gt;, &lt;/details&gt;![pixel](" in page
     assert "&lt;script&gt;alert(2)&lt;/script&gt;⏎```⏎&lt;img src=x onerror=alert(3)&gt;" in page
     assert "\n+&lt;img src=x onerror=alert(4)&gt;\n" in page  # inside the policy file's diff block
+
+
+def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_grouped_approvals(repo: Path) -> None:
+    # It gave 2,600 "needs approval" lines and 428 "added" bullets, cut off before capacity, decisions and fields.
+    (repo / "environments" / "large.yaml").write_text(synthetic_yaml(1.0))
+    commit(repo, "a new environment")
+    text = plan(repo, "--env", "large").stdout
+    assert len(text) <= 55_000
+    top = text.split("<details>")[0]
+    assert ("- environment large added: 20 clusters, 1,000 tenants, 192 pools, 200 edge groups, +37,280 nvidia.com/gpu, "
+            "+10,240 huawei.com/Ascend910") in top
+    assert "- `change.quota_raise_approvals` × 2,600: 1,000 tenant(s) on 18 cluster(s) (tenant-0, " in top
+    assert "  - **Fix:** get the required approvals, or raise the quota in smaller steps" in top
+    assert len([line for line in top.splitlines() if line.startswith("- ")]) < 10
+    assert "| center-0 | `nvidia.com/gpu` | 0 → 2080 | 0 → 7360 |" in top  # capacity, every cluster, before any fold
+    assert "(1,000 allow_to_endpoints, 392 name_pattern, 200 fingerprints, 4 edge_runtime, 3 center_endpoints)" in top
+    # Every folded section is there, as many rows as fit, and says how many are left to the full plan.
+    for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Objects per cluster and kind (432, ", "Object changes (15,348, "):
+        assert f"<summary>{title}" in text
+
+
+def test_what_changes_comes_largest_first(repo: Path) -> None:
+    # Sorted as text, 8 Ascend devices on center-bj came before 32 A100s on center-sh.
+    edit(repo, "model: Ascend910B, per_node: 8}\n        nodes: 6", "model: Ascend910B, per_node: 8}\n        nodes: 7")
+    edit(repo, "model: A100-SXM4-80GB, per_node: 8}\n        nodes: 8", "model: A100-SXM4-80GB, per_node: 8}\n        nodes: 12")
+    commit(repo, "more nodes on both centers")
+    code, result = plan_json(repo, "--approvals", "2")
+    assert [c["subject"] for c in result["fleet_changes"]] == ["center-sh/a100-train", "center-bj/ascend-910b"]
+    assert [c["devices"] for c in result["fleet_changes"]] == [32, 8]
+
+
+def test_an_added_cluster_is_one_line_of_totals(repo: Path) -> None:
+    edit(repo, "  - name: edge-sh-factory\n", (
+        "  - name: center-gz\n    role: center\n    context: prod-gz\n    pools:\n"
+        "      - name: h100-a\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 2\n"
+        "      - name: h100-b\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 2\n\n"
+        "  - name: edge-sh-factory\n"))
+    commit(repo, "a new center")
+    code, result = plan_json(repo, "--approvals", "2")
+    texts = [c["text"] for c in result["fleet_changes"]]
+    assert "cluster center-gz added: 2 pools, +32 nvidia.com/gpu, +67,744 USD/mo" in texts
+    assert not any(t.startswith("center-gz/") for t in texts)
