@@ -34,6 +34,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's own help: rich's option panel cut option names and env vars short at 80 columns
+    # (`--only-on-chan…`); click wraps the descriptions and never cuts a name.
+    rich_markup_mode=None,
 )
 
 
