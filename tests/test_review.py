@@ -242,3 +242,13 @@ def test_an_added_cluster_is_one_line_of_totals(repo: Path) -> None:
     texts = [c["text"] for c in result["fleet_changes"]]
     assert "cluster center-gz added: 2 pools, +32 nvidia.com/gpu, +67,744 USD/mo" in texts
     assert not any(t.startswith("center-gz/") for t in texts)
+
+
+def test_a_plan_with_no_change_says_what_to_try_next(repo: Path) -> None:
+    # `make plan` on a fresh clone compares the working tree with itself: it printed a verdict and nothing else.
+    out = plan(repo, "--env", "prod")
+    assert out.returncode == 0 and "✅ allowed" in out.stdout
+    assert "no change between base" in out.stderr
+    assert "edit environments/prod.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again" in out.stderr
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 40, burst: 64}")
+    assert "no change between base" not in plan(repo, "--env", "prod").stderr
