@@ -341,24 +341,44 @@ def _join(lines: list[str], tail: list[str]) -> str:
     return "\n".join(lines + tail) + "\n"
 
 
+def _revision(name: str) -> str:
+    """A commit by its short id; `default branch` or `working tree` as said."""
+    return name[:12] if re.fullmatch(r"[0-9a-f]{40}", name) else name
+
+
+def _problem(d: dict[str, Any]) -> str:
+    """One problem: its place first, then what is wrong, the place said once."""
+    from fleetops.output import problem
+
+    p = problem(d["msg"])
+    if not p["file"]:
+        return f"- {_text(d['msg'])}"
+    place = ":".join(str(x) for x in (p["file"], p["line"], p["column"]) if x)
+    return f"- {_code(place)} {_text(': '.join(x for x in (p['path'], p['message']) if x))}"
+
+
 def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> str:
     """The comment for a change that cannot be judged (an invalid side, no policy engine): it replaces
     any earlier verdict on the pull request, and says why, each problem on its line."""
     shown, body = [], 0
     for d in plan["decisions"]:
-        line = f"- {_text(d['msg'])}{_where(d)}"
+        line = _problem(d)
         if body + len(line) > max_chars - 2000:
-            shown.append(f"- … and {len(plan['decisions']) - len(shown)} more (see the full plan)")
+            shown.append(f"- … and {len(plan['decisions']) - len(shown):,} more (see the full plan)")
             break
         shown.append(line)
         body += len(line) + 1
     lines = [
         f"### fleetops plan {_code(plan['environment'])}: {VERDICT['invalid']}",
         "",
-        f"The change cannot be judged, so it cannot be merged: base {_code(plan['base']['revision'][:12])}, head {_code(plan['head']['revision'][:12])}.",
-        "Any earlier verdict on this pull request no longer holds.",
+        f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan['base']['revision']))}, "
+        f"head {_code(_revision(plan['head']['revision']))}. Any earlier verdict on this pull request no longer holds.",
+        "",
+        f"**What is wrong** ({len(plan['decisions']):,})",
         "",
         *shown,
+        "",
+        "Fix each line above and push again: the plan runs again on the new head and replaces this comment.",
     ]
     return _join(lines, [])
 

@@ -168,8 +168,16 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
     """cmark-gfm, GitHub's own renderer: the tables are tables, the folds fold, diffs are diff blocks."""
     text = journeys.comment(journey, tmp_path)
     html = journeys.to_html(text, journey.title)
-    assert html.count("<table>") >= 2 and "<details>" in html and "|---" not in html
-    assert "<h3>fleetops plan <code>prod</code>" in html
+    assert f"<h3>fleetops plan <code>{journey.env}</code>" in html and "|---" not in html
+    if journey.name == "invalid-head":  # the problem on its line, once, and no verdict but this one
+        assert "⛔ cannot be judged" in html and "✅" not in html and "<table>" not in html
+        assert ("<li><code>environments/prod.yaml:117:40</code> tenants[1].quota[&quot;nvidia.com/gpu&quot;].burst: "
+                "must be &gt;= guaranteed (80), got 64</li>") in html
+        assert "base <code>default branch</code>" in html
+        return
+    assert html.count("<table>") >= 2 and "<details>" in html
+    if journey.name == "new-environment":
+        assert "<li>environment large added: 20 clusters, 1,000 tenants, 192 pools, 200 edge groups," in html
     if journey.name == "sharing-change":
         assert '<pre lang="diff">' in html and "\n-      replicas: 4\n+      replicas: 2\n" in html
     if journey.name == "fingerprint-added":

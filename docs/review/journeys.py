@@ -22,6 +22,8 @@ import cmarkgfm
 from cmarkgfm.cmark import Options
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is beside fleetops/
+from benchmarks.generate import synthetic_yaml  # noqa: E402
 PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
 PROD = "environments/prod.yaml"
 TODAY = dt.date.today()
@@ -45,6 +47,8 @@ class Journey:
     edits: list[tuple[str, str, str]]  # (file, old, new) on the change branch
     args: list[str] = field(default_factory=list)
     on_main: list[tuple[str, str, str]] = field(default_factory=list)  # merged before the change (a waiver)
+    env: str = "prod"
+    codes: tuple[int, ...] = (0, 1)  # what `plan` may exit with: 2 for a change that cannot be judged
 
 
 JOURNEYS = [
@@ -59,6 +63,10 @@ JOURNEYS = [
             ["--approvals", "2"]),
     Journey("waiver", "the same quota under a merged waiver", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")],
             ["--approvals", "2"], on_main=[("policies/waivers.yaml", "", WAIVER)]),
+    # The generated large fleet (benchmarks/generate.py) as a new environment: 20 clusters, 1,000 tenants, 15,348 objects.
+    Journey("new-environment", "a new large environment", [("environments/large.yaml", "", synthetic_yaml(1.0))], env="large"),
+    Journey("invalid-head", "a quota whose burst is below its guarantee", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}",
+                                                                           "nvidia.com/gpu: {guaranteed: 80, burst: 64}")], codes=(2,)),
 ]
 
 
@@ -69,7 +77,7 @@ def _git(repo: Path, *args: str) -> None:
 def _apply(repo: Path, edits: list[tuple[str, str, str]]) -> None:
     for file, old, new in edits:
         path = repo / file
-        text = path.read_text()
+        text = path.read_text() if path.exists() else ""
         if old and old not in text:
             raise SystemExit(f"{file}: {old!r} not found")
         path.write_text(text.replace(old, new, 1) if old else text + new)
@@ -88,10 +96,11 @@ def comment(journey: Journey, workdir: Path) -> str:
     _git(repo, "commit", "-qm", "fleet")
     _git(repo, "checkout", "-q", "-b", "change")
     _apply(repo, journey.edits)
-    _git(repo, "commit", "-qam", journey.title)
-    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", "prod", *journey.args], cwd=repo,
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", journey.title)
+    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", journey.env, *journey.args], cwd=repo,
                           capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
-    if done.returncode not in (0, 1):
+    if done.returncode not in journey.codes:
         raise SystemExit(f"{journey.name}: fleetops plan failed: {done.stderr}")
     return done.stdout
 
