@@ -121,7 +121,7 @@ def _security_kinds(plan: dict[str, Any]) -> str:
     for e in plan["spec_changes"]:
         if e["security"]:
             kinds[next((part for part in reversed(re.split(r"[.\[]", e["path"])) if part in SECURITY_FIELDS), "field")] += 1
-    kinds.update({"policy file": sum(f["security"] for f in plan["policy_file_changes"]), "program file": len(plan["program_file_changes"])})
+    kinds.update({"policy file(s)": sum(f["security"] for f in plan["policy_file_changes"]), "program file(s)": len(plan["program_file_changes"])})
     named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
     return f" ({', '.join(named)})" if named else ""
 
@@ -193,9 +193,37 @@ def blocking(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+CAPACITY_ROWS = 12  # past this many moved rows, the top says totals per device resource; each cluster is folded
+
+
 def capacity_moves(plan: dict[str, Any]) -> list[str]:
+    """The capacity the change moves, next to the verdict; of a new environment only what it will have."""
     moved = [r for r in plan["capacity"] if r["before"] != r["after"]]
-    return ["", *_capacity_table(moved, changed=True)] if moved else []
+    shown = _fleet_totals(moved) if len(moved) > CAPACITY_ROWS else moved
+    return ["", *_capacity_table(shown, changed=plan["base"]["exists"])] if moved else []
+
+
+def _fleet_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Capacity rows summed over their clusters, one per device resource, the most devices first."""
+    sums: dict[str, dict[str, Counter[str]]] = {}
+    for r in rows:
+        sides = sums.setdefault(r["resource"], {"before": Counter(), "after": Counter()})
+        for side, counts in sides.items():
+            counts.update({k: r[side][k] for k in ("physical", "schedulable", "guaranteed", "burst")})
+    where = f"all {len({r['cluster'] for r in rows}):,} clusters"
+    totals = [{"cluster": where, "resource": resource, **{side: _derived(c) for side, c in sides.items()}} for resource, sides in sums.items()]
+    return sorted(totals, key=lambda r: -r["after"]["physical"])
+
+
+def _derived(c: Counter[str]) -> dict[str, float]:
+    """Sharing factor and headroom of summed capacity, as `spec.capacity_rows` derives them per cluster."""
+    units = c["schedulable"]
+    return {**c, "sharing_factor": round(units / c["physical"], 2) if c["physical"] else 0.0,
+            "headroom_percent": round(100 * (units - c["guaranteed"]) / units, 1) if units else 0.0}
+
+
+def _cell(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
@@ -204,7 +232,7 @@ def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
     for r in rows:
         b, a = r["before"], r["after"]
         cols = ("physical", "schedulable", "sharing_factor", "guaranteed", "burst", "headroom_percent")
-        cells = [_arrow(b[k], a[k]) if changed else str(a[k]) for k in cols]
+        cells = [_arrow(_cell(b[k]), _cell(a[k])) if changed else _cell(a[k]) for k in cols]
         cells[2] = "×" + cells[2].replace(" → ", " → ×")
         out.append(f"| {_text(r['cluster'])} | {_code(r['resource'])} | " + " | ".join(cells) + " |")
     return out
@@ -319,15 +347,16 @@ def object_changes(plan: dict[str, Any]) -> Fold:
 
 
 def with_capacity(plan: dict[str, Any]) -> Fold:
-    """Every cluster's capacity; none when every row moved (the capacity table above has them all)."""
+    """Every cluster's capacity; none when the capacity table above has every row."""
     table = _capacity_table(plan["capacity"], changed=False)
-    whole = any(r["before"] == r["after"] for r in plan["capacity"])
+    moved = sum(r["before"] != r["after"] for r in plan["capacity"])
+    whole = moved < len(plan["capacity"]) or moved > CAPACITY_ROWS
     return Fold("Capacity per cluster and device resource", table[:2], [[row] for row in table[2:]] if whole else [])
 
 
 def _folds(plan: dict[str, Any]) -> list[Fold]:
     """The folded sections, most important first."""
-    return [spec_fields(plan), decision_table(plan), policy_files(plan), quota_table(plan), object_summary(plan), with_capacity(plan),
+    return [spec_fields(plan), decision_table(plan), with_capacity(plan), policy_files(plan), quota_table(plan), object_summary(plan),
             object_changes(plan)]
 
 

@@ -222,10 +222,13 @@ def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_group
     assert "- `change.quota_raise_approvals` × 2,600: 1,000 tenant(s) on 18 cluster(s) (tenant-0, " in top
     assert "  - **Fix:** get the required approvals, or raise the quota in smaller steps" in top
     assert len([line for line in top.splitlines() if line.startswith("- ")]) < 10
-    assert "| center-0 | `nvidia.com/gpu` | 0 → 2080 | 0 → 7360 |" in top  # capacity, every cluster, before any fold
+    # Capacity: what the new fleet will have, summed per device resource before any fold, then each cluster.
+    assert "| all 20 clusters | `nvidia.com/gpu` | 37,280 | 121,760 | ×3.27 | 1,900 | 7,400 | 98.4 |" in top
+    assert "| center-0 | `nvidia.com/gpu` | 2,080 | 7,360 | ×3.54 | 126 | 504 | 98.3 |" in text
     assert "(1,000 allow_to_endpoints, 392 name_pattern, 200 fingerprints, 4 edge_runtime, 3 center_endpoints)" in top
     # Every folded section is there, as many rows as fit, and says how many are left to the full plan.
-    for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Objects per cluster and kind (432, ", "Object changes (15,348, "):
+    for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Capacity per cluster and device resource (52)",
+                  "Objects per cluster and kind (432, ", "Object changes (15,348, "):
         assert f"<summary>{title}" in text
 
 

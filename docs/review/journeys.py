@@ -49,6 +49,7 @@ class Journey:
     on_main: list[tuple[str, str, str]] = field(default_factory=list)  # merged before the change (a waiver)
     env: str = "prod"
     codes: tuple[int, ...] = (0, 1)  # what `plan` may exit with: 2 for a change that cannot be judged
+    height: int = 2600  # of the screenshot, in pixels
 
 
 JOURNEYS = [
@@ -66,7 +67,7 @@ JOURNEYS = [
     # The generated large fleet (benchmarks/generate.py) as a new environment: 20 clusters, 1,000 tenants, 15,348 objects.
     Journey("new-environment", "a new large environment", [("environments/large.yaml", "", synthetic_yaml(1.0))], env="large"),
     Journey("invalid-head", "a quota whose burst is below its guarantee", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}",
-                                                                           "nvidia.com/gpu: {guaranteed: 80, burst: 64}")], codes=(2,)),
+                                                                           "nvidia.com/gpu: {guaranteed: 80, burst: 64}")], codes=(2,), height=400),
 ]
 
 
@@ -117,13 +118,13 @@ def to_html(markdown: str, title: str) -> str:
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>"
 
 
-def screenshot(html: Path, png: Path) -> None:
+def screenshot(html: Path, png: Path, height: int) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("no chromium on PATH")
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-                        "--window-size=1000,2600", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
+                        f"--window-size=1000,{height}", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
 
 
 def main() -> None:
@@ -137,7 +138,7 @@ def main() -> None:
             html = args.out / f"{journey.name}.html"
             # Every <details> opened, as a reviewer clicking through would see them.
             html.write_text(to_html(text, journey.title).replace("<details>", "<details open>"))
-            screenshot(html, args.out / f"{journey.name}.png")
+            screenshot(html, args.out / f"{journey.name}.png", journey.height)
             print(f"{journey.name}: {len(text):,} characters -> {journey.name}.png")
 
 
