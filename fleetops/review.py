@@ -274,7 +274,8 @@ class Fold(NamedTuple):
 
 
 def spec_fields(plan: dict[str, Any]) -> Fold:
-    edits = sorted(plan["spec_changes"], key=lambda e: not e["security"])  # what decides who may run where first
+    # What decides who may run where first, then down the file.
+    edits = sorted(plan["spec_changes"], key=lambda e: (not e["security"], e["side"] != "head", e["line"]))
     return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
         [f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |"] for e in edits])
 
