@@ -114,13 +114,15 @@ def header(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _security_kind(path: str) -> str:
+    """The security-relevant key a field's path ends in: `fingerprints`, `name_pattern`, …"""
+    return next((part for part in reversed(re.split(r"[.\[]", path)) if part in SECURITY_FIELDS), "field")
+
+
 def _security_kinds(plan: dict[str, Any]) -> str:
     """What the security-relevant changes are, by kind: a new environment's hundreds of fingerprints and
     node matches read as a few counts, not as one alarming number."""
-    kinds: Counter[str] = Counter()
-    for e in plan["spec_changes"]:
-        if e["security"]:
-            kinds[next((part for part in reversed(re.split(r"[.\[]", e["path"])) if part in SECURITY_FIELDS), "field")] += 1
+    kinds = Counter(_security_kind(e["path"]) for e in plan["spec_changes"] if e["security"])
     kinds.update({"policy file(s)": sum(f["security"] for f in plan["policy_file_changes"]), "program file(s)": len(plan["program_file_changes"])})
     named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
     return f" ({', '.join(named)})" if named else ""
@@ -452,8 +454,15 @@ def github_annotations(plan: dict[str, Any]) -> str:
         message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
         out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
                    f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
+    kinds: dict[str, list[dict[str, Any]]] = {}
     for e in plan["spec_changes"]:
         if e["security"] and e["side"] == "head":
+            kinds.setdefault(_security_kind(e["path"]), []).append(e)
+    for kind, edits in kinds.items():
+        # A new environment's hundreds of node matches are one notice at the first, not one per line.
+        many = len(edits) > GROUP_OVER
+        for e in edits[:1] if many else edits:
+            what = f"{len(edits):,} {kind} fields changed, the first here" if many else f"{e['path']} changed"
             out.append(f"::notice file={_escape(e['file'], True)},line={e['line']},title={_escape('security-relevant change', True)}::"
-                       f"{_escape(e['path'] + ' changed: review who it lets in')}")
+                       f"{_escape(what + ': review who it lets in')}")
     return "\n".join(out) + ("\n" if out else "")

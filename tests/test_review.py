@@ -230,6 +230,10 @@ def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_group
     for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Capacity per cluster and device resource (52)",
                   "Objects per cluster and kind (432, ", "Object changes (15,348, "):
         assert f"<summary>{title}" in text
+    # One security notice per kind of field with many, at its first line, not 1,599 notices.
+    notices = [line for line in plan(repo, "--env", "large", "--output", "github").stdout.splitlines() if line.startswith("::notice")]
+    assert len(notices) == 7  # one each for name_pattern, allow_to_endpoints, fingerprints, edge_runtime; 3 center_endpoints
+    assert "::notice file=environments/large.yaml,line=16,title=security-relevant change::392 name_pattern fields changed, the first here" in "\n".join(notices)
 
 
 def test_what_changes_comes_largest_first(repo: Path) -> None:
