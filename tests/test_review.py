@@ -267,3 +267,12 @@ def test_a_plan_with_no_change_says_what_to_try_next(repo: Path) -> None:
     assert "edit environments/prod.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again" in out.stderr
     edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 40, burst: 64}")
     assert "no change between base" not in plan(repo, "--env", "prod").stderr
+
+
+def test_a_removed_environment_is_one_line_of_totals(repo: Path) -> None:
+    git(repo, "rm", "-q", str(PROD))
+    commit(repo, "retire prod")
+    code, result = plan_json(repo)
+    assert [c["text"] for c in result["fleet_changes"]] == [
+        "environment prod removed: 4 clusters, 7 tenants, 7 pools, 3 edge groups, -358 nvidia.com/gpu, -48 huawei.com/Ascend910, "
+        "-24 huawei.com/Ascend310P, -8 fpga.intel.com/region-ce48969398f05f33946d560708be108a, -539,981 USD/mo"]
