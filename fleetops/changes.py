@@ -68,19 +68,21 @@ def _totals(env: spec.Environment, clusters: list[spec.Cluster], sign: str) -> t
     pools, edge = sum(len(c.pools) for c in clusters), sum(len(c.edge_groups) for c in clusters)
     devices = _physical(groups)
     cost = sum(_monthly(env, g) for g in groups) * (-1 if sign == "-" else 1)
-    parts = [f"{pools:,} pools"] + ([f"{edge:,} edge groups"] if edge else [])
+    parts = [_count(pools, "pool")] + ([_count(edge, "edge group")] if edge else [])
     parts += [f"{sign}{n:,} {r}" for r, n in devices.items()] + [f"{_money(cost)} {env.budget.currency}/mo"]
     return ", ".join(parts), sum(devices.values()), cost
 
 
-def _environment_change(before: spec.Environment | None, after: spec.Environment | None) -> dict[str, Any]:
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _environment_change(env: spec.Environment, verb: str, sign: str) -> dict[str, Any]:
     """An environment added or removed, in one line of totals: its every pool and tenant would be thousands."""
-    env, sign, verb = (after, "+", "added") if after is not None else (before, "-", "removed")
-    assert env is not None
     text, devices, cost = _totals(env, env.clusters, sign)
-    tenants = f", {len(env.tenants):,} tenants" if env.tenants else ""
+    tenants = f", {_count(len(env.tenants), 'tenant')}" if env.tenants else ""
     return {"subject": f"environment/{env.environment}", "security": False, "devices": devices, "cost": cost,
-            "text": f"environment {env.environment} {verb}: {len(env.clusters):,} clusters{tenants}, {text}"}
+            "text": f"environment {env.environment} {verb}: {_count(len(env.clusters), 'cluster')}{tenants}, {text}"}
 
 
 def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple[list[dict[str, Any]], set[str]]:
@@ -104,10 +106,10 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
     """What changed in clusters, pools, edge groups, tenants and prices, each as one sentence (`text`)
     with the devices (`devices`) and monthly cost (`cost`) it moves, largest first. An environment or
     cluster added or removed is one sentence of totals, not one per pool and tenant."""
-    if before is None and after is None:
-        return []
-    if before is None or after is None:
-        return [_environment_change(before, after)]
+    if after is None:
+        return [_environment_change(before, "removed", "-")] if before is not None else []
+    if before is None:
+        return [_environment_change(after, "added", "+")]
     out, whole = _cluster_changes(before, after)
     currency = after.budget.currency
 
