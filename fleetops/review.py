@@ -133,10 +133,10 @@ TOP_CHANGES = 20  # of "What changes" in the comment, largest first; the full pl
 
 def what_changes(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str]:
     """The change in fleet terms, largest first (`fleet_changes` come ordered by cost and devices moved):
-    every security-relevant one, and the `top` largest of the others (all of them when `top` is None)."""
+    the `top` largest security-relevant ones and the `top` largest of the others (all when `top` is None)."""
     changes = plan["fleet_changes"]
-    ranks = {id(c): rank for rank, c in enumerate(c for c in changes if not c["security"])}
-    shown = [c for c in changes if top is None or c["security"] or ranks[id(c)] < top]
+    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c["security"] is flag)}
+    shown = [c for c in changes if top is None or ranks[id(c)] < top]
     items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in shown]
     if len(shown) < len(changes):
         items.append(f"- … and {len(changes) - len(shown):,} smaller change(s), in the full plan")

@@ -276,3 +276,12 @@ def test_a_removed_environment_is_one_line_of_totals(repo: Path) -> None:
     assert [c["text"] for c in result["fleet_changes"]] == [
         "environment prod removed: 4 clusters, 7 tenants, 7 pools, 3 edge groups, -358 nvidia.com/gpu, -48 huawei.com/Ascend910, "
         "-24 huawei.com/Ascend310P, -8 fpga.intel.com/region-ce48969398f05f33946d560708be108a, -539,981 USD/mo"]
+
+
+def test_what_changes_is_bounded_even_when_every_change_is_security_relevant(repo: Path) -> None:
+    fingerprints = "".join(f"\n          - sha256:{i:064x}" for i in range(60))
+    edit(repo, "        fingerprints:", "        fingerprints:" + fingerprints)
+    commit(repo, "sixty more Jetsons")
+    text = comment(repo)
+    listed = text.split("**What changes**")[1].split("\n\n")[1].splitlines()
+    assert len(listed) == 22 and listed[-2] == "- … and 40 smaller change(s), in the full plan"
