@@ -6,10 +6,20 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 .PHONY: setup tools image plan test test-quick bench clean
 
 # setup.py and _yamlwriter.pyx: the compiled YAML writer is built again from its source.
+# One line per step while pip works (minutes on a fresh machine), pip's own output in $(VENV)/setup.log.
+SETUP_STEPS := /^(Collecting|Obtaining)/ && !a { print "setup: downloading fleetops'"'"'s pinned dependencies from PyPI"; a = 1 } \
+	/^Building (editable|wheel)/ && !b { print "setup: compiling the YAML writer (fleetops/_yamlwriter.pyx) with Cython"; b = 1 } \
+	/^Installing collected packages:/ && !c { print "setup: installing " split($$0, p, ",") " packages into $(VENV)"; c = 1 } \
+	{ fflush() }
+
 $(STAMP): pyproject.toml setup.py fleetops/_yamlwriter.pyx
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	rm -f $(VENV)/.installed-* && touch $@
+	@test -x $(PY) || { echo "setup: creating $(VENV) with $$(python3 --version)"; python3 -m venv $(VENV); }
+	@echo "setup: installing fleetops into $(VENV) (a few minutes on a fresh machine; pip's log: $(VENV)/setup.log)"
+	@{ $(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]' 2>&1; echo "exit $$?"; } \
+		| tee $(VENV)/setup.log | awk '$(SETUP_STEPS)'
+	@tail -n 1 $(VENV)/setup.log | grep -qx 'exit 0' || { tail -n 25 $(VENV)/setup.log; echo "setup: pip failed: $(VENV)/setup.log"; exit 1; }
+	@rm -f $(VENV)/.installed-* && touch $@
+	@echo "setup: ready: $$($(VENV)/bin/fleetops --version)"
 
 setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 

@@ -54,74 +54,142 @@ def _unit_delta(before: spec.Group, after: spec.Group) -> str:
     return ", ".join(f"{a.get(r, 0) - b.get(r, 0):+,} {r}" for r in sorted(set(a) | set(b)) if a.get(r, 0) != b.get(r, 0))
 
 
-def fleet_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
-    """What changed in pools, edge groups, tenants and prices, each as one sentence (`text`)."""
-    out: list[dict[str, Any]] = []
-    currency = (after or before).budget.currency if (after or before) else ""
+def _physical(groups: list[spec.Group]) -> dict[str, int]:
+    """Physical devices per device resource, largest first."""
+    totals: dict[str, int] = {}
+    for g in groups:
+        totals[g.device.resource] = totals.get(g.device.resource, 0) + spec.physical_devices(g)
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
-    def add(subject: str, text: str, security: bool = False) -> None:
-        out.append({"subject": subject, "text": text, "security": security})
+
+def _totals(env: spec.Environment, clusters: list[spec.Cluster], sign: str) -> tuple[str, int, float]:
+    """`392 pools, 6,700 nvidia.com/gpu, …, +X USD/mo` of some clusters, with their devices and cost."""
+    groups = [g for c in clusters for g in (*c.pools, *c.edge_groups)]
+    pools, edge = sum(len(c.pools) for c in clusters), sum(len(c.edge_groups) for c in clusters)
+    devices = _physical(groups)
+    cost = sum(_monthly(env, g) for g in groups) * (-1 if sign == "-" else 1)
+    parts = [_count(pools, "pool")] + ([_count(edge, "edge group")] if edge else [])
+    parts += [f"{sign}{n:,} {r}" for r, n in devices.items()] + [f"{_money(cost)} {env.budget.currency}/mo"]
+    return ", ".join(parts), sum(devices.values()), cost
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _environment_change(env: spec.Environment, verb: str, sign: str) -> dict[str, Any]:
+    """An environment added or removed, in one line of totals: its every pool and tenant would be thousands."""
+    text, devices, cost = _totals(env, env.clusters, sign)
+    tenants = f", {_count(len(env.tenants), 'tenant')}" if env.tenants else ""
+    return {"subject": f"environment/{env.environment}", "security": False, "devices": devices, "cost": cost,
+            "text": f"environment {env.environment} {verb}: {_count(len(env.clusters), 'cluster')}{tenants}, {text}"}
+
+
+def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple[list[dict[str, Any]], set[str]]:
+    """Clusters added or removed, one line each with their totals, and the clusters they cover."""
+    old, new = {c.name: c for c in before.clusters}, {c.name: c for c in after.clusters}
+    out = []
+    for name in sorted(set(old) ^ set(new)):
+        env, cluster, sign, verb = (after, new[name], "+", "added") if name in new else (before, old[name], "-", "removed")
+        text, devices, cost = _totals(env, [cluster], sign)
+        out.append({"subject": f"clusters/{name}", "security": False, "devices": devices, "cost": cost,
+                    "text": f"cluster {name} {verb}: {text}"})
+    return out, set(old) ^ set(new)
+
+
+def _size(change: dict[str, Any]) -> tuple[float, int, bool, str]:
+    """Largest first: cost moved, then devices moved; security-relevant before others of the same size."""
+    return (-abs(change["cost"]), -abs(change["devices"]), not change["security"], change["subject"])
+
+
+def fleet_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
+    """What changed in clusters, pools, edge groups, tenants and prices, each as one sentence (`text`)
+    with the devices (`devices`) and monthly cost (`cost`) it moves, largest first. An environment or
+    cluster added or removed is one sentence of totals, not one per pool and tenant."""
+    if after is None:
+        return [_environment_change(before, "removed", "-")] if before is not None else []
+    if before is None:
+        return [_environment_change(after, "added", "+")]
+    out, whole = _cluster_changes(before, after)
+    currency = after.budget.currency
+
+    def add(subject: str, text: str, security: bool = False, devices: int = 0, cost: float = 0.0) -> None:
+        out.append({"subject": subject, "text": text, "security": security, "devices": devices, "cost": cost})
 
     old, new = _groups(before), _groups(after)
     for name in sorted(set(old) | set(new)):
+        if name.split("/", 1)[0] in whole:
+            continue
         b, a = old.get(name), new.get(name)
         if a is not None and b is None:
             add(name, f"{name} added: {a.nodes} nodes x {a.device.per_node} {a.device.model}, {_sharing(a)} "
-                      f"({_units(a)}, {_money(_monthly(after, a))} {currency}/mo)")
+                      f"({_units(a)}, {_money(_monthly(after, a))} {currency}/mo)", devices=spec.physical_devices(a), cost=_monthly(after, a))
         elif b is not None and a is None:
             add(name, f"{name} removed: {b.nodes} nodes x {b.device.per_node} {b.device.model} "
-                      f"(-{_units(b)}, {_money(-_monthly(before, b))} {currency}/mo)")
+                      f"(-{_units(b)}, {_money(-_monthly(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-_monthly(before, b))
         elif a is not None and b is not None:
             cost = _monthly(after, a) - _monthly(before, b)
+            moved = spec.physical_devices(a) - spec.physical_devices(b)
             if a.nodes != b.nodes:
-                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {_money(cost)} {currency}/mo)")
+                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {_money(cost)} {currency}/mo)", devices=moved, cost=cost)
             if _sharing(a) != _sharing(b):
-                add(name, f"{name}: sharing {_sharing(b)} → {_sharing(a)} (schedulable {_units(b)} → {_units(a)})")
+                add(name, f"{name}: sharing {_sharing(b)} → {_sharing(a)} (schedulable {_units(b)} → {_units(a)})",
+                    devices=spec.physical_devices(a))
             if a.device != b.device:
-                add(name, f"{name}: device {b.device.per_node} x {b.device.model} → {a.device.per_node} x {a.device.model}")
+                add(name, f"{name}: device {b.device.per_node} x {b.device.model} → {a.device.per_node} x {a.device.model}",
+                    devices=max(spec.physical_devices(a), spec.physical_devices(b)), cost=0.0 if a.nodes != b.nodes else cost)
             if isinstance(a, spec.EdgeGroup) and isinstance(b, spec.EdgeGroup):
                 for fp in sorted(set(a.fingerprints) - set(b.fingerprints)):
                     add(name, f"{name}: device fingerprint {fp} trusted", security=True)
                 for fp in sorted(set(b.fingerprints) - set(a.fingerprints)):
                     add(name, f"{name}: device fingerprint {fp} no longer trusted", security=True)
     out += _tenant_changes(before, after)
-    for model in sorted(set(before.prices if before else {}) | set(after.prices if after else {})):
-        p, q = (before.prices.get(model) if before else None), (after.prices.get(model) if after else None)
+    for model in sorted(set(before.prices) | set(after.prices)):
+        p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
-            add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour")
-    if before and after and before.budget.monthly != after.budget.monthly:
+            devices = sum(spec.physical_devices(g) for g in _groups(after).values() if g.device.model == model)
+            add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour", devices=devices,
+                cost=(q - p) * devices * spec.HOURS_PER_MONTH)
+    if before.budget.monthly != after.budget.monthly:
         add("budget", f"monthly budget {before.budget.monthly:,.0f} → {after.budget.monthly:,.0f} {currency}")
-    return out
+    return sorted(out, key=_size)
 
 
 def _quota_text(tenant: spec.Tenant) -> str:
     return ", ".join(f"{q.guaranteed}/{q.burst} {r}" for r, q in sorted(tenant.quota.items())) or "no device quota"
 
 
-def _tenant_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
-    old = {t.name: t for t in before.tenants} if before else {}
-    new = {t.name: t for t in after.tenants} if after else {}
+def _guaranteed(tenant: spec.Tenant) -> int:
+    """Devices a tenant is guaranteed across its clusters (its quota holds per cluster)."""
+    return sum(q.guaranteed for q in tenant.quota.values()) * len(tenant.clusters)
+
+
+def _tenant_changes(before: spec.Environment, after: spec.Environment) -> list[dict[str, Any]]:
+    old, new = {t.name: t for t in before.tenants}, {t.name: t for t in after.tenants}
     out = []
+
+    def add(subject: str, text: str, security: bool = False, devices: int = 0) -> None:
+        out.append({"subject": subject, "text": text, "security": security, "devices": devices, "cost": 0.0})
+
     for name in sorted(set(old) | set(new)):
         b, a = old.get(name), new.get(name)
         subject = f"tenants/{name}"
         if a is not None and b is None:
-            out.append({"subject": subject, "security": False,
-                        "text": f"tenant {name} added on {', '.join(a.clusters)}: {_quota_text(a)} (guaranteed/burst)"})
+            add(subject, f"tenant {name} added on {', '.join(a.clusters)}: {_quota_text(a)} (guaranteed/burst)", devices=_guaranteed(a))
         elif b is not None and a is None:
-            out.append({"subject": subject, "security": False, "text": f"tenant {name} removed from {', '.join(b.clusters)}"})
+            add(subject, f"tenant {name} removed from {', '.join(b.clusters)}", devices=_guaranteed(b))
         elif a is not None and b is not None:
             for resource in sorted(set(a.quota) | set(b.quota)):
                 qb, qa = b.quota.get(resource), a.quota.get(resource)
                 if qb != qa:
                     before_text = f"{qb.guaranteed}/{qb.burst}" if qb else "none"
                     after_text = f"{qa.guaranteed}/{qa.burst}" if qa else "none"
-                    out.append({"subject": subject, "security": False,
-                                "text": f"tenant {name}: {resource} {before_text} → {after_text} (guaranteed/burst per cluster)"})
+                    moved = ((qa.guaranteed if qa else 0) - (qb.guaranteed if qb else 0)) * len(a.clusters)
+                    add(subject, f"tenant {name}: {resource} {before_text} → {after_text} (guaranteed/burst per cluster)", devices=moved)
             if a.isolation != b.isolation or a.network != b.network:
-                out.append({"subject": subject, "security": True, "text": f"tenant {name}: network isolation or allow lists changed"})
+                add(subject, f"tenant {name}: network isolation or allow lists changed", security=True)
             if set(a.clusters) != set(b.clusters):
-                out.append({"subject": subject, "security": False, "text": f"tenant {name}: clusters {', '.join(b.clusters)} → {', '.join(a.clusters)}"})
+                add(subject, f"tenant {name}: clusters {', '.join(b.clusters)} → {', '.join(a.clusters)}", devices=_guaranteed(a))
     return out
 
 

@@ -34,6 +34,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's own help: rich's option panel cut option names and env vars short at 80 columns
+    # (`--only-on-chan…`); click wraps the descriptions and never cuts a name.
+    rich_markup_mode=None,
 )
 
 
@@ -436,6 +439,11 @@ def plan(
     if only_on_change and result["no_effect"]:
         raise typer.Exit(code)
     sys.stdout.write(_plan_form(result, output, review.comment(result, max_chars, where)))
+    if result["no_effect"]:
+        # A first plan on a fresh clone compares the working tree with itself: say what to try.
+        err.print(f"plan: no change between base {result['base']['revision'][:12]} and head: nothing to review. To see a plan, edit "
+                  f"environments/{env}.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
+                  "or compare two revisions with --base and --head.", markup=False, highlight=False)
     raise typer.Exit(code)
 
 

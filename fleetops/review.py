@@ -14,7 +14,9 @@ import html
 import json
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
+
+from fleetops.changes import SECURITY_FIELDS
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {"denied": "❌ denied", "needs-approval": "⏳ needs approval", "allowed": "✅ allowed", "invalid": "⛔ cannot be judged"}
@@ -80,13 +82,13 @@ def _where(d: dict[str, Any]) -> str:
 
 def header(plan: dict[str, Any]) -> list[str]:
     c, n, objs = plan["cost"], plan["counts"], plan["objects"]
-    flags = f" · {SECURITY} **{plan['security_changes']} security-relevant change(s)**" if plan.get("security_changes") else ""
+    flags = f" · {SECURITY} **{plan['security_changes']:,} security-relevant change(s)**{_security_kinds(plan)}" if plan.get("security_changes") else ""
     lines = [
         f"### fleetops plan {_code(plan['environment'])}: {VERDICT[plan['verdict']]}",
         "",
         f"**Monthly cost** {_num(c['before'])} → {_num(c['after'])} {_text(c['currency'])} (**{_signed(c['delta'])}**) · "
-        f"**Objects** +{len(objs['added'])} ~{len(objs['changed'])} −{len(objs['removed'])} · "
-        f"**Decisions** {n['deny']} deny, {n['approval']} need approval, {n['warn']} warn, {n['waived']} waived{flags}",
+        f"**Objects** +{len(objs['added']):,} ~{len(objs['changed']):,} −{len(objs['removed']):,} · "
+        f"**Decisions** {n['deny']:,} deny, {n['approval']:,} need approval, {n['warn']:,} warn, {n['waived']:,} waived{flags}",
         "",
         f"Judged by the policies of the base revision {_code(plan['base']['revision'][:12])}.",
     ]
@@ -112,35 +114,118 @@ def header(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
-def what_changes(plan: dict[str, Any]) -> list[str]:
-    items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in plan["fleet_changes"]]
+def _security_kind(path: str) -> str:
+    """The security-relevant key a field's path ends in: `fingerprints`, `name_pattern`, …"""
+    return next((part for part in reversed(re.split(r"[.\[]", path)) if part in SECURITY_FIELDS), "field")
+
+
+def _security_kinds(plan: dict[str, Any]) -> str:
+    """What the security-relevant changes are, by kind: a new environment's hundreds of fingerprints and
+    node matches read as a few counts, not as one alarming number."""
+    kinds = Counter(_security_kind(e["path"]) for e in plan["spec_changes"] if e["security"])
+    kinds.update({"policy file(s)": sum(f["security"] for f in plan["policy_file_changes"]), "program file(s)": len(plan["program_file_changes"])})
+    named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
+    return f" ({', '.join(named)})" if named else ""
+
+
+TOP_CHANGES = 20  # of "What changes" in the comment, largest first; the full plan lists every one
+
+
+def what_changes(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str]:
+    """The change in fleet terms, largest first (`fleet_changes` come ordered by cost and devices moved):
+    the `top` largest security-relevant ones and the `top` largest of the others (all when `top` is None)."""
+    changes = plan["fleet_changes"]
+    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c["security"] is flag)}
+    shown = [c for c in changes if top is None or ranks[id(c)] < top]
+    items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in shown]
+    if len(shown) < len(changes):
+        items.append(f"- … and {len(changes) - len(shown):,} smaller change(s), in the full plan")
     edits = plan["spec_changes"]
     if edits:
         flagged = sum(e["security"] for e in edits)
-        items.append(f"- {len(edits)} field(s) of {_code(edits[0]['file'])} changed"
-                     + (f", {SECURITY} {flagged} security-relevant" if flagged else "") + " (listed below)")
+        items.append(f"- {len(edits):,} field(s) of {_code(edits[0]['file'])} changed"
+                     + (f", {SECURITY} {flagged:,} security-relevant" if flagged else "") + " (listed below)")
     return ["", "**What changes**", "", *items] if items else []
+
+
+GROUP_OVER = 3  # a rule with more decisions than this is one line with counts, not one line per decision
+
+
+def _grouped(decisions: list[dict[str, Any]]) -> list[str]:
+    """Decisions of one rule together, most numerous first; a rule with many is one line: how many, over
+    how many tenants and clusters, the first as an example, and the fix they share."""
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for d in decisions:
+        by_rule.setdefault(d["rule"], []).append(d)
+    lines: list[str] = []
+    for rule, ds in sorted(by_rule.items(), key=lambda item: (-len(item[1]), item[0])):
+        if len(ds) <= GROUP_OVER:
+            for d in ds:
+                lines.append(f"- {_code(rule)} {_text(d['msg'])}{_where(d)}")
+                if d.get("fix"):
+                    lines.append(f"  - **Fix:** {_text(d['fix'])}")
+            continue
+        lines += [f"- {_code(rule)} × {len(ds):,}{_spread(ds)}", f"  - e.g. {_text(ds[0]['msg'])}{_where(ds[0])}"]
+        fixes = {d.get("fix") for d in ds} - {None, ""}
+        if len(fixes) == 1:
+            lines.append(f"  - **Fix:** {_text(fixes.pop())}")
+    return lines
+
+
+def _spread(decisions: list[dict[str, Any]]) -> str:
+    """`: 1,000 tenant(s) on 20 cluster(s) (tenant-0, tenant-1, …)` of one rule's decisions."""
+    def named(key: str) -> list[str]:
+        return list(dict.fromkeys(str(s[key]) for d in decisions if (s := d.get("subject") or {}).get(key)))
+
+    tenants, clusters = named("tenant"), named("cluster")
+    parts = ([f"{len(tenants):,} tenant(s)"] if tenants else []) + ([f"{len(clusters):,} cluster(s)"] if clusters else [])
+    names = tenants or clusters
+    examples = f" ({', '.join(_text(n) for n in names[:5])}{', …' if len(names) > 5 else ''})" if names else ""
+    return f": {' on '.join(parts)}{examples}" if parts else ""
 
 
 def blocking(plan: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     denied = [d for d in plan["decisions"] if d["status"] == "deny"]
     if denied:
-        lines += ["", "**Denied by**", ""]
-        for d in denied:
-            lines.append(f"- {_code(d['rule'])} {_text(d['msg'])}{_where(d)}")
-            if d.get("fix"):
-                lines.append(f"  - **Fix:** {_text(d['fix'])}")
+        lines += ["", "**Denied by**", "", *_grouped(denied)]
     waiting = [d for d in plan["decisions"] if d["status"] == "approval"]
     if waiting:
-        lines += ["", f"**Needs approval** (has {plan['approvals']['have']})", ""]
-        lines += [f"- {_code(d['rule'])} {_text(d['msg'])}{_where(d)}" for d in waiting]
+        lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan['approvals']['have']})", "", *_grouped(waiting)]
     return lines
 
 
+CAPACITY_ROWS = 12  # past this many moved rows, the top says totals per device resource; each cluster is folded
+
+
 def capacity_moves(plan: dict[str, Any]) -> list[str]:
+    """The capacity the change moves, next to the verdict; of a new environment only what it will have."""
     moved = [r for r in plan["capacity"] if r["before"] != r["after"]]
-    return ["", *_capacity_table(moved, changed=True)] if moved else []
+    shown = _fleet_totals(moved) if len(moved) > CAPACITY_ROWS else moved
+    return ["", *_capacity_table(shown, changed=plan["base"]["exists"])] if moved else []
+
+
+def _fleet_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Capacity rows summed over their clusters, one per device resource, the most devices first."""
+    sums: dict[str, dict[str, Counter[str]]] = {}
+    for r in rows:
+        sides = sums.setdefault(r["resource"], {"before": Counter(), "after": Counter()})
+        for side, counts in sides.items():
+            counts.update({k: r[side][k] for k in ("physical", "schedulable", "guaranteed", "burst")})
+    where = f"all {len({r['cluster'] for r in rows}):,} clusters"
+    totals = [{"cluster": where, "resource": resource, **{side: _derived(c) for side, c in sides.items()}} for resource, sides in sums.items()]
+    return sorted(totals, key=lambda r: -r["after"]["physical"])
+
+
+def _derived(c: Counter[str]) -> dict[str, float]:
+    """Sharing factor and headroom of summed capacity, as `spec.capacity_rows` derives them per cluster."""
+    units = c["schedulable"]
+    return {**c, "sharing_factor": round(units / c["physical"], 2) if c["physical"] else 0.0,
+            "headroom_percent": round(100 * (units - c["guaranteed"]) / units, 1) if units else 0.0}
+
+
+def _cell(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
@@ -149,7 +234,7 @@ def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
     for r in rows:
         b, a = r["before"], r["after"]
         cols = ("physical", "schedulable", "sharing_factor", "guaranteed", "burst", "headroom_percent")
-        cells = [_arrow(b[k], a[k]) if changed else str(a[k]) for k in cols]
+        cells = [_arrow(_cell(b[k]), _cell(a[k])) if changed else _cell(a[k]) for k in cols]
         cells[2] = "×" + cells[2].replace(" → ", " → ×")
         out.append(f"| {_text(r['cluster'])} | {_code(r['resource'])} | " + " | ".join(cells) + " |")
     return out
@@ -159,13 +244,42 @@ def _details(summary: str, body: list[str]) -> list[str]:
     return ["", f"<details><summary>{summary}</summary>", "", *body, "", "</details>"] if body else []
 
 
-def spec_fields(plan: dict[str, Any]) -> list[str]:
-    edits = plan["spec_changes"]
-    if not edits:
-        return []
-    rows = ["| | field | before | after | line |", "|---|---|---|---|---:|"] + [
-        f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |" for e in edits]
-    return _details(f"Environment file changes ({len(edits)})", rows)
+class Fold(NamedTuple):
+    """A folded section: its title, the lines before its rows (a table's head) and its rows, most
+    important first, each one or more lines. A bounded comment keeps as many whole rows as fit and
+    says how many it left to the full plan."""
+
+    title: str
+    head: list[str]
+    rows: list[list[str]]
+    fenced: bool = False  # the rows are diff lines, in one code block
+    noun: str = "row(s)"
+
+    def lines(self, budget: int | None = None, pointer: str = "") -> list[str]:
+        if not self.rows:
+            return []
+        kept: list[list[str]] = []
+        used = len(self.title) + sum(len(line) + 1 for line in self.head) + 200
+        for row in self.rows:
+            size = sum(len(line) + 1 for line in row)
+            if budget is not None and used + size > budget:
+                break
+            kept.append(row)
+            used += size
+        rows = [line for row in kept for line in row]
+        body = (self.head + (_fenced(rows) if self.fenced else rows)) if kept else []
+        count = f"{len(self.rows):,}"
+        if len(kept) < len(self.rows):
+            count += f", {len(kept):,} shown"
+            body += ["", f"{len(self.rows) - len(kept):,} more {self.noun} not shown here: {pointer}"]
+        return _details(f"{self.title} ({count})", body)
+
+
+def spec_fields(plan: dict[str, Any]) -> Fold:
+    # What decides who may run where first, then down the file.
+    edits = sorted(plan["spec_changes"], key=lambda e: (not e["security"], e["side"] != "head", e["line"]))
+    return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
+        [f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |"] for e in edits])
 
 
 def _values(old: Any, new: Any) -> tuple[str, str]:
@@ -176,42 +290,41 @@ def _values(old: Any, new: Any) -> tuple[str, str]:
     return (_text(old) if old is not None else "—", _text(new) if new is not None else "—")
 
 
-def policy_files(plan: dict[str, Any]) -> list[str]:
-    body = []
-    for f in plan["policy_file_changes"]:
-        body += [f"{SECURITY + ' ' if f['security'] else ''}{_code(f['file'])}", "", *_fenced(f["diff"].rstrip("\n").split("\n")), ""]
-    return _details(f"Policy file changes ({len(plan['policy_file_changes'])})", body)
+def policy_files(plan: dict[str, Any]) -> Fold:
+    return Fold("Policy file changes", [], noun="file(s)", rows=[
+        [f"{SECURITY + ' ' if f['security'] else ''}{_code(f['file'])}", "", *_fenced(f["diff"].rstrip("\n").split("\n")), ""]
+        for f in plan["policy_file_changes"]])
 
 
-def decision_table(plan: dict[str, Any]) -> list[str]:
-    if not plan["decisions"]:
-        return []
-    rows = ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"]
-    for d in plan["decisions"]:
+STATUS_ORDER = {"deny": 0, "approval": 1, "warn": 2, "waived": 3}
+
+
+def decision_table(plan: dict[str, Any]) -> Fold:
+    rows = []
+    for d in sorted(plan["decisions"], key=lambda d: STATUS_ORDER.get(d["status"], len(STATUS_ORDER))):
         loc = d.get("location")
         where = _text(f"{loc['file']}:{loc['line']}") if loc else ""
-        rows.append(f"| {_text(d['status'])} | {_code(d['rule'])} | {_text(d.get('severity', ''))} | {_text(d.get('resource') or '')} "
-                    f"| {_text(d['msg'])} | {where} |")
-    return _details(f"Policy decisions ({len(plan['decisions'])})", rows)
+        rows.append([f"| {_text(d['status'])} | {_code(d['rule'])} | {_text(d.get('severity', ''))} | {_text(d.get('resource') or '')} "
+                     f"| {_text(d['msg'])} | {where} |"])
+    return Fold("Policy decisions", ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"], rows)
 
 
-def quota_table(plan: dict[str, Any]) -> list[str]:
-    rows = ["| tenant | cluster | resource | guaranteed | burst |", "|---|---|---|---:|---:|"] + [
-        f"| {_text(q['tenant'])} | {_text(q['cluster'])} | {_code(q['resource'])} | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
-        f"| {_arrow(q['before']['burst'], q['after']['burst'])} |" for q in plan["quota_changes"]]
-    return _details(f"Quota changes ({len(plan['quota_changes'])})", rows) if plan["quota_changes"] else []
+def quota_table(plan: dict[str, Any]) -> Fold:
+    moved = sorted(plan["quota_changes"], key=lambda q: -abs(q["after"]["guaranteed"] - q["before"]["guaranteed"]))
+    return Fold("Quota changes", ["| tenant | cluster | resource | guaranteed | burst |", "|---|---|---|---:|---:|"], [
+        [f"| {_text(q['tenant'])} | {_text(q['cluster'])} | {_code(q['resource'])} | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
+         f"| {_arrow(q['before']['burst'], q['after']['burst'])} |"] for q in moved])
 
 
-def object_summary(plan: dict[str, Any]) -> list[str]:
+def object_summary(plan: dict[str, Any]) -> Fold:
     """Objects added, changed and removed per cluster and kind: bounded whatever the change's size."""
     counts: Counter[tuple[str, str, str]] = Counter()
     for what in ("added", "changed", "removed"):
         for o in plan["objects"][what]:
             counts[(o["cluster"], o["kind"], what)] += 1
     keys = sorted({(c, k) for c, k, _ in counts})
-    rows = ["| cluster | kind | + | ~ | − |", "|---|---|---:|---:|---:|"] + [
-        f"| {_text(c)} | {_text(k)} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |" for c, k in keys]
-    return _details(f"Objects per cluster and kind ({len(keys)})", rows) if keys else []
+    return Fold("Objects per cluster and kind", ["| cluster | kind | + | ~ | − |", "|---|---|---:|---:|---:|"], [
+        [f"| {_text(c)} | {_text(k)} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |"] for c, k in keys])
 
 
 def _name(o: dict[str, Any]) -> str:
@@ -227,49 +340,53 @@ def _field_lines(f: dict[str, Any]) -> list[str]:
     return [f"    {f['op']} {f['path']}: {json.dumps(old)} → {json.dumps(new)}"]
 
 
-def object_entries(plan: dict[str, Any]) -> list[list[str]]:
+def object_changes(plan: dict[str, Any]) -> Fold:
     """One block of ```diff lines per object, so that a bounded comment can stop between objects."""
     objs = plan["objects"]
     blocks = [[f"+ {_name(o)}"] for o in objs["added"]] + [[f"- {_name(o)}"] for o in objs["removed"]]
     for o in objs["changed"]:
         blocks.append([f"~ {_name(o)}", *(line for f in o["fields"] for line in _field_lines(f))])
-    return blocks
+    return Fold("Object changes", [], blocks, fenced=True, noun="object(s)")
 
 
-def _objects_section(blocks: list[list[str]], budget: int, pointer: str) -> list[str]:
-    """The object diff, as many whole objects as `budget` characters hold, then where the rest is."""
-    lines: list[str] = []
-    used, shown = 200, 0
-    for block in blocks:
-        size = sum(len(line) + 1 for line in block)
-        if used + size > budget:
-            break
-        lines += block
-        used += size
-        shown += 1
-    body = _fenced(lines) if lines else []
-    if shown < len(blocks):
-        body += ["", f"{len(blocks) - shown} more object(s) not shown here: {pointer}"]
-    total = len(blocks)
-    return _details(f"Object changes ({total}{'' if shown == total else f', {shown} shown'})", body) if blocks else []
+def with_capacity(plan: dict[str, Any]) -> Fold:
+    """Every cluster's capacity; none when the capacity table above has every row."""
+    table = _capacity_table(plan["capacity"], changed=False)
+    moved = sum(r["before"] != r["after"] for r in plan["capacity"])
+    whole = moved < len(plan["capacity"]) or moved > CAPACITY_ROWS
+    return Fold("Capacity per cluster and device resource", table[:2], [[row] for row in table[2:]] if whole else [])
+
+
+def _folds(plan: dict[str, Any]) -> list[Fold]:
+    """The folded sections, most important first."""
+    return [spec_fields(plan), decision_table(plan), with_capacity(plan), policy_files(plan), quota_table(plan), object_summary(plan),
+            object_changes(plan)]
 
 
 def full(plan: dict[str, Any]) -> str:
     """The whole plan as markdown, without a size limit: the CI artifact the comment points to."""
-    return _join(_sections(plan) + _objects_section(object_entries(plan), 10**12, ""), with_capacity(plan))
-
-
-def with_capacity(plan: dict[str, Any]) -> list[str]:
-    return _details("Capacity per cluster and device resource", _capacity_table(plan["capacity"], changed=False))
-
-
-def _sections(plan: dict[str, Any]) -> list[str]:
-    return (header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan) + spec_fields(plan)
-            + policy_files(plan) + decision_table(plan) + quota_table(plan) + object_summary(plan))
+    lines = header(plan) + what_changes(plan, top=None) + blocking(plan) + capacity_moves(plan)
+    return _join(lines + [line for fold in _folds(plan) for line in fold.lines()], [])
 
 
 def _join(lines: list[str], tail: list[str]) -> str:
     return "\n".join(lines + tail) + "\n"
+
+
+def _revision(name: str) -> str:
+    """A commit by its short id; `default branch` or `working tree` as said."""
+    return name[:12] if re.fullmatch(r"[0-9a-f]{40}", name) else name
+
+
+def _problem(d: dict[str, Any]) -> str:
+    """One problem: its place first, then what is wrong, the place said once."""
+    from fleetops.output import problem
+
+    p = problem(d["msg"])
+    if not p["file"]:
+        return f"- {_text(d['msg'])}"
+    place = ":".join(str(x) for x in (p["file"], p["line"], p["column"]) if x)
+    return f"- {_code(place)} {_text(': '.join(x for x in (p['path'], p['message']) if x))}"
 
 
 def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> str:
@@ -277,45 +394,45 @@ def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> st
     any earlier verdict on the pull request, and says why, each problem on its line."""
     shown, body = [], 0
     for d in plan["decisions"]:
-        line = f"- {_text(d['msg'])}{_where(d)}"
+        line = _problem(d)
         if body + len(line) > max_chars - 2000:
-            shown.append(f"- … and {len(plan['decisions']) - len(shown)} more (see the full plan)")
+            shown.append(f"- … and {len(plan['decisions']) - len(shown):,} more (see the full plan)")
             break
         shown.append(line)
         body += len(line) + 1
     lines = [
         f"### fleetops plan {_code(plan['environment'])}: {VERDICT['invalid']}",
         "",
-        f"The change cannot be judged, so it cannot be merged: base {_code(plan['base']['revision'][:12])}, head {_code(plan['head']['revision'][:12])}.",
-        "Any earlier verdict on this pull request no longer holds.",
+        f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan['base']['revision']))}, "
+        f"head {_code(_revision(plan['head']['revision']))}. Any earlier verdict on this pull request no longer holds.",
+        "",
+        f"**What is wrong** ({len(plan['decisions']):,})",
         "",
         *shown,
+        "",
+        "Fix each line above and push again: the plan runs again on the new head and replaces this comment.",
     ]
     return _join(lines, [])
 
 
 def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts: str = "") -> str:
-    """The pull-request comment, at most `max_chars` characters: whole sections in order of importance,
-    then as many objects as fit; what does not fit is named and left to the full plan in `artifacts`."""
+    """The pull-request comment, at most `max_chars` characters, chosen by importance: the verdict and
+    totals, what changes (largest first), what blocks it (grouped per rule), the capacity it moves; then
+    each folded section, most important first, as many of its rows as its share of what is left holds.
+    What does not fit is counted and left to the full plan in `artifacts`."""
     pointer = f"see the full plan ({artifacts})" if artifacts else "see the full plan (`fleetops plan --output json`, or the CI artifact)"
-    essential = header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan)
-    optional = [spec_fields(plan), policy_files(plan), decision_table(plan), quota_table(plan), object_summary(plan), with_capacity(plan)]
     note = ["", f"_Comment shortened to {max_chars:,} characters: {pointer}._"]
-    lines = list(essential)
-    left_out = []
-    for section in optional:
-        if len(_join(lines + section, note)) <= max_chars:
-            lines += section
-        elif section:
-            left_out.append(section[1].removeprefix("<details><summary>").removesuffix("</summary>") if len(section) > 1 else "a section")
-    budget = max_chars - len(_join(lines, note)) - 400
-    lines += _objects_section(object_entries(plan), budget, pointer)
-    if left_out:
-        lines += ["", f"Not shown here: {', '.join(left_out)}: {pointer}."]
+    lines = header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan)
+    folds = [fold for fold in _folds(plan) if fold.rows]
+    left = max_chars - len(_join(lines, note))
+    for index, fold in enumerate(folds):
+        # Each fold may take an equal share of what is left; what a small one leaves goes to the next.
+        section = fold.lines(left // (len(folds) - index), pointer)
+        lines += section
+        left -= len(_join(section, []))
     text = _join(lines, [])
-    if len(text) > max_chars:  # the essentials alone are too long (thousands of decisions): cut at a line
-        cut = text[: max_chars - 200].rsplit("\n", 1)[0]
-        text = _join([cut], note)
+    if len(text) > max_chars:  # the essentials alone are too long: cut at a line
+        text = _join([text[: max_chars - 200].rsplit("\n", 1)[0]], note)
     return text
 
 
@@ -337,8 +454,15 @@ def github_annotations(plan: dict[str, Any]) -> str:
         message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
         out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
                    f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
+    kinds: dict[str, list[dict[str, Any]]] = {}
     for e in plan["spec_changes"]:
         if e["security"] and e["side"] == "head":
+            kinds.setdefault(_security_kind(e["path"]), []).append(e)
+    for kind, edits in kinds.items():
+        # A new environment's hundreds of node matches are one notice at the first, not one per line.
+        many = len(edits) > GROUP_OVER
+        for e in edits[:1] if many else edits:
+            what = f"{len(edits):,} {kind} fields changed, the first here" if many else f"{e['path']} changed"
             out.append(f"::notice file={_escape(e['file'], True)},line={e['line']},title={_escape('security-relevant change', True)}::"
-                       f"{_escape(e['path'] + ' changed: review who it lets in')}")
+                       f"{_escape(what + ': review who it lets in')}")
     return "\n".join(out) + ("\n" if out else "")

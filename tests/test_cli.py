@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,33 @@ def test_help_works_for_every_command(command: list[str]) -> None:
     assert "Usage:" in done.stdout
     if command:
         assert "--env" in done.stdout
+
+
+def _commands() -> list[tuple[list[str], list[str]]]:
+    """Every command's path and the option names it declares."""
+    import typer
+
+    from fleetops.cli import app
+
+    out = []
+
+    def walk(command: Any, path: list[str]) -> None:  # typer's own click
+        out.append((path, [name for p in command.params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts)]))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+@pytest.mark.parametrize("command,options", [pytest.param(c, o, id=" ".join(c) or "fleetops") for c, o in _commands()])
+def test_help_at_80_columns_shows_every_option_name_whole(command: list[str], options: list[str]) -> None:
+    # Rich's option panel cut `--only-on-change` to `--only-on-chan…` and env vars to `FLEETOPS_APPROV…`.
+    done = run(*command, "--help", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
+    words = set(re.findall(r"[\w$./-]+", done.stdout))
+    assert [o for o in options if o not in words] == []
 
 
 @pytest.mark.parametrize("command", [["validate"], ["render", "--env", "prod"]])

@@ -168,8 +168,16 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
     """cmark-gfm, GitHub's own renderer: the tables are tables, the folds fold, diffs are diff blocks."""
     text = journeys.comment(journey, tmp_path)
     html = journeys.to_html(text, journey.title)
-    assert html.count("<table>") >= 2 and "<details>" in html and "|---" not in html
-    assert "<h3>fleetops plan <code>prod</code>" in html
+    assert f"<h3>fleetops plan <code>{journey.env}</code>" in html and "|---" not in html
+    if journey.name == "invalid-head":  # the problem on its line, once, and no verdict but this one
+        assert "⛔ cannot be judged" in html and "✅" not in html and "<table>" not in html
+        assert ("<li><code>environments/prod.yaml:117:40</code> tenants[1].quota[&quot;nvidia.com/gpu&quot;].burst: "
+                "must be &gt;= guaranteed (80), got 64</li>") in html
+        assert "base <code>default branch</code>" in html
+        return
+    assert html.count("<table>") >= 2 and "<details>" in html
+    if journey.name == "new-environment":
+        assert "<li>environment large added: 20 clusters, 1,000 tenants, 192 pools, 200 edge groups," in html
     if journey.name == "sharing-change":
         assert '<pre lang="diff">' in html and "\n-      replicas: 4\n+      replicas: 2\n" in html
     if journey.name == "fingerprint-added":
@@ -200,3 +208,80 @@ def test_no_string_from_the_environment_or_the_policies_becomes_markup_in_the_co
     assert "owner &lt;img src=x onerror=alert(1)&gt;, &lt;/details&gt;![pixel](" in page
     assert "&lt;script&gt;alert(2)&lt;/script&gt;⏎```⏎&lt;img src=x onerror=alert(3)&gt;" in page
     assert "\n+&lt;img src=x onerror=alert(4)&gt;\n" in page  # inside the policy file's diff block
+
+
+def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_grouped_approvals(repo: Path) -> None:
+    # It gave 2,600 "needs approval" lines and 428 "added" bullets, cut off before capacity, decisions and fields.
+    (repo / "environments" / "large.yaml").write_text(synthetic_yaml(1.0))
+    commit(repo, "a new environment")
+    text = plan(repo, "--env", "large").stdout
+    assert len(text) <= 55_000
+    top = text.split("<details>")[0]
+    assert ("- environment large added: 20 clusters, 1,000 tenants, 192 pools, 200 edge groups, +37,280 nvidia.com/gpu, "
+            "+10,240 huawei.com/Ascend910") in top
+    assert "- `change.quota_raise_approvals` × 2,600: 1,000 tenant(s) on 18 cluster(s) (tenant-0, " in top
+    assert "  - **Fix:** get the required approvals, or raise the quota in smaller steps" in top
+    assert len([line for line in top.splitlines() if line.startswith("- ")]) < 10
+    # Capacity: what the new fleet will have, summed per device resource before any fold, then each cluster.
+    assert "| all 20 clusters | `nvidia.com/gpu` | 37,280 | 121,760 | ×3.27 | 1,900 | 7,400 | 98.4 |" in top
+    assert "| center-0 | `nvidia.com/gpu` | 2,080 | 7,360 | ×3.54 | 126 | 504 | 98.3 |" in text
+    assert "(1,000 allow_to_endpoints, 392 name_pattern, 200 fingerprints, 4 edge_runtime, 3 center_endpoints)" in top
+    # Every folded section is there, as many rows as fit, and says how many are left to the full plan.
+    for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Capacity per cluster and device resource (52)",
+                  "Objects per cluster and kind (432, ", "Object changes (15,348, "):
+        assert f"<summary>{title}" in text
+    # One security notice per kind of field with many, at its first line, not 1,599 notices.
+    notices = [line for line in plan(repo, "--env", "large", "--output", "github").stdout.splitlines() if line.startswith("::notice")]
+    assert len(notices) == 7  # one each for name_pattern, allow_to_endpoints, fingerprints, edge_runtime; 3 center_endpoints
+    assert "::notice file=environments/large.yaml,line=16,title=security-relevant change::392 name_pattern fields changed, the first here" in "\n".join(notices)
+
+
+def test_what_changes_comes_largest_first(repo: Path) -> None:
+    # Sorted as text, 8 Ascend devices on center-bj came before 32 A100s on center-sh.
+    edit(repo, "model: Ascend910B, per_node: 8}\n        nodes: 6", "model: Ascend910B, per_node: 8}\n        nodes: 7")
+    edit(repo, "model: A100-SXM4-80GB, per_node: 8}\n        nodes: 8", "model: A100-SXM4-80GB, per_node: 8}\n        nodes: 12")
+    commit(repo, "more nodes on both centers")
+    code, result = plan_json(repo, "--approvals", "2")
+    assert [c["subject"] for c in result["fleet_changes"]] == ["center-sh/a100-train", "center-bj/ascend-910b"]
+    assert [c["devices"] for c in result["fleet_changes"]] == [32, 8]
+
+
+def test_an_added_cluster_is_one_line_of_totals(repo: Path) -> None:
+    edit(repo, "  - name: edge-sh-factory\n", (
+        "  - name: center-gz\n    role: center\n    context: prod-gz\n    pools:\n"
+        "      - name: h100-a\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 2\n"
+        "      - name: h100-b\n        device: {resource: nvidia.com/gpu, model: H100-SXM-80GB, per_node: 8}\n        nodes: 2\n\n"
+        "  - name: edge-sh-factory\n"))
+    commit(repo, "a new center")
+    code, result = plan_json(repo, "--approvals", "2")
+    texts = [c["text"] for c in result["fleet_changes"]]
+    assert "cluster center-gz added: 2 pools, +32 nvidia.com/gpu, +67,744 USD/mo" in texts
+    assert not any(t.startswith("center-gz/") for t in texts)
+
+
+def test_a_plan_with_no_change_says_what_to_try_next(repo: Path) -> None:
+    # `make plan` on a fresh clone compares the working tree with itself: it printed a verdict and nothing else.
+    out = plan(repo, "--env", "prod")
+    assert out.returncode == 0 and "✅ allowed" in out.stdout
+    assert "no change between base" in out.stderr
+    assert "edit environments/prod.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again" in out.stderr
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 40, burst: 64}")
+    assert "no change between base" not in plan(repo, "--env", "prod").stderr
+
+
+def test_a_removed_environment_is_one_line_of_totals(repo: Path) -> None:
+    git(repo, "rm", "-q", str(PROD))
+    commit(repo, "retire prod")
+    code, result = plan_json(repo)
+    assert [c["text"] for c in result["fleet_changes"]] == [
+        "environment prod removed: 4 clusters, 7 tenants, 7 pools, 3 edge groups, -358 nvidia.com/gpu, -48 huawei.com/Ascend910, "
+        "-24 huawei.com/Ascend310P, -8 fpga.intel.com/region-ce48969398f05f33946d560708be108a, -539,981 USD/mo"]
+
+
+def test_what_changes_is_bounded_even_when_every_change_is_security_relevant(repo: Path) -> None:
+    fingerprints = "".join(f"\n          - sha256:{i:064x}" for i in range(60))
+    edit(repo, "        fingerprints:", "        fingerprints:" + fingerprints)
+    commit(repo, "sixty more Jetsons")
+    text = comment(repo)
+    listed = text.split("**What changes**")[1].split("\n\n")[1].splitlines()
+    assert len(listed) == 22 and listed[-2] == "- … and 40 smaller change(s), in the full plan"

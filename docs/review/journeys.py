@@ -22,6 +22,8 @@ import cmarkgfm
 from cmarkgfm.cmark import Options
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is beside fleetops/
+from benchmarks.generate import synthetic_yaml  # noqa: E402
 PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
 PROD = "environments/prod.yaml"
 TODAY = dt.date.today()
@@ -45,6 +47,9 @@ class Journey:
     edits: list[tuple[str, str, str]]  # (file, old, new) on the change branch
     args: list[str] = field(default_factory=list)
     on_main: list[tuple[str, str, str]] = field(default_factory=list)  # merged before the change (a waiver)
+    env: str = "prod"
+    codes: tuple[int, ...] = (0, 1)  # what `plan` may exit with: 2 for a change that cannot be judged
+    height: int = 2600  # of the screenshot, in pixels
 
 
 JOURNEYS = [
@@ -59,6 +64,10 @@ JOURNEYS = [
             ["--approvals", "2"]),
     Journey("waiver", "the same quota under a merged waiver", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")],
             ["--approvals", "2"], on_main=[("policies/waivers.yaml", "", WAIVER)]),
+    # The generated large fleet (benchmarks/generate.py) as a new environment: 20 clusters, 1,000 tenants, 15,348 objects.
+    Journey("new-environment", "a new large environment", [("environments/large.yaml", "", synthetic_yaml(1.0))], env="large"),
+    Journey("invalid-head", "a quota whose burst is below its guarantee", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}",
+                                                                           "nvidia.com/gpu: {guaranteed: 80, burst: 64}")], codes=(2,), height=400),
 ]
 
 
@@ -69,7 +78,7 @@ def _git(repo: Path, *args: str) -> None:
 def _apply(repo: Path, edits: list[tuple[str, str, str]]) -> None:
     for file, old, new in edits:
         path = repo / file
-        text = path.read_text()
+        text = path.read_text() if path.exists() else ""
         if old and old not in text:
             raise SystemExit(f"{file}: {old!r} not found")
         path.write_text(text.replace(old, new, 1) if old else text + new)
@@ -88,10 +97,11 @@ def comment(journey: Journey, workdir: Path) -> str:
     _git(repo, "commit", "-qm", "fleet")
     _git(repo, "checkout", "-q", "-b", "change")
     _apply(repo, journey.edits)
-    _git(repo, "commit", "-qam", journey.title)
-    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", "prod", *journey.args], cwd=repo,
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", journey.title)
+    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", journey.env, *journey.args], cwd=repo,
                           capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
-    if done.returncode not in (0, 1):
+    if done.returncode not in journey.codes:
         raise SystemExit(f"{journey.name}: fleetops plan failed: {done.stderr}")
     return done.stdout
 
@@ -108,13 +118,13 @@ def to_html(markdown: str, title: str) -> str:
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>"
 
 
-def screenshot(html: Path, png: Path) -> None:
+def screenshot(html: Path, png: Path, height: int) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("no chromium on PATH")
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-                        "--window-size=1000,2600", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
+                        f"--window-size=1000,{height}", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
 
 
 def main() -> None:
@@ -128,7 +138,7 @@ def main() -> None:
             html = args.out / f"{journey.name}.html"
             # Every <details> opened, as a reviewer clicking through would see them.
             html.write_text(to_html(text, journey.title).replace("<details>", "<details open>"))
-            screenshot(html, args.out / f"{journey.name}.png")
+            screenshot(html, args.out / f"{journey.name}.png", journey.height)
             print(f"{journey.name}: {len(text):,} characters -> {journey.name}.png")
 
 
