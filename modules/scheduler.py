@@ -1,4 +1,5 @@
-"""What the scheduler itself must be told, per cluster: Kueue's own Configuration.
+"""What the scheduler itself must be told, per cluster: Kueue's own Configuration, and the cluster's
+root Cohort (the parent of every tenant's Cohort, modules/tenant.py).
 
 Kueue reads its Configuration from the ConfigMap `kueue-manager-config` (key
 `controller_manager_config.yaml`) in `kueue-system` at start; its install creates that ConfigMap with
@@ -14,6 +15,7 @@ import yaml
 
 from fleetops import spec
 from modules.kube import Part, Target
+from modules.tenant import bundles, resource_groups
 
 NAMESPACE = "kueue-system"
 CONFIG_MAP = "kueue-manager-config"
@@ -57,13 +59,52 @@ def config_map_manifest(target: Target) -> dict[str, Any]:
     }
 
 
+def unguaranteed(cluster: spec.Cluster, env: spec.Environment) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> the units of the pool that no tenant's guarantee on the cluster holds."""
+    free = {(g.name, r): units for g in (*cluster.pools, *cluster.edge_groups) for r, units in spec.group_capacity(g).items()}
+    for tenant in env.tenants:
+        if cluster.name not in tenant.clusters:
+            continue
+        nominal = resource_groups(tenant, spec.eligible_groups(tenant, [cluster]), 0, lambda n, b, lend: {"nominalQuota": n})
+        for group in nominal:
+            for flavor in group["flavors"]:
+                for r in flavor["resources"]:
+                    free[(flavor["name"], r["name"])] -= r["nominalQuota"]
+    return free
+
+
+def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment) -> dict[str, Any]:
+    """The cluster's root Cohort, parent of every tenant's: it holds the capacity no tenant is guaranteed,
+    so that a tenant's burst can reach it on an idle cluster (Kueue lends only quota some node of the
+    tree holds: without it, burst stopped at what the other tenants' guarantees lend)."""
+    groups = [*cluster.pools, *cluster.edge_groups]
+    free = unguaranteed(cluster, env)
+    offered = sorted({r for g in groups for r in spec.group_capacity(g)})
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": target.metadata(cluster.name),
+        "spec": {"resourceGroups": [
+            {"coveredResources": resources,
+             # Guarantees beyond capacity are the policies' to refuse; the cohort adds nothing then.
+             "flavors": [{"name": f, "resources": [{"name": r, "nominalQuota": max(free.get((f, r), 0), 0)} for r in resources]}
+                         for f in flavors]}
+            for resources, flavors in bundles(offered, groups)
+        ]},
+    }
+
+
 def scheduler(target: Target, env: spec.Environment) -> Part:
     def objects() -> list[dict[str, Any]]:
         if env.scheduler.backend != "kueue":
             return []
         # The namespace too: the ConfigMap can be applied before Kueue is installed, and the install
         # then finds its configuration in place.
-        return [{"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(NAMESPACE)}, config_map_manifest(target)]
+        return [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(NAMESPACE)},
+            config_map_manifest(target),
+            cohort_manifest(target, spec.cluster_by_name(env, target.cluster), env),
+        ]
 
     return Part("fleetops:fleet:Scheduler", target.cluster, target, objects,
                 outputs={"backend": env.scheduler.backend})

@@ -128,25 +128,30 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
     return out
 
 
-Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
-
-
-def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float, amounts: Amounts) -> list[dict[str, Any]]:
-    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`.
+def bundles(resources: list[str], groups: list[spec.Group]) -> list[tuple[list[str], list[str]]]:
+    """(resources, flavors) of each Kueue resource group covering `resources` on `groups`.
 
     Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
     profiles of one GPU) are covered together; each flavor then lists every covered resource.
     """
-    offers = {r: [g.name for g in groups if r in spec.group_capacity(g)] for r in sorted(tenant.quota)}
-    bundles: list[tuple[list[str], list[str]]] = []  # (resources, flavors)
-    for resource, flavors in offers.items():
-        joined = [b for b in bundles if set(b[1]) & set(flavors)]
-        resources = sorted({resource, *(r for b in joined for r in b[0])})
-        names = {f for b in joined for f in b[1]} | set(flavors)
-        bundles = [b for b in bundles if b not in joined] + [(resources, [g.name for g in groups if g.name in names])]
+    out: list[tuple[list[str], list[str]]] = []
+    for resource in resources:
+        flavors = {g.name for g in groups if resource in spec.group_capacity(g)}
+        joined = [b for b in out if set(b[1]) & flavors]
+        covered = sorted({resource, *(r for b in joined for r in b[0])})
+        names = {f for b in joined for f in b[1]} | flavors
+        out = [b for b in out if b not in joined] + [(covered, [g.name for g in groups if g.name in names])]
+    return out
+
+
+Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
+
+
+def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float, amounts: Amounts) -> list[dict[str, Any]]:
+    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`."""
     by_name = {g.name: g for g in groups}
     out = []
-    for resources, flavors in bundles:
+    for resources, flavors in bundles(sorted(tenant.quota), groups):
         quotas: dict[str, list[dict[str, int]]] = {}
         for resource in resources:
             quota = tenant.quota[resource]

@@ -273,6 +273,14 @@ def test_cluster_queue_splits_guaranteed_and_burst_over_the_pools(small_state: r
     assert [f["name"] for f in gpu_group["flavors"]] == ["a100-ts", "h100-mig"]
 
 
+def test_the_cluster_cohort_holds_the_capacity_no_tenant_is_guaranteed(small_state: render.DesiredState) -> None:
+    # center-a: a100-ts 2x4 GPUs time-sliced x4 (32) + h100-mig 1x8 GPUs x7 slices (56) = 88 units of
+    # nvidia.com/gpu, vision guaranteed 20; ascend 8, vision guaranteed 4.
+    cohort = one(small_state, "center-a", "Cohort", "center-a")
+    assert "parentName" not in cohort["spec"]
+    assert quota_sums(cohort, "nominalQuota") == {"nvidia.com/gpu": 88 - 20, "huawei.com/Ascend910": 8 - 4}
+
+
 def test_mixed_mig_profiles_share_one_resource_group(tmp_path: Path) -> None:
     env = small_env()
     env["clusters"][0]["pools"][1]["sharing"]["mig"] = {"strategy": "mixed", "profiles": {"3g.40gb": 1, "2g.20gb": 2}}
