@@ -145,9 +145,10 @@ def flavors(wl: dict[str, Any]) -> dict[str, str]:
 
 
 def test_a_tenant_job_within_its_guarantee_is_admitted(kueue) -> None:
-    """environments/dev.yaml, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
-    guaranteed 4) and ml-sandbox (guaranteed 8): a job within the guarantee is admitted on the tenant's
-    pool although the tenant's LimitRange gives its containers cpu and memory requests."""
+    """environments/dev.yaml:34-46, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
+    guaranteed 4) and ml-sandbox (guaranteed 8) on pools dev-a100 and dev-ascend (lines 9-17): a job
+    within the guarantee is admitted although the tenant's LimitRange gives its containers cpu and
+    memory requests."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     gpu = tenants.submit("platform-dev", "train", {"nvidia.com/gpu": 16}, "training-standard")
     npu = tenants.submit("platform-dev", "npu", {"huawei.com/Ascend910": 4}, "training-standard")
@@ -157,13 +158,27 @@ def test_a_tenant_job_within_its_guarantee_is_admitted(kueue) -> None:
     assert flavors(tenants.admitted("ml-sandbox", sandbox)) == {"nvidia.com/gpu": "dev-a100"}
 
 
+def test_prod_jobs_within_guarantee_are_admitted_on_mig_profiles_and_a_tainted_fpga_pool(kueue) -> None:
+    """environments/prod.yaml:132-140, tenant recsys on center-sh, `pools: [a100-mig, fpga-arria10]`:
+    nvidia.com/mig-3g.20gb guaranteed 16 and mig-2g.10gb 32 (line 47: a100-mig, mixed profiles
+    {3g.20gb: 1, 2g.10gb: 2} on 4x8 GPUs) in one job, and FPGA regions guaranteed 4 on fpga-arria10,
+    whose taint `fpga.intel.com/region` (line 53) the job tolerates."""
+    tenants = Tenants(kueue(cluster_objects("prod", "center-sh")))
+    mig = tenants.submit("recsys", "mig", {"nvidia.com/mig-3g.20gb": 16, "nvidia.com/mig-2g.10gb": 32}, "training-standard")
+    fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
+    region = tenants.submit("recsys", "fpga", {fpga: 4}, "inference-standard",
+                            tolerations=[{"key": "fpga.intel.com/region", "operator": "Exists", "effect": "NoSchedule"}])
+    assert flavors(tenants.admitted("recsys", mig)) == {"nvidia.com/mig-3g.20gb": "a100-mig", "nvidia.com/mig-2g.10gb": "a100-mig"}
+    assert flavors(tenants.admitted("recsys", region)) == {fpga: "fpga-arria10"}
+
+
 # --- defect 3: preemption: Never reached only the PriorityClass -----------------------------------------
 
 
 def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) -> None:
-    """environments/dev.yaml: `batch-low ... preemption: Never` (priority_classes), ml-sandbox
-    nvidia.com/gpu guaranteed 8 / burst 32 and platform-dev guaranteed 16 on dev-center, scheduler
-    reclaim_within_cohort Any (the default): with ml-sandbox borrowing platform-dev's idle guarantee,
+    """environments/dev.yaml:62 `batch-low ... preemption: Never`, line 46 ml-sandbox nvidia.com/gpu
+    guaranteed 8 / burst 32, line 39 platform-dev guaranteed 16, line 64 `scheduler: {backend: kueue}`
+    (reclaim_within_cohort Any, the default): with ml-sandbox borrowing platform-dev's idle guarantee,
     platform-dev's batch-low job waits rather than evict; its inference-critical job reclaims."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     borrower = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 24}, "training-standard")
@@ -188,10 +203,11 @@ def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) 
 
 
 def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
-    """environments/prod.yaml center-bj: h100-train `taints: [{key: dedicated, value: training, effect:
-    NoSchedule}]`, a100-infer untainted, ascend-910b tainted by its own device resource; tenant vision
-    `pools: [h100-train, a100-infer, ascend-910b]`: an inference job goes to a100-infer, only a job that
-    tolerates dedicated=training to h100-train, and Ascend jobs to ascend-910b without asking."""
+    """environments/prod.yaml:14 h100-train `taints: [{key: dedicated, value: training, effect:
+    NoSchedule}]`, line 23 a100-infer untainted, line 31 ascend-910b tainted by its own device resource;
+    line 103 tenant vision `pools: [h100-train, a100-infer, ascend-910b]`: an inference job goes to
+    a100-infer, only a job that tolerates dedicated=training to h100-train, and Ascend jobs to
+    ascend-910b without asking."""
     tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
     serve = tenants.submit("vision", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
     train = tenants.submit("vision", "train", {"nvidia.com/gpu": 8}, "training-high",
@@ -210,9 +226,10 @@ def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
 
 
 def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(kueue) -> None:
-    """environments/dev.yaml, dev-center: dev-a100 (2 nodes x 4 GPUs, time-slicing x4: 32 units) and
-    dev-ascend (8); platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and huawei.com/Ascend910
-    {guaranteed: 4, burst: 8}: on an idle cluster it reaches 32 and 8, and one unit more waits."""
+    """environments/dev.yaml:9-17, dev-center: dev-a100 (2 nodes x 4 GPUs, time-slicing x4: 32 units)
+    and dev-ascend (8); lines 39-40 platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and
+    huawei.com/Ascend910 {guaranteed: 4, burst: 8}: on an idle cluster it reaches 32 and 8, and one
+    unit more waits."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     gpu = tenants.submit("platform-dev", "burst", {"nvidia.com/gpu": 32}, "training-standard")
     npu = tenants.submit("platform-dev", "npu-burst", {"huawei.com/Ascend910": 8}, "training-standard")
