@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -41,7 +41,11 @@ def tool(name: str) -> Path:
     path = BIN / name
     if path.exists():
         return path
-    reason = f"no {name} in .tools/bin: `make tools` builds the real servers"
+    missing(f"no {name} in .tools/bin: `make tools` builds the real servers")
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip a test that lacks what it needs, or, in CI (FLEETOPS_REAL_SERVERS=required), fail it."""
     if os.environ.get("FLEETOPS_REAL_SERVERS") == "required":
         pytest.fail(reason)
     pytest.skip(reason)
@@ -448,7 +452,7 @@ class KueueServer:
     def start(self) -> KueueServer:
         binary = tool("kueue")
         if shutil.which("unshare") is None:
-            pytest.skip("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
+            missing("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
         d = self.directory
         ca = _tls_pair(d / "webhook-certs")
         upper = d / "etc-upper"
