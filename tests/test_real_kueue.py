@@ -199,6 +199,22 @@ def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) 
     assert refused and "set the label kueue.x-k8s.io/queue-name: platform-dev-non-preempting-queue" in refused
 
 
+def test_work_of_a_non_preempting_class_gives_way_to_guarantees_in_its_tenant_and_beyond(kueue) -> None:
+    """environments/dev.yaml:62 batch-low never preempts but may be preempted; lines 39 and 46: the
+    guarantees of platform-dev (16) and ml-sandbox (8) on dev-a100 (32 units, lines 9-13). platform-dev's
+    batch-low job borrows the whole idle pool through its non-preempting queue; platform-dev's own
+    inference-critical job and ml-sandbox's job, each within its guarantee, take theirs back."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    low = tenants.submit("platform-dev", "batch", {"nvidia.com/gpu": 32}, "batch-low", "platform-dev-non-preempting-queue")
+    assert flavors(tenants.admitted("platform-dev", low)) == {"nvidia.com/gpu": "dev-a100"}
+    own = tenants.submit("platform-dev", "serve", {"nvidia.com/gpu": 16}, "inference-critical")
+    other = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 8}, "training-standard")
+    evicted = condition(tenants.evicted("platform-dev", low), "Evicted")
+    assert evicted["reason"] == "Preempted", evicted
+    assert flavors(tenants.admitted("platform-dev", own)) == {"nvidia.com/gpu": "dev-a100"}
+    assert flavors(tenants.admitted("ml-sandbox", other)) == {"nvidia.com/gpu": "dev-a100"}
+
+
 # --- defect 5: each flavor tolerated its own taints -----------------------------------------------------
 
 
