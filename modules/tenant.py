@@ -182,11 +182,9 @@ def default_class(env: spec.Environment) -> spec.PriorityClass | None:
 
 
 def non_preempting_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
-    """The classes declared never to preempt that the tenant's workloads may carry, the default included."""
+    """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
+    none carries the default, refused where the tenant may not use it: admission_manifests)."""
     allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
-    fallback = default_class(env)
-    if fallback is not None:
-        allowed.add(fallback.name)
     return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
 
 
@@ -302,6 +300,15 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
              "message": f"workload priority class is not allowed for tenant {tenant.name} (allowed: {shown})",
              "reason": "Forbidden"},
         ]
+        fallback = default_class(env)
+        if fallback is not None and fallback.name not in allowed:
+            # A Job naming no class gets the default from Kueue (and its pods from Kubernetes): one the
+            # tenant may not use would be queued, and preempt, as such before its pods were refused.
+            named = f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels"
+            validations.append({
+                "expression": f"!({jobs}) || ({named}) || has(object.spec.template.spec.priorityClassName)",
+                "message": f"name a priority class: the default, {fallback.name}, is not allowed for tenant {tenant.name} (allowed: {shown})",
+                "reason": "Forbidden"})
     variables = []
     if env.scheduler.backend == "kueue":
         # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a

@@ -311,6 +311,13 @@ def test_a_non_preempting_class_gets_a_queue_that_never_preempts(tmp_path: Path)
     assert one(state, "center-a", "LocalQueue", "vision-non-preempting-queue", "vision")["spec"] == {"clusterQueue": "vision-non-preempting"}
     variables = {v["name"]: v["expression"] for v in one(state, "center-a", "ValidatingAdmissionPolicy", "fleetops-tenant-vision")["spec"]["variables"]}
     assert variables["queue"] == "variables.priorityClass in ['batch'] ? 'vision-non-preempting-queue' : 'vision-queue'"
+    # A default class the tenant may not use: its jobs must name one, and it gets no such queue.
+    env["priority_classes"][-1]["global_default"] = True
+    env["tenants"][0]["priority_classes"] = ["high"]
+    state = render_env(tmp_path, env)
+    assert not find(state, "center-a", "ClusterQueue", "vision-non-preempting")
+    messages = [v.get("message", "") for v in one(state, "center-a", "ValidatingAdmissionPolicy", "fleetops-tenant-vision")["spec"]["validations"]]
+    assert "name a priority class: the default, batch, is not allowed for tenant vision (allowed: high)" in messages
 
 
 def test_volcano_backend_gives_queues_instead_of_kueue_objects(tmp_path: Path) -> None:
