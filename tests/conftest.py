@@ -118,6 +118,10 @@ def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
         kueue.start()
         for manifest in ordered:
             apply(manifest)
+        # The API server loads admission policies from its watch: until each tenant's holds, a job
+        # could slip past it (the probe names no queue, which every tenant's policy refuses).
+        for tenant in sorted({m["metadata"]["namespace"] for m in manifests if m["kind"] == "LocalQueue"}):
+            servers.wait_until(lambda: servers.refused_job(server, tenant), f"the admission policy of {tenant}", timeout=60)
         return kueue
 
     yield start

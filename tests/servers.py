@@ -517,3 +517,16 @@ def applier(server: ApiServer) -> Callable[..., None]:
                                    force_conflicts=True, query_params=[("fieldValidation", "Strict")])
 
     return apply
+
+
+def refused_job(server: ApiServer, namespace: str) -> bool:
+    """Whether the API server refuses (dry run) a Job that names no queue in `namespace`."""
+    from kubernetes import client
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+    try:
+        client.BatchV1Api(server.client()).create_namespaced_job(namespace, job, dry_run="All")
+    except client.ApiException as exc:
+        return exc.status in (403, 422)
+    return False

@@ -43,20 +43,21 @@ class Tenants:
         return self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, tolerations)).metadata.uid
 
     @staticmethod
-    def _job(tenant: str, name: str, devices: dict[str, int], priority: str, queue: str | None,
+    def _job(tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str | None,
              tolerations: list[dict[str, str]] | None) -> dict[str, Any]:
         pod: dict[str, Any] = {
             "restartPolicy": "Never",
-            "priorityClassName": priority,
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {r: str(n) for r, n in devices.items()}}}],
         }
+        if priority:
+            pod["priorityClassName"] = priority
         if tolerations:
             pod["tolerations"] = tolerations
         return {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": name, "namespace": tenant, "labels": {QUEUE_LABEL: queue or f"{tenant}-queue"}},
                 "spec": {"suspend": True, "template": {"spec": pod}}}
 
-    def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str, queue: str) -> str | None:
+    def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str) -> str | None:
         """The API server's refusal of such a job (a dry run), or None when it would be created."""
         try:
             self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, None), dry_run="All")
@@ -236,6 +237,9 @@ def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
     pod = tenants.started("vision", "serve")
     assert pod["node_selector"] == {"fleetops.io/pool": "a100-infer"}
     assert not [t for t in pod["tolerations"] or [] if t["key"] == "dedicated"]
+    # Nor through the default class (dev.yaml/prod.yaml: batch-low, global_default), which vision may not use.
+    refused = tenants.refusal("vision", "classless", {"nvidia.com/gpu": 4}, None, "vision-queue")
+    assert refused and "the default, batch-low, is not allowed for tenant vision" in refused
 
 
 # --- defect 2: burst stopped at what the other tenants' guarantees lend ---------------------------------
