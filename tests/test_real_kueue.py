@@ -258,3 +258,15 @@ def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(
     beyond = tenants.submit("platform-dev", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
     waiting = condition(tenants.decided("platform-dev", beyond), "QuotaReserved")
     assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
+    """environments/dev.yaml:23-31, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU; lines 49-55 tenant
+    edge-dev `edge_groups: [dev-jetson]`, nvidia.com/gpu {guaranteed: 2, burst: 4}: 4 in one job, and
+    one more waits."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
+    burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
+    assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
+    beyond = tenants.submit("edge-dev", "beyond", {"nvidia.com/gpu": 1}, "inference-critical")
+    waiting = condition(tenants.decided("edge-dev", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
