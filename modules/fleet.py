@@ -18,6 +18,7 @@ from modules.monitoring import monitoring
 from modules.node_pool import node_pool
 from modules.priorities import priorities
 from modules.reconciler import reconciler
+from modules.scheduler import scheduler
 from modules.tenant import tenant_part
 
 FLEET = "fleetops:fleet:Fleet"
@@ -26,7 +27,7 @@ CLUSTER = "fleetops:fleet:Cluster"
 
 def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
     target = Target(cluster=cluster.name, environment=env.environment)
-    parts = [priorities(target, env)]
+    parts = [scheduler(target, env), priorities(target, env)]
     for pool in cluster.pools:
         parts += [node_pool(target, pool, env.scheduler), device_plugin(target, pool)]
     parts += [edge_group(target, cluster, group, env.scheduler) for group in cluster.edge_groups]

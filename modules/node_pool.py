@@ -11,11 +11,17 @@ def flavor_manifest(target: Target, group: spec.Group) -> dict:
     key = spec.POOL_LABEL if isinstance(group, spec.Pool) else spec.EDGE_GROUP_LABEL
     body: dict = {"nodeLabels": {key: labels[key]}}
     if group.taints:
+        # Kueue admits a Workload to a flavor only when its pods tolerate the flavor's nodeTaints, so a
+        # pool's taint keeps out what it keeps out at scheduling (dedicated=training: training jobs only).
         body["nodeTaints"] = [t.model_dump(exclude_defaults=False) for t in group.taints]
-        # Workloads admitted to a tainted flavor must be able to land on its nodes.
-        body["tolerations"] = [
-            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in group.taints
-        ]
+        # A flavor's tolerations count as the workload's when Kueue checks those taints, and are added
+        # to every pod it admits there: one per taint would undo them all. Only a taint keyed by a device
+        # resource of the pool is tolerated, for pods that request it, as Kubernetes' own
+        # ExtendedResourceToleration admission does: it keeps pods without devices off, nothing else.
+        offered = spec.group_capacity(group)
+        tolerated = [t for t in group.taints if t.key in offered]
+        if tolerated:
+            body["tolerations"] = [{"key": t.key, "operator": "Exists", "effect": t.effect} for t in tolerated]
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",

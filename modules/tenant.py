@@ -1,12 +1,14 @@
 """A tenant on one cluster: namespace, quotas, default-deny network and its scheduler queue.
 
-Quota semantics (per cluster): `guaranteed` is what the tenant always gets (Kueue nominalQuota,
-Volcano guarantee); `burst` is the most it may hold by borrowing idle capacity (nominalQuota +
-borrowingLimit, Volcano capability, and the namespace ResourceQuota hard limit).
+Quota semantics (per cluster): `guaranteed` is what the tenant always gets (the nominalQuota of its
+preempting Kueue ClusterQueue, Volcano guarantee); `burst` is the most it may hold by borrowing idle
+capacity (guaranteed + the borrowingLimit of its Kueue Cohort, Volcano capability, and the namespace
+ResourceQuota hard limit).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fleetops import spec
@@ -126,32 +128,37 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
     return out
 
 
-def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float) -> list[dict[str, Any]]:
-    """Kueue resourceGroups for the tenant's device quotas.
+def bundles(resources: list[str], groups: list[spec.Group]) -> list[tuple[list[str], list[str]]]:
+    """(resources, flavors) of each Kueue resource group covering `resources` on `groups`.
 
     Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
     profiles of one GPU) are covered together; each flavor then lists every covered resource.
     """
-    offers = {r: [g.name for g in groups if r in spec.group_capacity(g)] for r in sorted(tenant.quota)}
-    bundles: list[tuple[list[str], list[str]]] = []  # (resources, flavors)
-    for resource, flavors in offers.items():
-        joined = [b for b in bundles if set(b[1]) & set(flavors)]
-        resources = sorted({resource, *(r for b in joined for r in b[0])})
-        names = {f for b in joined for f in b[1]} | set(flavors)
-        bundles = [b for b in bundles if b not in joined] + [(resources, [g.name for g in groups if g.name in names])]
+    out: list[tuple[list[str], list[str]]] = []
+    for resource in resources:
+        flavors = {g.name for g in groups if resource in spec.group_capacity(g)}
+        joined = [b for b in out if set(b[1]) & flavors]
+        covered = sorted({resource, *(r for b in joined for r in b[0])})
+        names = {f for b in joined for f in b[1]} | flavors
+        out = [b for b in out if b not in joined] + [(covered, [g.name for g in groups if g.name in names])]
+    return out
+
+
+Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
+
+
+def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float, amounts: Amounts) -> list[dict[str, Any]]:
+    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`."""
     by_name = {g.name: g for g in groups}
     out = []
-    for resources, flavors in bundles:
+    for resources, flavors in bundles(sorted(tenant.quota), groups):
         quotas: dict[str, list[dict[str, int]]] = {}
         for resource in resources:
             quota = tenant.quota[resource]
             weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
             nominal = split(quota.guaranteed, weights)
             borrow = split(quota.burst - quota.guaranteed, weights)
-            quotas[resource] = [
-                {"nominalQuota": n, "borrowingLimit": b, "lendingLimit": int(n * lend_fraction)}
-                for n, b in zip(nominal, borrow)
-            ]
+            quotas[resource] = [amounts(n, b, int(n * lend_fraction)) for n, b in zip(nominal, borrow)]
         out.append(
             {
                 "coveredResources": resources,
@@ -164,29 +171,88 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction
     return out
 
 
-def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group], scheduler: spec.Scheduler) -> list[dict[str, Any]]:
-    cluster_queue = {
+NON_PREEMPTING = "non-preempting"
+NEVER_PREEMPTS = {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"}}
+
+
+def default_class(env: spec.Environment) -> spec.PriorityClass | None:
+    """The class of a workload that names none: the global default, the lowest if several (as Kueue picks)."""
+    defaults = [pc for pc in env.priority_classes if pc.global_default]
+    return min(defaults, key=lambda pc: pc.value) if defaults else None
+
+
+def non_preempting_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
+    """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
+    none carries the default, refused where the tenant may not use it: admission_manifests)."""
+    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
+    return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
+
+
+def queue_names(tenant: spec.Tenant) -> tuple[str, str]:
+    """The LocalQueues of the tenant's preempting and non-preempting workloads."""
+    return f"{tenant.name}-queue", f"{tenant.name}-{NON_PREEMPTING}-queue"
+
+
+def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group], env: spec.Environment) -> list[dict[str, Any]]:
+    """The tenant's quota as Kueue holds it: a Cohort of its own in the cluster's, and its ClusterQueues.
+
+    Kueue decides preemption per ClusterQueue, never per priority class (a WorkloadPriorityClass has no
+    preemption policy, and a PriorityClass's is not read). A class declared `preemption: Never` can
+    only be kept from evicting through a ClusterQueue that never preempts, so its workloads go to a
+    second queue (the tenant's admission policy sends them there). Both share the tenant's quota
+    through the tenant's Cohort: the preempting queue holds the guarantee (nominalQuota) and so
+    reclaims it from anyone borrowing it, its own non-preempting queue included; the other borrows
+    from it and from the cluster; the Cohort bounds what the tenant borrows (burst) and lends.
+    """
+    scheduler = env.scheduler
+    cohort_name = f"{target.cluster}.{tenant.name}"
+    labels = {"fleetops.io/tenant": tenant.name}
+    cohort = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": target.metadata(tenant.name, labels={"fleetops.io/tenant": tenant.name}),
+        "kind": "Cohort",
+        "metadata": target.metadata(cohort_name, labels=labels),
         "spec": {
-            "cohortName": target.cluster,
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction),
-            "preemption": {
-                "reclaimWithinCohort": scheduler.reclaim_within_cohort,
-                "withinClusterQueue": scheduler.within_cluster_queue,
-            },
+            "parentName": target.cluster,
+            "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction,
+                                              lambda n, b, lend: {"nominalQuota": 0, "borrowingLimit": b, "lendingLimit": lend}),
         },
     }
-    local_queue = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "metadata": target.metadata(f"{tenant.name}-queue", tenant.name),
-        "spec": {"clusterQueue": tenant.name},
-    }
-    return [cluster_queue, local_queue]
+
+    def cluster_queue(name: str, amounts: Amounts, preemption: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": target.metadata(name, labels=labels),
+            "spec": {
+                "cohortName": cohort_name,
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+                "queueingStrategy": "BestEffortFIFO",
+                "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction, amounts),
+                "preemption": preemption,
+            },
+        }
+
+    def local_queue(name: str, cluster_queue_name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": target.metadata(name, tenant.name),
+            "spec": {"clusterQueue": cluster_queue_name},
+        }
+
+    preempting, never = queue_names(tenant)
+    out = [
+        cohort,
+        cluster_queue(tenant.name, lambda n, b, lend: {"nominalQuota": n}, {
+            "reclaimWithinCohort": scheduler.reclaim_within_cohort,
+            "withinClusterQueue": scheduler.within_cluster_queue,
+        }),
+        local_queue(preempting, tenant.name),
+    ]
+    if non_preempting_classes(tenant, env):
+        name = f"{tenant.name}-{NON_PREEMPTING}"
+        out += [cluster_queue(name, lambda n, b, lend: {"nominalQuota": 0}, NEVER_PREEMPTS), local_queue(never, name)]
+    return out
 
 
 def volcano_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
@@ -213,12 +279,11 @@ def _cel_list(names: list[str]) -> str:
     return "[" + ", ".join(f"'{n}'" for n in names) + "]"
 
 
-def admission_manifests(target: Target, tenant: spec.Tenant, backend: str) -> list[dict[str, Any]]:
+def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment) -> list[dict[str, Any]]:
     """What the API server itself enforces in the tenant's namespace, for every workload submitted
     (kubectl, a pipeline, an operator), not only what fleetops renders: a ValidatingAdmissionPolicy
     (CEL) bound to the namespace, and a ResourceQuota that admits no pod of another priority class."""
     allowed = sorted(tenant.priority_classes)
-    queue = f"{tenant.name}-queue"
     jobs, pods = "request.resource.resource == 'jobs'", "request.resource.resource == 'pods'"
     validations = []
     if allowed:
@@ -235,13 +300,38 @@ def admission_manifests(target: Target, tenant: spec.Tenant, backend: str) -> li
              "message": f"workload priority class is not allowed for tenant {tenant.name} (allowed: {shown})",
              "reason": "Forbidden"},
         ]
-    if backend == "kueue":
-        # Jobs and bare pods must name the tenant's LocalQueue; pods a controller owns (a Job's) are admitted through it.
-        in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == '{queue}'"
+        fallback = default_class(env)
+        if fallback is not None and fallback.name not in allowed:
+            # A Job naming no class gets the default from Kueue (and its pods from Kubernetes): one the
+            # tenant may not use would be queued, and preempt, as such before its pods were refused.
+            named = f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels"
+            validations.append({
+                "expression": f"!({jobs}) || ({named}) || has(object.spec.template.spec.priorityClassName)",
+                "message": f"name a priority class: the default, {fallback.name}, is not allowed for tenant {tenant.name} (allowed: {shown})",
+                "reason": "Forbidden"})
+    variables = []
+    if env.scheduler.backend == "kueue":
+        # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
+        # controller owns (a Job's) are admitted through it.
+        preempting, never = queue_names(tenant)
+        if non_preempting := non_preempting_classes(tenant, env):
+            # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
+            # else the global default (kueue's jobframework.ExtractPriority).
+            fallback = default_class(env)
+            variables += [
+                {"name": "podSpec", "expression": f"{jobs} ? object.spec.template.spec : object.spec"},
+                {"name": "priorityClass", "expression":
+                    f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels ? object.metadata.labels['{KUEUE_PRIORITY_LABEL}']"
+                    f" : has(variables.podSpec.priorityClassName) ? variables.podSpec.priorityClassName : '{fallback.name if fallback else ''}'"},
+                {"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"},
+            ]
+        else:
+            variables.append({"name": "queue", "expression": f"'{preempting}'"})
+        in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
         owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
         validations.append({
             "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
-            "message": f"workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: {queue}",
+            "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
             "reason": "Forbidden",
         })
     if not validations:
@@ -257,6 +347,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, backend: str) -> li
                 {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
                 {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
             ]},
+            **({"variables": variables} if variables else {}),
             "validations": validations,
         },
     }
@@ -294,10 +385,10 @@ def tenant_part(target: Target, tenant: spec.Tenant, env: spec.Environment) -> P
             *network_manifests(target, tenant, env),
         ]
         if env.scheduler.backend == "kueue":
-            out += kueue_manifests(target, tenant, groups, env.scheduler)
+            out += kueue_manifests(target, tenant, groups, env)
         else:
             out.append(volcano_manifest(target, tenant))
-        return out + admission_manifests(target, tenant, env.scheduler.backend)
+        return out + admission_manifests(target, tenant, env)
 
     return Part("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", target, objects,
                 outputs={"namespace": tenant.name, "pools": [g.name for g in groups]})

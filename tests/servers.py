@@ -1,4 +1,4 @@
-"""The real servers the suite runs against: OPA, etcd + kube-apiserver, and the Pulumi CLI.
+"""The real servers the suite runs against: OPA, etcd + kube-apiserver, Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
 server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -40,7 +41,11 @@ def tool(name: str) -> Path:
     path = BIN / name
     if path.exists():
         return path
-    reason = f"no {name} in .tools/bin: `make tools` builds the real servers"
+    missing(f"no {name} in .tools/bin: `make tools` builds the real servers")
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip a test that lacks what it needs, or, in CI (FLEETOPS_REAL_SERVERS=required), fail it."""
     if os.environ.get("FLEETOPS_REAL_SERVERS") == "required":
         pytest.fail(reason)
     pytest.skip(reason)
@@ -299,13 +304,19 @@ def _crds(directory: Path) -> list[dict[str, Any]]:
             if doc and doc.get("kind") == "CustomResourceDefinition"]
 
 
-def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
-    """Create every shipped CRD and wait until the server serves it (Established, storage ready)."""
+def shipped_crds() -> list[dict[str, Any]]:
+    """The upstream CRDs fleetops ships and render checks against (fleetops/crds/)."""
+    return _crds(CRD_DIR)
+
+
+def install_crds(server: ApiServer, crds: list[dict[str, Any]] | None = None) -> list[str]:
+    """Create every CRD (default: the shipped ones) and wait until the server serves it (Established, storage ready)."""
     from kubernetes import client
 
+    crds = shipped_crds() if crds is None else crds
     api = client.ApiextensionsV1Api(server.client())
     names = []
-    for doc in _crds(directory):
+    for doc in crds:
         api.create_custom_resource_definition(doc)
         names.append(doc["metadata"]["name"])
 
@@ -317,11 +328,11 @@ def install_crds(server: ApiServer, directory: Path = CRD_DIR) -> list[str]:
         return True
 
     wait_until(established, "CRDs established")
-    wait_crds_served(server, directory)
+    wait_crds_served(server, crds)
     return names
 
 
-def wait_crds_served(server: ApiServer, directory: Path = CRD_DIR) -> None:
+def wait_crds_served(server: ApiServer, crds: list[dict[str, Any]] | None = None) -> None:
     """Until every CRD's storage answers. Established is not yet usable, and neither is a restarted
     server: until a CRD's storage is (re)initialised the server answers "429 storage is
     (re)initializing", which made a first pass fail on a loaded CI machine."""
@@ -329,7 +340,7 @@ def wait_crds_served(server: ApiServer, directory: Path = CRD_DIR) -> None:
 
     objects = client.CustomObjectsApi(server.client())
     lists = [(d["spec"]["group"], next(v["name"] for v in d["spec"]["versions"] if v.get("storage")), d["spec"]["names"]["plural"])
-             for d in _crds(directory)]
+             for d in (shipped_crds() if crds is None else crds)]
 
     def served() -> bool:
         try:
@@ -342,3 +353,180 @@ def wait_crds_served(server: ApiServer, directory: Path = CRD_DIR) -> None:
         return True
 
     wait_until(served, "CRD storage ready")
+
+
+# --- Kueue ---------------------------------------------------------------------------------------
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+# The kinds whose webhooks the test cluster needs: Kueue's own, and the integrations fleetops turns
+# on (modules/scheduler.py). Kueue serves the others only for frameworks it was told to manage.
+KUEUE_WEBHOOK_TARGETS = {(KUEUE_GROUP, None), ("batch", "jobs")}
+
+
+def kueue_assets() -> Path:
+    """Where tools/build.sh put the Kueue binary with the CRDs and webhook configurations of its module."""
+    return tool("kueue").resolve().parent
+
+
+def _tls_pair(directory: Path) -> bytes:
+    """A test CA and a serving certificate for 127.0.0.1 signed by it (tls.crt, tls.key); the CA's PEM."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    life = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
+
+    def certificate(subject: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(life[0]).not_valid_after(life[1])
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            import ipaddress
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetops test CA")])
+    ca = certificate("fleetops test CA", ca_key, ca_name, ca_key, ca=True)
+    serving = certificate("127.0.0.1", key, ca_name, ca_key, ca=False)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tls.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return ca.public_bytes(serialization.Encoding.PEM)
+
+
+def kueue_loopback_config(rendered: dict[str, Any], directory: Path, webhook_port: int, health_port: int) -> dict[str, Any]:
+    """The Configuration fleetops renders, with only what a Kueue outside a cluster, on 127.0.0.1, needs:
+    its webhooks served with the test's certificate (internal certificate management issues one for the
+    in-cluster Service name, which a loopback URL never matches), probes on a free loopback port, no
+    metrics or visibility server (both want certificates at fixed paths and fixed ports), and the
+    namespace of its leader election Lease, which in a pod is the pod's own."""
+    election = rendered.get("leaderElection", {})
+    return {
+        **rendered,
+        "leaderElection": {**election, "resourceNamespace": election.get("resourceNamespace") or rendered.get("namespace", "kueue-system")},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(directory / "webhook-certs")},
+        "internalCertManagement": {"enable": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "featureGates": {**rendered.get("featureGates", {}), "VisibilityOnDemand": False},
+    }
+
+
+def kueue_webhooks(url: str, ca: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations from its module, each webhook pointed at `url` with the test CA."""
+    import base64
+
+    out = []
+    for doc in yaml.safe_load_all((kueue_assets() / "webhooks.yaml").read_text()):
+        if not doc:
+            continue
+        hooks = [
+            {**hook, "clientConfig": {"url": url + hook["clientConfig"]["service"]["path"], "caBundle": base64.b64encode(ca).decode()}}
+            for hook in doc["webhooks"]
+            if any((group, None) in KUEUE_WEBHOOK_TARGETS or (group, resource) in KUEUE_WEBHOOK_TARGETS
+                   for rule in hook["rules"] for group in rule["apiGroups"] for resource in rule["resources"])
+        ]
+        out.append({**doc, "metadata": {"name": f"kueue-{doc['metadata']['name']}"}, "webhooks": hooks})
+    return out
+
+
+class KueueServer:
+    """The real Kueue controller for one API server, started with the Configuration fleetops renders.
+
+    Internal certificate management off, Kueue still reads a metrics certificate from the fixed
+    /etc/kueue/metrics/certs: it runs in a user and mount namespace of its own where /etc is an
+    overlay holding that folder, so nothing is written outside the test's folder.
+    """
+
+    def __init__(self, api: ApiServer, directory: Path, configuration: dict[str, Any]):
+        self.api, self.directory, self.configuration = api, directory, configuration
+        self.process: Process | None = None
+
+    def start(self) -> KueueServer:
+        binary = tool("kueue")
+        if shutil.which("unshare") is None:
+            missing("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
+        d = self.directory
+        ca = _tls_pair(d / "webhook-certs")
+        upper = d / "etc-upper"
+        shutil.copytree(d / "webhook-certs", upper / "kueue" / "metrics" / "certs", dirs_exist_ok=True)
+        (d / "etc-work").mkdir(parents=True, exist_ok=True)
+        webhook_port, health_port = free_port(), free_port()
+        config = kueue_loopback_config(self.configuration, d, webhook_port, health_port)
+        (d / "config.yaml").write_text(yaml.safe_dump(config))
+        kubeconfig = self.api.kubeconfig(d / "kubeconfig")
+        overlay = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={d / 'etc-work'} /etc"
+        self.process = Process("kueue", [
+            "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
+            str(binary), f"--config={d / 'config.yaml'}", "--zap-log-level=2",
+        ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
+        wait_until(lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
+        self._register_webhooks(f"https://127.0.0.1:{webhook_port}", ca)
+        return self
+
+    def _register_webhooks(self, url: str, ca: bytes) -> None:
+        from kubernetes import client, dynamic
+
+        dyn = dynamic.DynamicClient(self.api.client())
+        for doc in kueue_webhooks(url, ca):
+            dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).create(body=doc)
+        # The API server picks webhook configurations up from its watch: probe until Kueue's Job
+        # webhook answers (it suspends a Job that names a queue).
+        probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-", "namespace": "default",
+                 "labels": {"kueue.x-k8s.io/queue-name": "probe"}},
+                 "spec": {"suspend": False, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+        jobs = client.BatchV1Api(self.api.client())
+        wait_until(lambda: jobs.create_namespaced_job("default", probe, dry_run="All").spec.suspend is True,
+                   "Kueue's webhooks in effect", self.process)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+def kueue_crds() -> list[dict[str, Any]]:
+    return _crds(kueue_assets() / "crds")
+
+
+def rendered_kueue_configuration(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Kueue Configuration in a cluster's rendered objects (modules/scheduler.py), as Kueue reads it;
+    where none is rendered, the one Kueue's own install ships (its ConfigMap is then left as installed)."""
+    found = [m for m in manifests if m["kind"] == "ConfigMap" and m["metadata"]["name"] == "kueue-manager-config"
+             and m["metadata"].get("namespace") == "kueue-system"]
+    if not found:
+        return yaml.safe_load((kueue_assets() / "controller_manager_config.yaml").read_text())
+    return yaml.safe_load(found[0]["data"]["controller_manager_config.yaml"])
+
+
+def applier(server: ApiServer) -> Callable[..., None]:
+    """Server-side apply as the reconciler applies (field manager fleetops, strict field validation)."""
+    from kubernetes import dynamic
+
+    dyn = dynamic.DynamicClient(server.client())
+
+    def apply(manifest: dict[str, Any], manager: str = "fleetops") -> None:
+        resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        resource.server_side_apply(body=manifest, namespace=manifest["metadata"].get("namespace"), field_manager=manager,
+                                   force_conflicts=True, query_params=[("fieldValidation", "Strict")])
+
+    return apply
+
+
+def refused_job(server: ApiServer, namespace: str) -> bool:
+    """Whether the API server refuses (dry run) a Job that names no queue in `namespace`."""
+    from kubernetes import client
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+    try:
+        client.BatchV1Api(server.client()).create_namespaced_job(namespace, job, dry_run="All")
+    except client.ApiException as exc:
+        return exc.status in (403, 422)
+    return False

@@ -200,6 +200,28 @@ def test_pools_become_kueue_flavors_with_node_labels_and_taints(small_state: ren
     assert one(small_state, "edge-b", "ResourceFlavor", "jetson")["spec"]["nodeLabels"] == {"fleetops.io/edge-group": "jetson"}
 
 
+def test_a_flavor_tolerates_only_taints_keyed_by_its_own_device_resource(tmp_path: Path) -> None:
+    # Kueue counts a flavor's tolerations as the workload's: one per taint would let anything in.
+    env = small_env()
+    env["clusters"][0]["pools"][2]["taints"] = [{"key": "huawei.com/Ascend910", "value": "present", "effect": "NoSchedule"},
+                                                 {"key": "dedicated", "value": "training", "effect": "NoSchedule"}]
+    state = render_env(tmp_path, env)
+    assert "tolerations" not in one(state, "center-a", "ResourceFlavor", "a100-ts")["spec"]
+    ascend = one(state, "center-a", "ResourceFlavor", "ascend")["spec"]
+    assert len(ascend["nodeTaints"]) == 2
+    assert ascend["tolerations"] == [{"key": "huawei.com/Ascend910", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_each_cluster_tells_kueue_to_account_devices_only(small_state: render.DesiredState) -> None:
+    config_map = one(small_state, "center-a", "ConfigMap", "kueue-manager-config", "kueue-system")
+    config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    assert config["kind"] == "Configuration" and config["namespace"] == "kueue-system"
+    # The tenant's LimitRange gives every container cpu and memory requests no ClusterQueue covers.
+    assert {"cpu", "memory"} <= set(config["resources"]["excludeResourcePrefixes"])
+    assert config["integrations"]["frameworks"] == ["batch/job"] and config["manageJobsWithoutQueueName"] is False
+    assert one(small_state, "center-a", "Namespace", "kueue-system")
+
+
 # --- tenants -------------------------------------------------------------------------------------
 
 
@@ -227,33 +249,46 @@ def test_tenant_lives_only_in_its_clusters(small_state: render.DesiredState) -> 
     assert not find(small_state, "center-a", "Namespace", "factory")
 
 
-def cluster_queue_sums(queue: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """resource -> (sum of nominalQuota, sum of nominalQuota + borrowingLimit) over every flavor."""
-    sums: dict[str, tuple[int, int]] = {}
+def quota_sums(queue: dict[str, Any], field: str) -> dict[str, int]:
+    """resource -> the sum of `field` over every flavor of a ClusterQueue or Cohort."""
+    sums: dict[str, int] = {}
     for group in queue["spec"]["resourceGroups"]:
         for flavor in group["flavors"]:
             for r in flavor["resources"]:
-                nominal, burst = sums.get(r["name"], (0, 0))
-                sums[r["name"]] = (nominal + r["nominalQuota"], burst + r["nominalQuota"] + r["borrowingLimit"])
+                sums[r["name"]] = sums.get(r["name"], 0) + r[field]
     return sums
 
 
 def test_cluster_queue_splits_guaranteed_and_burst_over_the_pools(small_state: render.DesiredState) -> None:
     queue = one(small_state, "center-a", "ClusterQueue", "vision")
-    assert queue["spec"]["cohortName"] == "center-a"
-    assert cluster_queue_sums(queue) == {"nvidia.com/gpu": (20, 30), "huawei.com/Ascend910": (4, 8)}
+    cohort = one(small_state, "center-a", "Cohort", "center-a.vision")
+    # The tenant's Cohort, in the cluster's, bounds what it borrows beyond its guarantee (burst).
+    assert queue["spec"]["cohortName"] == "center-a.vision" and cohort["spec"]["parentName"] == "center-a"
+    assert quota_sums(queue, "nominalQuota") == {"nvidia.com/gpu": 20, "huawei.com/Ascend910": 4}
+    assert quota_sums(cohort, "borrowingLimit") == {"nvidia.com/gpu": 10, "huawei.com/Ascend910": 4}
+    assert quota_sums(cohort, "nominalQuota") == {"nvidia.com/gpu": 0, "huawei.com/Ascend910": 0}
     flavors = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
     assert len(flavors) == len(set(flavors)), "Kueue allows a flavor in one resource group only"
     gpu_group = next(g for g in queue["spec"]["resourceGroups"] if "nvidia.com/gpu" in g["coveredResources"])
     assert [f["name"] for f in gpu_group["flavors"]] == ["a100-ts", "h100-mig"]
 
 
+def test_the_cluster_cohort_holds_the_capacity_no_tenant_is_guaranteed(small_state: render.DesiredState) -> None:
+    # center-a: a100-ts 2x4 GPUs time-sliced x4 (32) + h100-mig 1x8 GPUs x7 slices (56) = 88 units of
+    # nvidia.com/gpu, vision guaranteed 20; ascend 8, vision guaranteed 4.
+    cohort = one(small_state, "center-a", "Cohort", "center-a")
+    assert "parentName" not in cohort["spec"]
+    assert quota_sums(cohort, "nominalQuota") == {"nvidia.com/gpu": 88 - 20, "huawei.com/Ascend910": 8 - 4}
+
+
 def test_mixed_mig_profiles_share_one_resource_group(tmp_path: Path) -> None:
     env = small_env()
     env["clusters"][0]["pools"][1]["sharing"]["mig"] = {"strategy": "mixed", "profiles": {"3g.40gb": 1, "2g.20gb": 2}}
     env["tenants"][0]["quota"] = {"nvidia.com/mig-3g.40gb": {"guaranteed": 4, "burst": 8}, "nvidia.com/mig-2g.20gb": {"guaranteed": 6, "burst": 10}}
-    queue = one(render_env(tmp_path, env), "center-a", "ClusterQueue", "vision")
-    assert cluster_queue_sums(queue) == {"nvidia.com/mig-2g.20gb": (6, 10), "nvidia.com/mig-3g.40gb": (4, 8)}
+    state = render_env(tmp_path, env)
+    queue = one(state, "center-a", "ClusterQueue", "vision")
+    assert quota_sums(queue, "nominalQuota") == {"nvidia.com/mig-2g.20gb": 6, "nvidia.com/mig-3g.40gb": 4}
+    assert quota_sums(one(state, "center-a", "Cohort", "center-a.vision"), "borrowingLimit") == {"nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-3g.40gb": 4}
     flavors = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
     assert flavors == ["h100-mig"]
 
@@ -261,6 +296,28 @@ def test_mixed_mig_profiles_share_one_resource_group(tmp_path: Path) -> None:
 def test_tenant_local_queue_points_at_its_cluster_queue(small_state: render.DesiredState) -> None:
     local = one(small_state, "center-a", "LocalQueue", "vision-queue", "vision")
     assert local["spec"] == {"clusterQueue": "vision"}
+    assert not find(small_state, "center-a", "ClusterQueue", "vision-non-preempting")  # class high preempts
+
+
+def test_a_non_preempting_class_gets_a_queue_that_never_preempts(tmp_path: Path) -> None:
+    env = small_env()
+    env["priority_classes"].append({"name": "batch", "value": 10, "workload": "batch", "preemption": "Never"})
+    env["tenants"][0]["priority_classes"] = ["high", "batch"]
+    state = render_env(tmp_path, env)
+    never = one(state, "center-a", "ClusterQueue", "vision-non-preempting")["spec"]
+    assert never["preemption"] == {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"}}
+    # It borrows the tenant's guarantee from the preempting queue, which keeps the right to reclaim it.
+    assert never["cohortName"] == "center-a.vision" and set(quota_sums({"spec": never}, "nominalQuota").values()) == {0}
+    assert one(state, "center-a", "LocalQueue", "vision-non-preempting-queue", "vision")["spec"] == {"clusterQueue": "vision-non-preempting"}
+    variables = {v["name"]: v["expression"] for v in one(state, "center-a", "ValidatingAdmissionPolicy", "fleetops-tenant-vision")["spec"]["variables"]}
+    assert variables["queue"] == "variables.priorityClass in ['batch'] ? 'vision-non-preempting-queue' : 'vision-queue'"
+    # A default class the tenant may not use: its jobs must name one, and it gets no such queue.
+    env["priority_classes"][-1]["global_default"] = True
+    env["tenants"][0]["priority_classes"] = ["high"]
+    state = render_env(tmp_path, env)
+    assert not find(state, "center-a", "ClusterQueue", "vision-non-preempting")
+    messages = [v.get("message", "") for v in one(state, "center-a", "ValidatingAdmissionPolicy", "fleetops-tenant-vision")["spec"]["validations"]]
+    assert "name a priority class: the default, batch, is not allowed for tenant vision (allowed: high)" in messages
 
 
 def test_volcano_backend_gives_queues_instead_of_kueue_objects(tmp_path: Path) -> None:
@@ -327,7 +384,7 @@ def test_tenants_get_an_admission_policy_and_a_priority_class_quota(small_state:
     binding = one(small_state, "center-a", "ValidatingAdmissionPolicyBinding", "fleetops-tenant-vision")
     assert binding["spec"]["policyName"] == "fleetops-tenant-vision" and binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "vision"}}
-    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"] + policy["spec"]["variables"])
     assert "in ['high']" in expressions and "'vision-queue'" in expressions
     quota = one(small_state, "center-a", "ResourceQuota", "priority-classes", "vision")
     assert quota["spec"] == {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "NotIn", "values": ["high"]}]}}

@@ -67,7 +67,26 @@ pulumi-kubernetes() {
   build_tool pulumi-kubernetes "v$v" pulumi-resource-kubernetes -- -ldflags "-s -w -X $mod/pkg/version.Version=$v" .
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager pulumi pulumi-kubernetes)
+# Kueue's CRDs, webhook configurations and default Configuration come from the same module, beside
+# its binary: the tests install exactly what this Kueue serves (fleetops/crds/ holds the schemas
+# render checks).
+kueue() {
+  local mod=sigs.k8s.io/kueue v dir dest
+  v=$(version kueue "$mod")
+  build_tool kueue "$v" kueue -- -ldflags "-s -w -X $mod/pkg/version.GitVersion=$v" "$mod/cmd/kueue"
+  dir=$(cd tools/kueue && go mod download "$mod" && go list -m -f '{{.Dir}}' "$mod")
+  dest=$TOOLS/kueue/$v
+  if [[ ! -f $dest/webhooks.yaml ]]; then
+    mkdir -p "$dest/crds"
+    cp -f "$dir"/config/components/crd/bases/*.yaml "$dest/crds/"
+    cp -f "$dir/config/components/manager/controller_manager_config.yaml" "$dest/"
+    cp -f "$dir/config/components/webhook/manifests.yaml" "$dest/webhooks.yaml.tmp"
+    chmod -R u+w "$dest/crds" "$dest/controller_manager_config.yaml" "$dest/webhooks.yaml.tmp"
+    mv "$dest/webhooks.yaml.tmp" "$dest/webhooks.yaml"
+  fi
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager pulumi pulumi-kubernetes kueue)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done

@@ -1,0 +1,110 @@
+"""What the scheduler itself must be told, per cluster: Kueue's own Configuration, and the cluster's
+root Cohort (the parent of every tenant's Cohort, modules/tenant.py).
+
+Kueue reads its Configuration from the ConfigMap `kueue-manager-config` (key
+`controller_manager_config.yaml`) in `kueue-system` at start; its install creates that ConfigMap with
+upstream's defaults, and fleetops owns it from then on, so every field Kueue's own install sets is
+set here too. Kueue reads it only when it starts: a change takes effect at its next restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from fleetops import spec
+from modules.kube import Part, Target
+from modules.tenant import bundles, resource_groups
+
+NAMESPACE = "kueue-system"
+CONFIG_MAP = "kueue-manager-config"
+CONFIG_KEY = "controller_manager_config.yaml"
+
+# Kueue accounts every resource a pod requests, and a Workload that requests a resource its
+# ClusterQueue does not cover is never admitted ("resource cpu unavailable in ClusterQueue"). The
+# tenant's LimitRange gives every container cpu and memory requests; fleetops declares device
+# quotas only. Covering cpu and memory with quotas in every flavor would invent numbers the
+# environment never declared (and charge a pod's cpu to the device pool it lands on); the node's
+# own capacity already bounds them at scheduling. So Kueue is told to leave them out.
+UNACCOUNTED_PREFIXES = ["cpu", "ephemeral-storage", "hugepages-", "memory"]
+
+
+def kueue_configuration() -> dict[str, Any]:
+    """Upstream's default Configuration (config/components/manager), with what fleetops relies on."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "clientConnection": {"qps": 50, "burst": 100},
+        # Tenant namespaces refuse a Job without their queue's label (the tenant's admission policy);
+        # everything else (system namespaces, the reconciler) is not Kueue's to hold back.
+        "manageJobsWithoutQueueName": False,
+        # The kinds the tenant's admission policy sends through its queue.
+        "integrations": {"frameworks": ["batch/job"]},
+        "resources": {"excludeResourcePrefixes": UNACCOUNTED_PREFIXES},
+    }
+
+
+def config_map_manifest(target: Target) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": target.metadata(CONFIG_MAP, NAMESPACE),
+        "data": {CONFIG_KEY: yaml.safe_dump(kueue_configuration(), sort_keys=True)},
+    }
+
+
+def unguaranteed(cluster: spec.Cluster, env: spec.Environment) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> the units of the pool that no tenant's guarantee on the cluster holds."""
+    free = {(g.name, r): units for g in (*cluster.pools, *cluster.edge_groups) for r, units in spec.group_capacity(g).items()}
+    for tenant in env.tenants:
+        if cluster.name not in tenant.clusters:
+            continue
+        nominal = resource_groups(tenant, spec.eligible_groups(tenant, [cluster]), 0, lambda n, b, lend: {"nominalQuota": n})
+        for group in nominal:
+            for flavor in group["flavors"]:
+                for r in flavor["resources"]:
+                    free[(flavor["name"], r["name"])] -= r["nominalQuota"]
+    return free
+
+
+def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment) -> dict[str, Any]:
+    """The cluster's root Cohort, parent of every tenant's: it holds the capacity no tenant is guaranteed,
+    so that a tenant's burst can reach it on an idle cluster (Kueue lends only quota some node of the
+    tree holds: without it, burst stopped at what the other tenants' guarantees lend)."""
+    groups = [*cluster.pools, *cluster.edge_groups]
+    free = unguaranteed(cluster, env)
+    offered = sorted({r for g in groups for r in spec.group_capacity(g)})
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": target.metadata(cluster.name),
+        "spec": {"resourceGroups": [
+            {"coveredResources": resources,
+             # Guarantees beyond capacity are the policies' to refuse; the cohort adds nothing then.
+             "flavors": [{"name": f, "resources": [{"name": r, "nominalQuota": max(free.get((f, r), 0), 0)} for r in resources]}
+                         for f in flavors]}
+            for resources, flavors in bundles(offered, groups)
+        ]},
+    }
+
+
+def scheduler(target: Target, env: spec.Environment) -> Part:
+    def objects() -> list[dict[str, Any]]:
+        if env.scheduler.backend != "kueue":
+            return []
+        # The namespace too: the ConfigMap can be applied before Kueue is installed, and the install
+        # then finds its configuration in place.
+        return [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(NAMESPACE)},
+            config_map_manifest(target),
+            cohort_manifest(target, spec.cluster_by_name(env, target.cluster), env),
+        ]
+
+    return Part("fleetops:fleet:Scheduler", target.cluster, target, objects,
+                outputs={"backend": env.scheduler.backend})

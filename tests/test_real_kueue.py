@@ -1,0 +1,272 @@
+"""The real Kueue admitting, borrowing, reclaiming and preempting as the environment file says.
+
+Each scenario renders a bundled environment, applies one cluster's objects to a real kube-apiserver
+with the real Kueue (tests/conftest.py `kueue`), submits suspended batch/v1 Jobs into the tenants'
+LocalQueues as a user would, and reads Kueue's decision from the Workload: its QuotaReserved and
+Admitted conditions, the flavors it was given, and why it waits or was evicted. No pod runs: no
+kubelet or job controller, and Kueue's decision is all that is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from fleetops import render
+from tests import servers
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def cluster_objects(env: str, cluster: str) -> list[dict[str, Any]]:
+    return render.render(ROOT / "environments" / f"{env}.yaml", revision="r1").clusters[cluster]
+
+
+class Tenants:
+    """Jobs submitted into tenants' queues on one Kueue cluster, and Kueue's Workloads for them."""
+
+    def __init__(self, kueue: servers.KueueServer):
+        self.kueue = kueue
+        self.jobs = client.BatchV1Api(kueue.api.client())
+        self.objects = client.CustomObjectsApi(kueue.api.client())
+
+    def submit(self, tenant: str, name: str, devices: dict[str, int], priority: str, queue: str | None = None,
+               tolerations: list[dict[str, str]] | None = None) -> str:
+        """A suspended Job of one pod requesting `devices`, in the tenant's queue; its uid."""
+        return self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, tolerations)).metadata.uid
+
+    @staticmethod
+    def _job(tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str | None,
+             tolerations: list[dict[str, str]] | None) -> dict[str, Any]:
+        pod: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {r: str(n) for r, n in devices.items()}}}],
+        }
+        if priority:
+            pod["priorityClassName"] = priority
+        if tolerations:
+            pod["tolerations"] = tolerations
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": tenant, "labels": {QUEUE_LABEL: queue or f"{tenant}-queue"}},
+                "spec": {"suspend": True, "template": {"spec": pod}}}
+
+    def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str) -> str | None:
+        """The API server's refusal of such a job (a dry run), or None when it would be created."""
+        try:
+            self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, None), dry_run="All")
+        except client.ApiException as exc:
+            return json.loads(exc.body)["message"]
+        return None
+
+    def started(self, tenant: str, name: str) -> dict[str, Any]:
+        """The pod template of a Job once Kueue has let it start (unsuspended), as a plain dict."""
+        seen: dict[str, Any] = {}
+
+        def ready() -> bool:
+            job = self.jobs.read_namespaced_job(name, tenant)
+            seen["pod"] = job.spec.template.spec.to_dict()
+            return job.spec.suspend is False
+
+        servers.wait_until(ready, f"job {name} of {tenant} started", self.kueue.process, timeout=60)
+        return seen["pod"]
+
+    def workload(self, tenant: str, uid: str) -> dict[str, Any] | None:
+        found = self.objects.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", tenant, "workloads",
+                                                           label_selector=f"kueue.x-k8s.io/job-uid={uid}")["items"]
+        return found[0] if found else None
+
+    def decided(self, tenant: str, uid: str) -> dict[str, Any]:
+        """The Workload once Kueue has decided on it: quota reserved, or pending with its reason."""
+        seen: dict[str, Any] = {}
+
+        def ready() -> bool:
+            wl = self.workload(tenant, uid)
+            if wl is not None and condition(wl, "QuotaReserved") is not None:
+                seen["wl"] = wl
+                return True
+            return False
+
+        servers.wait_until(ready, f"Kueue's decision on job {uid} of {tenant}", self.kueue.process, timeout=60)
+        return seen["wl"]
+
+    def admitted(self, tenant: str, uid: str) -> dict[str, Any]:
+        """The Workload once admitted; fails with Kueue's reason when it is left pending instead."""
+        seen: dict[str, Any] = {}
+
+        def ready() -> bool:
+            wl = self.workload(tenant, uid)
+            seen["wl"] = wl
+            reserved = condition(wl, "QuotaReserved") if wl else None
+            if reserved is not None and reserved["status"] == "False" and "Pending the preemption" not in reserved["message"]:
+                raise AssertionError(f"{tenant} job not admitted: {reserved['message']}")
+            return wl is not None and is_true(wl, "Admitted")
+
+        servers.wait_until(ready, f"admission of job {uid} of {tenant}", self.kueue.process, timeout=60)
+        return seen["wl"]
+
+    def evicted(self, tenant: str, *uids: str) -> dict[str, Any]:
+        """The first Workload of these jobs that Kueue evicts."""
+        seen: dict[str, Any] = {}
+
+        def ready() -> bool:
+            for uid in uids:
+                wl = self.workload(tenant, uid)
+                if wl is not None and is_true(wl, "Evicted"):
+                    seen["wl"] = wl
+                    return True
+            return False
+
+        servers.wait_until(ready, f"eviction of a job of {tenant}", self.kueue.process, timeout=60)
+        return seen["wl"]
+
+
+def condition(wl: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in wl.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def is_true(wl: dict[str, Any], kind: str) -> bool:
+    found = condition(wl, kind)
+    return found is not None and found["status"] == "True"
+
+
+def flavors(wl: dict[str, Any]) -> dict[str, str]:
+    """resource -> flavor Kueue assigned to the Workload's one pod set."""
+    (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+    return assignment["flavors"]
+
+
+# --- defect 1: every tenant job stayed pending ("resource cpu unavailable in ClusterQueue") -------------
+
+
+def test_a_tenant_job_within_its_guarantee_is_admitted(kueue) -> None:
+    """environments/dev.yaml:34-46, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
+    guaranteed 4) and ml-sandbox (guaranteed 8) on pools dev-a100 and dev-ascend (lines 9-17): a job
+    within the guarantee is admitted although the tenant's LimitRange gives its containers cpu and
+    memory requests."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    gpu = tenants.submit("platform-dev", "train", {"nvidia.com/gpu": 16}, "training-standard")
+    npu = tenants.submit("platform-dev", "npu", {"huawei.com/Ascend910": 4}, "training-standard")
+    sandbox = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 8}, "training-standard")
+    assert flavors(tenants.admitted("platform-dev", gpu)) == {"nvidia.com/gpu": "dev-a100"}
+    assert flavors(tenants.admitted("platform-dev", npu)) == {"huawei.com/Ascend910": "dev-ascend"}
+    assert flavors(tenants.admitted("ml-sandbox", sandbox)) == {"nvidia.com/gpu": "dev-a100"}
+
+
+def test_prod_jobs_within_guarantee_are_admitted_on_mig_profiles_and_a_tainted_fpga_pool(kueue) -> None:
+    """environments/prod.yaml:132-140, tenant recsys on center-sh, `pools: [a100-mig, fpga-arria10]`:
+    nvidia.com/mig-3g.20gb guaranteed 16 and mig-2g.10gb 32 (line 47: a100-mig, mixed profiles
+    {3g.20gb: 1, 2g.10gb: 2} on 4x8 GPUs) in one job, and FPGA regions guaranteed 4 on fpga-arria10,
+    whose taint `fpga.intel.com/region` (line 53) the job tolerates."""
+    tenants = Tenants(kueue(cluster_objects("prod", "center-sh")))
+    mig = tenants.submit("recsys", "mig", {"nvidia.com/mig-3g.20gb": 16, "nvidia.com/mig-2g.10gb": 32}, "training-standard")
+    fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
+    region = tenants.submit("recsys", "fpga", {fpga: 4}, "inference-standard",
+                            tolerations=[{"key": "fpga.intel.com/region", "operator": "Exists", "effect": "NoSchedule"}])
+    assert flavors(tenants.admitted("recsys", mig)) == {"nvidia.com/mig-3g.20gb": "a100-mig", "nvidia.com/mig-2g.10gb": "a100-mig"}
+    assert flavors(tenants.admitted("recsys", region)) == {fpga: "fpga-arria10"}
+
+
+# --- defect 3: preemption: Never reached only the PriorityClass -----------------------------------------
+
+
+def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) -> None:
+    """environments/dev.yaml:62 `batch-low ... preemption: Never`, line 46 ml-sandbox nvidia.com/gpu
+    guaranteed 8 / burst 32, line 39 platform-dev guaranteed 16, line 64 `scheduler: {backend: kueue}`
+    (reclaim_within_cohort Any, the default): with ml-sandbox borrowing platform-dev's idle guarantee,
+    platform-dev's batch-low job waits rather than evict; its inference-critical job reclaims."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    borrower = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 24}, "training-standard")
+    tenants.admitted("ml-sandbox", borrower)  # its 8, and 16 borrowed
+    filler = tenants.submit("ml-sandbox", "fill", {"nvidia.com/gpu": 8}, "training-standard")
+    tenants.decided("ml-sandbox", filler)  # whatever capacity is left: the cluster is now full
+    # A user submits into the tenant's queue; the admission policy names the queue for the class.
+    refused = tenants.refusal("platform-dev", "batch-probe", {"nvidia.com/gpu": 4}, "batch-low", "platform-dev-queue")
+    queue = "platform-dev-non-preempting-queue" if refused else "platform-dev-queue"
+    low = tenants.submit("platform-dev", "batch", {"nvidia.com/gpu": 4}, "batch-low", queue)
+    pending = condition(tenants.decided("platform-dev", low), "QuotaReserved")
+    # The guarantee platform-dev lent is what reclaiming is for: inference-critical takes it back.
+    critical = tenants.submit("platform-dev", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
+    evicted = condition(tenants.evicted("ml-sandbox", borrower, filler), "Evicted")
+    assert evicted["reason"] == "Preempted" and f"JobUID: {critical}" in evicted["message"], evicted["message"]
+    assert pending["status"] == "False" and "Pending the preemption" not in pending["message"], pending["message"]
+    assert flavors(tenants.admitted("platform-dev", critical)) == {"nvidia.com/gpu": "dev-a100"}
+    assert refused and "set the label kueue.x-k8s.io/queue-name: platform-dev-non-preempting-queue" in refused
+
+
+def test_work_of_a_non_preempting_class_gives_way_to_guarantees_in_its_tenant_and_beyond(kueue) -> None:
+    """environments/dev.yaml:62 batch-low never preempts but may be preempted; lines 39 and 46: the
+    guarantees of platform-dev (16) and ml-sandbox (8) on dev-a100 (32 units, lines 9-13). platform-dev's
+    batch-low job borrows the whole idle pool through its non-preempting queue; platform-dev's own
+    inference-critical job and ml-sandbox's job, each within its guarantee, take theirs back."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    low = tenants.submit("platform-dev", "batch", {"nvidia.com/gpu": 32}, "batch-low", "platform-dev-non-preempting-queue")
+    assert flavors(tenants.admitted("platform-dev", low)) == {"nvidia.com/gpu": "dev-a100"}
+    own = tenants.submit("platform-dev", "serve", {"nvidia.com/gpu": 16}, "inference-critical")
+    other = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 8}, "training-standard")
+    evicted = condition(tenants.evicted("platform-dev", low), "Evicted")
+    assert evicted["reason"] == "Preempted", evicted
+    assert flavors(tenants.admitted("platform-dev", own)) == {"nvidia.com/gpu": "dev-a100"}
+    assert flavors(tenants.admitted("ml-sandbox", other)) == {"nvidia.com/gpu": "dev-a100"}
+
+
+# --- defect 5: each flavor tolerated its own taints -----------------------------------------------------
+
+
+def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
+    """environments/prod.yaml:14 h100-train `taints: [{key: dedicated, value: training, effect:
+    NoSchedule}]`, line 23 a100-infer untainted, line 31 ascend-910b tainted by its own device resource;
+    line 103 tenant vision `pools: [h100-train, a100-infer, ascend-910b]`: an inference job goes to
+    a100-infer, only a job that tolerates dedicated=training to h100-train, and Ascend jobs to
+    ascend-910b without asking."""
+    tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
+    serve = tenants.submit("vision", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
+    train = tenants.submit("vision", "train", {"nvidia.com/gpu": 8}, "training-high",
+                           tolerations=[{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}])
+    npu = tenants.submit("vision", "npu", {"huawei.com/Ascend910": 8}, "training-high")
+    assert flavors(tenants.admitted("vision", serve)) == {"nvidia.com/gpu": "a100-infer"}
+    assert flavors(tenants.admitted("vision", train)) == {"nvidia.com/gpu": "h100-train"}
+    assert flavors(tenants.admitted("vision", npu)) == {"huawei.com/Ascend910": "ascend-910b"}
+    # What Kueue started: pinned to the pool, with no toleration the job did not ask for.
+    pod = tenants.started("vision", "serve")
+    assert pod["node_selector"] == {"fleetops.io/pool": "a100-infer"}
+    assert not [t for t in pod["tolerations"] or [] if t["key"] == "dedicated"]
+    # Nor through the default class (dev.yaml/prod.yaml: batch-low, global_default), which vision may not use.
+    refused = tenants.refusal("vision", "classless", {"nvidia.com/gpu": 4}, None, "vision-queue")
+    assert refused and "the default, batch-low, is not allowed for tenant vision" in refused
+
+
+# --- defect 2: burst stopped at what the other tenants' guarantees lend ---------------------------------
+
+
+def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(kueue) -> None:
+    """environments/dev.yaml:9-17, dev-center: dev-a100 (2 nodes x 4 GPUs, time-slicing x4: 32 units)
+    and dev-ascend (8); lines 39-40 platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and
+    huawei.com/Ascend910 {guaranteed: 4, burst: 8}: on an idle cluster it reaches 32 and 8, and one
+    unit more waits."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    gpu = tenants.submit("platform-dev", "burst", {"nvidia.com/gpu": 32}, "training-standard")
+    npu = tenants.submit("platform-dev", "npu-burst", {"huawei.com/Ascend910": 8}, "training-standard")
+    assert flavors(tenants.admitted("platform-dev", gpu)) == {"nvidia.com/gpu": "dev-a100"}
+    assert flavors(tenants.admitted("platform-dev", npu)) == {"huawei.com/Ascend910": "dev-ascend"}
+    beyond = tenants.submit("platform-dev", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
+    waiting = condition(tenants.decided("platform-dev", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
+    """environments/dev.yaml:23-31, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU; lines 49-55 tenant
+    edge-dev `edge_groups: [dev-jetson]`, nvidia.com/gpu {guaranteed: 2, burst: 4}: 4 in one job, and
+    one more waits."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
+    burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
+    assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
+    beyond = tenants.submit("edge-dev", "beyond", {"nvidia.com/gpu": 1}, "inference-critical")
+    waiting = condition(tenants.decided("edge-dev", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
