@@ -14,6 +14,7 @@ import json
 import os
 import re
 from collections import defaultdict
+from enum import Enum
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -70,13 +71,33 @@ class _LoggedDecision(BaseModel):
     msg: str = ""
 
 
+class Gate(str, Enum):
+    """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
+    request) or a pull request's branch under review (plan, check in a pull request's CI job)."""
+
+    production = "production"
+    pull_request = "pull_request"
+
+
 class _LogEntry(BaseModel):
     """What the history reads of a decision record (policy.decision_record); other fields are ignored."""
 
     time: str
+    source: str = ""
     environment: str = ""
     revision: str | None = ""
+    pr: str | int | None = None
+    actor: str | None = None
     decisions: list[_LoggedDecision] = []
+
+    def gate(self) -> Gate:
+        if self.source == "plan" or (self.source == "check" and self.pr):
+            return Gate.pull_request
+        return Gate.production
+
+
+# Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
+STATUSES = ("deny", "approval", "warn", "waived")
 
 
 MAX_LOG_PROBLEMS = 20  # places listed in the report; the count covers every malformed line
@@ -94,12 +115,12 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
     A line that is not a decision record is counted and its place (file:line) listed, never skipped
     silently: a log someone edited by hand must show it.
     """
-    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [], "latest_denials": [],
-                             "malformed": 0, "problems": []}
+    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [],
+                             "latest_denials": {gate.value: [] for gate in Gate}, "malformed": 0, "problems": []}
     if log is None or not log.is_file():
         return empty
     per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    denials: list[dict[str, Any]] = []
+    denials: dict[Gate, list[dict[str, Any]]] = {gate: [] for gate in Gate}
     times: list[str] = []
     problems: list[str] = []
     malformed = 0
@@ -121,11 +142,14 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         times.append(entry.time)
         day = entry.time[:10]
         for d in entry.decisions:
-            counts = per_rule[d.rule].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
+            counts = per_rule[d.rule].setdefault(day, dict.fromkeys(STATUSES, 0))
             if d.status in counts:
                 counts[d.status] += 1
-            if d.status == "deny":
-                denials.append({"time": entry.time, "environment": entry.environment, "revision": entry.revision or "", "rule": d.rule, "msg": d.msg})
+            if d.status in ("deny", "approval"):
+                denials[entry.gate()].append({
+                    "time": entry.time, "source": entry.source, "environment": entry.environment, "revision": entry.revision or "",
+                    "pr": str(entry.pr) if entry.pr else None, "actor": entry.actor, "rule": d.rule, "status": d.status, "msg": d.msg,
+                })
     days = sorted({day for rule in per_rule.values() for day in rule})
     return {
         "source": str(log),
@@ -134,7 +158,8 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         "last": max(times) if times else None,
         "days": days,
         "per_rule": [{"rule": rule, "by_day": dict(sorted(by_day.items()))} for rule, by_day in sorted(per_rule.items())],
-        "latest_denials": sorted(denials, key=lambda d: d["time"], reverse=True)[:latest],
+        # Per gate, so a busy week of pull requests cannot push the last production denial out of the list.
+        "latest_denials": {gate.value: sorted(rows, key=lambda d: d["time"], reverse=True)[:latest] for gate, rows in denials.items()},
         "malformed": malformed,
         "problems": problems,
     }
@@ -201,7 +226,16 @@ def _environment() -> jinja2.Environment:
 def html(report: dict[str, Any]) -> str:
     charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
     generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
-    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated)
+    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
+
+
+GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
+               Gate.pull_request: "pull requests (plan, check in a pull request)"}
+
+
+def _who(d: dict[str, Any]) -> str:
+    """Source, pull request and actor of a logged denial, as one cell."""
+    return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -239,7 +273,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:
         lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
-    lines += [f"- {d['time']} {d['environment']} `{d['rule']}`: {d['msg']}" for d in h["latest_denials"]]
+    for gate, title in GATE_TITLES.items():
+        rows = h["latest_denials"][gate.value]
+        lines += ["", f"### Latest denials: {title}", ""]
+        lines += [f"- {d['time']} {_who(d)} {d['environment']} `{d['rule']}` ({d['status']}): {d['msg']}" for d in rows] or ["None."]
     return "\n".join(lines) + "\n"
 
 

@@ -141,8 +141,44 @@ def test_history_from_the_decision_log(tmp_path: Path) -> None:
     assert run("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
     history = json.loads(out.read_text())["history"]
     assert history["entries"] == 3
-    assert history["latest_denials"][0]["rule"] == "budget.over_budget"
+    assert history["latest_denials"]["production"][0]["rule"] == "budget.over_budget"
     assert any(p.startswith(f"{log}:4: not a decision log entry") for p in history["problems"])
+
+
+def _record(time: str, source: str, pr: str | None, actor: str | None, rule: str, status: str) -> str:
+    return json.dumps({"schema": "fleetops.decision/v1", "time": time, "source": source, "environment": "prod", "revision": "c0ffee",
+                       "pr": pr, "actor": actor, "decisions": [{"rule": rule, "status": status, "msg": f"{source} said {status}"}]}) + "\n"
+
+
+def test_history_counts_approvals_and_keeps_the_production_gate_apart_from_pull_requests(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text(
+        _record("2026-11-30T10:00:00+00:00", "reconcile", None, "fleetops-reconciler", "budget.over_budget", "deny")
+        + _record("2026-11-30T11:00:00+00:00", "pack", None, "deployer", "capacity.overcommit", "deny")
+        + "".join(_record(f"2026-11-30T12:{m:02}:00+00:00", "plan", "41", "alice", "quota.tenant_share", "deny") for m in range(25))
+        + _record("2026-11-30T13:00:00+00:00", "plan", "42", "bob", "edge.fingerprint_added", "approval")
+        + _record("2026-11-30T14:00:00+00:00", "check", "42", "bob", "quota.tenant_share", "deny")
+    )
+    out = tmp_path / "a.json"
+    assert run("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
+    history = json.loads(out.read_text())["history"]
+    by_rule = {row["rule"]: row["by_day"]["2026-11-30"] for row in history["per_rule"]}
+    assert by_rule["edge.fingerprint_added"]["approval"] == 1
+    production, pulls = history["latest_denials"]["production"], history["latest_denials"]["pull_request"]
+    # Twenty-six pull-request denials later, the production gate's two are still listed, on their own.
+    assert [(d["source"], d["rule"], d["actor"]) for d in production] == [
+        ("pack", "capacity.overcommit", "deployer"), ("reconcile", "budget.over_budget", "fleetops-reconciler")]
+    assert len(pulls) == 20 and {d["source"] for d in pulls} == {"plan", "check"}
+    assert (pulls[0]["source"], pulls[0]["pr"], pulls[0]["actor"]) == ("check", "42", "bob")
+    assert (pulls[1]["status"], pulls[1]["pr"], pulls[1]["actor"]) == ("approval", "42", "bob")
+
+    page = tmp_path / "a.html"
+    assert run("audit", "--env", "prod", "--decision-log", str(log), "-o", str(page)).returncode == 0
+    text = page.read_text()
+    gate = text[text.index('id="denials-production"'):text.index('id="denials-pull_request"')]
+    assert "reconcile" in gate and "fleetops-reconciler" in gate and "alice" not in gate
+    assert "#42" in text[text.index('id="denials-pull_request"'):]
+    assert re.search(r"<td class=\"num\">0 / 1 / 0 / 0</td>", text)
 
 
 def test_malformed_decision_log_lines_are_counted_and_placed_and_the_report_still_renders(tmp_path: Path) -> None:
