@@ -1028,9 +1028,30 @@ def capacity(env: Environment) -> dict[str, dict[str, int]]:
     return _per_resource(env, lambda group, units: units)
 
 
-def physical(env: Environment) -> dict[str, dict[str, int]]:
-    """cluster -> device resource -> physical devices behind its units (a MIG profile: the GPUs it is cut from)."""
-    return _per_resource(env, lambda group, units: physical_devices(group))
+def physical(env: Environment) -> dict[str, dict[str, float]]:
+    """cluster -> device resource -> physical devices behind its units; summed over a cluster's
+    resources, each device counts once (`physical_shares`)."""
+    out: dict[str, dict[str, float]] = {}
+    for cluster in env.clusters:
+        per = out.setdefault(cluster.name, {})
+        for group in (*cluster.pools, *cluster.edge_groups):
+            for resource, share in physical_shares(group).items():
+                per[resource] = round(per.get(resource, 0) + share, 2)
+    return out
+
+
+def physical_shares(group: Group) -> dict[str, float]:
+    """The group's physical devices per resource it offers. A GPU cut into several MIG profiles
+    (strategy mixed) is shared between their resources by the memory slices each takes, so that the
+    GPU is counted once, not once per profile."""
+    devices = physical_devices(group)
+    units = group_capacity(group)
+    family = mig.family_of(group.device.model)
+    if len(units) == 1 or not isinstance(group, Pool) or group.sharing.mig is None or family is None:
+        return dict.fromkeys(units, devices)
+    slices = {mig_resource(name): family.profiles[name].memory * count for name, count in group.sharing.mig.profiles.items()}
+    total = sum(slices.values())
+    return {resource: devices * taken / total for resource, taken in slices.items()}
 
 
 def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
@@ -1058,7 +1079,7 @@ def capacity_rows(env: Environment) -> list[dict[str, Any]]:
                 {
                     "cluster": cluster,
                     "resource": resource,
-                    "physical": real,
+                    "physical": int(real) if real == int(real) else real,
                     "capacity": units,
                     "sharing_factor": round(units / real, 2) if real else 0.0,
                     "guaranteed": q["guaranteed"],

@@ -292,3 +292,16 @@ def test_a_log_full_of_malformed_lines_lists_the_first_places_and_counts_them_al
     history = audit.history(log)
     assert history["malformed"] == audit.MAX_LOG_PROBLEMS + 5 and len(history["problems"]) == audit.MAX_LOG_PROBLEMS
     assert audit.malformed_summary(history).endswith(f"{log}:{audit.MAX_LOG_PROBLEMS} and 5 more")
+
+
+def test_a_mixed_mig_pools_gpus_are_counted_once_under_physical(report_json: dict) -> None:
+    # prod's center-sh cuts each GPU of one pool into 3g.20gb and 2g.10gb instances: both rows said
+    # all of its GPUs, so the cluster's physical GPUs summed to twice what was bought.
+    import yaml
+
+    prod = yaml.safe_load((ROOT / "environments" / "prod.yaml").read_text())
+    [pool] = [p for c in prod["clusters"] for p in c.get("pools", []) if p.get("sharing", {}).get("mig", {}).get("strategy") == "mixed"]
+    gpus = pool["nodes"] * pool["device"]["per_node"]
+    [env] = [e for e in report_json["environments"] if e["name"] == "prod"]
+    mig_rows = [r for r in env["capacity"] if r["resource"].startswith("nvidia.com/mig-") and r["cluster"] == "center-sh"]
+    assert len(mig_rows) == 2 and sum(r["physical"] for r in mig_rows) == gpus
