@@ -30,25 +30,34 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 # --- provenance ------------------------------------------------------------------------------
 
 
-def last_change(repo: Path, file: str, line: int) -> dict[str, str] | None:
-    """The commit, author and date that last touched one line (None when the line is not committed)."""
+def last_change(repo: Path, file: str, lines: tuple[int, int]) -> dict[str, str] | None:
+    """The last commit that touched any of `lines` (first, last) of a committed file: its hash, author
+    and date (None when the file or those lines are not committed)."""
+    first, last = lines
     try:
-        out = git.run(repo, "blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", file)
+        out = git.run(repo, "log", "-1", "--no-patch", "--format=%H%x09%an%x09%at", "-L", f"{first},{last}:{file}", "HEAD").strip()
     except git.GitError:
         return None
-    fields: dict[str, str] = {}
-    lines = out.splitlines()
-    if not lines:
+    if not out:
         return None
-    fields["commit"] = lines[0].split()[0]
-    for text in lines[1:]:
-        key, _, value = text.partition(" ")
-        if key in ("author", "author-time", "author-tz"):
-            fields[key] = value
-    if set(fields["commit"]) == {"0"}:
-        return None
-    when = dt.datetime.fromtimestamp(int(fields.get("author-time", "0")), tz=dt.timezone.utc)
-    return {"commit": fields["commit"], "author": fields.get("author", ""), "date": when.date().isoformat()}
+    commit, author, when = out.splitlines()[0].split("\t")
+    return {"commit": commit, "author": author, "date": dt.datetime.fromtimestamp(int(when), tz=dt.timezone.utc).date().isoformat()}
+
+
+def rule_lines(source: str, line: int) -> tuple[int, int]:
+    """A rule's lines: from its `# METADATA` comment to the line before the next one (its other
+    bodies and helpers sit there), trailing blank lines left out. An edit to the title, severity or
+    fix of a rule changes the rule as much as an edit to its body."""
+    text = source.splitlines()
+    first = line
+    while first > 1 and text[first - 2].startswith("#"):
+        first -= 1
+        if text[first - 1].strip() == "# METADATA":
+            break
+    last = next((n - 1 for n in range(line + 1, len(text) + 1) if text[n - 1].strip() == "# METADATA"), len(text))
+    while last > line and not text[last - 1].strip():
+        last -= 1
+    return first, last
 
 
 def revision_time(repo: Path) -> str:
@@ -394,9 +403,11 @@ def build(
     evidence = tests_by_rule(bundle.tests, tests.results, inventory)
     for rule in inventory:
         rule["tests"] = evidence.get(rule["rule"], [])
-        source = (policies_dir / rule.pop("path")).resolve()
+        path = rule.pop("path")
+        source = (policies_dir / path).resolve()
+        rule["lines"] = rule_lines(bundle.policies[path], rule["line"])
         inside = source.is_relative_to(repo.resolve())
-        rule["last_change"] = last_change(repo, source.relative_to(repo.resolve()).as_posix(), rule["line"]) if inside else None
+        rule["last_change"] = last_change(repo, source.relative_to(repo.resolve()).as_posix(), rule["lines"]) if inside else None
     coverage = [
         {
             "file": f"{policies_dir.name}/{c.path}",

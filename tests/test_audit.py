@@ -305,3 +305,26 @@ def test_a_mixed_mig_pools_gpus_are_counted_once_under_physical(report_json: dic
     [env] = [e for e in report_json["environments"] if e["name"] == "prod"]
     mig_rows = [r for r in env["capacity"] if r["resource"].startswith("nvidia.com/mig-") and r["cluster"] == "center-sh"]
     assert len(mig_rows) == 2 and sum(r["physical"] for r in mig_rows) == gpus
+
+
+def _git(repo: Path, *args: str, author: str = "first") -> None:
+    subprocess.run(["git", "-c", f"user.name={author}", "-c", "user.email=a@example.com", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_last_change_counts_an_edit_to_the_rules_metadata(tmp_path: Path) -> None:
+    # Blame of the rule's head line: a new title, severity or fix left "last change" at the older commit.
+    repo = tmp_path / "repo"
+    shutil.copytree(POLICIES, repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "environments", repo / "environments")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "policies")
+    quota = repo / "policies" / "quota.rego"
+    quota.write_text(quota.read_text().replace("# title: Guaranteed quota fits capacity with headroom", "# title: Guaranteed quota fits capacity, with headroom", 1))
+    _git(repo, "commit", "-qam", "retitle", author="second")
+    out = tmp_path / "a.json"
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
+    assert rules["quota.guaranteed_over_capacity"]["last_change"]["author"] == "second"
+    assert rules["quota.tenant_share"]["last_change"]["author"] == "first"  # the next rule's lines were not touched
