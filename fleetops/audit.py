@@ -71,6 +71,79 @@ def revision_time(repo: Path) -> str:
     return dt.datetime.fromtimestamp(int(epoch or 0), tz=dt.timezone.utc).isoformat()
 
 
+# --- where each rule is enforced, and by whom ------------------------------------------------
+
+
+class Enforcer(str, Enum):
+    review = "review"
+    pack = "Pulumi pack"
+    reconciler = "reconciler"
+
+
+# The parts of the policy input (policy.build_input) that are null unless a gate fills them, and
+# which gate fills which: plan judges the change under review (plan.py: build_input(change=...)) with
+# no live nodes; the Pulumi pack judges the stack about to deploy (policy.validate_stack) with neither;
+# the reconciler judges the revision with the live node inventory (reconcile.default_gate: live=...).
+OPTIONAL_INPUTS = ("change", "live")
+ENFORCER_INPUTS: dict[Enforcer, frozenset[str]] = {
+    Enforcer.review: frozenset({"change"}),
+    Enforcer.pack: frozenset(),
+    Enforcer.reconciler: frozenset({"live"}),
+}
+_BLOCK = re.compile(r"^(?![\s#}])(\w+)", re.MULTILINE)
+_READS = re.compile(rf"\binput\.({'|'.join(OPTIONAL_INPUTS)})\b")
+HEADS = ("deny", "warn")  # every rule of a kind shares its head's name: never followed as a helper
+
+
+def _blocks(source: str) -> list[tuple[int, str, str]]:
+    """The top-level statements of a policy: first line, the name they define, their text."""
+    starts = [(source.count("\n", 0, m.start()) + 1, m.group(1), m.start()) for m in _BLOCK.finditer(source)]
+    ends = [start for _, _, start in starts[1:]] + [len(source)]
+    return [(line, name, source[start:end]) for (line, name, start), end in zip(starts, ends, strict=True) if name not in ("package", "import")]
+
+
+def inputs_read(source: str, lines: tuple[int, int]) -> set[str]:
+    """Which optional inputs the rule at `lines` cannot fire without, itself or through the helpers
+    of its file. Bodies of one name are alternatives (a name needs what all of them need: `costs`
+    has a body that reads input.change and one that does not); what one body names it needs."""
+    blocks = _blocks(source)
+    helpers = {name for _, name, _ in blocks if name not in HEADS}
+    uses = [(name, set(_READS.findall(text)), {h for h in helpers if h != name and re.search(rf"\b{h}\b", text)}) for _, name, text in blocks]
+    needs: dict[str, set[str]] = {name: set() for name in helpers}
+
+    def body_needs(direct: set[str], refs: set[str]) -> set[str]:
+        return direct.union(*(needs[r] for r in refs))
+
+    changed = True
+    while changed:  # grows to the fixed point; Rego forbids recursion, so it ends
+        changed = False
+        for name in helpers:
+            new = set.intersection(*(body_needs(direct, refs) for n, direct, refs in uses if n == name))
+            if new != needs[name]:
+                needs[name], changed = new, True
+    first, last = lines
+    heads = [body_needs(direct, refs) for (line, name, _), (_, direct, refs) in zip(blocks, uses, strict=True) if name in HEADS and first <= line <= last]
+    return set.intersection(*heads) if heads else set()
+
+
+def enforced_by(source: str, lines: tuple[int, int]) -> list[str]:
+    """The gates whose input holds everything the rule reads: where a decision of it can stop a change."""
+    needs = inputs_read(source, lines)
+    return [gate.value for gate, given in ENFORCER_INPUTS.items() if needs <= given]
+
+
+def rule_owners(repo: Path, policies_dir: Path, rule_file: str) -> list[str]:
+    """Who owns a rule: policies/owners.yaml (plan asks them to review a policy change) and the
+    CODEOWNERS entries whose pattern matches the rule's file."""
+    from fleetops import forge, plan
+
+    owners = plan.policy_owners(policies_dir.parent)
+    place = next((repo / p for p in forge.CODEOWNERS_PLACES if (repo / p).is_file()), None)
+    if place is not None:
+        owners += sorted(forge.code_owners(policy.read_text(place), [rule_file]))
+    return list(dict.fromkeys(owners))
+
+
 # --- history ---------------------------------------------------------------------------------
 
 
@@ -257,13 +330,14 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Policy inventory",
         "",
-        "| control | rule | title | severity | location | last change | tests |",
-        "|---|---|---|---|---|---|---|",
+        "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["policies"]:
         change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
         tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
-        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | `{r['file']}:{r['line']}` | {change} | {tests} |")
+        enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
+        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
     lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
     lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
     lines += ["", "## Current decisions", ""]
@@ -406,8 +480,11 @@ def build(
         path = rule.pop("path")
         source = (policies_dir / path).resolve()
         rule["lines"] = rule_lines(bundle.policies[path], rule["line"])
+        rule["enforced_by"] = enforced_by(bundle.policies[path], rule["lines"])
         inside = source.is_relative_to(repo.resolve())
-        rule["last_change"] = last_change(repo, source.relative_to(repo.resolve()).as_posix(), rule["lines"]) if inside else None
+        in_repo = source.relative_to(repo.resolve()).as_posix() if inside else rule["file"]
+        rule["owners"] = rule_owners(repo, policies_dir, in_repo)
+        rule["last_change"] = last_change(repo, in_repo, rule["lines"]) if inside else None
     coverage = [
         {
             "file": f"{policies_dir.name}/{c.path}",

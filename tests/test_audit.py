@@ -328,3 +328,29 @@ def test_last_change_counts_an_edit_to_the_rules_metadata(tmp_path: Path) -> Non
     rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
     assert rules["quota.guaranteed_over_capacity"]["last_change"]["author"] == "second"
     assert rules["quota.tenant_share"]["last_change"]["author"] == "first"  # the next rule's lines were not touched
+
+
+def test_each_rule_says_where_it_is_enforced_and_who_owns_it(report_json: dict) -> None:
+    rules = {r["rule"]: r for r in report_json["policies"]}
+    # input.change exists only in a plan, input.live only where the reconciler reads live nodes.
+    assert {r for r, p in rules.items() if p["enforced_by"] == ["review"]} == {r for r in rules if r.startswith("change.")}
+    assert rules["capacity.live_below_guaranteed"]["enforced_by"] == ["reconciler"]
+    assert rules["budget.over_budget"]["enforced_by"] == ["review", "Pulumi pack", "reconciler"]  # the plan-only costing is one alternative
+    assert rules["quota.tenant_share"]["enforced_by"] == ["review", "Pulumi pack", "reconciler"]
+    owners = re.findall(r'"(@[^"]+)"', (POLICIES / "owners.yaml").read_text())
+    assert owners and all(r["owners"][: len(owners)] == owners for r in rules.values())
+
+
+def test_codeowners_of_a_rules_file_are_its_owners(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(POLICIES, repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "environments", repo / "environments")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "CODEOWNERS").write_text("* @everyone\npolicies/ @fleet-policy-owners\npolicies/quota.rego @capacity-team\n")
+    _git(repo, "init", "-q")
+    out = tmp_path / "a.json"
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
+    assert rules["quota.tenant_share"]["owners"][-1] == "@capacity-team" and "@fleet-policy-owners" not in rules["quota.tenant_share"]["owners"]
+    assert rules["rbac.broad_subject"]["owners"][-1] == "@fleet-policy-owners"
