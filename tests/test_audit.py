@@ -354,3 +354,32 @@ def test_codeowners_of_a_rules_file_are_its_owners(tmp_path: Path) -> None:
     rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
     assert rules["quota.tenant_share"]["owners"][-1] == "@capacity-team" and "@fleet-policy-owners" not in rules["quota.tenant_share"]["owners"]
     assert rules["rbac.broad_subject"]["owners"][-1] == "@fleet-policy-owners"
+
+
+# Run in a copy of the report (the report itself holds no script): which chart texts reach outside their SVG.
+_CUT_PROBE = """<script>
+const cut = [];
+let texts = 0;
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  for (const t of svg.querySelectorAll("text")) {
+    texts += 1;
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) cut.push(t.textContent);
+  }
+}
+document.body.dataset.texts = texts;
+document.body.dataset.cut = cut.join(" | ");
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs Debian's chromium): chart layout not measured")
+def test_no_label_or_number_of_the_capacity_chart_is_cut(report_html: Path, tmp_path: Path) -> None:
+    # prod's FPGA region resource (55 characters) ran past the left edge of a fixed 360-pixel label column.
+    probe = tmp_path / "probe.html"
+    probe.write_text(report_html.read_text().replace("</body>", _CUT_PROBE + "</body>"))
+    done = _chromium(probe.as_uri())
+    texts = re.search(r'data-texts="(\d+)"', done.stdout)
+    cut = re.search(r'data-cut="([^"]*)"', done.stdout)
+    assert texts and int(texts[1]) > 10, done.stdout[-500:]
+    assert cut is not None and cut[1] == "", cut and cut[1]
