@@ -636,19 +636,24 @@ class Document:
     positions: Positions
 
 
-def parse_environment(text: str, file: str) -> Document:
-    """Validate an environment document; raises SpecError with every problem found in one pass:
-    the schema's, then the cross-field checks on every item that passed the schema."""
+def parse_environment(text: str, file: str, name: str | None = None) -> Document:
+    """Validate an environment document (of the file named `name`, when given); raises SpecError with
+    every problem found in one pass: the schema's, then the cross-field checks on every item that
+    passed the schema."""
     data, pos = parse_yaml(text, file)
     if data is None:
         raise SpecError([f"{file}:1:1: the file is empty; an environment needs at least 'environment', 'clusters' and 'budget'"])
     if not isinstance(data, dict):
         raise SpecError([pos.error((), f"the document must be a mapping, got {type(data).__name__}")])
     pos = dataclasses.replace(pos, data=data)
+    # Objects are labelled and pruned by environment name: a file that names another environment
+    # would act on that one's objects.
+    written = data.get("environment")
+    problems = [pos.error(("environment",), f"must equal the file name {name!r}, got {written!r}")] if name and isinstance(written, str) and written != name else []
     try:
         env = Environment.model_validate(data)
     except ValidationError as exc:
-        problems = _pydantic_problems(exc, pos)
+        problems += _pydantic_problems(exc, pos)
         try:
             valid = _valid_part(data, exc)
         except RecursionError:  # data that holds itself (an alias of its own anchor): its schema errors say enough
@@ -659,7 +664,7 @@ def parse_environment(text: str, file: str) -> Document:
             problems += [pos.error(_original(loc, kept), msg) for loc, msg in checks
                          if not any(re.search(rf"(?<![-\w.]){re.escape(n)}(?![-\w.])", msg) for n in dropped_names)]
         raise SpecError(problems) from None
-    problems = [pos.error(loc, msg) for loc, msg in _checks(env, lambda loc: format_loc(loc, pos.item_name))]
+    problems += [pos.error(loc, msg) for loc, msg in _checks(env, lambda loc: format_loc(loc, pos.item_name))]
     if problems:
         raise SpecError(problems)
     return Document(env, data, pos)
@@ -803,12 +808,7 @@ def read_environment(path: str | Path, display: str | None = None) -> Document:
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     with memory.acyclic():
-        document = parse_environment(text, file)
-    if document.env.environment != path.stem:
-        # Objects are labelled and pruned by environment name: a file that names another environment
-        # would act on that one's objects.
-        raise SpecError([document.positions.error(("environment",), f"must equal the file name {path.stem!r}, got {document.env.environment!r}")])
-    return document
+        return parse_environment(text, file, path.stem)
 
 
 # --- cross-field checks ----------------------------------------------------------------------

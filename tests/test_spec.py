@@ -314,3 +314,16 @@ def test_items_whose_names_do_not_say_which_keep_their_index(tmp_path: Path) -> 
     env["tenants"][1]["name"] = "vision"  # twice: "tenants[vision]" would be either
     env["tenants"][1]["quota"]["nvidia.com/gpu"]["guaranteed"] = -1
     assert 'tenants[1].quota["nvidia.com/gpu"].guaranteed: must be >= 0, got -1' in _problems(tmp_path, env)
+
+
+def test_a_file_naming_another_environment_is_told_so_with_its_other_problems(tmp_path: Path) -> None:
+    env = small_env()
+    env["environment"] = "prod"
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["burst"] = 1
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(env))
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(path)
+    problems = [p.split(": ", 1)[1] for p in raised.value.problems]
+    assert problems == ["environment: must equal the file name 'test', got 'prod'",
+                        'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (20), got 1']
