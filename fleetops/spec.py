@@ -8,6 +8,7 @@ from its string when the models are built, at every start of the command line; t
 before they are defined are quoted instead.
 """
 
+import dataclasses
 import difflib
 import fnmatch
 import functools
@@ -17,7 +18,6 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
