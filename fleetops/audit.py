@@ -14,6 +14,7 @@ import json
 import os
 import re
 from collections import defaultdict
+from enum import Enum
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -29,25 +30,34 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 # --- provenance ------------------------------------------------------------------------------
 
 
-def last_change(repo: Path, file: str, line: int) -> dict[str, str] | None:
-    """The commit, author and date that last touched one line (None when the line is not committed)."""
+def last_change(repo: Path, file: str, lines: tuple[int, int]) -> dict[str, str] | None:
+    """The last commit that touched any of `lines` (first, last) of a committed file: its hash, author
+    and date (None when the file or those lines are not committed)."""
+    first, last = lines
     try:
-        out = git.run(repo, "blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", file)
+        out = git.run(repo, "log", "-1", "--no-patch", "--format=%H%x09%an%x09%at", "-L", f"{first},{last}:{file}", "HEAD").strip()
     except git.GitError:
         return None
-    fields: dict[str, str] = {}
-    lines = out.splitlines()
-    if not lines:
+    if not out:
         return None
-    fields["commit"] = lines[0].split()[0]
-    for text in lines[1:]:
-        key, _, value = text.partition(" ")
-        if key in ("author", "author-time", "author-tz"):
-            fields[key] = value
-    if set(fields["commit"]) == {"0"}:
-        return None
-    when = dt.datetime.fromtimestamp(int(fields.get("author-time", "0")), tz=dt.timezone.utc)
-    return {"commit": fields["commit"], "author": fields.get("author", ""), "date": when.date().isoformat()}
+    commit, author, when = out.splitlines()[0].split("\t")
+    return {"commit": commit, "author": author, "date": dt.datetime.fromtimestamp(int(when), tz=dt.timezone.utc).date().isoformat()}
+
+
+def rule_lines(source: str, line: int) -> tuple[int, int]:
+    """A rule's lines: from its `# METADATA` comment to the line before the next one (its other
+    bodies and helpers sit there), trailing blank lines left out. An edit to the title, severity or
+    fix of a rule changes the rule as much as an edit to its body."""
+    text = source.splitlines()
+    first = line
+    while first > 1 and text[first - 2].startswith("#"):
+        first -= 1
+        if text[first - 1].strip() == "# METADATA":
+            break
+    last = next((n - 1 for n in range(line + 1, len(text) + 1) if text[n - 1].strip() == "# METADATA"), len(text))
+    while last > line and not text[last - 1].strip():
+        last -= 1
+    return first, last
 
 
 def revision_time(repo: Path) -> str:
@@ -61,6 +71,79 @@ def revision_time(repo: Path) -> str:
     return dt.datetime.fromtimestamp(int(epoch or 0), tz=dt.timezone.utc).isoformat()
 
 
+# --- where each rule is enforced, and by whom ------------------------------------------------
+
+
+class Enforcer(str, Enum):
+    review = "review"
+    pack = "Pulumi pack"
+    reconciler = "reconciler"
+
+
+# The parts of the policy input (policy.build_input) that are null unless a gate fills them, and
+# which gate fills which: plan judges the change under review (plan.py: build_input(change=...)) with
+# no live nodes; the Pulumi pack judges the stack about to deploy (policy.validate_stack) with neither;
+# the reconciler judges the revision with the live node inventory (reconcile.default_gate: live=...).
+OPTIONAL_INPUTS = ("change", "live")
+ENFORCER_INPUTS: dict[Enforcer, frozenset[str]] = {
+    Enforcer.review: frozenset({"change"}),
+    Enforcer.pack: frozenset(),
+    Enforcer.reconciler: frozenset({"live"}),
+}
+_BLOCK = re.compile(r"^(?![\s#}])(\w+)", re.MULTILINE)
+_READS = re.compile(rf"\binput\.({'|'.join(OPTIONAL_INPUTS)})\b")
+HEADS = ("deny", "warn")  # every rule of a kind shares its head's name: never followed as a helper
+
+
+def _blocks(source: str) -> list[tuple[int, str, str]]:
+    """The top-level statements of a policy: first line, the name they define, their text."""
+    starts = [(source.count("\n", 0, m.start()) + 1, m.group(1), m.start()) for m in _BLOCK.finditer(source)]
+    ends = [start for _, _, start in starts[1:]] + [len(source)]
+    return [(line, name, source[start:end]) for (line, name, start), end in zip(starts, ends, strict=True) if name not in ("package", "import")]
+
+
+def inputs_read(source: str, lines: tuple[int, int]) -> set[str]:
+    """Which optional inputs the rule at `lines` cannot fire without, itself or through the helpers
+    of its file. Bodies of one name are alternatives (a name needs what all of them need: `costs`
+    has a body that reads input.change and one that does not); what one body names it needs."""
+    blocks = _blocks(source)
+    helpers = {name for _, name, _ in blocks if name not in HEADS}
+    uses = [(name, set(_READS.findall(text)), {h for h in helpers if h != name and re.search(rf"\b{h}\b", text)}) for _, name, text in blocks]
+    needs: dict[str, set[str]] = {name: set() for name in helpers}
+
+    def body_needs(direct: set[str], refs: set[str]) -> set[str]:
+        return direct.union(*(needs[r] for r in refs))
+
+    changed = True
+    while changed:  # grows to the fixed point; Rego forbids recursion, so it ends
+        changed = False
+        for name in helpers:
+            new = set.intersection(*(body_needs(direct, refs) for n, direct, refs in uses if n == name))
+            if new != needs[name]:
+                needs[name], changed = new, True
+    first, last = lines
+    heads = [body_needs(direct, refs) for (line, name, _), (_, direct, refs) in zip(blocks, uses, strict=True) if name in HEADS and first <= line <= last]
+    return set.intersection(*heads) if heads else set()
+
+
+def enforced_by(source: str, lines: tuple[int, int]) -> list[str]:
+    """The gates whose input holds everything the rule reads: where a decision of it can stop a change."""
+    needs = inputs_read(source, lines)
+    return [gate.value for gate, given in ENFORCER_INPUTS.items() if needs <= given]
+
+
+def rule_owners(repo: Path, policies_dir: Path, rule_file: str) -> list[str]:
+    """Who owns a rule: policies/owners.yaml (plan asks them to review a policy change) and the
+    CODEOWNERS entries whose pattern matches the rule's file."""
+    from fleetops import forge, plan
+
+    owners = plan.policy_owners(policies_dir.parent)
+    place = next((repo / p for p in forge.CODEOWNERS_PLACES if (repo / p).is_file()), None)
+    if place is not None:
+        owners += sorted(forge.code_owners(policy.read_text(place), [rule_file]))
+    return list(dict.fromkeys(owners))
+
+
 # --- history ---------------------------------------------------------------------------------
 
 
@@ -70,13 +153,33 @@ class _LoggedDecision(BaseModel):
     msg: str = ""
 
 
+class Gate(str, Enum):
+    """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
+    request) or a pull request's branch under review (plan, check in a pull request's CI job)."""
+
+    production = "production"
+    pull_request = "pull_request"
+
+
 class _LogEntry(BaseModel):
     """What the history reads of a decision record (policy.decision_record); other fields are ignored."""
 
     time: str
+    source: str = ""
     environment: str = ""
     revision: str | None = ""
+    pr: str | int | None = None
+    actor: str | None = None
     decisions: list[_LoggedDecision] = []
+
+    def gate(self) -> Gate:
+        if self.source == "plan" or (self.source == "check" and self.pr):
+            return Gate.pull_request
+        return Gate.production
+
+
+# Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
+STATUSES = ("deny", "approval", "warn", "waived")
 
 
 MAX_LOG_PROBLEMS = 20  # places listed in the report; the count covers every malformed line
@@ -94,12 +197,12 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
     A line that is not a decision record is counted and its place (file:line) listed, never skipped
     silently: a log someone edited by hand must show it.
     """
-    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [], "latest_denials": [],
-                             "malformed": 0, "problems": []}
+    empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [],
+                             "latest_denials": {gate.value: [] for gate in Gate}, "malformed": 0, "problems": []}
     if log is None or not log.is_file():
         return empty
     per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    denials: list[dict[str, Any]] = []
+    denials: dict[Gate, list[dict[str, Any]]] = {gate: [] for gate in Gate}
     times: list[str] = []
     problems: list[str] = []
     malformed = 0
@@ -121,11 +224,14 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         times.append(entry.time)
         day = entry.time[:10]
         for d in entry.decisions:
-            counts = per_rule[d.rule].setdefault(day, {"deny": 0, "warn": 0, "waived": 0})
+            counts = per_rule[d.rule].setdefault(day, dict.fromkeys(STATUSES, 0))
             if d.status in counts:
                 counts[d.status] += 1
-            if d.status == "deny":
-                denials.append({"time": entry.time, "environment": entry.environment, "revision": entry.revision or "", "rule": d.rule, "msg": d.msg})
+            if d.status in ("deny", "approval"):
+                denials[entry.gate()].append({
+                    "time": entry.time, "source": entry.source, "environment": entry.environment, "revision": entry.revision or "",
+                    "pr": str(entry.pr) if entry.pr else None, "actor": entry.actor, "rule": d.rule, "status": d.status, "msg": d.msg,
+                })
     days = sorted({day for rule in per_rule.values() for day in rule})
     return {
         "source": str(log),
@@ -134,7 +240,8 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         "last": max(times) if times else None,
         "days": days,
         "per_rule": [{"rule": rule, "by_day": dict(sorted(by_day.items()))} for rule, by_day in sorted(per_rule.items())],
-        "latest_denials": sorted(denials, key=lambda d: d["time"], reverse=True)[:latest],
+        # Per gate, so a busy week of pull requests cannot push the last production denial out of the list.
+        "latest_denials": {gate.value: sorted(rows, key=lambda d: d["time"], reverse=True)[:latest] for gate, rows in denials.items()},
         "malformed": malformed,
         "problems": problems,
     }
@@ -153,33 +260,40 @@ def malformed_summary(h: dict[str, Any]) -> str:
 
 
 def capacity_chart(name: str, rows: list[dict[str, Any]]) -> str:
-    """Inline SVG: per cluster x resource, a bar of capacity with guaranteed filled and burst marked."""
-    label_w, bar_w, row_h, top = 360, 520, 26, 34
-    height = top + row_h * len(rows) + 30
+    """Inline SVG: per cluster x resource, a bar of capacity with guaranteed filled and burst marked.
+
+    Each label has a line of its own above its bar, starting at the left edge, and the numbers a
+    column of their own right of the bars: no label is cut, however long a resource name (an FPGA
+    region's is 55 characters) and however full a bar. The SVG scales down to a narrow page."""
+    bar_w, value_w, label_h, bar_h, gap, top = 640, 240, 16, 18, 12, 34
+    row_h = label_h + bar_h + gap
+    width, height = bar_w + value_w, top + row_h * len(rows) + 10
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="chart-{escape(name)}-t chart-{escape(name)}-d" '
-        f'width="{label_w + bar_w + 120}" height="{height}" viewBox="0 0 {label_w + bar_w + 120} {height}">',
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" style="max-width: 100%; height: auto">',
         f'<title id="chart-{escape(name)}-t">{escape(name)}: guaranteed and burst quota against capacity</title>',
         f'<desc id="chart-{escape(name)}-d">One bar per cluster and device resource. The outline is the capacity, '
         "the filled part the guaranteed quota, the dark mark the burst quota. The table below holds the same numbers.</desc>",
-        f'<g transform="translate({label_w},{top - 12})"><rect width="12" height="12" fill="#3b6fb6"/><text x="16" y="10">guaranteed</text>'
+        '<g transform="translate(0,10)"><rect width="12" height="12" fill="#3b6fb6"/><text x="16" y="10">guaranteed</text>'
         '<rect x="110" width="3" height="12" fill="#111"/><text x="118" y="10">burst</text>'
-        '<rect x="175" width="12" height="12" fill="none" stroke="#777"/><text x="191" y="10">capacity</text></g>',
+        '<rect x="175" width="12" height="12" fill="none" stroke="#777"/><text x="191" y="10">capacity</text>'
+        f'<text x="{bar_w + 12}" y="10">guaranteed / burst of capacity</text></g>',
     ]
     for i, row in enumerate(rows):
-        y = top + i * row_h + 8
+        y = top + i * row_h
+        bar_y = y + label_h
         cap = max(int(row["capacity"]), 1)
         scale = max(cap, int(row["burst"]), int(row["guaranteed"]))
         g_w = bar_w * int(row["guaranteed"]) / scale
         c_w = bar_w * cap / scale
-        b_x = bar_w * int(row["burst"]) / scale
+        b_x = min(bar_w * int(row["burst"]) / scale, bar_w - 1.5)  # a burst at the scale's end stays inside
         over = int(row["guaranteed"]) > int(row["capacity"])
         parts.append(
-            f'<text x="{label_w - 8}" y="{y + 13}" text-anchor="end">{escape(row["cluster"])} · {escape(row["resource"])}</text>'
-            f'<rect x="{label_w}" y="{y}" width="{c_w:.1f}" height="18" fill="#f4f4f4" stroke="#777"/>'
-            f'<rect x="{label_w}" y="{y + 3}" width="{g_w:.1f}" height="12" fill="{"#b00020" if over else "#3b6fb6"}"/>'
-            f'<rect x="{label_w + b_x - 1.5:.1f}" y="{y - 2}" width="3" height="22" fill="#111"/>'
-            f'<text x="{label_w + max(c_w, b_x) + 8:.1f}" y="{y + 13}">{row["guaranteed"]} / {row["burst"]} of {row["capacity"]}</text>'
+            f'<text x="0" y="{y + 12}">{escape(row["cluster"])} · {escape(row["resource"])}</text>'
+            f'<rect x="0.5" y="{bar_y}" width="{c_w - 1:.1f}" height="{bar_h}" fill="#f4f4f4" stroke="#777"/>'
+            f'<rect x="0.5" y="{bar_y + 3}" width="{max(g_w - 1, 0):.1f}" height="{bar_h - 6}" fill="{"#b00020" if over else "#3b6fb6"}"/>'
+            f'<rect x="{b_x - 1.5:.1f}" y="{bar_y - 2}" width="3" height="{bar_h + 4}" fill="#111"/>'
+            f'<text x="{bar_w + 12}" y="{bar_y + 13}">{row["guaranteed"]} / {row["burst"]} of {row["capacity"]}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -201,7 +315,16 @@ def _environment() -> jinja2.Environment:
 def html(report: dict[str, Any]) -> str:
     charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
     generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
-    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated)
+    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
+
+
+GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
+               Gate.pull_request: "pull requests (plan, check in a pull request)"}
+
+
+def _who(d: dict[str, Any]) -> str:
+    """Source, pull request and actor of a logged denial, as one cell."""
+    return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -214,13 +337,14 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Policy inventory",
         "",
-        "| control | rule | title | severity | location | last change | tests |",
-        "|---|---|---|---|---|---|---|",
+        "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["policies"]:
         change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
         tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
-        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | `{r['file']}:{r['line']}` | {change} | {tests} |")
+        enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
+        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
     lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
     lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
     lines += ["", "## Current decisions", ""]
@@ -239,7 +363,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:
         lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
-    lines += [f"- {d['time']} {d['environment']} `{d['rule']}`: {d['msg']}" for d in h["latest_denials"]]
+    for gate, title in GATE_TITLES.items():
+        rows = h["latest_denials"][gate.value]
+        lines += ["", f"### Latest denials: {title}", ""]
+        lines += [f"- {d['time']} {_who(d)} {d['environment']} `{d['rule']}` ({d['status']}): {d['msg']}" for d in rows] or ["None."]
     return "\n".join(lines) + "\n"
 
 
@@ -357,9 +484,14 @@ def build(
     evidence = tests_by_rule(bundle.tests, tests.results, inventory)
     for rule in inventory:
         rule["tests"] = evidence.get(rule["rule"], [])
-        source = (policies_dir / rule.pop("path")).resolve()
+        path = rule.pop("path")
+        source = (policies_dir / path).resolve()
+        rule["lines"] = rule_lines(bundle.policies[path], rule["line"])
+        rule["enforced_by"] = enforced_by(bundle.policies[path], rule["lines"])
         inside = source.is_relative_to(repo.resolve())
-        rule["last_change"] = last_change(repo, source.relative_to(repo.resolve()).as_posix(), rule["line"]) if inside else None
+        in_repo = source.relative_to(repo.resolve()).as_posix() if inside else rule["file"]
+        rule["owners"] = rule_owners(repo, policies_dir, in_repo)
+        rule["last_change"] = last_change(repo, in_repo, rule["lines"]) if inside else None
     coverage = [
         {
             "file": f"{policies_dir.name}/{c.path}",

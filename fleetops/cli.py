@@ -678,7 +678,7 @@ def approvals(
     """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS. Exit 2 when the forge cannot be asked."""
     from fleetops import forge as forge_mod
 
-    path = codeowners or next((p for p in (Path(".github/CODEOWNERS"), Path("CODEOWNERS"), Path("docs/CODEOWNERS")) if p.is_file()), None)
+    path = codeowners or next((p for p in map(Path, forge_mod.CODEOWNERS_PLACES) if p.is_file()), None)
     if path is None and forge is Forge.github:
         err.print("approvals: no CODEOWNERS here: no approval counts (run this in the base revision's checkout)", markup=False)
     try:

@@ -31,6 +31,9 @@ class ForgeError(Exception):
     """The forge could not be asked: no token, no pull request, an HTTP error."""
 
 
+CODEOWNERS_PLACES = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS")  # where GitHub looks, in its order
+
+
 def code_owners(codeowners: str, files: Iterable[str]) -> set[str]:
     """Owners (`@user`, `@org/team`) of the changed files: for each file, the last pattern that matches."""
     rules = []

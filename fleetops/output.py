@@ -16,9 +16,9 @@ from fleetops import __version__
 
 SCHEMA = "fleetops/v1"
 # `file:line:col: path: message` (environment files) or `file:line: message` (waivers, policies). A
-# path is names, [index] and ["key"], the key quoted as JSON (spec.format_loc): any character, escaped.
+# path is names, [index] or [item name] and ["key"], the key quoted as JSON (spec.format_loc): any character, escaped.
 _PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+)(?::(?P<column>\d+))?: "
-                      r'(?:(?P<path>(?:[\w./-]|\[(?:\d+|"(?:[^"\\]|\\.)*")\])+): )?(?P<message>.*)$', re.DOTALL)
+                      r'(?:(?P<path>(?:[\w./-]|\[(?:[^\s\[\]":]+|"(?:[^"\\]|\\.)*")\])+): )?(?P<message>.*)$', re.DOTALL)
 
 
 def problem(text: str) -> dict[str, Any]:

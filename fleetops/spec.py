@@ -8,6 +8,7 @@ from its string when the models are built, at every start of the command line; t
 before they are defined are quoted instead.
 """
 
+import dataclasses
 import difflib
 import fnmatch
 import functools
@@ -357,6 +358,10 @@ class Positions:
 
     file: str
     nodes: dict[Loc, tuple[int, int]]
+    # The data the nodes were read from, when a problem should name list items by their name
+    # (`tenants[vision]`) as plan's spec_changes paths do; None names them by index.
+    data: Any = None
+    named: dict[int, dict[int, str]] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # by id of the list
 
     def at(self, loc: Loc) -> tuple[int, int]:
         # A missing field has no node of its own: point at the nearest ancestor that exists.
@@ -367,15 +372,41 @@ class Positions:
 
     def error(self, loc: Loc, msg: str) -> str:
         line, col = self.at(loc)
-        path = format_loc(loc)
+        path = format_loc(loc, self.item_name)
         return f"{self.file}:{line}:{col}: {path + ': ' if path else ''}{msg}"
 
+    def item_name(self, loc: Loc) -> str | int:
+        """The last part of `loc`, a list index, as the name of the item there: kept as the index when
+        the items of that list are not all mappings with a distinct one-line name (a name must say which)."""
+        index = loc[-1]
+        container = self.data
+        for part in loc[:-1]:
+            if isinstance(container, dict) and part in container or isinstance(container, list) and isinstance(part, int) and part < len(container):
+                container = container[part]
+            else:
+                return index
+        if not isinstance(container, list):
+            return index
+        if id(container) not in self.named:  # once per list: a large fleet's problems share a few lists
+            self.named[id(container)] = _list_names(container)
+        return self.named[id(container)].get(index, index)
 
-def format_loc(loc: Loc) -> str:
+
+_ITEM_NAME = re.compile(r'[^\s\[\]":]+')
+
+
+def _list_names(items: list[Any]) -> dict[int, str]:
+    named = [item.get("name") if isinstance(item, dict) else None for item in items]
+    # A name that could not be read back from the path (space, bracket, quote, colon) leaves every index.
+    usable = all(isinstance(n, str) and _ITEM_NAME.fullmatch(n) for n in named)
+    return dict(enumerate(named)) if usable and len(set(named)) == len(named) else {}
+
+
+def format_loc(loc: Loc, item_name: Callable[[Loc], str | int] | None = None) -> str:
     out = ""
-    for part in loc:
+    for end, part in enumerate(loc, start=1):
         if isinstance(part, int):
-            out += f"[{part}]"
+            out += f"[{item_name(loc[:end]) if item_name else part}]"
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
             out += f".{part}" if out else part
         else:  # quoted as JSON: a key holding a newline or a quote stays one line and one key
@@ -605,23 +636,103 @@ class Document:
     positions: Positions
 
 
-def parse_environment(text: str, file: str) -> Document:
-    """Validate an environment document; raises SpecError with every problem found."""
+def parse_environment(text: str, file: str, name: str | None = None) -> Document:
+    """Validate an environment document (of the file named `name`, when given); raises SpecError with
+    every problem found in one pass: the schema's, then the cross-field checks on every item that
+    passed the schema."""
     data, pos = parse_yaml(text, file)
     if data is None:
         raise SpecError([f"{file}:1:1: the file is empty; an environment needs at least 'environment', 'clusters' and 'budget'"])
     if not isinstance(data, dict):
         raise SpecError([pos.error((), f"the document must be a mapping, got {type(data).__name__}")])
+    pos = dataclasses.replace(pos, data=data)
+    # Objects are labelled and pruned by environment name: a file that names another environment
+    # would act on that one's objects.
+    written = data.get("environment")
+    problems = [pos.error(("environment",), f"must equal the file name {name!r}, got {written!r}")] if name and isinstance(written, str) and written != name else []
     try:
         env = Environment.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_pydantic_problems(exc, pos)) from None
-    problems = [pos.error(loc, msg) for loc, msg in _over_limits(env)]
-    if not problems:  # the cross checks grow with what the limits bound
-        problems = [pos.error(loc, msg) for loc, msg in cross_checks(env)]
+        problems += _pydantic_problems(exc, pos)
+        try:
+            valid = _valid_part(data, exc)
+        except RecursionError:  # data that holds itself (an alias of its own anchor): its schema errors say enough
+            valid = None
+        if valid is not None:
+            part, kept, dropped_names = valid
+            checks = _checks(part, lambda loc: format_loc(_original(loc, kept), pos.item_name))
+            problems += [pos.error(_original(loc, kept), msg) for loc, msg in checks
+                         if not any(re.search(rf"(?<![-\w.]){re.escape(n)}(?![-\w.])", msg) for n in dropped_names)]
+        raise SpecError(problems) from None
+    problems += [pos.error(loc, msg) for loc, msg in _checks(env, lambda loc: format_loc(loc, pos.item_name))]
     if problems:
         raise SpecError(problems)
     return Document(env, data, pos)
+
+
+def _checks(env: Environment, where: Callable[[Loc], str]) -> list[tuple[Loc, str]]:
+    """The LIMITS, then the cross checks, which grow with what the limits bound."""
+    return list(_over_limits(env)) or list(cross_checks(env, where))
+
+
+MAX_PRUNES = 4  # rounds of leaving out invalid items (one usually does: an item left out takes its errors with it)
+
+
+def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[Environment, dict[Loc, list[int]], set[str]] | None:
+    """The environment without the list items that fail the schema, so the cross checks can judge the
+    rest in the same run: the model, which original indices each shortened list kept, and the names
+    of the items left out and of the items holding them (a check that names one cannot be judged).
+    None when an error is not inside a list item: nothing can stand in for what is missing."""
+    dropped: set[Loc] = set()
+    kept: dict[Loc, list[int]] = {}
+    for _ in range(MAX_PRUNES):
+        for err in exc.errors(include_url=False):
+            loc = _original(tuple(p for p in err["loc"] if p != "[key]"), kept)
+            items = [end for end, part in enumerate(loc, start=1) if isinstance(part, int)]
+            if not items:
+                return None
+            dropped.add(loc[: items[-1]])
+        kept = {}
+        pruned = _without(data, (), dropped, kept)
+        try:
+            env = Environment.model_validate(pruned)
+        except ValidationError as again:
+            exc = again
+            continue
+        # The name as written and as it reads trimmed ("center-a\n" is refused; "center-a" is what references say).
+        return env, kept, {form for loc in dropped for name in _names_along(data, loc) for form in (name, name.strip()) if form}
+    return None
+
+
+def _without(value: Any, loc: Loc, dropped: set[Loc], kept: dict[Loc, list[int]]) -> Any:
+    """`value` without the list items at `dropped`; `kept` gets the original indices of each list shortened."""
+    if isinstance(value, dict):
+        return {key: _without(item, loc + (key,), dropped, kept) for key, item in value.items()}
+    if isinstance(value, list):
+        indices = [i for i in range(len(value)) if loc + (i,) not in dropped]
+        if len(indices) != len(value):
+            kept[loc] = indices
+        return [_without(value[i], loc + (i,), dropped, kept) for i in indices]
+    return value
+
+
+def _original(loc: Loc, kept: dict[Loc, list[int]]) -> Loc:
+    """A place in the shortened data as a place in the file."""
+    out: Loc = ()
+    for part in loc:
+        out += (kept[out][part] if isinstance(part, int) and out in kept else part,)
+    return out
+
+
+def _names_along(data: Any, loc: Loc) -> Iterator[str]:
+    """The names of the items on the way to `loc` (a pool's and its cluster's)."""
+    for part in loc:
+        if isinstance(data, dict) and part in data or isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return
+        if isinstance(part, int) and isinstance(data, dict) and isinstance(data.get("name"), str):
+            yield data["name"]
 
 
 def _over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
@@ -697,23 +808,18 @@ def read_environment(path: str | Path, display: str | None = None) -> Document:
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     with memory.acyclic():
-        document = parse_environment(text, file)
-    if document.env.environment != path.stem:
-        # Objects are labelled and pruned by environment name: a file that names another environment
-        # would act on that one's objects.
-        raise SpecError([document.positions.error(("environment",), f"must equal the file name {path.stem!r}, got {document.env.environment!r}")])
-    return document
+        return parse_environment(text, file, path.stem)
 
 
 # --- cross-field checks ----------------------------------------------------------------------
 
 
-def _duplicates(items: Iterable[tuple[Loc, str]], what: str, named: bool = True) -> Iterator[tuple[Loc, str]]:
+def _duplicates(items: Iterable[tuple[Loc, str]], what: str, where: Callable[[Loc], str], named: bool = True) -> Iterator[tuple[Loc, str]]:
     """Repeated names: `named` items are objects with a `name` field, else the names themselves."""
     seen: dict[str, Loc] = {}
     for loc, name in items:
         if name in seen:
-            yield (loc + ("name",) if named else loc), f"duplicate {what} name {name!r} (first at {format_loc(seen[name])})"
+            yield (loc + ("name",) if named else loc), f"duplicate {what} name {name!r} (first at {where(seen[name])})"
         else:
             seen[name] = loc
 
@@ -776,12 +882,12 @@ def _overlapping_matches(ci: int, cluster: Cluster) -> Iterator[tuple[Loc, str]]
                                                             "a node must belong to one group; make the name patterns or labels disjoint")
 
 
-def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
+def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> Iterator[tuple[Loc, str]]:
     """Rules that span fields: unique names, references that resolve, sharing valid for the device."""
-    yield from _duplicates(((("clusters", i), c.name) for i, c in enumerate(env.clusters)), "cluster")
-    yield from _duplicates(((("tenants", i), t.name) for i, t in enumerate(env.tenants)), "tenant")
-    yield from _duplicates(((("priority_classes", i), p.name) for i, p in enumerate(env.priority_classes)), "priority class")
-    yield from _duplicates(((("network", "center_endpoints", i), e.name) for i, e in enumerate(env.network.center_endpoints)), "endpoint")
+    yield from _duplicates(((("clusters", i), c.name) for i, c in enumerate(env.clusters)), "cluster", where)
+    yield from _duplicates(((("tenants", i), t.name) for i, t in enumerate(env.tenants)), "tenant", where)
+    yield from _duplicates(((("priority_classes", i), p.name) for i, p in enumerate(env.priority_classes)), "priority class", where)
+    yield from _duplicates(((("network", "center_endpoints", i), e.name) for i, e in enumerate(env.network.center_endpoints)), "endpoint", where)
     # Pools and edge groups become Kueue ResourceFlavors and node labels: unique fleet-wide.
     groups = [
         (("clusters", ci, kind, gi), g.name)
@@ -789,7 +895,7 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
         for kind, members in (("pools", c.pools), ("edge_groups", c.edge_groups))
         for gi, g in enumerate(members)
     ]
-    yield from _duplicates(groups, "pool or edge group")
+    yield from _duplicates(groups, "pool or edge group", where)
 
     for ci, cluster in enumerate(env.clusters):
         for pi, pool in enumerate(cluster.pools):
@@ -832,7 +938,7 @@ def cross_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
             # The tenant's namespace gets default-deny and fleetops' ownership: never a system or fleetops one.
             yield loc + ("name",), f"{tenant.name!r} is a reserved namespace ({', '.join(sorted(reserved))}); pick another tenant name"
         for field_name, names in (("clusters", tenant.clusters), ("pools", tenant.pools or []), ("edge_groups", tenant.edge_groups)):
-            yield from _duplicates((((*loc, field_name, k), n) for k, n in enumerate(names)), field_name.rstrip("s").replace("_", " "), named=False)
+            yield from _duplicates((((*loc, field_name, k), n) for k, n in enumerate(names)), field_name.rstrip("s").replace("_", " "), where, named=False)
         dangling = list(_dangling_placement(loc, tenant, clusters))
         yield from dangling
         for k, name in enumerate(tenant.priority_classes):
@@ -922,9 +1028,30 @@ def capacity(env: Environment) -> dict[str, dict[str, int]]:
     return _per_resource(env, lambda group, units: units)
 
 
-def physical(env: Environment) -> dict[str, dict[str, int]]:
-    """cluster -> device resource -> physical devices behind its units (a MIG profile: the GPUs it is cut from)."""
-    return _per_resource(env, lambda group, units: physical_devices(group))
+def physical(env: Environment) -> dict[str, dict[str, float]]:
+    """cluster -> device resource -> physical devices behind its units; summed over a cluster's
+    resources, each device counts once (`physical_shares`)."""
+    out: dict[str, dict[str, float]] = {}
+    for cluster in env.clusters:
+        per = out.setdefault(cluster.name, {})
+        for group in (*cluster.pools, *cluster.edge_groups):
+            for resource, share in physical_shares(group).items():
+                per[resource] = round(per.get(resource, 0) + share, 2)
+    return out
+
+
+def physical_shares(group: Group) -> dict[str, float]:
+    """The group's physical devices per resource it offers. A GPU cut into several MIG profiles
+    (strategy mixed) is shared between their resources by the memory slices each takes, so that the
+    GPU is counted once, not once per profile."""
+    devices = physical_devices(group)
+    units = group_capacity(group)
+    family = mig.family_of(group.device.model)
+    if len(units) == 1 or not isinstance(group, Pool) or group.sharing.mig is None or family is None:
+        return dict.fromkeys(units, devices)
+    slices = {mig_resource(name): family.profiles[name].memory * count for name, count in group.sharing.mig.profiles.items()}
+    total = sum(slices.values())
+    return {resource: devices * taken / total for resource, taken in slices.items()}
 
 
 def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
@@ -952,7 +1079,7 @@ def capacity_rows(env: Environment) -> list[dict[str, Any]]:
                 {
                     "cluster": cluster,
                     "resource": resource,
-                    "physical": real,
+                    "physical": int(real) if real == int(real) else real,
                     "capacity": units,
                     "sharing_factor": round(units / real, 2) if real else 0.0,
                     "guaranteed": q["guaranteed"],

@@ -141,8 +141,44 @@ def test_history_from_the_decision_log(tmp_path: Path) -> None:
     assert run("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
     history = json.loads(out.read_text())["history"]
     assert history["entries"] == 3
-    assert history["latest_denials"][0]["rule"] == "budget.over_budget"
+    assert history["latest_denials"]["production"][0]["rule"] == "budget.over_budget"
     assert any(p.startswith(f"{log}:4: not a decision log entry") for p in history["problems"])
+
+
+def _record(time: str, source: str, pr: str | None, actor: str | None, rule: str, status: str) -> str:
+    return json.dumps({"schema": "fleetops.decision/v1", "time": time, "source": source, "environment": "prod", "revision": "c0ffee",
+                       "pr": pr, "actor": actor, "decisions": [{"rule": rule, "status": status, "msg": f"{source} said {status}"}]}) + "\n"
+
+
+def test_history_counts_approvals_and_keeps_the_production_gate_apart_from_pull_requests(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text(
+        _record("2026-11-30T10:00:00+00:00", "reconcile", None, "fleetops-reconciler", "budget.over_budget", "deny")
+        + _record("2026-11-30T11:00:00+00:00", "pack", None, "deployer", "capacity.overcommit", "deny")
+        + "".join(_record(f"2026-11-30T12:{m:02}:00+00:00", "plan", "41", "alice", "quota.tenant_share", "deny") for m in range(25))
+        + _record("2026-11-30T13:00:00+00:00", "plan", "42", "bob", "edge.fingerprint_added", "approval")
+        + _record("2026-11-30T14:00:00+00:00", "check", "42", "bob", "quota.tenant_share", "deny")
+    )
+    out = tmp_path / "a.json"
+    assert run("audit", "--env", "prod", "--decision-log", str(log), "--output", "json", "-o", str(out)).returncode == 0
+    history = json.loads(out.read_text())["history"]
+    by_rule = {row["rule"]: row["by_day"]["2026-11-30"] for row in history["per_rule"]}
+    assert by_rule["edge.fingerprint_added"]["approval"] == 1
+    production, pulls = history["latest_denials"]["production"], history["latest_denials"]["pull_request"]
+    # Twenty-six pull-request denials later, the production gate's two are still listed, on their own.
+    assert [(d["source"], d["rule"], d["actor"]) for d in production] == [
+        ("pack", "capacity.overcommit", "deployer"), ("reconcile", "budget.over_budget", "fleetops-reconciler")]
+    assert len(pulls) == 20 and {d["source"] for d in pulls} == {"plan", "check"}
+    assert (pulls[0]["source"], pulls[0]["pr"], pulls[0]["actor"]) == ("check", "42", "bob")
+    assert (pulls[1]["status"], pulls[1]["pr"], pulls[1]["actor"]) == ("approval", "42", "bob")
+
+    page = tmp_path / "a.html"
+    assert run("audit", "--env", "prod", "--decision-log", str(log), "-o", str(page)).returncode == 0
+    text = page.read_text()
+    gate = text[text.index('id="denials-production"'):text.index('id="denials-pull_request"')]
+    assert "reconcile" in gate and "fleetops-reconciler" in gate and "alice" not in gate
+    assert "#42" in text[text.index('id="denials-pull_request"'):]
+    assert re.search(r"<td class=\"num\">0 / 1 / 0 / 0</td>", text)
 
 
 def test_malformed_decision_log_lines_are_counted_and_placed_and_the_report_still_renders(tmp_path: Path) -> None:
@@ -256,3 +292,94 @@ def test_a_log_full_of_malformed_lines_lists_the_first_places_and_counts_them_al
     history = audit.history(log)
     assert history["malformed"] == audit.MAX_LOG_PROBLEMS + 5 and len(history["problems"]) == audit.MAX_LOG_PROBLEMS
     assert audit.malformed_summary(history).endswith(f"{log}:{audit.MAX_LOG_PROBLEMS} and 5 more")
+
+
+def test_a_mixed_mig_pools_gpus_are_counted_once_under_physical(report_json: dict) -> None:
+    # prod's center-sh cuts each GPU of one pool into 3g.20gb and 2g.10gb instances: both rows said
+    # all of its GPUs, so the cluster's physical GPUs summed to twice what was bought.
+    import yaml
+
+    prod = yaml.safe_load((ROOT / "environments" / "prod.yaml").read_text())
+    [pool] = [p for c in prod["clusters"] for p in c.get("pools", []) if p.get("sharing", {}).get("mig", {}).get("strategy") == "mixed"]
+    gpus = pool["nodes"] * pool["device"]["per_node"]
+    [env] = [e for e in report_json["environments"] if e["name"] == "prod"]
+    mig_rows = [r for r in env["capacity"] if r["resource"].startswith("nvidia.com/mig-") and r["cluster"] == "center-sh"]
+    assert len(mig_rows) == 2 and sum(r["physical"] for r in mig_rows) == gpus
+
+
+def _git(repo: Path, *args: str, author: str = "first") -> None:
+    subprocess.run(["git", "-c", f"user.name={author}", "-c", "user.email=a@example.com", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_last_change_counts_an_edit_to_the_rules_metadata(tmp_path: Path) -> None:
+    # Blame of the rule's head line: a new title, severity or fix left "last change" at the older commit.
+    repo = tmp_path / "repo"
+    shutil.copytree(POLICIES, repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "environments", repo / "environments")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "policies")
+    quota = repo / "policies" / "quota.rego"
+    quota.write_text(quota.read_text().replace("# title: Guaranteed quota fits capacity with headroom", "# title: Guaranteed quota fits capacity, with headroom", 1))
+    _git(repo, "commit", "-qam", "retitle", author="second")
+    out = tmp_path / "a.json"
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
+    assert rules["quota.guaranteed_over_capacity"]["last_change"]["author"] == "second"
+    assert rules["quota.tenant_share"]["last_change"]["author"] == "first"  # the next rule's lines were not touched
+
+
+def test_each_rule_says_where_it_is_enforced_and_who_owns_it(report_json: dict) -> None:
+    rules = {r["rule"]: r for r in report_json["policies"]}
+    # input.change exists only in a plan, input.live only where the reconciler reads live nodes.
+    assert {r for r, p in rules.items() if p["enforced_by"] == ["review"]} == {r for r in rules if r.startswith("change.")}
+    assert rules["capacity.live_below_guaranteed"]["enforced_by"] == ["reconciler"]
+    assert rules["budget.over_budget"]["enforced_by"] == ["review", "Pulumi pack", "reconciler"]  # the plan-only costing is one alternative
+    assert rules["quota.tenant_share"]["enforced_by"] == ["review", "Pulumi pack", "reconciler"]
+    owners = re.findall(r'"(@[^"]+)"', (POLICIES / "owners.yaml").read_text())
+    assert owners and all(r["owners"][: len(owners)] == owners for r in rules.values())
+
+
+def test_codeowners_of_a_rules_file_are_its_owners(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(POLICIES, repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "environments", repo / "environments")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "CODEOWNERS").write_text("* @everyone\npolicies/ @fleet-policy-owners\npolicies/quota.rego @capacity-team\n")
+    _git(repo, "init", "-q")
+    out = tmp_path / "a.json"
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
+    assert rules["quota.tenant_share"]["owners"][-1] == "@capacity-team" and "@fleet-policy-owners" not in rules["quota.tenant_share"]["owners"]
+    assert rules["rbac.broad_subject"]["owners"][-1] == "@fleet-policy-owners"
+
+
+# Run in a copy of the report (the report itself holds no script): which chart texts reach outside their SVG.
+_CUT_PROBE = """<script>
+const cut = [];
+let texts = 0;
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  for (const t of svg.querySelectorAll("text")) {
+    texts += 1;
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) cut.push(t.textContent);
+  }
+}
+document.body.dataset.texts = texts;
+document.body.dataset.cut = cut.join(" | ");
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs Debian's chromium): chart layout not measured")
+def test_no_label_or_number_of_the_capacity_chart_is_cut(report_html: Path, tmp_path: Path) -> None:
+    # prod's FPGA region resource (55 characters) ran past the left edge of a fixed 360-pixel label column.
+    probe = tmp_path / "probe.html"
+    probe.write_text(report_html.read_text().replace("</body>", _CUT_PROBE + "</body>"))
+    done = _chromium(probe.as_uri())
+    texts = re.search(r'data-texts="(\d+)"', done.stdout)
+    cut = re.search(r'data-cut="([^"]*)"', done.stdout)
+    assert texts and int(texts[1]) > 10, done.stdout[-500:]
+    assert cut is not None and cut[1] == "", cut and cut[1]

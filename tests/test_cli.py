@@ -301,7 +301,7 @@ def _quotas(count: int) -> dict:
     (_clusters, 500, ":2:1: clusters: at most 500 items (fleetops.spec.LIMITS), got 501"),
     (_placements, 200_000, ":3028:1: tenants: the tenants may use more than 200,000 pools and edge groups, counted in each of their "
                            "clusters (fleetops.spec.LIMITS): name fewer in their pools"),
-    (_quotas, 256, ":65:3: tenants[0].quota: at most 256 items (fleetops.spec.LIMITS), got 257"),
+    (_quotas, 256, ":65:3: tenants[vision].quota: at most 256 items (fleetops.spec.LIMITS), got 257"),
 ], ids=["tenants", "pools", "clusters", "placements", "quotas"])
 def test_counts_over_the_documented_limits_are_one_line(make: Any, limit: int, line: str, tmp_path: Path) -> None:
     # 55,000 small tenants (an 8 MB file, under the byte limit) took `check` to 7.8 GB and a crash.
@@ -320,5 +320,5 @@ def test_a_problem_at_a_key_with_a_newline_is_one_line_and_one_path(tmp_path: Pa
     done = run("validate", "--env", "test", "--environments", envs)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     [problem] = json.loads(run("validate", "--env", "test", "--environments", envs, "--output", "json").stdout)["problems"]
-    assert problem["path"] == 'clusters[0].pools[1].sharing.mig.profiles["1g.10gb\\n"]'
+    assert problem["path"] == 'clusters[center-a].pools[h100-mig].sharing.mig.profiles["1g.10gb\\n"]'
     assert problem["message"] == "must be a MIG profile like '1g.10gb' or '1g.10gb+me', got '1g.10gb\\n'"

@@ -169,7 +169,7 @@ def test_kubeedge_edge_group_becomes_a_node_group(small_state: render.DesiredSta
 def test_kubeedge_cannot_turn_autonomy_off(tmp_path: Path) -> None:
     env = small_env()
     env["clusters"][1]["edge_groups"][0]["autonomy"] = False
-    with pytest.raises(spec.SpecError, match=r"edge_groups\[0\]\.autonomy: KubeEdge edge nodes are always autonomous"):
+    with pytest.raises(spec.SpecError, match=r"edge_groups\[jetson\]\.autonomy: KubeEdge edge nodes are always autonomous"):
         render_env(tmp_path, env)
 
 

@@ -243,7 +243,7 @@ def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
     out = plan(repo, "--env", "prod", "--base", broken)
     assert out.returncode == 2 and "cannot be judged" in out.stdout
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: clusters\[\d\]\.pools\[\d\]\.nodes: must be >= 0, got -8$", lines[0]), out.stderr
+    assert len(lines) == 1 and re.match(r"^environments/prod\.yaml:\d+:\d+: clusters\[center-bj\]\.pools\[a100-infer\]\.nodes: must be >= 0, got -8$", lines[0]), out.stderr
 
 
 def test_base_policies_the_engine_cannot_read_fail_closed(repo: Path) -> None:

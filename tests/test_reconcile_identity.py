@@ -141,7 +141,7 @@ def test_validate_refuses_groups_whose_matches_overlap(tmp_path: Path, pattern: 
     assert done.returncode == 2, done.stdout + done.stderr
     problems = [p for p in (done.stdout + done.stderr).splitlines() if "overlaps" in p]
     assert len(problems) == 1 and problems[0].startswith(f"environments/dev.yaml:{line}:"), problems
-    assert "clusters[0].pools[1].match" in problems[0] and "overlaps the match of dev-a100" in problems[0] and example in problems[0]
+    assert "clusters[dev-center].pools[dev-ascend].match" in problems[0] and "overlaps the match of dev-a100" in problems[0] and example in problems[0]
 
 
 @pytest.mark.parametrize("pattern", ['"dev-ascend-*"', '"dev-a10-*"', '"dev-a100"', '"dev-a100-[!a-z0-9.-]*"'])

@@ -273,3 +273,57 @@ def _written(directory: Path, text: str) -> Path:
     path = directory / "large.yaml"
     path.write_text(text)
     return path
+
+
+def _problems(tmp_path: Path, env: dict[str, Any]) -> list[str]:
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    return [p.split(": ", 1)[1] for p in raised.value.problems]  # without file:line:col
+
+
+def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
+    # Schema errors came first and alone; the cross-field ones appeared only once those were fixed.
+    env = small_env()
+    env["clusters"][0]["pools"][0]["nodes"] = "two"  # schema: the pool cannot be judged further
+    env["tenants"][1]["workloadz"] = env["tenants"][1].pop("workloads")  # schema, with a suggestion
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 8, "burst": 4}  # cross-field, in a valid tenant
+    env["tenants"][0]["priority_classes"] = ["nowhere"]  # cross-field
+    env["tenants"][0]["pools"] = ["a100-ts", "h100-mig"]  # names the invalid pool: no "unknown pool" for it
+    problems = _problems(tmp_path, env)
+    assert problems == [
+        "clusters[center-a].pools[a100-ts].nodes: must be an integer, got 'two'",
+        "tenants[factory].workloads: required field is missing",
+        "tenants[factory].workloadz: unknown field (did you mean 'workloads'?)",
+        "tenants[vision].priority_classes[0]: unknown priority class 'nowhere'",
+        'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (8), got 4',
+    ]
+
+
+def test_a_problem_names_its_item_as_the_plan_names_the_field(tmp_path: Path) -> None:
+    from fleetops import changes
+
+    base, head = small_env(), small_env()
+    head["clusters"][0]["pools"][2]["nodes"] = -1
+    [edit] = changes.spec_changes(changes.parse(yaml.safe_dump(base), "base.yaml"), changes.parse(yaml.safe_dump(head), "head.yaml"))
+    [problem] = _problems(tmp_path, head)
+    assert problem.startswith(f"{edit['path']}: ") and edit["path"] == "clusters[center-a].pools[ascend].nodes", (edit, problem)
+
+
+def test_items_whose_names_do_not_say_which_keep_their_index(tmp_path: Path) -> None:
+    env = small_env()
+    env["tenants"][1]["name"] = "vision"  # twice: "tenants[vision]" would be either
+    env["tenants"][1]["quota"]["nvidia.com/gpu"]["guaranteed"] = -1
+    assert 'tenants[1].quota["nvidia.com/gpu"].guaranteed: must be >= 0, got -1' in _problems(tmp_path, env)
+
+
+def test_a_file_naming_another_environment_is_told_so_with_its_other_problems(tmp_path: Path) -> None:
+    env = small_env()
+    env["environment"] = "prod"
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["burst"] = 1
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(env))
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(path)
+    problems = [p.split(": ", 1)[1] for p in raised.value.problems]
+    assert problems == ["environment: must equal the file name 'test', got 'prod'",
+                        'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (20), got 1']
