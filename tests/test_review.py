@@ -227,8 +227,10 @@ def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_group
     assert "| center-0 | `nvidia.com/gpu` | 2,080 | 7,360 | ×3.54 | 126 | 504 | 98.3 |" in text
     assert "(1,000 allow_to_endpoints, 392 name_pattern, 200 fingerprints, 4 edge_runtime, 3 center_endpoints)" in top
     # Every folded section is there, as many rows as fit, and says how many are left to the full plan.
+    added = json.loads(plan(repo, "--env", "large", "--output", "json").stdout)["objects"]["added"]
+    kinds = len({(o["cluster"], o["kind"]) for o in added})
     for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Capacity per cluster and device resource (52)",
-                  "Objects per cluster and kind (432, ", "Object changes (15,348, "):
+                  f"Objects per cluster and kind ({kinds:,}, ", f"Object changes ({len(added):,}, "):
         assert f"<summary>{title}" in text
     # One security notice per kind of field with many, at its first line, not 1,599 notices.
     notices = [line for line in plan(repo, "--env", "large", "--output", "github").stdout.splitlines() if line.startswith("::notice")]
