@@ -171,7 +171,7 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
     assert f"<h3>fleetops plan <code>{journey.env}</code>" in html and "|---" not in html
     if journey.name == "invalid-head":  # the problem on its line, once, and no verdict but this one
         assert "⛔ cannot be judged" in html and "✅" not in html and "<table>" not in html
-        assert ("<li><code>environments/prod.yaml:117:40</code> tenants[1].quota[&quot;nvidia.com/gpu&quot;].burst: "
+        assert ("<li><code>environments/prod.yaml:117:40</code> tenants[llm-pretrain].quota[&quot;nvidia.com/gpu&quot;].burst: "
                 "must be &gt;= guaranteed (80), got 64</li>") in html
         assert "base <code>default branch</code>" in html
         return
