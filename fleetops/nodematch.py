@@ -10,12 +10,13 @@ patterns, read as automata over the characters a node name may hold (lowercase l
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import re
 import string
-from collections import deque
-from collections.abc import Mapping
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping, Sequence
 
 NODE_NAME_CHARS = string.digits + string.ascii_lowercase + "-."  # in the order examples prefer them
 STAR = None  # a token that matches any run of characters
@@ -91,6 +92,24 @@ def common_name(a: str, b: str) -> str | None:
                     seen[(ni, nj)] = (state, min(both, key=NODE_NAME_CHARS.index))
                     queue.append((ni, nj))
     return None
+
+
+def prefix_pairs(patterns: Sequence[str | None]) -> Iterator[tuple[int, int]]:
+    """(earlier, later) index pairs of globs whose literal prefixes agree (one starts the other): no
+    other pair can match a name in common. In the order of the later, then the earlier, as nested
+    loops would give them; but found by sorting the prefixes, so that a cluster of many groups is not
+    compared pair by pair (that made loading grow faster than the fleet: exponent 1.17 at 0.5x-4x)."""
+    prefixes = [_PREFIX.match(p or "*").group() for p in patterns]  # type: ignore[union-attr]
+    order = sorted(range(len(prefixes)), key=prefixes.__getitem__)
+    keys = [prefixes[i] for i in order]
+    exact: dict[str, list[int]] = defaultdict(list)
+    for i, prefix in enumerate(prefixes):
+        exact[prefix].append(i)
+    for n, prefix in enumerate(prefixes):
+        shorter = {m for k in range(len(prefix)) for m in exact.get(prefix[:k], ())}
+        starting = {order[x] for x in range(bisect.bisect_left(keys, prefix), bisect.bisect_left(keys, prefix + "\U0010ffff"))}
+        for m in sorted(m for m in shorter | starting if m < n):
+            yield m, n
 
 
 def overlap(a_pattern: str | None, a_labels: Mapping[str, str], b_pattern: str | None, b_labels: Mapping[str, str]) -> str | None:

@@ -873,13 +873,13 @@ def _overlapping_matches(ci: int, cluster: Cluster) -> Iterator[tuple[Loc, str]]
         return {} if isinstance(group, EdgeGroup) and group.fingerprints else group.match.labels
 
     groups = [(kind, gi, g) for kind, members in (("pools", cluster.pools), ("edge_groups", cluster.edge_groups)) for gi, g in enumerate(members)]
-    for n, (kind, gi, group) in enumerate(groups):
-        for _, _, earlier in groups[:n]:
-            name = nodematch.overlap(earlier.match.name_pattern, labels(earlier), group.match.name_pattern, labels(group))
-            if name is not None:
-                example = f"a node named {name!r}" if name else "any node name"
-                yield ("clusters", ci, kind, gi, "match"), (f"overlaps the match of {earlier.name} ({example} matches both): "
-                                                            "a node must belong to one group; make the name patterns or labels disjoint")
+    for m, n in nodematch.prefix_pairs([g.match.name_pattern for _, _, g in groups]):
+        (kind, gi, group), earlier = groups[n], groups[m][2]
+        name = nodematch.overlap(earlier.match.name_pattern, labels(earlier), group.match.name_pattern, labels(group))
+        if name is not None:
+            example = f"a node named {name!r}" if name else "any node name"
+            yield ("clusters", ci, kind, gi, "match"), (f"overlaps the match of {earlier.name} ({example} matches both): "
+                                                        "a node must belong to one group; make the name patterns or labels disjoint")
 
 
 def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> Iterator[tuple[Loc, str]]:
