@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import re
 from collections import defaultdict

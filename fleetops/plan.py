@@ -442,7 +442,6 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         before, after = sides.base(objects=False), sides.head()
         if not before.exists and not after.exists:
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
-        _check_schema(after, env_rel)
         quota = quota_changes(before.env, after.env)
         groups = group_changes(before.env, after.env)
         policy_files, program_files = policy_files_changed(), program_files_changed()
@@ -451,7 +450,9 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
                              approvals, (cost_before, cost_after))
         judgement = start_judging(after, env_name, facts, policies, stack)
         # Everything else while the fork judges, the longest part of a plan; what needs the base's
-        # file or objects last, as they arrive.
+        # file or objects last, as they arrive. A head the schema check refuses is refused before
+        # any verdict is read: the fork's answer is then given up.
+        _check_schema(after, env_rel)
         after.encode()
         after.clusters = {}  # nothing below reads the objects: freed now, not at the end
         fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
@@ -588,8 +589,8 @@ def _edited_quota(subject: dict[str, Any], env: spec.Environment, positions: spe
     resource, cluster = subject.get("name"), subject.get("cluster")
     for i, tenant in enumerate(env.tenants):
         if cluster in tenant.clusters and resource in tenant.quota:
-            for field in ("guaranteed", "burst"):
-                loc: spec.Loc = ("tenants", i, "quota", resource, field)
+            for bound in ("guaranteed", "burst"):
+                loc: spec.Loc = ("tenants", i, "quota", resource, bound)
                 if positions.at(loc)[0] in lines:
                     return loc
     return None
