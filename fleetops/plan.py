@@ -122,13 +122,11 @@ def _extract(repo: Path, rev: str, only: list[str], dest: Path, limit: int) -> N
                 tar.extract(member, dest, filter=_files_only)
         archive.stdout.read()  # type: ignore[union-attr]  # the archive's end padding
         archive.wait()
-    except tarfile.TarError as exc:
+    except BaseException as exc:
         archive.kill()
         archive.wait()
-        raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or exc}") from None
-    except BaseException:
-        archive.kill()
-        archive.wait()
+        if isinstance(exc, tarfile.TarError):
+            raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or exc}") from None
         raise
     if archive.returncode != 0:
         raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or 'git archive failed'}")
