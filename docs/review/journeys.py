@@ -4,7 +4,8 @@ screenshotted with headless Chromium:
     .venv/bin/python docs/review/journeys.py [--out docs/review]     # writes NAME.md, NAME.html, NAME.png
 
 Each journey is one change to this repository's own fleet, committed on a branch of a temporary copy.
-tests/test_review.py checks the same journeys' comments as HTML.
+tests/test_review.py checks the same journeys' comments as HTML. The audit report's capacity chart of
+prod is screenshotted beside them (audit-capacity.png), as a browser draws that section of the report.
 """
 
 from __future__ import annotations
@@ -127,6 +128,18 @@ def screenshot(html: Path, png: Path, height: int) -> None:
                         f"--window-size=1000,{height}", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=120)
 
 
+def audit_capacity(out: Path) -> None:
+    """The report's own head (its styles) and its capacity section only, so the chart fills the picture."""
+    done = subprocess.run([sys.executable, "-m", "fleetops", "audit", "--env", "prod"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, check=True)
+    head, _, body = done.stdout.partition("<body")
+    section = body[body.index('<section id="capacity"'):]
+    html = out / "audit-capacity.html"
+    html.write_text(head + "<body>" + section[:section.index("</section>") + len("</section>")] + "</body></html>")
+    screenshot(html, out / "audit-capacity.png", 900)
+    html.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
@@ -140,6 +153,8 @@ def main() -> None:
             html.write_text(to_html(text, journey.title).replace("<details>", "<details open>"))
             screenshot(html, args.out / f"{journey.name}.png", journey.height)
             print(f"{journey.name}: {len(text):,} characters -> {journey.name}.png")
+    audit_capacity(args.out)
+    print("audit: capacity section -> audit-capacity.png")
 
 
 if __name__ == "__main__":
