@@ -26,14 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTEXTS = {"dev-center": "dev", "dev-edge": "dev-edge"}  # the dev environment's kubeconfig contexts
 
 
-@pytest.fixture(scope="module")
-def pulumi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return pulumi_stack.install_provider(tmp_path_factory.mktemp("pulumi-home"))
-
-
 def fleet_repo(path: Path, text: str) -> tuple[Path, str]:
-    """A fleet repository: the environments and policies of this one, with dev.yaml as given."""
+    """A fleet repository: the program, environments and policies of this one, with dev.yaml as given."""
     repo = new_repo(path)
+    shutil.copytree(ROOT / "stacks", repo / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "environments", repo / "environments")
     shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack"))
     return repo, commit(repo, text, "fleet")
@@ -51,11 +47,11 @@ def changes(preview) -> dict[str, int]:
     return {op: n for op, n in preview.change_summary.items() if op != "same"}
 
 
-def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, tmp_path: Path, monkeypatch) -> None:
     started, kubeconfig = dev_clusters(api_servers, tmp_path)
     repo, revision = fleet_repo(tmp_path / "fleet", (ROOT / "environments" / "dev.yaml").read_text())
     monkeypatch.chdir(repo)  # an inline program's project folder is the process's: the policy pack judges the repository there
-    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
+    stack = pulumi_stack.stack(tmp_path / "pulumi", repo, kubeconfig)
     state = render.render(repo / "environments" / "dev.yaml", revision=revision)
 
     preview = stack.preview(policy_packs=[str(pulumi_stack.PACK)])
@@ -89,15 +85,15 @@ def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, pulumi_
     assert changes(stack.preview(policy_packs=[str(pulumi_stack.PACK)], refresh=True)) == {}
 
 
-def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_servers, tmp_path: Path, monkeypatch) -> None:
     from pulumi import automation as auto
 
     _, kubeconfig = dev_clusters(api_servers, tmp_path)
     doc = yaml.safe_load((ROOT / "environments" / "dev.yaml").read_text())
     doc["budget"]["monthly"] = 100  # far below what the declared devices cost
-    repo, revision = fleet_repo(tmp_path / "fleet", yaml.safe_dump(doc, sort_keys=False))
+    repo, _ = fleet_repo(tmp_path / "fleet", yaml.safe_dump(doc, sort_keys=False))
     monkeypatch.chdir(repo)
-    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
+    stack = pulumi_stack.stack(tmp_path / "pulumi", repo, kubeconfig)
     with pytest.raises(auto.CommandError) as failed:
         stack.preview(policy_packs=[str(pulumi_stack.PACK)])
     text = str(failed.value)
