@@ -8,7 +8,10 @@ annotations). A stack that breaks a deny rule fails its preview with the rule na
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,3 +102,47 @@ def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_serve
     text = str(failed.value)
     assert "[mandatory]  fleetops-deny" in text and "[budget.over_budget]" in text
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""  # the preview wrote nothing to the fleet's repository
+
+
+def readme_deploy_steps() -> str:
+    """The shell blocks of the README's "Deploying with Pulumi" section, as a newcomer copies them."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Deploying with Pulumi\n")
+    section = text[start:text.index("\n## ", start + 1)]
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert blocks, "the README's deploy section has no sh block"
+    return "\n".join(blocks)
+
+
+def test_the_readmes_deploy_steps_run_as_written(api_servers, tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "fleetops").exists():
+        servers.missing("no .venv/bin/fleetops: `make setup` creates it")
+    servers.tool("pulumi"), servers.tool("pulumi-resource-kubernetes")
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    started = api_servers(*CONTEXTS)
+    for server in started.values():
+        server.start_controllers("resourcequota")
+    kubeconfig = servers.write_kubeconfig(home / ".kube" / "config", {CONTEXTS[n]: (s, s.admin_token) for n, s in started.items()})
+    status = git(ROOT, "status", "--porcelain")
+    # A newcomer's shell: their own HOME, no Pulumi or XDG settings; decision records beside the test.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "XDG_", "KUBECONFIG", "FLEETOPS_"))}
+    env.update(HOME=str(home), FLEETOPS_DECISION_LOG=str(tmp_path / "decisions.jsonl"))
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", readme_deploy_steps()], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.startswith("pulumi ")]
+    assert [r.split(" of ")[0] for r in reports] == ["pulumi preview", "pulumi up"] and all(r.endswith("; done") for r in reports), done.stdout
+
+    state = render.render(ROOT / "environments" / "dev.yaml", revision="any")
+    for cluster, manifests in state.clusters.items():
+        api = KubeCluster(cluster, kubeconfig=str(kubeconfig), context=CONTEXTS[cluster])
+        for m in manifests:
+            assert api.get(m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]) is not None, m["metadata"]
+    settings = home / ".local" / "state" / "fleetops" / "pulumi" / "work" / "Pulumi.dev.yaml"
+    assert "encryptionsalt" in settings.read_text()  # the stack's settings: in the state folder...
+    assert git(ROOT, "status", "--porcelain") == status  # ...and nothing in the repository changed
+    for tracked in git(ROOT, "ls-files", "Pulumi*.yaml", "*/Pulumi*.yaml").split():
+        assert "encryptionsalt" not in (ROOT / tracked).read_text(), tracked
+    passphrase = (home / ".config" / "fleetops" / "pulumi-passphrase").read_text().strip()
+    assert passphrase and passphrase not in done.stdout + done.stderr
