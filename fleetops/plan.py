@@ -586,6 +586,20 @@ class Edited:
     policy_files: dict[str, int] = field(default_factory=dict)
     program_files: dict[str, int] = field(default_factory=dict)
 
+    @functools.cached_property
+    def _first(self) -> dict[spec.Loc, spec.Loc]:
+        # Every prefix of an edited field -> the first edited field under it: one lookup per decision,
+        # not a scan of every field (a new environment's are all edited).
+        first: dict[spec.Loc, spec.Loc] = {}
+        for loc in self.fields:
+            for end in range(1, len(loc) + 1):
+                first.setdefault(loc[:end], loc)
+        return first
+
+    def first_within(self, scope: spec.Loc) -> spec.Loc | None:
+        """The first edited field at or under `scope`."""
+        return self._first.get(scope)
+
 
 # The field of its item a rule is about, when the item has several (a tenant's quota: guaranteed or burst).
 _RULE_FIELD: dict[str, spec.Loc] = {
@@ -651,10 +665,10 @@ def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.
         return None
     item = locate(subject, env)
     if kind == "DeviceResource" and not subject.get("tenant"):  # a cluster's sum: the quota this change edited there
-        item = _edited_quota(subject, env, edited.fields) or item
+        item = _edited_quota(subject, env, edited) or item
     own = item + _RULE_FIELD.get(rule, ())
     for scope in (own, item, *_RULE_CAUSES.get(rule, ())):
-        if (loc := next((f for f in edited.fields if f[:len(scope)] == scope), None)) is not None:
+        if (loc := edited.first_within(scope)) is not None:
             return _at(positions, loc)
     if edited.program_files and not row.get("waived_by"):
         return _first_change(edited.program_files)
@@ -671,11 +685,11 @@ def _first_change(files: dict[str, int]) -> dict[str, Any]:
     return {"file": name, "line": files[name], "column": 1}
 
 
-def _edited_quota(subject: dict[str, Any], env: spec.Environment, fields: Sequence[spec.Loc]) -> spec.Loc | None:
+def _edited_quota(subject: dict[str, Any], env: spec.Environment, edited: Edited) -> spec.Loc | None:
     """The tenant quota of `subject`'s device resource this change edited on its cluster."""
     resource, cluster = subject.get("name"), subject.get("cluster")
-    return next((f[:4] for f in fields if len(f) == 5 and f[0] == "tenants" and f[2] == "quota" and f[3] == resource
-                 and cluster in env.tenants[f[1]].clusters), None)
+    quotas = (("tenants", i, "quota", resource) for i, t in enumerate(env.tenants) if cluster in t.clusters and resource in t.quota)
+    return next((loc for loc in quotas if edited.first_within(loc)), None)
 
 
 def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
