@@ -225,6 +225,12 @@ def parse(text: str | None, file: str) -> Parsed:
 def spec_changes(base: Parsed, head: Parsed) -> list[dict[str, Any]]:
     """Every changed field of the environment file: path, old and new value, the line (head's, or
     base's for a removed field) and whether it is security-relevant."""
+    return spec_changes_and_fields(base, head)[0]
+
+
+def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[dict[str, Any]], list[spec.Loc]]:
+    """`spec_changes`, and the fields of head's file they are (added or changed leaves, in file order):
+    where a decision about an edited item points."""
     sides = []
     for data, positions in (base, head):
         leaves: dict[str, tuple[Any, spec.Loc]] = {}
@@ -232,18 +238,22 @@ def spec_changes(base: Parsed, head: Parsed) -> list[dict[str, Any]]:
             _leaves(data, (), "", leaves)
         sides.append((leaves, positions))
     (old, old_pos), (new, new_pos) = sides
-    out = []
+    out, fields = [], []
     for path in sorted(set(old) | set(new)):
         before, after = old.get(path, (None, ())), new.get(path, (None, ()))
         if path in old and path in new and before[0] == after[0]:
             continue
+        if path in new:
+            fields.append(after[1])
         where = new_pos if path in new else old_pos
         loc = after[1] if path in new else before[1]
         line = where.nodes.get(loc, (1, 1))[0] if where is not None else 1
         security = any(str(part) in SECURITY_FIELDS for part in loc)
         out.append({"path": path, "old": before[0] if path in old else None, "new": after[0] if path in new else None,
                     "file": where.file, "line": line, "side": "head" if path in new else "base", "security": security})
-    return out
+    if new_pos is not None:
+        fields.sort(key=lambda loc: new_pos.nodes.get(loc, (0, 0)))
+    return out, fields
 
 
 def file_diff(before: str | None, after: str | None, name: str) -> str:

@@ -665,6 +665,42 @@ def reconcile(
     reconciler.serve(period, stop)
 
 
+@app.command()
+def deploy(
+    env: EnvOpt,
+    stack: Annotated[str | None, typer.Option(help="Pulumi stack name (default: the environment's name)")] = None,
+    preview: Annotated[bool, typer.Option("--preview", help="Show what would change, change nothing")] = False,
+    repo: Annotated[Path, typer.Option(help="The fleet repository: environments/, stacks/, policies/")] = Path("."),
+    state: Annotated[Path | None, typer.Option(help="Pulumi's state, plugins and stack settings (default: $XDG_STATE_HOME/fleetops/pulumi, ~/.local/state/fleetops/pulumi)")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")] = None,
+    passphrase_file: Annotated[Path | None, typer.Option(help="File holding the passphrase of the stack's secrets (default: $PULUMI_CONFIG_PASSPHRASE_FILE or $PULUMI_CONFIG_PASSPHRASE)")] = None,
+    pulumi: Annotated[Path | None, typer.Option(help="Pulumi CLI (default: .tools/bin/pulumi from `make tools`, else pulumi on PATH)")] = None,
+    provider: Annotated[Path | None, typer.Option(help="pulumi-resource-kubernetes binary to install (default: beside the Pulumi CLI)")] = None,
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+) -> None:
+    """Deploy (or --preview) an environment with Pulumi, through the Automation API, with the policy pack: exit 0 done, 1 denied by policy, 2 bad input or a failed deploy."""
+    from fleetops import deploy as deploy_mod
+
+    operation = deploy_mod.Operation.preview if preview else deploy_mod.Operation.up
+    try:
+        with progress(f"pulumi {operation.value} {stack or env}"):
+            result = deploy_mod.run(repo, env, stack or env, operation, state or deploy_mod.default_state(), kubeconfig=kubeconfig,
+                                    passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
+    except deploy_mod.DeployError as exc:
+        fail(str(exc))
+    code = 0 if result.ok else 1 if result.denied else 2
+    if output is Output.json:
+        sys.stdout.write(as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict())))
+    else:
+        changes = ", ".join(f"{n} to {op}" for op, n in sorted(result.changes.items())) or "no changes"
+        verdict = "done" if result.ok else "denied by the policy pack" if result.denied else "failed"
+        out.print(f"pulumi {operation.value} of stack {result.stack} (environment {env}): {changes}; {verdict}", markup=False, highlight=False)
+        out.print(f"state: {result.state}", markup=False, highlight=False)
+        for message in result.messages:
+            err.print(message, markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
 class Forge(str, Enum):
     github = "github"
     gitlab = "gitlab"

@@ -364,6 +364,36 @@ def changed_files(repo: Path, base: str, head: str, paths: Sequence[str], stack:
     return lambda: sorted({name for lookup in lookups for name in lookup().split("\0") if name})
 
 
+# A diff read for its first hunk per file reads at most this many lines: the rest is not needed.
+MAX_DIFF_LINES = 1_000_000
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], stack: contextlib.ExitStack) -> Callable[[], dict[str, int]]:
+    """The first line of head's text where each file under `paths` differs from base (`git diff -U0`),
+    looked up while the caller goes on; a file only in the working tree or removed is missing."""
+    proc = subprocess.Popen(["git", "-C", str(repo), "diff", "-U0", "--no-color", "--no-ext-diff", "--no-renames", base,
+                             *([] if head == WORKTREE else [head]), "--", *paths],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="surrogateescape")
+    stack.callback(lambda: proc.poll() is None and proc.kill())
+
+    def read() -> dict[str, int]:
+        lines: dict[str, int] = {}
+        name = None
+        assert proc.stdout is not None
+        for _, text in zip(range(MAX_DIFF_LINES), proc.stdout):
+            if text.startswith("+++ "):
+                name = text[4:].rstrip("\n").removeprefix("b/") if text.startswith("+++ b/") else None
+            elif name is not None and name not in lines and (hunk := _HUNK.match(text)):
+                start, count = int(hunk[1]), int(hunk[2] or 1)
+                lines[name] = max(start, 1) if count else start + 1  # a pure removal: the line after it
+        proc.kill()
+        proc.wait()
+        return lines
+
+    return read
+
+
 def price_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
     """Every device model whose price per device-hour differs between the sides (None: not priced there)."""
     old, new = (env.prices if env is not None else {} for env in (before, after))
@@ -429,6 +459,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     with contextlib.ExitStack() as stack:
         policy_files_changed = changed_files(repo, base, head, ["policies/"], stack)
         program_files_changed = changed_files(repo, base, head, PROGRAM_PATHS, stack)
+        first_lines = first_changed_lines(repo, base, head, ["policies/", *PROGRAM_PATHS], stack)
         revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
         base_tree = stack.enter_context(checkout(repo, base, revisions[0].needs))
         head_tree = stack.enter_context(checkout(repo, head, revisions[1].needs))
@@ -461,12 +492,14 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         head_revision = stamp(repo, head)
         changes = diff.compare(sides.base().encode(), after.encode())
         base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
-        edits, positions = changes_mod.spec_changes(base_file, head_file), head_file[1]
+        (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
         del base_file, head_file
         for side in (before, after):  # freed while the fork judges, not when the plan returns
             side.release()
         rows, verdict = judgement()
-        decisions = explain(rows, after.env, positions, policies, edits, policy_files)
+        lines = first_lines()
+        edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
+        decisions = explain(rows, after.env, positions, policies, edited)
     counts = output.decision_counts(decisions)
     return {
         "environment": env_name,
@@ -543,8 +576,54 @@ def _read(path: Path) -> str | None:
 _OVER = re.compile(r"quota (?P<sum>\d+) exceeds (?P<limit>\d+) \(capacity \d+ less (?P<headroom>\d+)% headroom\)")
 
 
+@dataclass(frozen=True)
+class Edited:
+    """What a change edited, for placing each decision at it: the environment file's edited fields
+    (head's, in file order) and the first changed line of each changed policy and program file."""
+
+    env_file: str = ""
+    fields: Sequence[spec.Loc] = ()
+    policy_files: dict[str, int] = field(default_factory=dict)
+    program_files: dict[str, int] = field(default_factory=dict)
+
+    @functools.cached_property
+    def _first(self) -> dict[spec.Loc, spec.Loc]:
+        # Every prefix of an edited field -> the first edited field under it: one lookup per decision,
+        # not a scan of every field (a new environment's are all edited).
+        first: dict[spec.Loc, spec.Loc] = {}
+        for loc in self.fields:
+            for end in range(1, len(loc) + 1):
+                first.setdefault(loc[:end], loc)
+        return first
+
+    def first_within(self, scope: spec.Loc) -> spec.Loc | None:
+        """The first edited field at or under `scope`."""
+        return self._first.get(scope)
+
+
+# The field of its item a rule is about, when the item has several (a tenant's quota: guaranteed or burst).
+_RULE_FIELD: dict[str, spec.Loc] = {
+    "quota.guaranteed_over_capacity": ("guaranteed",),
+    "quota.tenant_share": ("guaranteed",),
+    "quota.burst_over_capacity": ("burst",),
+    "priority.value_outside_band": ("value",),
+    "priority.batch_preempts": ("preemption",),
+    "priority.multiple_global_defaults": ("global_default",),
+    "edge.latency": ("latency_ms",),
+    "edge.missing_fingerprints": ("fingerprints",),
+    "network.egress_anywhere": ("network", "egress_cidrs"),
+}
+# Fields outside a decision's item that make the rule fire for it: a fleet-wide setting, or what the
+# cost is made of (a cost increase is about the edit that costs; being over budget, about the budget).
+_RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
+    "network.missing_default_deny": (("network", "default_deny"),),
+    "network.edge_egress_not_allowed": (("network", "center_endpoints"),),
+    "change.cost_increase_approvals": (("clusters",), ("prices",)),
+}
+
+
 def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
-            edits: list[dict[str, Any]] = (), policy_files: list[str] = ()) -> list[dict[str, Any]]:
+            edited: Edited = Edited()) -> list[dict[str, Any]]:
     """Each decision with where it comes from (`location`), how to fix it, and its gate: a deny that
     more approvals resolve is an `approval`, not a denial of the change itself."""
     from fleetops import policy
@@ -557,7 +636,7 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
         row = dict(row)
         if row["status"] == "deny" and rule is not None and rule.gate == "approval":
             row["status"] = "approval"
-        if (where := location(row.get("subject") or {}, env, positions, edits, policy_files)) is not None:
+        if (where := location(row, env, positions, edited)) is not None:
             row["location"] = where
         row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
         waiver = waivers.get(row.get("waived_by") or "")
@@ -567,31 +646,50 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
     return out
 
 
-def location(subject: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
-             edits: Sequence[dict[str, Any]], policy_files: Sequence[str]) -> dict[str, Any] | None:
-    """The file, line and column a decision is about: the policy file a policy change touched, else the
-    field of the environment file its subject comes from; a fleet-wide sum about a device resource on a
-    cluster points at the quota this change edited there, if it edited one."""
-    if subject.get("kind") == "Policies" and policy_files:
-        return {"file": policy_files[0], "line": 1, "column": 1}
+def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
+             edited: Edited) -> dict[str, Any] | None:
+    """The file, line and column a decision is about: the first changed line of the policy or program
+    file a change rule is about; else the edited field of the environment file's item its subject
+    comes from (the rule's own field of it, else any edited field in it, else a field that makes the
+    rule fire for it); a decision about rendered objects nothing in the environment file explains is
+    the program change's; else the item's field the rule is about."""
+    subject, rule = row.get("subject") or {}, row["rule"]
+    kind = subject.get("kind")
+    if kind == "Policies" and edited.policy_files:
+        return _first_change(edited.policy_files)
+    if kind == "Program" and edited.program_files:
+        return _first_change(edited.program_files)
+    if kind == "Environment" and env is None and edited.env_file:  # removed: its whole file is the edit
+        return {"file": edited.env_file, "line": 1, "column": 1}
     if env is None or positions is None or not subject:
         return None
-    loc = locate(subject, env)
-    if subject.get("kind") == "DeviceResource" and not subject.get("tenant"):
-        loc = _edited_quota(subject, env, positions, {e["line"] for e in edits if e["side"] == "head"}) or loc
+    item = locate(subject, env)
+    if kind == "DeviceResource" and not subject.get("tenant"):  # a cluster's sum: the quota this change edited there
+        item = _edited_quota(subject, env, edited) or item
+    own = item + _RULE_FIELD.get(rule, ())
+    for scope in (own, item, *_RULE_CAUSES.get(rule, ())):
+        if (loc := edited.first_within(scope)) is not None:
+            return _at(positions, loc)
+    if edited.program_files and not row.get("waived_by"):
+        return _first_change(edited.program_files)
+    return _at(positions, own)
+
+
+def _at(positions: spec.Positions, loc: spec.Loc) -> dict[str, Any]:
     line, column = positions.at(loc)
     return {"file": positions.file, "line": line, "column": column}
 
 
-def _edited_quota(subject: dict[str, Any], env: spec.Environment, positions: spec.Positions, lines: set[int]) -> spec.Loc | None:
+def _first_change(files: dict[str, int]) -> dict[str, Any]:
+    name = min(files)
+    return {"file": name, "line": files[name], "column": 1}
+
+
+def _edited_quota(subject: dict[str, Any], env: spec.Environment, edited: Edited) -> spec.Loc | None:
+    """The tenant quota of `subject`'s device resource this change edited on its cluster."""
     resource, cluster = subject.get("name"), subject.get("cluster")
-    for i, tenant in enumerate(env.tenants):
-        if cluster in tenant.clusters and resource in tenant.quota:
-            for bound in ("guaranteed", "burst"):
-                loc: spec.Loc = ("tenants", i, "quota", resource, bound)
-                if positions.at(loc)[0] in lines:
-                    return loc
-    return None
+    quotas = (("tenants", i, "quota", resource) for i, t in enumerate(env.tenants) if cluster in t.clusters and resource in t.quota)
+    return next((loc for loc in quotas if edited.first_within(loc)), None)
 
 
 def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
@@ -608,6 +706,8 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
         return ("tenants", i, *field)
     if kind == "Budget":
         return ("budget", "monthly")
+    if kind == "Price":
+        return ("prices", name)
     if kind == "PriorityClass":
         index = next((k for k, p in enumerate(env.priority_classes) if p.name == name), None)
         return ("priority_classes", index) if index is not None else ("priority_classes",)

@@ -385,6 +385,7 @@ def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
     edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}")
     edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
     data = repo / "policies" / "data.yaml"
+    data_lines = data.read_text().count("\n")
     data.write_text(data.read_text() + "\n")
     commit(repo, "two quota raises and a policy data edit")
     code, result = plan_json(repo)
@@ -394,7 +395,7 @@ def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
     assert sums["center-bj"]["line"] == line_of["guaranteed: 400"] and sums["center-sh"]["line"] == line_of["guaranteed: 60"]
     assert all(loc["column"] > 1 for loc in sums.values())  # the field itself, not the line's start
     policy_change = next(d for d in result["decisions"] if d["rule"] == "change.policy_files_changed")
-    assert policy_change["location"] == {"file": "policies/data.yaml", "line": 1, "column": 1}
+    assert policy_change["location"] == {"file": "policies/data.yaml", "line": data_lines + 1, "column": 1}  # the line added
 
 
 def test_a_head_only_the_schema_check_refuses_cannot_be_approved(repo: Path) -> None:

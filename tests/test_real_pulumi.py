@@ -8,13 +8,17 @@ annotations). A stack that breaks a deny rule fails its preview with the rule na
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from fleetops import render
+from fleetops import output, render
 from fleetops.cluster import KubeCluster
 from tests import pulumi_stack, servers
 from tests.cli import run
@@ -26,16 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTEXTS = {"dev-center": "dev", "dev-edge": "dev-edge"}  # the dev environment's kubeconfig contexts
 
 
-@pytest.fixture(scope="module")
-def pulumi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return pulumi_stack.install_provider(tmp_path_factory.mktemp("pulumi-home"))
-
-
 def fleet_repo(path: Path, text: str) -> tuple[Path, str]:
-    """A fleet repository: the environments and policies of this one, with dev.yaml as given."""
+    """A fleet repository: the program, environments and policies of this one, with dev.yaml as given."""
     repo = new_repo(path)
+    shutil.copytree(ROOT / "stacks", repo / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "environments", repo / "environments")
-    shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack"))
+    shutil.copytree(ROOT / "policies", repo / "policies", ignore=shutil.ignore_patterns("__pycache__"))
     return repo, commit(repo, text, "fleet")
 
 
@@ -51,11 +51,11 @@ def changes(preview) -> dict[str, int]:
     return {op: n for op, n in preview.change_summary.items() if op != "same"}
 
 
-def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, tmp_path: Path, monkeypatch) -> None:
     started, kubeconfig = dev_clusters(api_servers, tmp_path)
     repo, revision = fleet_repo(tmp_path / "fleet", (ROOT / "environments" / "dev.yaml").read_text())
     monkeypatch.chdir(repo)  # an inline program's project folder is the process's: the policy pack judges the repository there
-    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
+    stack = pulumi_stack.stack(tmp_path / "pulumi", repo, kubeconfig)
     state = render.render(repo / "environments" / "dev.yaml", revision=revision)
 
     preview = stack.preview(policy_packs=[str(pulumi_stack.PACK)])
@@ -89,17 +89,64 @@ def test_pulumi_up_and_the_reconciler_agree_on_every_object(api_servers, pulumi_
     assert changes(stack.preview(policy_packs=[str(pulumi_stack.PACK)], refresh=True)) == {}
 
 
-def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_servers, pulumi_home: Path, tmp_path: Path, monkeypatch) -> None:
-    from pulumi import automation as auto
-
+def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_servers, tmp_path: Path) -> None:
     _, kubeconfig = dev_clusters(api_servers, tmp_path)
     doc = yaml.safe_load((ROOT / "environments" / "dev.yaml").read_text())
     doc["budget"]["monthly"] = 100  # far below what the declared devices cost
-    repo, revision = fleet_repo(tmp_path / "fleet", yaml.safe_dump(doc, sort_keys=False))
-    monkeypatch.chdir(repo)
-    stack = pulumi_stack.stack(pulumi_home, repo, kubeconfig, repo / "environments" / "dev.yaml", revision)
-    with pytest.raises(auto.CommandError) as failed:
-        stack.preview(policy_packs=[str(pulumi_stack.PACK)])
-    text = str(failed.value)
+    repo, _ = fleet_repo(tmp_path / "fleet", yaml.safe_dump(doc, sort_keys=False))
+    passphrase = tmp_path / "passphrase"
+    passphrase.write_text("fleetops-test\n")
+    out = run("deploy", "--env", "dev", "--preview", "--state", tmp_path / "state", "--kubeconfig", kubeconfig,
+              "--passphrase-file", passphrase, "--pulumi", servers.tool("pulumi"), "--provider", servers.tool("pulumi-resource-kubernetes"),
+              "--output", "json", cwd=repo, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl")})
+    assert out.returncode == 1, out.stdout + out.stderr
+    document = json.loads(out.stdout)
+    jsonschema.Draft202012Validator(output.json_schema()).validate(document)
+    assert document["denied"] and not document["ok"] and document["operation"] == "preview"
+    text = "\n".join(document["messages"])
     assert "[mandatory]  fleetops-deny" in text and "[budget.over_budget]" in text
-    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""  # the preview wrote nothing to the fleet's repository
+    assert git(repo, "status", "--porcelain") == ""  # the preview wrote nothing to the fleet's repository
+
+
+def readme_deploy_steps() -> str:
+    """The shell blocks of the README's "Deploying with Pulumi" section, as a newcomer copies them."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Deploying with Pulumi\n")
+    section = text[start:text.index("\n## ", start + 1)]
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert blocks, "the README's deploy section has no sh block"
+    return "\n".join(blocks)
+
+
+def test_the_readmes_deploy_steps_run_as_written(api_servers, tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "fleetops").exists():
+        servers.missing("no .venv/bin/fleetops: `make setup` creates it")
+    servers.tool("pulumi"), servers.tool("pulumi-resource-kubernetes")
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    started = api_servers(*CONTEXTS)
+    for server in started.values():
+        server.start_controllers("resourcequota")
+    kubeconfig = servers.write_kubeconfig(home / ".kube" / "config", {CONTEXTS[n]: (s, s.admin_token) for n, s in started.items()})
+    status = git(ROOT, "status", "--porcelain")
+    # A newcomer's shell: their own HOME, no Pulumi or XDG settings; decision records beside the test.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "XDG_", "KUBECONFIG", "FLEETOPS_"))}
+    env.update(HOME=str(home), FLEETOPS_DECISION_LOG=str(tmp_path / "decisions.jsonl"))
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", readme_deploy_steps()], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.startswith("pulumi ")]
+    assert [r.split(" of ")[0] for r in reports] == ["pulumi preview", "pulumi up"] and all(r.endswith("; done") for r in reports), done.stdout
+
+    state = render.render(ROOT / "environments" / "dev.yaml", revision="any")
+    for cluster, manifests in state.clusters.items():
+        api = KubeCluster(cluster, kubeconfig=str(kubeconfig), context=CONTEXTS[cluster])
+        for m in manifests:
+            assert api.get(m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]) is not None, m["metadata"]
+    settings = home / ".local" / "state" / "fleetops" / "pulumi" / "work" / "Pulumi.dev.yaml"
+    assert "encryptionsalt" in settings.read_text()  # the stack's settings: in the state folder...
+    assert git(ROOT, "status", "--porcelain") == status  # ...and nothing in the repository changed
+    for tracked in git(ROOT, "ls-files", "Pulumi*.yaml", "*/Pulumi*.yaml").split():
+        assert "encryptionsalt" not in (ROOT / tracked).read_text(), tracked
+    passphrase = (home / ".config" / "fleetops" / "pulumi-passphrase").read_text().strip()
+    assert passphrase and passphrase not in done.stdout + done.stderr

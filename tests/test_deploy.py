@@ -1,0 +1,42 @@
+"""`fleetops deploy` refuses what it cannot run with one line and exit 2, before Pulumi starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.cli import run
+
+# A newcomer's shell without any Pulumi setting.
+CLEAN = {k: "" for k in os.environ if k.startswith("PULUMI_")}
+
+
+def deploy(tmp_path: Path, *args: str | Path, env: dict[str, str] | None = None):
+    return run("deploy", "--env", "dev", "--state", tmp_path / "state", *args, env={**CLEAN, **(env or {})})
+
+
+def test_no_pulumi_cli_is_named_with_where_to_get_one(tmp_path: Path) -> None:
+    out = deploy(tmp_path, "--pulumi", tmp_path / "pulumi")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == f"{tmp_path / 'pulumi'}: no Pulumi CLI there: `make tools` builds one into .tools/bin, or pass --pulumi FILE"
+
+
+def test_no_passphrase_is_bad_input_and_a_given_one_is_never_printed(tmp_path: Path) -> None:
+    fake = tmp_path / "pulumi"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    out = deploy(tmp_path, "--pulumi", fake)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "no passphrase for the stack's secrets: set PULUMI_CONFIG_PASSPHRASE_FILE" in out.stderr
+    # With a passphrase, the next thing missing (the provider beside the CLI) is said; the passphrase never is.
+    out = deploy(tmp_path, "--pulumi", fake, env={"PULUMI_CONFIG_PASSPHRASE": "correct-horse-battery"})
+    assert out.returncode == 2 and "no Kubernetes provider plugin there" in out.stderr
+    assert "correct-horse-battery" not in out.stdout + out.stderr
+
+
+def test_an_unknown_environment_or_kubeconfig_is_named(tmp_path: Path) -> None:
+    out = run("deploy", "--env", "nowhere", "--state", tmp_path / "state", env=CLEAN)
+    assert out.returncode == 2 and "nowhere" in out.stderr and "Traceback" not in out.stderr
+    out = deploy(tmp_path, "--kubeconfig", tmp_path / "missing")
+    assert out.returncode == 2 and out.stderr.strip() == f"{tmp_path / 'missing'}:1:1: no such kubeconfig file"
+    assert not (tmp_path / "state").exists()  # nothing written before the input is known good

@@ -1,0 +1,199 @@
+"""Every deny rule, fired by `fleetops plan` on one edited item, is located at that item's edited field.
+
+The rules are read from the policies' METADATA, so a new deny rule without a case below fails
+`test_every_deny_rule_has_a_case`. A rule the environment file cannot fire (an object rule: what the
+program renders) is fired the way it happens, by a change to `modules/`, and is located at the
+first changed line of the program file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fleetops import isolate, policy
+from tests.test_plan import ROOT, commit, make_repo, plan_json
+
+
+@dataclass(frozen=True)
+class EnvEdit:
+    """Replace `old` by `new` in environments/prod.yaml; the decision is at `key` on the line holding `line`."""
+
+    old: str
+    new: str
+    line: str
+    key: str
+
+
+@dataclass(frozen=True)
+class ProgramEdit:
+    """Append to modules/fleet.py a wrapper of `manifests` whose `change(cluster, objects)` is `body`."""
+
+    body: str
+
+
+@dataclass(frozen=True)
+class RemoveEnvironment:
+    pass
+
+
+Case = EnvEdit | ProgramEdit | RemoveEnvironment
+
+LABELS = '{"app.kubernetes.io/managed-by": "fleetops"}'
+
+
+def added(kind: str, api: str, name: str, extra: str, namespace: str = "") -> ProgramEdit:
+    """A program change that adds one object to center-bj."""
+    meta = f'{{"name": "{name}", "labels": {LABELS}{f", {chr(34)}namespace{chr(34)}: {chr(34)}{namespace}{chr(34)}" if namespace else ""}}}'
+    return ProgramEdit(f'return objects + ([{{"apiVersion": "{api}", "kind": "{kind}", "metadata": {meta}, {extra}}}] '
+                       f'if cluster == "center-bj" else [])')
+
+
+PRIVILEGED_POD = '"spec": {"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}]}'
+RBAC = "rbac.authorization.k8s.io"
+
+CASES: dict[str, Case] = {
+    "quota.guaranteed_over_capacity": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}",
+                                              "guaranteed: 400", "guaranteed"),
+    "quota.burst_over_capacity": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 96, burst: 900}",
+                                         "burst: 900", "burst"),
+    "quota.tenant_share": EnvEdit("nvidia.com/gpu: {guaranteed: 120, burst: 200}", "nvidia.com/gpu: {guaranteed: 250, burst: 250}",
+                                  "guaranteed: 250", "guaranteed"),
+    "quota.missing_resourcequota": ProgramEdit('return [o for o in objects if o["kind"] != "ResourceQuota"]'),
+    "priority.value_outside_band": EnvEdit("{name: training-high, value: 10000", "{name: training-high, value: 60000",
+                                           "training-high, value: 60000", "value"),
+    "priority.multiple_global_defaults": EnvEdit("{name: inference-standard, value: 50000, workload: inference}",
+                                                 "{name: inference-standard, value: 50000, workload: inference, global_default: true}",
+                                                 "inference-standard, value", "global_default"),
+    "priority.batch_preempts": EnvEdit("preemption: Never", "preemption: PreemptLowerPriority", "PreemptLowerPriority", "preemption"),
+    "priority.class_not_allowed": EnvEdit("priority_classes: [training-high, inference-critical]",
+                                          "priority_classes: [training-high, inference-critical, batch-low]", "batch-low]", "priority_classes"),
+    "devices.missing_plugin": ProgramEdit('return [o for o in objects if not (o["kind"] == "DaemonSet" and "fpga" in o["metadata"]["name"])]'),
+    "devices.time_slicing_replicas": EnvEdit("sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 8}",
+                                             "replicas: 8", "replicas"),
+    "devices.strict_on_time_slicing": EnvEdit("pools: [h100-train, a100-train]", "pools: [h100-train, a100-train, a100-infer]",
+                                              "a100-train, a100-infer", "pools"),
+    "network.missing_default_deny": EnvEdit("default_deny: true", "default_deny: false", "default_deny: false", "default_deny"),
+    "network.egress_anywhere": EnvEdit("egress_cidrs: [10.30.0.0/16]", "egress_cidrs: [10.30.0.0/16, 0.0.0.0/0]", "0.0.0.0/0", "egress_cidrs"),
+    "network.edge_egress_not_allowed": EnvEdit("allow_to_endpoints: [mqtt-broker, telemetry]",
+                                               "allow_to_endpoints: [mqtt-broker, telemetry]\n      egress_cidrs: [10.99.0.0/16]",
+                                               "10.99.0.0/16", "egress_cidrs"),
+    "network.tenant_opened": added("NetworkPolicy", "networking.k8s.io/v1", "open", '"spec": {"podSelector": {}, "ingress": [{}]}', "vision"),
+    "rbac.unbounded_role": added("ClusterRole", f"{RBAC}/v1", "everything", '"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]'),
+    "rbac.unjudged_binding": added("ClusterRoleBinding", f"{RBAC}/v1", "vision-admin",
+                                   f'"roleRef": {{"apiGroup": "{RBAC}", "kind": "ClusterRole", "name": "cluster-admin"}}, '
+                                   '"subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "vision"}]'),
+    "rbac.broad_subject": added("ClusterRoleBinding", f"{RBAC}/v1", "everyone-admin",
+                                f'"roleRef": {{"apiGroup": "{RBAC}", "kind": "ClusterRole", "name": "cluster-admin"}}, '
+                                f'"subjects": [{{"apiGroup": "{RBAC}", "kind": "Group", "name": "system:authenticated"}}]'),
+    "rbac.sensitive_permission": added("ClusterRole", f"{RBAC}/v1", "secret-reader",
+                                       '"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]'),
+    "rbac.system_role_binding": added("ClusterRoleBinding", f"{RBAC}/v1", "vision-reconciler",
+                                      f'"roleRef": {{"apiGroup": "{RBAC}", "kind": "ClusterRole", "name": "fleetops-reconciler"}}, '
+                                      '"subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "vision"}]'),
+    "workloads.host_privilege": added("Pod", "v1", "debug", PRIVILEGED_POD, "vision"),
+    "workloads.borrowed_service_account": added(
+        "Pod", "v1", "borrower", '"spec": {"serviceAccountName": "fleetops-reconciler", "containers": [{"name": "c", "image": "busybox"}]}',
+        "fleetops-system"),
+    "workloads.tenant_pod_security": ProgramEdit(
+        'return [o if o["kind"] != "Namespace" else {**o, "metadata": {**o["metadata"], "labels": '
+        '{k: v for k, v in o["metadata"].get("labels", {}).items() if not k.startswith("pod-security")}}} for o in objects]'),
+    "workloads.host_volume": added("PersistentVolume", "v1", "host-data",
+                                   '"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}'),
+    "admission.webhook": added("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "watcher",
+                               '"webhooks": [{"name": "w.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None", '
+                               '"clientConfig": {"url": "https://example.com"}}]'),
+    "edge.heartbeat_grace": EnvEdit("heartbeat_seconds: 10", "heartbeat_seconds: 200", "heartbeat_seconds: 200", "heartbeat_seconds"),
+    "edge.latency": EnvEdit("latency_ms: 15", "latency_ms: 50", "latency_ms: 50", "latency_ms"),
+    "edge.training_on_edge": EnvEdit("    workloads: [inference]\n    priority_classes: [inference-critical]\n    edge_groups",
+                                     "    workloads: [inference, training]\n    priority_classes: [inference-critical]\n    edge_groups",
+                                     "[inference, training]", "workloads"),
+    "edge.missing_fingerprints": EnvEdit("        fingerprints:\n          - sha256:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00\n",
+                                         "        fingerprints: []\n", "fingerprints: []", "fingerprints"),
+    "budget.over_budget": EnvEdit("monthly: 600000", "monthly: 1000", "monthly: 1000", "monthly"),
+    "change.quota_raise_approvals": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 140, burst: 160}",
+                                            "guaranteed: 140", "guaranteed"),
+    "change.cost_increase_approvals": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes"),
+    "change.environment_removed_approvals": RemoveEnvironment(),
+    "change.program_approvals": ProgramEdit("return objects"),
+    "change.price_decrease_approvals": EnvEdit("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.5\n", "H100-SXM-80GB: 2.5", "H100-SXM-80GB"),
+}
+
+WRAPPER = '''
+_manifests = manifests
+
+
+def manifests(env, *args, **kwargs):
+    collected = _manifests(env, *args, **kwargs)
+    for cluster, objects in collected.clusters.items():
+        for change in _changes:
+            objects[:] = change(cluster, objects)
+    return collected
+'''
+
+
+def program_change(edits: list[ProgramEdit]) -> str:
+    """The code that wraps `manifests` with every edit's change, in order."""
+    functions = "".join(f"\n\ndef _change_{i}(cluster, objects):\n    {e.body}\n" for i, e in enumerate(edits))
+    return WRAPPER + functions + f"\n\n_changes = [{', '.join(f'_change_{i}' for i in range(len(edits)))}]\n"
+
+
+def deny_rules() -> list[str]:
+    return sorted(m.rule_id for m in policy.rule_metadata(policy.load_bundle(ROOT / "policies")) if m.rule == "deny")
+
+
+def test_every_deny_rule_has_a_case() -> None:
+    assert sorted(CASES) == deny_rules()
+
+
+def apply(repo: Path, case: EnvEdit | RemoveEnvironment) -> dict[str, int | str]:
+    """Make the change of `case` in `repo`; the location its decision must carry."""
+    env_file = repo / "environments" / "prod.yaml"
+    if isinstance(case, RemoveEnvironment):
+        env_file.unlink()
+        return {"file": "environments/prod.yaml", "line": 1, "column": 1}
+    text = env_file.read_text()
+    assert case.old in text, f"test setup: {case.old!r} not in prod.yaml"
+    env_file.write_text(text.replace(case.old, case.new, 1))
+    lines = env_file.read_text().splitlines()
+    number = next(i for i, t in enumerate(lines, 1) if case.line in t)
+    return {"file": "environments/prod.yaml", "line": number, "column": lines[number - 1].index(case.key + ":") + 1}
+
+
+def fired(result: dict, rule: str) -> list[dict]:
+    out = [d for d in result.get("decisions", []) if d["rule"] == rule and d["status"] in ("deny", "approval")]
+    assert out, f"{rule} did not fire: {[d['rule'] for d in result.get('decisions', [])]} {result.get('problems')}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def program_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[str, int | str]]:
+    """One change of modules/fleet.py holding every program case (a confined render is slow: one for all),
+    and where its decisions must be: the first changed line of the program file."""
+    if not isolate.available():
+        pytest.skip("a changed program renders confined, which needs Landlock (Linux 5.13+)")
+    repo = make_repo(tmp_path_factory.mktemp("program"))
+    program = repo / "modules" / "fleet.py"
+    before = program.read_text()
+    program.write_text(before + program_change([c for c in CASES.values() if isinstance(c, ProgramEdit)]))
+    commit(repo, "modules: every object rule's case")
+    return plan_json(repo, "--approvals", "0")[1], {"file": "modules/fleet.py", "line": before.count("\n") + 1, "column": 1}
+
+
+@pytest.mark.parametrize("rule", [r for r in deny_rules() if not isinstance(CASES.get(r), ProgramEdit)])
+def test_each_deny_rule_is_located_at_the_field_the_change_edited(rule: str, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    expected = apply(repo, CASES[rule])
+    commit(repo, f"fire {rule}")
+    _, result = plan_json(repo, "--approvals", "0")
+    decisions = fired(result, rule)
+    assert [d.get("location") for d in decisions] == [expected] * len(decisions), [d["msg"] for d in decisions]
+
+
+@pytest.mark.parametrize("rule", [r for r, c in CASES.items() if isinstance(c, ProgramEdit)])
+def test_each_object_rule_a_program_change_fires_is_located_at_the_program_file(rule: str, program_plan) -> None:
+    result, expected = program_plan
+    decisions = fired(result, rule)
+    assert [d.get("location") for d in decisions] == [expected] * len(decisions), [d["msg"] for d in decisions]
