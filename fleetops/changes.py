@@ -33,7 +33,7 @@ def _groups(env: spec.Environment | None) -> dict[str, spec.Group]:
 
 
 def _monthly(env: spec.Environment, group: spec.Group) -> float:
-    return spec.physical_devices(group) * env.prices.get(group.device.model, 0.0) * spec.HOURS_PER_MONTH
+    return spec.physical_devices(group) * spec.device_hour_price(env, group) * spec.HOURS_PER_MONTH
 
 
 def _sharing(group: spec.Group) -> str:
@@ -43,6 +43,10 @@ def _sharing(group: spec.Group) -> str:
         return f"time-slicing x{group.sharing.replicas or 1}"
     profiles = group.sharing.mig.profiles if group.sharing.mig else {}
     return "mig " + ", ".join(f"{p} x{n}" for p, n in sorted(profiles.items()))
+
+
+def _spot(group: spec.Group) -> str:
+    return f"spot at {group.spot.price:g}/device-hour" if isinstance(group, spec.Pool) and group.spot else "not spot"
 
 
 def _units(group: spec.Group) -> str:
@@ -138,6 +142,9 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
             if a.device != b.device:
                 add(name, f"{name}: device {b.device.per_node} x {b.device.model} → {a.device.per_node} x {a.device.model}",
                     devices=max(spec.physical_devices(a), spec.physical_devices(b)), cost=0.0 if a.nodes != b.nodes else cost)
+            if _spot(a) != _spot(b):
+                add(name, f"{name}: {_spot(b)} → {_spot(a)} ({_money(cost)} {currency}/mo)", devices=spec.physical_devices(a),
+                    cost=0.0 if a.nodes != b.nodes else cost)
             if isinstance(a, spec.EdgeGroup) and isinstance(b, spec.EdgeGroup):
                 for fp in sorted(set(a.fingerprints) - set(b.fingerprints)):
                     add(name, f"{name}: device fingerprint {fp} trusted", security=True)
@@ -147,7 +154,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
     for model in sorted(set(before.prices) | set(after.prices)):
         p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
-            devices = sum(spec.physical_devices(g) for g in _groups(after).values() if g.device.model == model)
+            devices = sum(spec.physical_devices(g) for g in _groups(after).values() if g.device.model == model and not spec.is_spot(g))
             add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour", devices=devices,
                 cost=(q - p) * devices * spec.HOURS_PER_MONTH)
     if before.budget.monthly != after.budget.monthly:

@@ -406,7 +406,11 @@ def cost_at_base_prices(before: spec.Environment | None, after: spec.Environment
     if after is None:
         return 0.0
     base_prices = before.prices if before is not None else {}
-    return spec.monthly_cost(after.model_copy(update={"prices": {**after.prices, **base_prices}}))
+    # A spot pool carries its own price: the base's, for a pool that was spot there too.
+    base_spot = {(c.name, p.name): p.spot for c in before.clusters for p in c.pools if p.spot} if before is not None else {}
+    clusters = [c.model_copy(update={"pools": [p.model_copy(update={"spot": base_spot.get((c.name, p.name), p.spot)}) if p.spot else p
+                                               for p in c.pools]}) for c in after.clusters]
+    return spec.monthly_cost(after.model_copy(update={"prices": {**after.prices, **base_prices}, "clusters": clusters}))
 
 
 def policy_owners(tree: Path) -> list[str]:

@@ -513,7 +513,7 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
     if labels:
         notes.append(("label", ", ".join(f"{k}={v}" for k, v in labels.items()), True))
     taints = [dict(t) for t in node.taints]
-    for taint in (t.model_dump() for t in group.taints):
+    for taint in (t.model_dump() for t in spec.taints(group)):
         if not _has(taints, taint):
             taints = [t for t in taints if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])] + [taint]
             notes.append(("taint", f"{taint['key']}={taint['value']}:{taint['effect']}", True))

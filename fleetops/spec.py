@@ -188,6 +188,13 @@ class NodeMatch(Model):
     labels: Labels = {}
 
 
+class Spot(Model):
+    """A pool of spot (preemptible) instances: the provider may reclaim its nodes at any time."""
+
+    # Per device-hour: the pool's own price, in place of its device model's in `prices`.
+    price: Annotated[float, Field(ge=0)]
+
+
 class Pool(Model):
     name: Name
     device: Device
@@ -196,6 +203,7 @@ class Pool(Model):
     labels: Labels = {}
     taints: list[Taint] = []
     match: NodeMatch = NodeMatch()
+    spot: Spot | None = None
 
 
 class EdgeGroup(Model):
@@ -291,6 +299,9 @@ class PriorityClass(Model):
     value: Annotated[int, Field(ge=-2147483648, le=1000000000)]
     workload: Workload
     preemption: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    # Its work accepts being preempted at any time, by the provider reclaiming a node as by a higher
+    # class: only such work may run on spot pools.
+    preemptible: bool = False
     global_default: bool = False
     description: str = ""
 
@@ -907,6 +918,9 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             for gi, group in enumerate(members):
                 for key in sorted(set(group.labels) & RESERVED_LABELS):
                     yield ("clusters", ci, kind, gi, "labels", key), f"{key} is set by fleetops from the {kind[:-1].replace('_', ' ')} itself"
+                for k, taint in enumerate(group.taints):
+                    if taint.key == SPOT_TAINT.key:
+                        yield ("clusters", ci, kind, gi, "taints", k, "key"), f"{taint.key} is set by fleetops on spot pools (spot: {{price: ...}})"
         yield from _overlapping_matches(ci, cluster)
         for gi, group in enumerate(cluster.edge_groups):
             loc = ("clusters", ci, "edge_groups", gi)
@@ -921,7 +935,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             if plugin_kind(group.device.resource) is None:
                 yield loc + ("device", "resource"), f"no device plugin is known for {group.device.resource}"
 
-    models = {g.device.model for c in env.clusters for g in (*c.pools, *c.edge_groups)}
+    models = {g.device.model for c in env.clusters for g in (*c.pools, *c.edge_groups) if not is_spot(g)}  # a spot pool has its own
     for model in sorted(models - set(env.prices)):
         yield ("prices",), f"no price per device-hour for device model {model!r}"
 
@@ -931,6 +945,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     classes = {p.name for p in env.priority_classes}
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
+    preemptible = {p.name for p in env.priority_classes if p.preemptible}
+    yield from _unused_spot_pools(env)
     reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
@@ -941,6 +957,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             yield from _duplicates((((*loc, field_name, k), n) for k, n in enumerate(names)), field_name.rstrip("s").replace("_", " "), where, named=False)
         dangling = list(_dangling_placement(loc, tenant, clusters))
         yield from dangling
+        yield from _spot_without_preemptible_class(loc, tenant, clusters, preemptible & (set(tenant.priority_classes) or classes))
         for k, name in enumerate(tenant.priority_classes):
             if name not in classes:
                 yield loc + ("priority_classes", k), f"unknown priority class {name!r}"
@@ -953,6 +970,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
         # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
         offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
+        firm = {c.name: {r for g in eligible_groups(tenant, [c]) if not is_spot(g) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
         for resource, quota in tenant.quota.items():
             qloc = loc + ("quota", resource)
             if quota.burst < quota.guaranteed:
@@ -963,6 +981,31 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             for cluster in mine:
                 if resource not in offered[cluster.name]:
                     yield qloc, f"no pool or edge group of cluster {cluster.name} open to this tenant offers {resource}"
+                elif quota.guaranteed and resource not in firm[cluster.name]:
+                    # Guarantees are held on the tenant's other pools (modules/tenant.py): here there is none.
+                    yield qloc + ("guaranteed",), (f"{quota.guaranteed} cannot be guaranteed: cluster {cluster.name} offers {resource} to this "
+                                                   "tenant only on spot pools, which the provider may reclaim; set guaranteed: 0 and use burst, "
+                                                   "or name a pool that is not spot")
+
+
+def _spot_without_preemptible_class(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster], preemptible: set[str]) -> Iterator[tuple[Loc, str]]:
+    """The spot pools a tenant names although none of its priority classes may run there."""
+    if preemptible:
+        return
+    for k, name in enumerate(tenant.pools or []):
+        if any(is_spot(p) for n in tenant.clusters if n in clusters for _, p in group_names(clusters[n]).pool.get(name, ())):
+            yield loc + ("pools", k), (f"{name} is a spot pool, but none of the tenant's priority classes is preemptible: its work "
+                                       "could never run there; mark a class it uses `preemptible: true`, or remove the pool")
+
+
+def _unused_spot_pools(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """Spot pools that no tenant names: spot capacity is opened to a tenant only by naming it (eligible_groups)."""
+    named = {(c, p) for t in env.tenants for c in t.clusters for p in t.pools or []}
+    for ci, cluster in enumerate(env.clusters):
+        for pi, pool in enumerate(cluster.pools):
+            if is_spot(pool) and (cluster.name, pool.name) not in named:
+                yield ("clusters", ci, "pools", pi, "spot"), (f"no tenant may use spot pool {pool.name}: name it in the pools of a "
+                                                              f"tenant of cluster {cluster.name} with a preemptible priority class")
 
 
 # --- derived facts ----------------------------------------------------------------------------
@@ -994,11 +1037,12 @@ def mig_resource(profile: str) -> str:
 
 
 def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
-    """The pools (and edge groups) a tenant's workloads may land on, in declaration order."""
+    """The pools (and edge groups) a tenant's workloads may land on, in declaration order. A tenant that
+    names no pools gets every pool but the spot ones: spot capacity is taken only by naming it."""
     out: list[Group] = []
     for cluster in clusters:
         names = group_names(cluster)
-        out += cluster.pools if tenant.pools is None else _named(names.pool, tenant.pools)
+        out += [p for p in cluster.pools if p.spot is None] if tenant.pools is None else _named(names.pool, tenant.pools)
         out += _named(names.edge_group, tenant.edge_groups)
     return out
 
@@ -1090,11 +1134,22 @@ def capacity_rows(env: Environment) -> list[dict[str, Any]]:
     return rows
 
 
+def is_spot(group: Group) -> bool:
+    return isinstance(group, Pool) and group.spot is not None
+
+
+def device_hour_price(env: Environment, group: Group) -> float:
+    """What one of the group's devices costs per hour: a spot pool's own price, else its model's."""
+    if isinstance(group, Pool) and group.spot is not None:
+        return group.spot.price
+    return env.prices.get(group.device.model, 0.0)
+
+
 def monthly_cost(env: Environment) -> float:
     """Every declared physical device priced per device-hour, for a 730-hour month."""
     return round(
         sum(
-            physical_devices(g) * env.prices.get(g.device.model, 0.0) * HOURS_PER_MONTH
+            physical_devices(g) * device_hour_price(env, g) * HOURS_PER_MONTH
             for c in env.clusters
             for g in (*c.pools, *c.edge_groups)
         ),
@@ -1108,6 +1163,15 @@ EDGE_GROUP_LABEL = "fleetops.io/edge-group"
 NVIDIA_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by NVIDIA mig-manager
 RESERVED_LABELS = {POOL_LABEL, EDGE_GROUP_LABEL, NVIDIA_CONFIG_LABEL, MIG_CONFIG_LABEL}
+# Every node of a spot pool carries it, and so does its Kueue ResourceFlavor: Kueue admits to the pool,
+# and the scheduler places on it, only pods that tolerate it, which the tenant's admission policy
+# allows to preemptible classes alone (modules/tenant.py).
+SPOT_TAINT = Taint(key="fleetops.io/spot", value="true", effect="NoSchedule")
+
+
+def taints(group: Group) -> list[Taint]:
+    """The taints every member node of a pool or edge group carries: its own, and a spot pool's."""
+    return [*group.taints, SPOT_TAINT] if is_spot(group) else list(group.taints)
 
 
 def node_labels(group: Group) -> dict[str, str]:

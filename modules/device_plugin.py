@@ -61,7 +61,7 @@ def is_mig(group: spec.Group) -> bool:
 
 
 def tolerations(group: spec.Group) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"key": t.key, "operator": "Exists", "effect": t.effect} for t in group.taints]
+    out: list[dict[str, Any]] = [{"key": t.key, "operator": "Exists", "effect": t.effect} for t in spec.taints(group)]
     out.append({"key": "CriticalAddonsOnly", "operator": "Exists"})
     if isinstance(group, spec.EdgeGroup):
         # An edge node that loses its link keeps its device plugin for the declared grace period.

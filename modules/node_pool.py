@@ -10,10 +10,12 @@ def flavor_manifest(target: Target, group: spec.Group) -> dict:
     labels = spec.node_labels(group)
     key = spec.POOL_LABEL if isinstance(group, spec.Pool) else spec.EDGE_GROUP_LABEL
     body: dict = {"nodeLabels": {key: labels[key]}}
-    if group.taints:
+    taints = spec.taints(group)
+    if taints:
         # Kueue admits a Workload to a flavor only when its pods tolerate the flavor's nodeTaints, so a
-        # pool's taint keeps out what it keeps out at scheduling (dedicated=training: training jobs only).
-        body["nodeTaints"] = [t.model_dump(exclude_defaults=False) for t in group.taints]
+        # pool's taint keeps out what it keeps out at scheduling (dedicated=training: training jobs only;
+        # the spot taint: jobs of preemptible classes only, the only ones allowed to tolerate it).
+        body["nodeTaints"] = [t.model_dump(exclude_defaults=False) for t in taints]
         # A flavor's tolerations count as the workload's when Kueue checks those taints, and are added
         # to every pod it admits there: one per taint would undo them all. Only a taint keyed by a device
         # resource of the pool is tolerated, for pods that request it, as Kubernetes' own
@@ -37,7 +39,7 @@ def node_pool(target: Target, group: spec.Group, scheduler: spec.Scheduler) -> P
         lambda: [flavor_manifest(target, group)] if scheduler.backend == "kueue" else [],
         outputs={
             "labels": spec.node_labels(group),
-            "taints": [t.model_dump() for t in group.taints],
+            "taints": [t.model_dump() for t in spec.taints(group)],
             "capacity": spec.group_capacity(group),
         },
     )

@@ -156,7 +156,9 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction
         for resource in resources:
             quota = tenant.quota[resource]
             weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
-            nominal = split(quota.guaranteed, weights)
+            # No guarantee is held on a spot pool, whose nodes the provider may take back: the tenant
+            # borrows spot capacity, within its burst, from the cluster's Cohort (modules/scheduler.py).
+            nominal = split(quota.guaranteed, [0 if spec.is_spot(by_name[f]) else w for f, w in zip(flavors, weights)])
             borrow = split(quota.burst - quota.guaranteed, weights)
             quotas[resource] = [amounts(n, b, int(n * lend_fraction)) for n, b in zip(nominal, borrow)]
         out.append(
@@ -186,6 +188,33 @@ def non_preempting_classes(tenant: spec.Tenant, env: spec.Environment) -> list[s
     none carries the default, refused where the tenant may not use it: admission_manifests)."""
     allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
     return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
+
+
+def preemptible_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
+    """The classes declared preemptible that the tenant's workloads may carry: the only ones on spot pools."""
+    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
+    return sorted(pc.name for pc in env.priority_classes if pc.preemptible and pc.name in allowed)
+
+
+def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]) -> dict[str, str]:
+    """Only work of a preemptible class may tolerate the spot taint.
+
+    Spot pools are kept to that work by the taint rather than by a ClusterQueue of their own: Kueue
+    admits a Workload to a flavor only when its pods tolerate the flavor's nodeTaints, and the
+    scheduler places a pod on a node under the same rule, so a pod that cannot tolerate the taint
+    reaches a spot node neither through Kueue nor around it (a Deployment's pods are not Kueue's).
+    The tenant keeps one quota over all its pools; only which pods may tolerate is decided here.
+    A toleration with no key tolerates every taint, the spot one included.
+    """
+    key = spec.SPOT_TAINT.key
+    tolerates = f"variables.podSpec.tolerations.exists(t, !has(t.key) || t.key == '' || t.key == '{key}')"
+    accepted = preemptible_classes(tenant, env)
+    return {
+        "expression": f"variables.priorityClass in {_cel_list(accepted)} || !has(variables.podSpec.tolerations) || !({tolerates})",
+        "messageExpression": (f"'priority class ' + variables.priorityClass + ' is not preemptible: only work of {', '.join(accepted) or 'none'} "
+                              f"may tolerate the taint {key} of the spot pools of tenant {tenant.name} ({', '.join(pools)})'"),
+        "reason": "Forbidden",
+    }
 
 
 def queue_names(tenant: spec.Tenant) -> tuple[str, str]:
@@ -310,21 +339,26 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 "message": f"name a priority class: the default, {fallback.name}, is not allowed for tenant {tenant.name} (allowed: {shown})",
                 "reason": "Forbidden"})
     variables = []
+    spot = [g.name for g in spec.eligible_groups(tenant, [spec.cluster_by_name(env, target.cluster)]) if spec.is_spot(g)]
+    non_preempting = non_preempting_classes(tenant, env) if env.scheduler.backend == "kueue" else []
+    if spot or non_preempting:
+        # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
+        # else the global default (kueue's jobframework.ExtractPriority).
+        fallback = default_class(env)
+        variables += [
+            {"name": "podSpec", "expression": f"{jobs} ? object.spec.template.spec : object.spec"},
+            {"name": "priorityClass", "expression":
+                f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels ? object.metadata.labels['{KUEUE_PRIORITY_LABEL}']"
+                f" : has(variables.podSpec.priorityClassName) ? variables.podSpec.priorityClassName : '{fallback.name if fallback else ''}'"},
+        ]
+    if spot:
+        validations.append(spot_validation(tenant, env, spot))
     if env.scheduler.backend == "kueue":
         # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
         # controller owns (a Job's) are admitted through it.
         preempting, never = queue_names(tenant)
-        if non_preempting := non_preempting_classes(tenant, env):
-            # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
-            # else the global default (kueue's jobframework.ExtractPriority).
-            fallback = default_class(env)
-            variables += [
-                {"name": "podSpec", "expression": f"{jobs} ? object.spec.template.spec : object.spec"},
-                {"name": "priorityClass", "expression":
-                    f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels ? object.metadata.labels['{KUEUE_PRIORITY_LABEL}']"
-                    f" : has(variables.podSpec.priorityClassName) ? variables.podSpec.priorityClassName : '{fallback.name if fallback else ''}'"},
-                {"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"},
-            ]
+        if non_preempting:
+            variables.append({"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
         else:
             variables.append({"name": "queue", "expression": f"'{preempting}'"})
         in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"

@@ -113,3 +113,15 @@ def one(state: render.DesiredState, cluster: str, kind: str, name: str, namespac
     found = find(state, cluster, kind, name, namespace)
     assert len(found) == 1, f"expected one {kind} {name} in {cluster}, got {len(found)}"
     return found[0]
+
+
+def spot_env() -> dict[str, Any]:
+    """The small environment with a spot pool on center-a, priced by itself (its model is in no `prices`),
+    that tenant vision names and may use through its preemptible class `low`."""
+    env = small_env()
+    env["clusters"][0]["pools"].append({"name": "a100-spot", "device": {"resource": "nvidia.com/gpu", "model": "A100-SXM4-80GB", "per_node": 8},
+                                        "nodes": 2, "spot": {"price": 0.6}})
+    env["priority_classes"].append({"name": "low", "value": 10, "workload": "batch", "preemptible": True})
+    env["tenants"][0]["priority_classes"] = ["high", "low"]
+    env["tenants"][0]["pools"] = ["a100-ts", "h100-mig", "ascend", "a100-spot"]
+    return env

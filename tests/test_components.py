@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fleetops import render, spec
-from tests.helpers import ROOT, find, one, render_env, small_env
+from tests.helpers import ROOT, find, one, render_env, small_env, spot_env
 
 
 def plugin_config(state: render.DesiredState, cluster: str, group: str) -> dict[str, Any]:
@@ -391,3 +391,38 @@ def test_tenants_get_an_admission_policy_and_a_priority_class_quota(small_state:
     # A tenant that declares no priority classes is held to its queue only.
     factory = one(small_state, "edge-b", "ValidatingAdmissionPolicy", "fleetops-tenant-factory")
     assert len(factory["spec"]["validations"]) == 1 and not find(small_state, "edge-b", "ResourceQuota", "priority-classes")
+
+
+# --- spot pools ----------------------------------------------------------------------------------
+
+
+def flavor_quota(queue: dict[str, Any], flavor: str, field: str) -> int | None:
+    """`field` of nvidia.com/gpu in one flavor of a ClusterQueue or Cohort; None when it lists no such flavor."""
+    found = [r[field] for g in queue["spec"]["resourceGroups"] for f in g["flavors"] if f["name"] == flavor
+             for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+    return found[0] if found else None
+
+
+def test_a_spot_pool_is_tainted_holds_no_guarantee_and_opens_to_the_tenants_naming_it(tmp_path: Path) -> None:
+    # tests/helpers.spot_env: a100-spot (2 x 8 GPUs, spot) named by vision; factory-like tenants naming no pools.
+    env = spot_env()
+    env["tenants"].append({"name": "batch", "clusters": ["center-a"], "workloads": ["batch"], "priority_classes": ["low"],
+                           "quota": {"nvidia.com/gpu": {"guaranteed": 0, "burst": 8}}})
+    state = render_env(tmp_path, env)
+    spot = {"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}
+    # Kueue admits there only pods that tolerate the taint: the flavor lends it no toleration.
+    assert one(state, "center-a", "ResourceFlavor", "a100-spot")["spec"] == {"nodeLabels": {"fleetops.io/pool": "a100-spot"}, "nodeTaints": [spot]}
+    # The device plugin still runs on its nodes.
+    assert {"key": spot["key"], "operator": "Exists", "effect": "NoSchedule"} in pod_of(state, "center-a", "nvidia-device-plugin-a100-spot")["spec"]["tolerations"]
+    # vision's guarantee of 20 stays on the other pools; it may borrow the spot pool, which the cluster's Cohort holds whole.
+    queue = one(state, "center-a", "ClusterQueue", "vision")
+    assert flavor_quota(queue, "a100-spot", "nominalQuota") == 0 and quota_sums(queue, "nominalQuota")["nvidia.com/gpu"] == 20
+    assert flavor_quota(one(state, "center-a", "Cohort", "center-a.vision"), "a100-spot", "borrowingLimit") > 0
+    assert flavor_quota(one(state, "center-a", "Cohort", "center-a"), "a100-spot", "nominalQuota") == 16
+    # A tenant naming no pools gets every pool but the spot one, and no spot rule in its admission policy.
+    assert flavor_quota(one(state, "center-a", "ClusterQueue", "batch"), "a100-spot", "nominalQuota") is None
+    assert flavor_quota(one(state, "center-a", "ClusterQueue", "batch"), "a100-ts", "nominalQuota") == 0
+    rules = {name: " ".join(v.get("messageExpression", "") for v in one(state, "center-a", "ValidatingAdmissionPolicy", f"fleetops-tenant-{name}")["spec"]["validations"])
+             for name in ("vision", "batch")}
+    assert "only work of low may tolerate the taint fleetops.io/spot of the spot pools of tenant vision (a100-spot)" in rules["vision"]
+    assert "fleetops.io/spot" not in rules["batch"]

@@ -187,3 +187,16 @@ def test_a_price_cut_cannot_hide_the_cost_of_more_nodes(repo: Path) -> None:
     blocking = {d["rule"] for d in result["decisions"] if d["status"] in ("deny", "approval")}
     assert "change.price_decrease_approvals" in blocking
     assert blocking & {"change.cost_increase_approvals", "budget.monthly_over_budget", "budget.over_budget"}, blocking
+
+
+def test_a_spot_price_cut_cannot_hide_the_cost_of_more_spot_nodes(tmp_path: Path) -> None:
+    from fleetops import plan, spec
+    from tests.helpers import spot_env, write_env
+
+    base, head = spot_env(), spot_env()
+    head["clusters"][0]["pools"][3].update(nodes=20, spot={"price": 0.0})  # ten times the spot nodes, for free
+    (tmp_path / "base").mkdir()
+    before = spec.load_environment(write_env(tmp_path / "base", base))
+    after = spec.load_environment(write_env(tmp_path, head))
+    assert spec.monthly_cost(after) < spec.monthly_cost(before)
+    assert plan.cost_at_base_prices(before, after) - spec.monthly_cost(before) == pytest.approx(18 * 8 * 0.6 * 730)

@@ -57,10 +57,11 @@ class Tenants:
                 "metadata": {"name": name, "namespace": tenant, "labels": {QUEUE_LABEL: queue or f"{tenant}-queue"}},
                 "spec": {"suspend": True, "template": {"spec": pod}}}
 
-    def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str) -> str | None:
+    def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str,
+                tolerations: list[dict[str, str]] | None = None) -> str | None:
         """The API server's refusal of such a job (a dry run), or None when it would be created."""
         try:
-            self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, None), dry_run="All")
+            self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, tolerations), dry_run="All")
         except client.ApiException as exc:
             return json.loads(exc.body)["message"]
         return None
@@ -146,7 +147,7 @@ def flavors(wl: dict[str, Any]) -> dict[str, str]:
 
 
 def test_a_tenant_job_within_its_guarantee_is_admitted(kueue) -> None:
-    """environments/dev.yaml:34-46, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
+    """environments/dev.yaml:39-51, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
     guaranteed 4) and ml-sandbox (guaranteed 8) on pools dev-a100 and dev-ascend (lines 9-17): a job
     within the guarantee is admitted although the tenant's LimitRange gives its containers cpu and
     memory requests."""
@@ -177,8 +178,8 @@ def test_prod_jobs_within_guarantee_are_admitted_on_mig_profiles_and_a_tainted_f
 
 
 def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) -> None:
-    """environments/dev.yaml:62 `batch-low ... preemption: Never`, line 46 ml-sandbox nvidia.com/gpu
-    guaranteed 8 / burst 32, line 39 platform-dev guaranteed 16, line 64 `scheduler: {backend: kueue}`
+    """environments/dev.yaml:74 `batch-low ... preemption: Never`, line 51 ml-sandbox nvidia.com/gpu
+    guaranteed 8 / burst 32, line 44 platform-dev guaranteed 16, line 76 `scheduler: {backend: kueue}`
     (reclaim_within_cohort Any, the default): with ml-sandbox borrowing platform-dev's idle guarantee,
     platform-dev's batch-low job waits rather than evict; its inference-critical job reclaims."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
@@ -201,7 +202,7 @@ def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) 
 
 
 def test_work_of_a_non_preempting_class_gives_way_to_guarantees_in_its_tenant_and_beyond(kueue) -> None:
-    """environments/dev.yaml:62 batch-low never preempts but may be preempted; lines 39 and 46: the
+    """environments/dev.yaml:74 batch-low never preempts but may be preempted; lines 44 and 51: the
     guarantees of platform-dev (16) and ml-sandbox (8) on dev-a100 (32 units, lines 9-13). platform-dev's
     batch-low job borrows the whole idle pool through its non-preempting queue; platform-dev's own
     inference-critical job and ml-sandbox's job, each within its guarantee, take theirs back."""
@@ -247,7 +248,7 @@ def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
 
 def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(kueue) -> None:
     """environments/dev.yaml:9-17, dev-center: dev-a100 (2 nodes x 4 GPUs, time-slicing x4: 32 units)
-    and dev-ascend (8); lines 39-40 platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and
+    and dev-ascend (8); lines 44-45 platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and
     huawei.com/Ascend910 {guaranteed: 4, burst: 8}: on an idle cluster it reaches 32 and 8, and one
     unit more waits."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
@@ -261,7 +262,7 @@ def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(
 
 
 def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
-    """environments/dev.yaml:23-31, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU; lines 49-55 tenant
+    """environments/dev.yaml:28-36, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU; lines 54-60 tenant
     edge-dev `edge_groups: [dev-jetson]`, nvidia.com/gpu {guaranteed: 2, burst: 4}: 4 in one job, and
     one more waits."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
@@ -270,3 +271,46 @@ def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
     beyond = tenants.submit("edge-dev", "beyond", {"nvidia.com/gpu": 1}, "inference-critical")
     waiting = condition(tenants.decided("edge-dev", beyond), "QuotaReserved")
     assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+# --- spot pools: only preemptible work, and a critical class never there --------------------------------
+
+SPOT = {"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}  # fleetops.spec.SPOT_TAINT
+
+
+def tolerated(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -> bool:
+    """Whether the scheduler would place a pod with these tolerations on a node with `taint` (Kubernetes'
+    ToleratesTaint: an empty key with Exists tolerates every taint, an empty effect every effect)."""
+    return any((not t.get("key") and t.get("operator") == "Exists"
+                or t.get("key") == taint["key"] and (t.get("operator") == "Exists" or t.get("value") == taint["value"]))
+               and t.get("effect") in (None, "", taint["effect"])
+               for t in tolerations or [])
+
+
+def test_spot_capacity_takes_preemptible_work_only(kueue) -> None:
+    """environments/dev.yaml:18-22 pool dev-spot `spot: {price: 0.5}` (2 nodes x 4 GPUs); line 74 batch-low
+    `preemptible: true`, training-standard (line 73) not; lines 63-69 tenant data-prep `pools: [dev-a100,
+    dev-spot]`, nvidia.com/gpu {guaranteed: 0, burst: 16}; lines 39-44 platform-dev bursting to 32 on
+    dev-a100 (lines 9-13). data-prep's training-standard job lands on dev-a100 and could not be scheduled
+    on a spot node; with dev-a100 full, its batch-low job lands on dev-spot, its only room, while its
+    training-standard job waits with Kueue's reason and may not tolerate the spot taint at all."""
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    elsewhere = tenants.submit("data-prep", "train", {"nvidia.com/gpu": 1}, "training-standard")
+    assert flavors(tenants.admitted("data-prep", elsewhere)) == {"nvidia.com/gpu": "dev-a100"}
+    pod = tenants.started("data-prep", "train")
+    assert pod["node_selector"] == {"fleetops.io/pool": "dev-a100"} and not tolerated(pod["tolerations"], SPOT), pod
+    fill = tenants.submit("platform-dev", "burst", {"nvidia.com/gpu": 31}, "training-standard")
+    assert flavors(tenants.admitted("platform-dev", fill)) == {"nvidia.com/gpu": "dev-a100"}  # dev-a100 is full
+
+    spot = tenants.submit("data-prep", "batch", {"nvidia.com/gpu": 3}, "batch-low", "data-prep-non-preempting-queue",
+                          tolerations=[{**SPOT, "operator": "Equal"}])
+    assert flavors(tenants.admitted("data-prep", spot)) == {"nvidia.com/gpu": "dev-spot"}
+    pod = tenants.started("data-prep", "batch")
+    assert pod["node_selector"] == {"fleetops.io/pool": "dev-spot"} and tolerated(pod["tolerations"], SPOT), pod
+
+    critical = tenants.submit("data-prep", "train-more", {"nvidia.com/gpu": 1}, "training-standard")
+    waiting = condition(tenants.decided("data-prep", critical), "QuotaReserved")
+    assert waiting["status"] == "False" and "untolerated taint" in waiting["message"] and "dev-spot" in waiting["message"], waiting
+    for toleration in ({**SPOT, "operator": "Equal"}, {"operator": "Exists"}):
+        refused = tenants.refusal("data-prep", "sneak", {"nvidia.com/gpu": 1}, "training-standard", "data-prep-queue", [toleration])
+        assert refused and "priority class training-standard is not preemptible" in refused, refused

@@ -200,7 +200,7 @@ def test_an_unreachable_api_server_keeps_its_last_capacity_and_counts_its_error(
     metrics = reconcile.Metrics()
     metrics.observe(reconcile.run_pass(env, state, apis, allow, options()), 0.1, 1000)
     before = samples(metrics, "fleetops_capacity_devices")
-    assert before['cluster="dev-center",resource="nvidia.com/gpu",state="declared"'] == 32
+    assert before['cluster="dev-center",resource="nvidia.com/gpu",state="declared"'] == 32 + 8  # dev-a100 time-sliced, dev-spot
     apis["dev-center"].faults = Faults(rate=1.0, statuses=(TIMEOUT,))
     result = reconcile.run_pass(env, state, apis, allow, options())
     assert result.clusters["dev-center"].unreachable

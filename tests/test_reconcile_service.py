@@ -192,7 +192,8 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
     assert quotas >= 4  # a device quota and the priority-class quota per tenant: every one created is counted
     for name in ("fleetops_reconcile_duration_seconds_count 1.0", "fleetops_last_success_timestamp_seconds",
                  f'fleetops_drift_objects{{cluster="dev-center",kind="ResourceQuota"}} {quotas}.0', "fleetops_policy_denials_total 0.0",
-                 'fleetops_capacity_devices{cluster="dev-center",resource="nvidia.com/gpu",state="declared"} 32.0'):
+                 # dev.yaml: dev-a100's 32 time-sliced units and dev-spot's 8 GPUs
+                 'fleetops_capacity_devices{cluster="dev-center",resource="nvidia.com/gpu",state="declared"} 40.0'):
         assert name in text
 
 

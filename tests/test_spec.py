@@ -11,7 +11,7 @@ import yaml
 
 from benchmarks.generate import synthetic_yaml
 from fleetops import spec
-from tests.helpers import ROOT, small_env, write_env
+from tests.helpers import ROOT, small_env, spot_env, write_env
 
 PLAIN = """\
 bools: [yes, no, on, off, true, False, y, n]
@@ -327,3 +327,79 @@ def test_a_file_naming_another_environment_is_told_so_with_its_other_problems(tm
     problems = [p.split(": ", 1)[1] for p in raised.value.problems]
     assert problems == ["environment: must equal the file name 'test', got 'prod'",
                         'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (20), got 1']
+
+
+# --- spot pools ---------------------------------------------------------------------------------
+
+
+def test_a_spot_pool_is_priced_at_its_own_spot_price(tmp_path: Path) -> None:
+    # 2 nodes x 8 GPUs at 0.6 a device-hour; its model has no price in `prices` and needs none.
+    small = spec.load_environment(write_env(tmp_path, small_env()))
+    env = spec.load_environment(write_env(tmp_path, spot_env()))
+    assert spec.monthly_cost(env) - spec.monthly_cost(small) == pytest.approx(16 * 0.6 * 730)
+    same_model = spot_env()
+    same_model["prices"]["A100-SXM4-80GB"] = 1.8  # the on-demand price of its model is not what it costs
+    assert spec.monthly_cost(spec.load_environment(write_env(tmp_path, same_model))) == spec.monthly_cost(env) + 0.0
+
+
+def _spot_problems(tmp_path: Path, change: Any) -> list[str]:
+    """The problems of the spot environment once `change`d, none when it loads."""
+    env = spot_env()
+    change(env)
+    try:
+        spec.load_environment(write_env(tmp_path, env))
+    except spec.SpecError as exc:
+        return [p.split(": ", 1)[1] for p in exc.problems]
+    return []
+
+
+def test_a_spot_pool_no_class_of_its_tenants_may_use_is_refused(tmp_path: Path) -> None:
+    def no_preemptible_class(env: dict[str, Any]) -> None:
+        env["tenants"][0]["priority_classes"] = ["high"]
+
+    assert _spot_problems(tmp_path, no_preemptible_class) == [
+        "tenants[vision].pools[3]: a100-spot is a spot pool, but none of the tenant's priority classes is preemptible: its work "
+        "could never run there; mark a class it uses `preemptible: true`, or remove the pool"]
+
+    def named_by_none(env: dict[str, Any]) -> None:
+        env["tenants"][0].pop("pools")  # every pool but the spot one
+
+    assert _spot_problems(tmp_path, named_by_none) == [
+        "clusters[center-a].pools[a100-spot].spot: no tenant may use spot pool a100-spot: name it in the pools of a tenant "
+        "of cluster center-a with a preemptible priority class"]
+
+
+def test_a_guarantee_that_only_spot_capacity_could_hold_is_refused(tmp_path: Path) -> None:
+    def only_spot(env: dict[str, Any]) -> None:
+        env["tenants"][0]["pools"] = ["ascend", "a100-spot"]
+
+    assert _spot_problems(tmp_path, only_spot) == [
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed: 20 cannot be guaranteed: cluster center-a offers nvidia.com/gpu to '
+        "this tenant only on spot pools, which the provider may reclaim; set guaranteed: 0 and use burst, or name a pool that is not spot"]
+
+    def burst_only(env: dict[str, Any]) -> None:
+        only_spot(env)
+        env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed"] = 0
+
+    assert _spot_problems(tmp_path, burst_only) == []
+
+
+def test_the_spot_taint_is_fleetops_own(tmp_path: Path) -> None:
+    def by_hand(env: dict[str, Any]) -> None:
+        env["clusters"][0]["pools"][1]["taints"] = [{"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}]
+
+    assert _spot_problems(tmp_path, by_hand) == [
+        "clusters[center-a].pools[h100-mig].taints[0].key: fleetops.io/spot is set by fleetops on spot pools (spot: {price: ...})"]
+
+
+def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
+    from fleetops import changes
+
+    before, after = spot_env(), spot_env()
+    before["prices"]["A100-SXM4-80GB"] = 1.8
+    after["prices"]["A100-SXM4-80GB"] = 9.9  # the model's on-demand price moves no spot pool
+    after["clusters"][0]["pools"][3]["spot"]["price"] = 0.4
+    base = spec.load_environment(write_env(tmp_path, before))
+    texts = {c["text"]: c["cost"] for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
+    assert texts == {"center-a/a100-spot: spot at 0.6/device-hour → spot at 0.4/device-hour (-2,336 USD/mo)": pytest.approx(-16 * 0.2 * 730),
+                     "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour": 0.0}
