@@ -83,7 +83,7 @@ def _env_name(name: str | None) -> str | None:
 
 EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml", callback=_env_name)]
 DirOpt = Annotated[Path, typer.Option("--environments", help="Folder of environment files", envvar="FLEETOPS_ENVIRONMENTS")]
-DEFAULT_DIR = Path("environments")
+DEFAULT_DIR = spec.ENVIRONMENTS
 
 
 class Format(str, Enum):
@@ -120,7 +120,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def env_file(directory: Path, name: str) -> Path:
-    path = directory / f"{name}.yaml"
+    path = spec.environment_path(name, directory)
     if not path.exists():  # what exists but is no regular file is refused, and said so, as it is read
         known = sorted(p.stem for p in directory.glob("*.yaml"))
         fail(f"{path}:1:1: no environment {name!r} (known: {', '.join(known) or 'none'})")
@@ -442,7 +442,7 @@ def plan(
     if result["no_effect"]:
         # A first plan on a fresh clone compares the working tree with itself: say what to try.
         err.print(f"plan: no change between base {result['base']['revision'][:12]} and head: nothing to review. To see a plan, edit "
-                  f"environments/{env}.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
+                  f"{spec.environment_path(env)} (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
                   "or compare two revisions with --base and --head.", markup=False, highlight=False)
     raise typer.Exit(code)
 

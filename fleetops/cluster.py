@@ -24,11 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetops.render import CLUSTER_SCOPED
+from fleetops.kube import CLUSTER_SCOPED, Key, Manifest, describe, key_of
 from fleetops.spec import SYSTEM_NAMESPACES
-
-Manifest = dict[str, Any]
-Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
 WRITE_VERBS = frozenset({"apply", "create", "replace", "delete", "patch", "approve"})
 RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
@@ -82,16 +79,6 @@ class ClusterAPI(Protocol):
     def approve(self, csr: Manifest) -> Manifest:
         """Write a CertificateSigningRequest's Approved or Denied condition (its approval subresource)."""
         ...
-
-
-def key_of(manifest: Manifest) -> Key:
-    meta = manifest.get("metadata", {})
-    return (manifest["apiVersion"], manifest["kind"], meta.get("namespace", "") or "", meta["name"])
-
-
-def describe(key: Key) -> str:
-    _, kind, namespace, name = key
-    return f"{kind} {namespace + '/' if namespace else ''}{name}"
 
 
 def _member(fields: dict[str, Any], value: Any, token: str) -> tuple[str, Any] | None:

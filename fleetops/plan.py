@@ -423,7 +423,7 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
 @memory.acyclic()
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
-    env_rel = f"environments/{env_name}.yaml"
+    env_rel = spec.environment_path(env_name).as_posix()
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
     with contextlib.ExitStack() as stack:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from fleetops import git, memory, spec
 from fleetops.output import decision_counts
-from fleetops.diff import object_key
+from fleetops.kube import ENVIRONMENT_LABEL, object_key
 from fleetops.render import DesiredState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1235,12 +1235,12 @@ def stack_input(resources: Iterable[Any], environments: Path) -> tuple[dict[str,
     objects, problems = stack_objects(resources)
     if problems:
         raise PolicyError(problems[0])
-    names = _stamp(objects, "labels", "fleetops.io/environment")
+    names = _stamp(objects, "labels", ENVIRONMENT_LABEL)
     if len(names) != 1:
         raise PolicyError(f"stack objects must carry one fleetops.io/environment label, found {sorted(names) or 'none'}")
     name = names.pop()
     try:
-        env = spec.load_environment(environments / f"{name}.yaml")
+        env = spec.load_environment(spec.environment_path(name, environments))
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     # The pack runs in the checkout Pulumi deploys from: its commit is the revision under review.
