@@ -1,4 +1,4 @@
-"""`fleetops` command line. Exit codes: 0 ok, 1 policy denied or drift found, 2 bad input or usage.
+"""`fleetops` command line. Exit codes (`errors.ExitCode`): 0 ok, 1 policy denied or drift found, 2 bad input or usage.
 
 No `from __future__ import annotations` here: typer would evaluate every command's annotations from
 strings at start-up (an eval per option, a fifth of `validate`'s time); names imported only for type
@@ -20,7 +20,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
-from fleetops import __version__, spec  # noqa: E402
+from fleetops import __version__, errors, spec  # noqa: E402
 from fleetops.output import decision_counts, envelope  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the policy engine or JSON Schema
@@ -114,7 +114,7 @@ def progress(what: str) -> Iterator[None]:
         yield
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = errors.ExitCode.BAD_INPUT) -> NoReturn:
     err.print(message, markup=False, highlight=False)
     raise typer.Exit(code)
 
@@ -134,10 +134,8 @@ def checked_or_problems(path: Path, revision: str | None = None, engine: str = "
 
     try:
         return render_mod.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
-    except spec.SpecError as exc:
-        return exc.problems
-    except render_mod.RenderError as exc:
-        return [str(exc)]
+    except errors.FleetopsError as exc:
+        return exc.lines
 
 
 # The revision is only stamped on objects; a command that prints none need not ask Git for it.
@@ -237,7 +235,7 @@ def validate(
     if problems:
         if output is Output.table:
             fail("\n".join(problems))
-        raise typer.Exit(2)
+        raise typer.Exit(errors.ExitCode.BAD_INPUT)
 
 
 @app.command()
@@ -342,7 +340,7 @@ def check(
             highlight=False,
         )
     if verdict.denied:
-        raise typer.Exit(1)
+        raise typer.Exit(errors.ExitCode.DENIED)
 
 
 policy_app = typer.Typer(help="Work on the Rego policies themselves.", no_args_is_help=True)
@@ -356,10 +354,7 @@ def policy_test(
 ) -> None:
     """Run every *_test.rego with the embedded engine and report line coverage per policy file. Exit 1 on a failing test."""
     from fleetops import policy
-    try:
-        report = policy.run_tests(policies)
-    except policy.PolicyError as exc:
-        fail(str(exc))
+    report = policy.run_tests(policies)
     if output is Output.json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
@@ -380,7 +375,7 @@ def policy_test(
         failed = sum(not r.passed for r in report.results)
         out.print(f"{len(report.results) - failed} passed, {failed} failed", markup=False, highlight=False)
     if not report.passed:
-        raise typer.Exit(1)
+        raise typer.Exit(errors.ExitCode.DENIED)
 
 
 # --- plan ---------------------------------------------------------------------------------------
@@ -432,7 +427,7 @@ def plan(
             write_files(_plan_forms(invalid, artifacts, review.cannot_judge(invalid, max_chars), review.cannot_judge(invalid, 10**12)), "the plan")
         sys.stdout.write(_plan_form(invalid, output, review.cannot_judge(invalid, max_chars)))
         fail(str(exc))
-    code = 0 if result["verdict"] == "allowed" else 1
+    code = errors.ExitCode.OK if result["verdict"] == "allowed" else errors.ExitCode.DENIED
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
         write_files(_plan_forms(result, artifacts, review.comment(result, max_chars, where), review.full(result)), "the full plan")
@@ -645,7 +640,7 @@ def reconcile(
             with progress(f"reconciling {env}"):
                 result = reconciler.run_once()
         except Exception as exc:  # an engine fault: one line, not a traceback
-            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", 1)
+            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", errors.ExitCode.DENIED)
         if output is Output.json:
             body = result.to_dict()
             sys.stdout.write(as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
@@ -719,6 +714,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
+    except errors.FleetopsError as exc:  # what a command did not say in its own words: one line per problem, its exit code
+        err.print("\n".join(exc.lines), markup=False, highlight=False)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)

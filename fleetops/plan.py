@@ -30,16 +30,13 @@ from typing import Any
 
 from fleetops import changes as changes_mod
 from fleetops import diff, fork, git, isolate, memory, output, spec
+from fleetops.errors import PlanError
 
 WORKTREE = "WORKTREE"
 # What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
 MAX_TREE_BYTES = 256 << 20
 # Files whose change is a change of the program that renders or deploys the fleet: a policy fact.
 PROGRAM_PATHS = ("fleetops/", "modules/", "stacks/", "Pulumi.yaml", "pyproject.toml", "setup.py")
-
-
-class PlanError(Exception):
-    """Bad input: an unknown revision, an invalid environment at head, a side that cannot render."""
 
 
 @dataclass

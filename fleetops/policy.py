@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import git, memory, spec
+from fleetops.errors import PolicyError
 from fleetops.output import decision_counts
 from fleetops.kube import ENVIRONMENT_LABEL, object_key
 from fleetops.render import DesiredState
@@ -51,10 +52,6 @@ DEFAULT_TIMEOUT = 30.0
 MAX_INPUT_BYTES = 64 << 20
 
 Status = Literal["deny", "warn", "waived"]
-
-
-class PolicyError(Exception):
-    """The gate could not decide: bad policy, bad input, engine failure or timeout. Callers fail closed."""
 
 
 # --- input ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from fleetops import memory, mig
+from fleetops.errors import SpecError
 from fleetops.kube import DNS_LABEL, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, MIG_CONFIG_LABEL, NVIDIA_CONFIG_LABEL, POOL_LABEL, RESOURCE_NAME
 
 HOURS_PER_MONTH = 730
@@ -53,14 +54,6 @@ class Limits:
 LIMITS = Limits()
 
 Loc = tuple[str | int, ...]
-
-
-class SpecError(Exception):
-    """One or more problems in an environment file, each already formatted as `file:line:col: path: msg`."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__(problems[0] if problems else "invalid environment")
-        self.problems = problems
 
 
 # --- field types -------------------------------------------------------------------------
