@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the 
     from rich.table import Table
 
     from fleetops import emit, policy
-    from fleetops import render as render_mod
+    from fleetops import render
 
 app = typer.Typer(
     help="Declarative, policy-gated GitOps for AI compute fleets.",
@@ -128,12 +128,12 @@ def env_file(directory: Path, name: str) -> Path:
 
 
 def checked_or_problems(path: Path, revision: str | None = None, engine: str = "direct",
-                        each_cluster: "render_mod.Each | None" = None) -> "render_mod.Checked | list[str]":
+                        each_cluster: "render.Each | None" = None) -> "render.Checked | list[str]":
     """`render.load_checked`, the validation every command shares, or its problems, one line each."""
-    from fleetops import render as render_mod
+    from fleetops import render
 
     try:
-        return render_mod.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
+        return render.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
     except errors.FleetopsError as exc:
         return exc.lines
 
@@ -148,7 +148,7 @@ def problems_of(path: Path) -> list[str]:
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
-                   each_cluster: "render_mod.Each | None" = None) -> tuple[spec.Environment, "render_mod.DesiredState"]:
+                   each_cluster: "render.Each | None" = None) -> tuple[spec.Environment, "render.DesiredState"]:
     """The environment and its rendered objects, schema-checked; bad input is exit 2 with a line per problem."""
     with progress(f"rendering {path}"):
         checked = checked_or_problems(path, revision, engine, each_cluster)
@@ -157,7 +157,7 @@ def render_or_fail(path: Path, revision: str | None = None, engine: str = "direc
     return checked.env, checked.state
 
 
-def print_summary(env: spec.Environment, state: "render_mod.DesiredState", console: _Console) -> None:
+def print_summary(env: spec.Environment, state: "render.DesiredState", console: _Console) -> None:
     from rich.table import Table
 
     pools = Table(title=f"{env.environment}: pools and edge groups", title_justify="left")
@@ -238,8 +238,8 @@ def validate(
         raise typer.Exit(errors.ExitCode.BAD_INPUT)
 
 
-@app.command()
-def render(
+@app.command("render")  # named apart from the module it runs
+def render_command(
     env: EnvOpt,
     environments: DirOpt = DEFAULT_DIR,
     out_dir: Annotated[Path | None, typer.Option("-o", "--out", help="Write one file per cluster into this folder")] = None,
@@ -388,8 +388,8 @@ class PlanFormat(str, Enum):
     github = "github"
 
 
-@app.command()
-def plan(
+@app.command("plan")  # named apart from the module it runs
+def plan_command(
     env: EnvOpt,
     base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
     head: Annotated[str | None, typer.Option(help="Head revision (default: the working tree)")] = None,
@@ -407,12 +407,12 @@ def plan(
 
     Exit 1 when denied or when it needs more approvals, 2 on bad input."""
     from fleetops import git, policy, review
-    from fleetops import plan as plan_mod
+    from fleetops import plan
 
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
-            result = plan_mod.build(top, env, base, head, approvals)
+            result = plan.build(top, env, base, head, approvals)
         if require_base_program and not result["policy"]["judge_program_is_base"]:
             fail(f"plan: the fleetops running is not the program of the base revision {result['base']['revision'][:12]}: "
                  "install the base's checkout and run it there (--require-base-program)")
@@ -420,9 +420,9 @@ def plan(
             "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
-    except (plan_mod.PlanError, policy.PolicyError) as exc:
+    except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
-        invalid = plan_mod.cannot_judge(env, base, head, str(exc).splitlines())
+        invalid = plan.cannot_judge(env, base, head, str(exc).splitlines())
         if artifacts is not None:
             write_files(_plan_forms(invalid, artifacts, review.cannot_judge(invalid, max_chars), review.cannot_judge(invalid, 10**12)), "the plan")
         sys.stdout.write(_plan_form(invalid, output, review.cannot_judge(invalid, max_chars)))
@@ -443,13 +443,13 @@ def plan(
 
 
 def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str:
-    from fleetops import plan as plan_mod
+    from fleetops import plan
     from fleetops import review
 
     if output is PlanFormat.json:
         return as_json(plan_document(result))
     if output is PlanFormat.junit:
-        return plan_mod.junit(result)
+        return plan.junit(result)
     if output is PlanFormat.github:
         return review.github_annotations(result)
     return markdown
@@ -457,11 +457,11 @@ def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str
 
 def _plan_forms(result: dict[str, Any], artifacts: Path, comment: str, full: str) -> dict[Path, str]:
     """Every form of the one plan, for a CI job that plans once per environment."""
-    from fleetops import plan as plan_mod
+    from fleetops import plan
     from fleetops import review
 
     return {artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": full, artifacts / "comment.md": comment,
-            artifacts / "plan-junit.xml": plan_mod.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
+            artifacts / "plan-junit.xml": plan.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -473,8 +473,8 @@ class AuditFormat(str, Enum):
     json = "json"
 
 
-@app.command()
-def audit(
+@app.command("audit")  # named apart from the module it runs
+def audit_command(
     env: Annotated[str, typer.Option("--env", "-e", help="One environment, or 'all'", callback=_env_name)] = "all",
     environments: DirOpt = DEFAULT_DIR,
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log for the history (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
@@ -485,14 +485,15 @@ def audit(
 ) -> None:
     """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
     from fleetops import policy
-    from fleetops import audit as audit_mod
+    from fleetops import audit
     from fleetops import git
 
     paths = sorted(environments.glob("*.yaml")) if env == "all" else [env_file(environments, env)]
     if not paths:
         fail(f"{environments}: no environment files")
     # An environment the other commands refuse is refused here too, before a report says anything of it.
-    problems = [line for path in paths for line in problems_of(path)]
+    checked = {path.stem: checked_or_problems(path) for path in paths}
+    problems = [line for c in checked.values() if isinstance(c, list) for line in c]
     if problems:
         fail("\n".join(problems))
     try:
@@ -501,21 +502,18 @@ def audit(
         repo = policies.resolve().parent
     try:
         with progress("building the audit report"):
-            report = audit_mod.build(
-                repo, [(p.stem, p) for p in paths], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+            report = audit.build(
+                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
-    broken = [e["error"] for e in report["environments"] if e["error"]]
-    if broken:
-        fail("\n".join(broken) + "\n(no report written)")
-    if skipped := audit_mod.malformed_summary(report["history"]):
+    if skipped := audit.malformed_summary(report["history"]):
         err.print(skipped, markup=False, highlight=False)
     if output is AuditFormat.json:
         decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
         text = as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
     else:
-        text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown}[output](report)
+        text = {AuditFormat.html: audit.html, AuditFormat.markdown: audit.markdown}[output](report)
     if out_file is None:
         sys.stdout.write(text)
         return
@@ -585,8 +583,8 @@ def print_pass(result: Any) -> None:
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {applied}", highlight=False)
 
 
-@app.command()
-def reconcile(
+@app.command("reconcile")  # named apart from the module it runs
+def reconcile_command(
     env: EnvOpt,
     repo: Annotated[str, typer.Option("--repo", help="Git URL or path holding environments/", envvar="FLEETOPS_REPO")],
     ref: Annotated[str, typer.Option(help="Branch, tag or commit to follow")] = "main",
@@ -613,7 +611,7 @@ def reconcile(
     import threading
 
     from fleetops import cluster as cluster_mod
-    from fleetops import reconcile as rec
+    from fleetops import reconcile
 
     if once == (interval is not None):
         fail("choose one of --once or --interval DURATION")
@@ -630,9 +628,9 @@ def reconcile(
         config = str(kubeconfig) if kubeconfig else c.kubeconfig
         return cluster_mod.connect(c.name, config, context or c.context, in_cluster, timeout)
 
-    opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
-    reconciler = rec.Reconciler(
-        env, rec.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
+    opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
+    reconciler = reconcile.Reconciler(
+        env, reconcile.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:
@@ -640,7 +638,7 @@ def reconcile(
             with progress(f"reconciling {env}"):
                 result = reconciler.run_once()
         except Exception as exc:  # an engine fault: one line, not a traceback
-            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", errors.ExitCode.DENIED)
+            fail(f"reconcile failed: {type(exc).__name__}: {reconcile.redact(str(exc))}", errors.ExitCode.DENIED)
         if output is Output.json:
             body = result.to_dict()
             sys.stdout.write(as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
@@ -651,10 +649,10 @@ def reconcile(
     reconciler.lease_seconds = max(15, int(3 * period))
     if metrics_port is not None:
         try:
-            rec.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
+            reconcile.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
         except OSError as exc:
             fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc.strerror or exc}")
-    rec.json_logging()
+    reconcile.json_logging()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
