@@ -84,7 +84,7 @@ def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldC
     reviewer reads it). Each operation's old value is read from the document as the operations before
     it left it, so list positions stay right.
     """
-    import jsonpatch  # here: the reconciler alone needs it
+    import jsonpatch  # here: only a changed object needs it (kube, not this module, gives object keys)
 
     ops = jsonpatch.JsonPatch.from_diff(dict(old), dict(new), optimization=False).patch
     doc = copy.deepcopy(dict(old))
