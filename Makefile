@@ -33,10 +33,12 @@ plan: $(STAMP)  ## the main job on the bundled prod environment
 	$(VENV)/bin/fleetops render --env prod -o build/prod --summary
 	$(VENV)/bin/fleetops plan --env prod
 
-test: $(STAMP) tools  ## the whole test suite, the real-server tier included
+test: $(STAMP) tools  ## the import contracts (.importlinter), then the whole test suite, the real-server tier included
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -n 2 -q
 
-test-quick: $(STAMP)  ## everything but the real-server tier (no Go needed)
+test-quick: $(STAMP)  ## the import contracts, then everything but the real-server tier (no Go needed)
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -n 2 -q -m "not real"
 
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)

@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape
 import jinja2
 from pydantic import BaseModel, ValidationError
 
-from fleetops import git, policy, spec
+from fleetops import git, policy, render, spec
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -417,20 +417,13 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
     return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
 
 
-def environment_section(name: str, env_path: Path, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
-    from fleetops import render
-
-    try:
-        env = spec.load_environment(env_path)
-        state = render.render_environment(env, env_path)
-        verdict = policy.evaluate(env, state, engine=engine, policies_dir=policies_dir)
-    except (spec.SpecError, render.RenderError) as exc:
-        problems = exc.problems if isinstance(exc, spec.SpecError) else [str(exc)]
-        return {"name": name, "error": problems[0], "counts": {"deny": 0, "warn": 0, "waived": 0}, "decisions": [], "capacity": []}
-    capacity = spec.capacity_rows(env)
+def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
+    """An environment as every command takes it (`render.load_checked`), judged by the policies."""
+    verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
+    capacity = spec.capacity_rows(checked.env)
     decisions = policy.report_rows(verdict)
     counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "warn", "waived")}
-    return {"name": name, "error": None, "counts": counts, "decisions": decisions, "capacity": capacity}
+    return {"name": name, "counts": counts, "decisions": decisions, "capacity": capacity}
 
 
 def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
@@ -469,7 +462,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
 
 def build(
     repo: Path,
-    environments: list[tuple[str, Path]],
+    environments: list[tuple[str, render.Checked]],
     policies_dir: Path,
     decision_log: Path | None,
     engine: policy.Engine | None = None,
@@ -517,7 +510,7 @@ def build(
             "failed": [f"{r.package}.{r.name}" for r in tests.results if not r.passed],
         },
         "coverage": coverage,
-        "environments": [environment_section(name, path, policies_dir, engine) for name, path in environments],
+        "environments": [environment_section(name, checked, policies_dir, engine) for name, checked in environments],
         "waivers": waiver_rows(policies_dir, today),
         "history": history(decision_log),
     }

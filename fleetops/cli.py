@@ -1,4 +1,4 @@
-"""`fleetops` command line. Exit codes: 0 ok, 1 policy denied or drift found, 2 bad input or usage.
+"""`fleetops` command line. Exit codes (`errors.ExitCode`): 0 ok, 1 policy denied or drift found, 2 bad input or usage.
 
 No `from __future__ import annotations` here: typer would evaluate every command's annotations from
 strings at start-up (an eval per option, a fifth of `validate`'s time); names imported only for type
@@ -20,14 +20,14 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
-from fleetops import __version__, spec  # noqa: E402
+from fleetops import __version__, errors, spec  # noqa: E402
 from fleetops.output import decision_counts, envelope  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the policy engine or JSON Schema
     from rich.table import Table
 
     from fleetops import emit, policy
-    from fleetops import render as render_mod
+    from fleetops import render
 
 app = typer.Typer(
     help="Declarative, policy-gated GitOps for AI compute fleets.",
@@ -83,7 +83,7 @@ def _env_name(name: str | None) -> str | None:
 
 EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml", callback=_env_name)]
 DirOpt = Annotated[Path, typer.Option("--environments", help="Folder of environment files", envvar="FLEETOPS_ENVIRONMENTS")]
-DEFAULT_DIR = Path("environments")
+DEFAULT_DIR = spec.ENVIRONMENTS
 
 
 class Format(str, Enum):
@@ -114,13 +114,13 @@ def progress(what: str) -> Iterator[None]:
         yield
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = errors.ExitCode.BAD_INPUT) -> NoReturn:
     err.print(message, markup=False, highlight=False)
     raise typer.Exit(code)
 
 
 def env_file(directory: Path, name: str) -> Path:
-    path = directory / f"{name}.yaml"
+    path = spec.environment_path(name, directory)
     if not path.exists():  # what exists but is no regular file is refused, and said so, as it is read
         known = sorted(p.stem for p in directory.glob("*.yaml"))
         fail(f"{path}:1:1: no environment {name!r} (known: {', '.join(known) or 'none'})")
@@ -128,16 +128,14 @@ def env_file(directory: Path, name: str) -> Path:
 
 
 def checked_or_problems(path: Path, revision: str | None = None, engine: str = "direct",
-                        each_cluster: "render_mod.Each | None" = None) -> "render_mod.Checked | list[str]":
+                        each_cluster: "render.Each | None" = None) -> "render.Checked | list[str]":
     """`render.load_checked`, the validation every command shares, or its problems, one line each."""
-    from fleetops import render as render_mod
+    from fleetops import render
 
     try:
-        return render_mod.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
-    except spec.SpecError as exc:
-        return exc.problems
-    except render_mod.RenderError as exc:
-        return [str(exc)]
+        return render.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
+    except errors.FleetopsError as exc:
+        return exc.lines
 
 
 # The revision is only stamped on objects; a command that prints none need not ask Git for it.
@@ -150,7 +148,7 @@ def problems_of(path: Path) -> list[str]:
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
-                   each_cluster: "render_mod.Each | None" = None) -> tuple[spec.Environment, "render_mod.DesiredState"]:
+                   each_cluster: "render.Each | None" = None) -> tuple[spec.Environment, "render.DesiredState"]:
     """The environment and its rendered objects, schema-checked; bad input is exit 2 with a line per problem."""
     with progress(f"rendering {path}"):
         checked = checked_or_problems(path, revision, engine, each_cluster)
@@ -159,7 +157,7 @@ def render_or_fail(path: Path, revision: str | None = None, engine: str = "direc
     return checked.env, checked.state
 
 
-def print_summary(env: spec.Environment, state: "render_mod.DesiredState", console: _Console) -> None:
+def print_summary(env: spec.Environment, state: "render.DesiredState", console: _Console) -> None:
     from rich.table import Table
 
     pools = Table(title=f"{env.environment}: pools and edge groups", title_justify="left")
@@ -237,11 +235,11 @@ def validate(
     if problems:
         if output is Output.table:
             fail("\n".join(problems))
-        raise typer.Exit(2)
+        raise typer.Exit(errors.ExitCode.BAD_INPUT)
 
 
-@app.command()
-def render(
+@app.command("render")  # named apart from the module it runs
+def render_command(
     env: EnvOpt,
     environments: DirOpt = DEFAULT_DIR,
     out_dir: Annotated[Path | None, typer.Option("-o", "--out", help="Write one file per cluster into this folder")] = None,
@@ -342,7 +340,7 @@ def check(
             highlight=False,
         )
     if verdict.denied:
-        raise typer.Exit(1)
+        raise typer.Exit(errors.ExitCode.DENIED)
 
 
 policy_app = typer.Typer(help="Work on the Rego policies themselves.", no_args_is_help=True)
@@ -356,10 +354,7 @@ def policy_test(
 ) -> None:
     """Run every *_test.rego with the embedded engine and report line coverage per policy file. Exit 1 on a failing test."""
     from fleetops import policy
-    try:
-        report = policy.run_tests(policies)
-    except policy.PolicyError as exc:
-        fail(str(exc))
+    report = policy.run_tests(policies)
     if output is Output.json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
@@ -380,7 +375,7 @@ def policy_test(
         failed = sum(not r.passed for r in report.results)
         out.print(f"{len(report.results) - failed} passed, {failed} failed", markup=False, highlight=False)
     if not report.passed:
-        raise typer.Exit(1)
+        raise typer.Exit(errors.ExitCode.DENIED)
 
 
 # --- plan ---------------------------------------------------------------------------------------
@@ -393,8 +388,8 @@ class PlanFormat(str, Enum):
     github = "github"
 
 
-@app.command()
-def plan(
+@app.command("plan")  # named apart from the module it runs
+def plan_command(
     env: EnvOpt,
     base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
     head: Annotated[str | None, typer.Option(help="Head revision (default: the working tree)")] = None,
@@ -412,12 +407,12 @@ def plan(
 
     Exit 1 when denied or when it needs more approvals, 2 on bad input."""
     from fleetops import git, policy, review
-    from fleetops import plan as plan_mod
+    from fleetops import plan
 
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
-            result = plan_mod.build(top, env, base, head, approvals)
+            result = plan.build(top, env, base, head, approvals)
         if require_base_program and not result["policy"]["judge_program_is_base"]:
             fail(f"plan: the fleetops running is not the program of the base revision {result['base']['revision'][:12]}: "
                  "install the base's checkout and run it there (--require-base-program)")
@@ -425,14 +420,14 @@ def plan(
             "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
-    except (plan_mod.PlanError, policy.PolicyError) as exc:
+    except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
-        invalid = plan_mod.cannot_judge(env, base, head, str(exc).splitlines())
+        invalid = plan.cannot_judge(env, base, head, str(exc).splitlines())
         if artifacts is not None:
             write_files(_plan_forms(invalid, artifacts, review.cannot_judge(invalid, max_chars), review.cannot_judge(invalid, 10**12)), "the plan")
         sys.stdout.write(_plan_form(invalid, output, review.cannot_judge(invalid, max_chars)))
         fail(str(exc))
-    code = 0 if result["verdict"] == "allowed" else 1
+    code = errors.ExitCode.OK if result["verdict"] == "allowed" else errors.ExitCode.DENIED
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
         write_files(_plan_forms(result, artifacts, review.comment(result, max_chars, where), review.full(result)), "the full plan")
@@ -442,19 +437,19 @@ def plan(
     if result["no_effect"]:
         # A first plan on a fresh clone compares the working tree with itself: say what to try.
         err.print(f"plan: no change between base {result['base']['revision'][:12]} and head: nothing to review. To see a plan, edit "
-                  f"environments/{env}.yaml (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
+                  f"{spec.environment_path(env)} (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
                   "or compare two revisions with --base and --head.", markup=False, highlight=False)
     raise typer.Exit(code)
 
 
 def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str:
-    from fleetops import plan as plan_mod
+    from fleetops import plan
     from fleetops import review
 
     if output is PlanFormat.json:
         return as_json(plan_document(result))
     if output is PlanFormat.junit:
-        return plan_mod.junit(result)
+        return plan.junit(result)
     if output is PlanFormat.github:
         return review.github_annotations(result)
     return markdown
@@ -462,11 +457,11 @@ def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str
 
 def _plan_forms(result: dict[str, Any], artifacts: Path, comment: str, full: str) -> dict[Path, str]:
     """Every form of the one plan, for a CI job that plans once per environment."""
-    from fleetops import plan as plan_mod
+    from fleetops import plan
     from fleetops import review
 
     return {artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": full, artifacts / "comment.md": comment,
-            artifacts / "plan-junit.xml": plan_mod.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
+            artifacts / "plan-junit.xml": plan.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -478,8 +473,8 @@ class AuditFormat(str, Enum):
     json = "json"
 
 
-@app.command()
-def audit(
+@app.command("audit")  # named apart from the module it runs
+def audit_command(
     env: Annotated[str, typer.Option("--env", "-e", help="One environment, or 'all'", callback=_env_name)] = "all",
     environments: DirOpt = DEFAULT_DIR,
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log for the history (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
@@ -490,14 +485,15 @@ def audit(
 ) -> None:
     """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
     from fleetops import policy
-    from fleetops import audit as audit_mod
+    from fleetops import audit
     from fleetops import git
 
     paths = sorted(environments.glob("*.yaml")) if env == "all" else [env_file(environments, env)]
     if not paths:
         fail(f"{environments}: no environment files")
     # An environment the other commands refuse is refused here too, before a report says anything of it.
-    problems = [line for path in paths for line in problems_of(path)]
+    checked = {path.stem: checked_or_problems(path) for path in paths}
+    problems = [line for c in checked.values() if isinstance(c, list) for line in c]
     if problems:
         fail("\n".join(problems))
     try:
@@ -506,21 +502,18 @@ def audit(
         repo = policies.resolve().parent
     try:
         with progress("building the audit report"):
-            report = audit_mod.build(
-                repo, [(p.stem, p) for p in paths], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+            report = audit.build(
+                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
-    broken = [e["error"] for e in report["environments"] if e["error"]]
-    if broken:
-        fail("\n".join(broken) + "\n(no report written)")
-    if skipped := audit_mod.malformed_summary(report["history"]):
+    if skipped := audit.malformed_summary(report["history"]):
         err.print(skipped, markup=False, highlight=False)
     if output is AuditFormat.json:
         decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
         text = as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
     else:
-        text = {AuditFormat.html: audit_mod.html, AuditFormat.markdown: audit_mod.markdown}[output](report)
+        text = {AuditFormat.html: audit.html, AuditFormat.markdown: audit.markdown}[output](report)
     if out_file is None:
         sys.stdout.write(text)
         return
@@ -590,8 +583,8 @@ def print_pass(result: Any) -> None:
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {applied}", highlight=False)
 
 
-@app.command()
-def reconcile(
+@app.command("reconcile")  # named apart from the module it runs
+def reconcile_command(
     env: EnvOpt,
     repo: Annotated[str, typer.Option("--repo", help="Git URL or path holding environments/", envvar="FLEETOPS_REPO")],
     ref: Annotated[str, typer.Option(help="Branch, tag or commit to follow")] = "main",
@@ -618,7 +611,7 @@ def reconcile(
     import threading
 
     from fleetops import cluster as cluster_mod
-    from fleetops import reconcile as rec
+    from fleetops import reconcile
 
     if once == (interval is not None):
         fail("choose one of --once or --interval DURATION")
@@ -635,9 +628,9 @@ def reconcile(
         config = str(kubeconfig) if kubeconfig else c.kubeconfig
         return cluster_mod.connect(c.name, config, context or c.context, in_cluster, timeout)
 
-    opts = rec.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
-    reconciler = rec.Reconciler(
-        env, rec.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
+    opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
+    reconciler = reconcile.Reconciler(
+        env, reconcile.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:
@@ -645,7 +638,7 @@ def reconcile(
             with progress(f"reconciling {env}"):
                 result = reconciler.run_once()
         except Exception as exc:  # an engine fault: one line, not a traceback
-            fail(f"reconcile failed: {type(exc).__name__}: {rec.redact(str(exc))}", 1)
+            fail(f"reconcile failed: {type(exc).__name__}: {reconcile.redact(str(exc))}", errors.ExitCode.DENIED)
         if output is Output.json:
             body = result.to_dict()
             sys.stdout.write(as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
@@ -656,10 +649,10 @@ def reconcile(
     reconciler.lease_seconds = max(15, int(3 * period))
     if metrics_port is not None:
         try:
-            rec.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
+            reconcile.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
         except OSError as exc:
             fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc.strerror or exc}")
-    rec.json_logging()
+    reconcile.json_logging()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
@@ -755,6 +748,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
+    except errors.FleetopsError as exc:  # what a command did not say in its own words: one line per problem, its exit code
+        err.print("\n".join(exc.lines), markup=False, highlight=False)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)

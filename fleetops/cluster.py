@@ -24,40 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetops.render import CLUSTER_SCOPED
+from fleetops.errors import TIMEOUT, UNREACHABLE, ApiError  # noqa: F401  TIMEOUT, UNREACHABLE: the reconciler imports them from here
+from fleetops.kube import CLUSTER_SCOPED, Key, Manifest, describe, key_of
 from fleetops.spec import SYSTEM_NAMESPACES
 
-Manifest = dict[str, Any]
-Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
-
 WRITE_VERBS = frozenset({"apply", "create", "replace", "delete", "patch", "approve"})
-RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
-TIMEOUT = 0  # status of an ApiError raised for a timeout or a broken connection
-UNREACHABLE = -1  # status of a call not made: the server stopped answering earlier (never retried)
-
-
-class ApiError(Exception):
-    """An API call that failed: HTTP status (0 for timeouts), reason, and the server's Retry-After."""
-
-    def __init__(self, status: int, reason: str, retry_after: float | None = None):
-        super().__init__(f"{status} {reason}" if status > 0 else reason)
-        self.status = status
-        self.reason = reason
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        # A server-side apply the server cannot even type (a field its schema lacks) comes back as a
-        # 500 on a real kube-apiserver, yet no retry can heal it; nor can sending the same apply
-        # again take a field another manager owns.
-        if self.status == 500 and "failed to create typed patch object" in self.reason or self.field_conflict:
-            return False
-        return self.status == TIMEOUT or self.status in RETRYABLE_STATUSES
-
-    @property
-    def field_conflict(self) -> bool:
-        """A server-side apply refused because another field manager owns a field it sends."""
-        return self.status == 409 and "Apply failed with" in self.reason
 
 
 class ClusterAPI(Protocol):
@@ -82,16 +53,6 @@ class ClusterAPI(Protocol):
     def approve(self, csr: Manifest) -> Manifest:
         """Write a CertificateSigningRequest's Approved or Denied condition (its approval subresource)."""
         ...
-
-
-def key_of(manifest: Manifest) -> Key:
-    meta = manifest.get("metadata", {})
-    return (manifest["apiVersion"], manifest["kind"], meta.get("namespace", "") or "", meta["name"])
-
-
-def describe(key: Key) -> str:
-    _, kind, namespace, name = key
-    return f"{kind} {namespace + '/' if namespace else ''}{name}"
 
 
 def _member(fields: dict[str, Any], value: Any, token: str) -> tuple[str, Any] | None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-ObjectKey = tuple[str, str, str, str, str]  # cluster, apiVersion, kind, namespace, name
+from fleetops.kube import ObjectKey, object_key
 
 SERVER_METADATA = (
     "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
@@ -84,7 +84,7 @@ def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldC
     reviewer reads it). Each operation's old value is read from the document as the operations before
     it left it, so list positions stay right.
     """
-    import jsonpatch  # here: render and policy import this module for `object_key` alone
+    import jsonpatch  # here: only a changed object needs it (kube, not this module, gives object keys)
 
     ops = jsonpatch.JsonPatch.from_diff(dict(old), dict(new), optimization=False).patch
     doc = copy.deepcopy(dict(old))
@@ -111,11 +111,6 @@ def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChan
     have = project(normalize(live), want)
     # A steady fleet is mostly equal objects: an equality test is far cheaper than building a patch.
     return [] if have == want else field_changes(have, want)
-
-
-def object_key(cluster: str, manifest: Mapping[str, Any]) -> ObjectKey:
-    meta = manifest.get("metadata", {})
-    return (cluster, manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""), meta["name"])
 
 
 def encode(clusters: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bytes]:

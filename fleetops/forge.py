@@ -23,12 +23,10 @@ from typing import Any
 
 import pathspec
 
+from fleetops.errors import ForgeError
+
 Fetch = Callable[[str], Any]  # URL -> decoded JSON (every page)
 Send = Callable[[str, str, dict[str, Any]], Any]  # method, URL, JSON body -> decoded JSON
-
-
-class ForgeError(Exception):
-    """The forge could not be asked: no token, no pull request, an HTTP error."""
 
 
 CODEOWNERS_PLACES = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS")  # where GitHub looks, in its order

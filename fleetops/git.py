@@ -7,11 +7,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from fleetops.errors import GitError
+
 UNVERSIONED = "unversioned"
-
-
-class GitError(Exception):
-    pass
 
 
 def run(repo: str | Path, *args: str, env: Mapping[str, str] | None = None) -> str:

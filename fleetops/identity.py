@@ -19,11 +19,11 @@ import base64
 import fnmatch
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from fleetops import spec
+from fleetops.kube import DNS_SUBDOMAIN  # as the API server names nodes
 
 KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 RECORD_CONFIGMAP = "fleetops-edge-identity"
@@ -43,7 +43,6 @@ def fingerprint_of_key(public_key: Any) -> str:
 # key encipherment allowed (it is for RSA keys), no subject alternative name of any kind.
 CLIENT_USAGES = (frozenset({"digital signature", "client auth"}), frozenset({"digital signature", "key encipherment", "client auth"}))
 NODES_GROUP = "system:nodes"
-NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as the API server names nodes
 BOOTSTRAP_GROUP = "system:bootstrappers"
 BOOTSTRAP_USER_PREFIX = "system:bootstrap:"
 
@@ -80,7 +79,7 @@ def read_request(csr: dict[str, Any]) -> Request:
     common = [v for oid, v in attributes if oid == NameOID.COMMON_NAME]
     node = str(common[0]).removeprefix(NODE_PREFIX) if len(common) == 1 and str(common[0]).startswith(NODE_PREFIX) else ""
     subject_ok = len(attributes) == 2 and [v for oid, v in attributes if oid == NameOID.ORGANIZATION_NAME] == [NODES_GROUP]
-    if not subject_ok or not NODE_NAME.fullmatch(node):
+    if not subject_ok or not DNS_SUBDOMAIN.fullmatch(node):
         return Request(name, None, fingerprint, _bounded(f"subject {parsed.subject.rfc4514_string()!r} is not exactly "
                                                           f"O={NODES_GROUP}, CN={NODE_PREFIX}<name>"))
     usages = [str(u) for u in spec_.get("usages") or []]

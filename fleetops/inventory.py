@@ -17,12 +17,9 @@ from typing import Any
 from cerberus import Validator
 
 from fleetops import spec
+# The node contract (fleetops.kube), also read through here by the reconciler (`inventory.QUARANTINE_TAINT`).
+from fleetops.kube import CORDON_ANNOTATION, DNS_SUBDOMAIN, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, POOL_LABEL, QUARANTINE_TAINT  # noqa: F401
 
-FINGERPRINT_ANNOTATION = "fleetops.io/device-fingerprint"
-QUARANTINE_TAINT = {"key": "fleetops.io/quarantine", "value": "unknown-device", "effect": "NoExecute"}
-CORDON_ANNOTATION = "fleetops.io/cordoned"  # set when fleetops cordoned a node, so it only uncordons its own
-
-_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
     "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6, "G": 10**9,
@@ -31,8 +28,8 @@ _SUFFIX = {
 _STRING_MAP = {"type": "dict", "keysrules": {"type": "string", "maxlength": 317}, "valuesrules": {"type": "string", "maxlength": 65536}}
 _LABEL_MAP = {
     "type": "dict",
-    "keysrules": {"type": "string", "regex": spec._LABEL_KEY.pattern},
-    "valuesrules": {"type": "string", "regex": spec._LABEL_VALUE.pattern},
+    "keysrules": {"type": "string", "regex": LABEL_KEY.pattern},
+    "valuesrules": {"type": "string", "regex": LABEL_VALUE.pattern},
 }
 _QUANTITY_MAP = {
     "type": "dict",
@@ -52,7 +49,7 @@ def _list_of(fields: dict[str, Any]) -> dict[str, Any]:
 
 NODE_SCHEMA: dict[str, Any] = {
     "metadata": _object({
-        "name": {"type": "string", "required": True, "regex": _NAME},
+        "name": {"type": "string", "required": True, "regex": DNS_SUBDOMAIN.pattern},
         "labels": {**_LABEL_MAP, "nullable": True},
         "annotations": {**_STRING_MAP, "nullable": True},
         "resourceVersion": {"type": "string"},
@@ -60,7 +57,7 @@ NODE_SCHEMA: dict[str, Any] = {
     "spec": _object({
         "unschedulable": {"type": "boolean", "nullable": True},
         "taints": _list_of({
-            "key": {"type": "string", "required": True, "regex": spec._LABEL_KEY.pattern},
+            "key": {"type": "string", "required": True, "regex": LABEL_KEY.pattern},
             "value": {"type": "string", "nullable": True},
             "effect": {"type": "string", "required": True, "allowed": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
         }),
@@ -212,7 +209,7 @@ def match_groups(cluster: spec.Cluster, node: NodeInfo) -> list[spec.Group]:
 
 def claimed_groups(cluster: spec.Cluster, node: NodeInfo) -> list[spec.Group]:
     """The groups of the cluster a node's own pool or edge-group label names."""
-    pool, edge = node.labels.get(spec.POOL_LABEL), node.labels.get(spec.EDGE_GROUP_LABEL)
+    pool, edge = node.labels.get(POOL_LABEL), node.labels.get(EDGE_GROUP_LABEL)
     return [*(p for p in cluster.pools if p.name == pool), *(g for g in cluster.edge_groups if g.name == edge)]
 
 

@@ -42,9 +42,7 @@ import orjson
 import pydantic
 from landlockpy import AccessFS, AccessNet, Ruleset, Scope
 
-
-class IsolationError(Exception):
-    """The side could not be rendered in isolation: no sandbox, a crash, a bound hit, or an answer that is not data."""
+from fleetops.errors import IsolationError
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,13 @@ from typing import Any
 
 from fleetops import changes as changes_mod
 from fleetops import diff, fork, git, isolate, memory, output, spec
+from fleetops.errors import PlanError
 
 WORKTREE = "WORKTREE"
 # What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
 MAX_TREE_BYTES = 256 << 20
 # Files whose change is a change of the program that renders or deploys the fleet: a policy fact.
 PROGRAM_PATHS = ("fleetops/", "modules/", "stacks/", "Pulumi.yaml", "pyproject.toml", "setup.py")
-
-
-class PlanError(Exception):
-    """Bad input: an unknown revision, an invalid environment at head, a side that cannot render."""
 
 
 @dataclass
@@ -457,7 +454,7 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
 @memory.acyclic()
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
-    env_rel = f"environments/{env_name}.yaml"
+    env_rel = spec.environment_path(env_name).as_posix()
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
     with contextlib.ExitStack() as stack:

@@ -32,8 +32,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fleetops import git, memory, spec
+from fleetops.errors import PolicyError
 from fleetops.output import decision_counts
-from fleetops.diff import object_key
+from fleetops.kube import ENVIRONMENT_LABEL, object_key
 from fleetops.render import DesiredState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,10 +52,6 @@ DEFAULT_TIMEOUT = 30.0
 MAX_INPUT_BYTES = 64 << 20
 
 Status = Literal["deny", "warn", "waived"]
-
-
-class PolicyError(Exception):
-    """The gate could not decide: bad policy, bad input, engine failure or timeout. Callers fail closed."""
 
 
 # --- input ---------------------------------------------------------------------------------
@@ -1235,12 +1232,12 @@ def stack_input(resources: Iterable[Any], environments: Path) -> tuple[dict[str,
     objects, problems = stack_objects(resources)
     if problems:
         raise PolicyError(problems[0])
-    names = _stamp(objects, "labels", "fleetops.io/environment")
+    names = _stamp(objects, "labels", ENVIRONMENT_LABEL)
     if len(names) != 1:
         raise PolicyError(f"stack objects must carry one fleetops.io/environment label, found {sorted(names) or 'none'}")
     name = names.pop()
     try:
-        env = spec.load_environment(environments / f"{name}.yaml")
+        env = spec.load_environment(spec.environment_path(name, environments))
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     # The pack runs in the checkout Pulumi deploys from: its commit is the revision under review.

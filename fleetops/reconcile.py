@@ -42,7 +42,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleetops import diff, git, identity, inventory, memory, render, schema, spec
 from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI, Key, Manifest, describe, field_managers, key_of
-from modules.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
+from fleetops.kube import ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, CLUSTER_LABEL
 
 log = logging.getLogger("fleetops.reconcile")
 # A library logs only where its user asks it to (the reconcile service installs JSON logs). Set here,

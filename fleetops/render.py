@@ -14,39 +14,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fleetops import git, memory, schema, spec
-from fleetops.diff import object_key
+from fleetops.errors import RenderError
+from fleetops.kube import apply_order, kind_rank, object_key  # noqa: F401  kind_rank: still read as render.kind_rank by reconcile.py
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_PROGRAM = ROOT / "stacks" / "__main__.py"
-
-# Apply order, also used to sort output so that a reader meets namespaces before what lives in them.
-KIND_ORDER = {
-    "CustomResourceDefinition": 0,
-    "Namespace": 1,
-    "PriorityClass": 2,
-    "ClusterRole": 2,
-    "ClusterRoleBinding": 2,
-    "ServiceAccount": 4,
-    "ConfigMap": 4,
-    "DaemonSet": 6,
-    "Deployment": 6,
-}
-CLUSTER_SCOPED = {
-    "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-    "ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "Cohort", "NodeGroup", "NodePool", "Queue",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CertificateSigningRequest",
-}
-
-
-class RenderError(Exception):
-    """The program could not be rendered: it raised, or it broke a rule the real engine enforces."""
-
-
-def kind_rank(manifest: dict[str, Any]) -> int:
-    kind = manifest["kind"]
-    if kind in KIND_ORDER:
-        return KIND_ORDER[kind]
-    return 3 if kind in CLUSTER_SCOPED else 5
 
 
 @dataclass
@@ -101,7 +73,7 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
             if key in seen:
                 raise RenderError(f"{cluster} declares {key[2]} {key[3] + '/' if key[3] else ''}{key[4]} twice")
             seen.add(key)
-        manifests.sort(key=lambda m: (kind_rank(m), m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+        manifests.sort(key=apply_order)
         if each_cluster is not None:
             each_cluster(cluster, manifests)
 

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
+from fleetops import spec
 from fleetops.changes import SECURITY_FIELDS
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
@@ -93,7 +94,7 @@ def header(plan: dict[str, Any]) -> list[str]:
         f"Judged by the policies of the base revision {_code(plan['base']['revision'][:12])}.",
     ]
     if not plan["head"]["exists"]:
-        deleted = f"environments/{plan['environment']}.yaml"
+        deleted = spec.environment_path(plan["environment"]).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
     waived = [d for d in plan["decisions"] if d["status"] == "waived" and d.get("severity") == "high"]
     if waived:
@@ -450,7 +451,7 @@ def github_annotations(plan: dict[str, Any]) -> str:
     """Workflow commands that put each decision on the line of the environment file it comes from."""
     out = []
     for d in plan["decisions"]:
-        loc = d.get("location") or {"file": f"environments/{plan['environment']}.yaml", "line": 1}
+        loc = d.get("location") or {"file": spec.environment_path(plan["environment"]).as_posix(), "line": 1}
         message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
         out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
                    f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")

@@ -30,7 +30,7 @@ from pulumi.runtime.proto import resource_pb2, source_pb2
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from fleetops import spec
-from fleetops.render import RenderError
+from fleetops.errors import RenderError
 
 PROVIDER_TYPE = "pulumi:providers:kubernetes"
 

@@ -26,6 +26,8 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from fleetops import memory, mig
+from fleetops.errors import SpecError
+from fleetops.kube import DNS_LABEL, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, MIG_CONFIG_LABEL, NVIDIA_CONFIG_LABEL, POOL_LABEL, RESOURCE_NAME
 
 HOURS_PER_MONTH = 730
 
@@ -54,24 +56,12 @@ LIMITS = Limits()
 Loc = tuple[str | int, ...]
 
 
-class SpecError(Exception):
-    """One or more problems in an environment file, each already formatted as `file:line:col: path: msg`."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__(problems[0] if problems else "invalid environment")
-        self.problems = problems
-
-
 # --- field types -------------------------------------------------------------------------
 
 # Every pattern is matched against the whole value (`fullmatch`): `^...$` also accepts a value that
 # ends in a newline (Python's `$` matches before a final newline), which the API server refuses.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
-_RESOURCE = re.compile(rf"{_SUBDOMAIN}/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
+# Kubernetes's own names (DNS labels, label keys and values, resource names) are in fleetops.kube.
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
-_LABEL_KEY = re.compile(rf"({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _MIG_PROFILE = re.compile(r"[1-7]g\.[0-9]+gb(\+me)?")
 _CURRENCY = re.compile(r"[A-Z]{3}")
 # Node names are DNS subdomains: a glob over them needs no other character (a quote would also end
@@ -83,7 +73,7 @@ DNS_LABEL_RULE = "a DNS-1123 label (lowercase letters, digits and '-', at most 6
 
 def is_dns_label(value: str) -> bool:
     """Whether `value` may name a Kubernetes object, a namespace, or an environment file."""
-    return _DNS_LABEL.fullmatch(value) is not None
+    return DNS_LABEL.fullmatch(value) is not None
 
 
 def _whole(pattern: re.Pattern[str], rule: str) -> AfterValidator:
@@ -105,18 +95,18 @@ def _cidr(value: str) -> str:
 
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for key, val in value.items():
-        if not _LABEL_KEY.fullmatch(key):
+        if not LABEL_KEY.fullmatch(key):
             raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-        if not _LABEL_VALUE.fullmatch(val):
+        if not LABEL_VALUE.fullmatch(val):
             raise ValueError(f"label value {val!r} of {key!r} is not a valid Kubernetes label value")
     return value
 
 
-Name = Annotated[str, _whole(_DNS_LABEL, DNS_LABEL_RULE)]
-ResourceName = Annotated[str, _whole(_RESOURCE, "an extended resource name like 'nvidia.com/gpu'")]
+Name = Annotated[str, _whole(DNS_LABEL, DNS_LABEL_RULE)]
+ResourceName = Annotated[str, _whole(RESOURCE_NAME, "an extended resource name like 'nvidia.com/gpu'")]
 Fingerprint = Annotated[str, _whole(_FINGERPRINT, "'sha256:' and 64 lowercase hex digits")]
-LabelKey = Annotated[str, _whole(_LABEL_KEY, "a Kubernetes label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.')")]
-LabelValue = Annotated[str, _whole(_LABEL_VALUE, "a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.')")]
+LabelKey = Annotated[str, _whole(LABEL_KEY, "a Kubernetes label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.')")]
+LabelValue = Annotated[str, _whole(LABEL_VALUE, "a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.')")]
 MigProfile = Annotated[str, _whole(_MIG_PROFILE, "a MIG profile like '1g.10gb' or '1g.10gb+me'")]
 Currency = Annotated[str, _whole(_CURRENCY, "a three-letter ISO 4217 code like 'USD'")]
 NodeGlob = Annotated[str, _whole(_NODE_GLOB, "a glob over node names: lowercase letters, digits, '-', '.', and '*', '?', '[...]'")]
@@ -802,6 +792,14 @@ def read_bounded(path: Path, limit: int, file: str, what: str) -> bytes:
     return data
 
 
+ENVIRONMENTS = Path("environments")  # the folder of environment files, in a fleet's repository
+
+
+def environment_path(name: str, folder: Path = ENVIRONMENTS) -> Path:
+    """The file of environment `name` (a DNS label, never a path) in `folder`."""
+    return folder / f"{name}.yaml"
+
+
 def load_environment(path: str | Path, display: str | None = None) -> Environment:
     """Read and validate `environments/<env>.yaml`."""
     return read_environment(path, display).env
@@ -1158,10 +1156,6 @@ def monthly_cost(env: Environment) -> float:
 
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-POOL_LABEL = "fleetops.io/pool"
-EDGE_GROUP_LABEL = "fleetops.io/edge-group"
-NVIDIA_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by NVIDIA mig-manager
 RESERVED_LABELS = {POOL_LABEL, EDGE_GROUP_LABEL, NVIDIA_CONFIG_LABEL, MIG_CONFIG_LABEL}
 # Every node of a spot pool carries it, and so does its Kueue ResourceFlavor: Kueue admits to the pool,
 # and the scheduler places on it, only pods that tolerate it, which the tenant's admission policy

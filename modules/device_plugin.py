@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from fleetops import spec
+from fleetops import kube, spec
 from modules.kube import Part, Target
 
 NAMESPACE = "kube-system"
@@ -73,7 +73,7 @@ def tolerations(group: spec.Group) -> list[dict[str, Any]]:
 
 
 def _selector(group: spec.Group) -> dict[str, str]:
-    return {(spec.POOL_LABEL if isinstance(group, spec.Pool) else spec.EDGE_GROUP_LABEL): group.name}
+    return {(kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL): group.name}
 
 
 def _host(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def _config_manager(group: spec.Group, oneshot: bool) -> dict[str, Any]:
         {"name": "ONESHOT", "value": str(oneshot).lower()},
         {"name": "KUBECONFIG"},  # empty: the in-cluster service account
         _field("NODE_NAME", "spec.nodeName"),
-        {"name": "NODE_LABEL", "value": spec.NVIDIA_CONFIG_LABEL},
+        {"name": "NODE_LABEL", "value": kube.NVIDIA_CONFIG_LABEL},
         {"name": "CONFIG_FILE_SRCDIR", "value": AVAILABLE_CONFIGS},
         {"name": "CONFIG_FILE_DST", "value": f"{CONFIG_DIR}/config.yaml"},
         {"name": "DEFAULT_CONFIG", "value": group.name},  # a member node the reconciler has not labelled yet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetops import spec
+from fleetops import kube, spec
 from modules.device_plugin import device_plugin
 from modules.kube import Part, Target
 from modules.node_pool import node_pool
@@ -23,7 +23,7 @@ def kubeedge_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
         "apiVersion": "apps.kubeedge.io/v1alpha1",
         "kind": "NodeGroup",
         "metadata": target.metadata(group.name),
-        "spec": {"matchLabels": {spec.EDGE_GROUP_LABEL: group.name}},
+        "spec": {"matchLabels": {kube.EDGE_GROUP_LABEL: group.name}},
     }
 
 

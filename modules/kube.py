@@ -1,4 +1,4 @@
-"""What every component declares: plain manifests, one metadata contract, a tree of fleet concepts.
+"""What every component declares: plain manifests stamped with the contract (`fleetops.kube`), a tree of fleet concepts.
 
 Components build plain manifests (the same dicts `kubectl apply` takes) into a tree of `Part`s, one
 per fleet concept. Two consumers walk the same tree: `modules.program` registers it with the Pulumi
@@ -13,20 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-ENVIRONMENT_LABEL = "fleetops.io/environment"
-CLUSTER_LABEL = "fleetops.io/cluster"
-PRUNE_ANNOTATION = "fleetops.io/prune"
-MANAGER = "fleetops"
-# Read by the Pulumi Kubernetes provider: its server-side apply uses this field manager, the one the
-# reconciler uses, so `pulumi up` and `fleetops reconcile` own the same fields and never conflict.
-FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
-# Read by the Pulumi Kubernetes provider: do not wait for pods to become ready (workloads) or to be
-# selected (a Service). A device plugin on a pool whose hardware has not arrived, or on an offline
-# edge site, must not fail the deploy of everything else; rollout health is watched by monitoring
-# (PrometheusRule), as the reconciler, which never waits, also leaves it.
-SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
-WAITS_FOR_PODS = {"DaemonSet", "Deployment", "Service"}
+from fleetops.kube import FIELD_MANAGER_ANNOTATION, MANAGED_BY, MANAGER, SKIP_AWAIT_ANNOTATION, WAITS_FOR_PODS, CLUSTER_LABEL, ENVIRONMENT_LABEL
+
 
 @dataclass(frozen=True)
 class Target:
@@ -94,12 +82,6 @@ class Part:
 
     def build(self) -> list[dict[str, Any]]:
         return [self.target.stamp(m) for m in self.objects()] if self.target else []
-
-
-def object_name(cluster: str, manifest: dict[str, Any]) -> str:
-    """The Pulumi resource name of an object: unique per cluster, stable across renders."""
-    meta = manifest["metadata"]
-    return f"{cluster}/{meta.get('namespace', '_')}/{meta['name']}"
 
 
 def quantity_name(resource: str) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fleetops import spec
+from fleetops import kube, spec
 from modules.kube import Part, Target
 
 
 def flavor_manifest(target: Target, group: spec.Group) -> dict:
     labels = spec.node_labels(group)
-    key = spec.POOL_LABEL if isinstance(group, spec.Pool) else spec.EDGE_GROUP_LABEL
+    key = kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL
     body: dict = {"nodeLabels": {key: labels[key]}}
     taints = spec.taints(group)
     if taints:

@@ -13,8 +13,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleetops import spec
+from fleetops.kube import object_name
 from modules.fleet import fleet
-from modules.kube import Part, object_name
+from modules.kube import Part
 
 # Built-in kinds get their typed pulumi_kubernetes class (so `pulumi up` knows their schema);
 # every other kind is a custom resource whose CRD is installed by its own operator.

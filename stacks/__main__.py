@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 config = pulumi.Config("fleetops")
 name = config.get("environment") or pulumi.get_stack()
-spec_file = config.get("specFile") or str(ROOT / "environments" / f"{name}.yaml")
+spec_file = config.get("specFile") or str(spec.environment_path(name, ROOT / spec.ENVIRONMENTS))
 revision = config.get("revision") or git.revision(ROOT)
 
 environment = spec.load_environment(spec_file)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleetops import render, spec
+from fleetops import kube, render, spec
 from fleetops.cluster import MemoryCluster
 from tests import servers
 from tests.backends import RealCluster
@@ -105,7 +105,7 @@ def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
         server = api_servers(f"kueue-{len(started)}", crds=False)[f"kueue-{len(started)}"]
         crds = servers.kueue_crds() + [c for c in servers.shipped_crds() if c["spec"]["group"] != servers.KUEUE_GROUP]
         servers.install_crds(server, crds)
-        ordered = sorted(manifests, key=render.kind_rank)
+        ordered = sorted(manifests, key=kube.kind_rank)
         apply = servers.applier(server)
         # Kueue's install creates its namespace (its leader election Lease lives there); fleetops' own
         # Namespace object for it, when rendered, is applied over it.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client, dynamic
 
-from fleetops import reconcile, render
+from fleetops import kube, reconcile, render
 from tests import servers
 from tests.backends import RealCluster
 from tests.cli import run
@@ -74,7 +74,7 @@ def install_reconciler_rbac(server: servers.ApiServer, manifests: list[dict[str,
     dyn = dynamic.DynamicClient(server.client())
     own = [m for m in manifests if m["metadata"]["name"] in ("fleetops-reconciler", "fleetops-system")
            and m["kind"] in ("Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
-    for m in sorted(own, key=render.kind_rank):
+    for m in sorted(own, key=kube.kind_rank):
         if m["kind"] == "ClusterRole" and drop_resource:
             m = {**m, "rules": [{**r, "resources": [x for x in r["resources"] if x != drop_resource]} for r in m["rules"]]}
         dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"]).server_side_apply(body=m, field_manager="admin")

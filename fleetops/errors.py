@@ -1,0 +1,170 @@
+"""fleetops's errors: one family, each kind with the exit code a command ends with.
+
+Every error a command can meet is a `FleetopsError`: the CLI prints it (one line per problem) and
+exits with its `exit_code`, in one place (`fleetops.cli.main`), never with a traceback. Commands
+that say more (the plan's forms, "failing closed") catch their own kinds first.
+
+Kubernetes API errors are told apart by their class, chosen by HTTP status when one is made (as
+kopf's `APINotFoundError`, `APIConflictError`, ... are): `except NotFound`, not `status == 404`.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    DENIED = 1  # what was judged is wrong: a policy denied it, drift is left, a test or a write failed
+    BAD_INPUT = 2  # the command could not judge: bad input or usage, or no decision could be made
+
+
+class FleetopsError(Exception):
+    """An error a command reports as its problems, one line each, and ends with `exit_code`."""
+
+    exit_code: ClassVar[ExitCode] = ExitCode.BAD_INPUT
+
+    @property
+    def lines(self) -> list[str]:
+        """What a command prints of it: one line per problem."""
+        return str(self).splitlines() or [type(self).__name__]
+
+
+class SpecError(FleetopsError):
+    """One or more problems in an environment file, each already formatted as `file:line:col: path: msg`."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(problems[0] if problems else "invalid environment")
+        self.problems = problems
+
+    @property
+    def lines(self) -> list[str]:
+        return self.problems
+
+
+class RenderError(FleetopsError):
+    """The program could not be rendered: it raised, or it broke a rule the real engine enforces."""
+
+
+class PlanError(FleetopsError):
+    """Bad input: an unknown revision, an invalid environment at head, a side that cannot render."""
+
+
+class IsolationError(FleetopsError):
+    """The side could not be rendered in isolation: no sandbox, a crash, a bound hit, or an answer that is not data."""
+
+
+class PolicyError(FleetopsError):
+    """The gate could not decide: bad policy, bad input, engine failure or timeout. Callers fail closed."""
+
+
+class GitError(FleetopsError):
+    """A git command failed: no repository, an unknown revision."""
+
+
+class ForgeError(FleetopsError):
+    """The forge could not be asked: no token, no pull request, an HTTP error."""
+
+
+# --- the Kubernetes API ---------------------------------------------------------------------------
+
+# The status of an error that has none from a server. Kept as numbers for the reconciler's metrics
+# and status records; code tells the kinds apart by class (`Unanswered`, `Unreachable`).
+TIMEOUT = 0  # a timeout or a broken connection
+UNREACHABLE = -1  # a call not made: the server stopped answering earlier (never retried)
+
+
+class ApiError(FleetopsError):
+    """An API call that failed: HTTP status (0 for timeouts), reason, and the server's Retry-After.
+
+    `ApiError(status, reason)` makes the subclass of that status: `ApiError(404, ...)` is a `NotFound`."""
+
+    exit_code = ExitCode.DENIED  # a reconcile pass whose calls failed left the fleet unlike Git
+    retryable_kind: ClassVar[bool] = False
+
+    def __new__(cls, status: int, reason: str, retry_after: float | None = None) -> ApiError:
+        if cls is ApiError:
+            cls = _kind_of(status)
+        return super().__new__(cls, status, reason, retry_after)
+
+    def __init__(self, status: int, reason: str, retry_after: float | None = None):
+        super().__init__(f"{status} {reason}" if status > 0 else reason)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.retryable_kind
+
+    @property
+    def field_conflict(self) -> bool:
+        """A server-side apply refused because another field manager owns a field it sends."""
+        return False
+
+
+class Unanswered(ApiError):
+    """No answer: a timeout or a broken connection (status TIMEOUT)."""
+
+    retryable_kind = True
+
+
+class Unreachable(ApiError):
+    """Not attempted: the server stopped answering earlier in the pass (status UNREACHABLE)."""
+
+
+class ClientError(ApiError):
+    """The server refused the request (4xx)."""
+
+
+class Forbidden(ClientError):
+    """403: the credentials may not do this (RBAC)."""
+
+
+class NotFound(ClientError):
+    """404: no such object, namespace, or kind (its CRD is not installed)."""
+
+
+class Conflict(ClientError):
+    """409: a stale write, an object that already exists, or fields another manager owns."""
+
+    @property
+    def retryable(self) -> bool:
+        return not self.field_conflict  # sending the same apply again cannot take a field another manager owns
+
+    @property
+    def field_conflict(self) -> bool:
+        # The API server's only mark of a field-manager conflict in the text the client keeps is its message.
+        return "Apply failed with" in self.reason
+
+
+class TooManyRequests(ClientError):
+    """429: the server asks to be called later (Retry-After)."""
+
+    retryable_kind = True
+
+
+class ServerError(ApiError):
+    """5xx: the server failed."""
+
+    @property
+    def retryable(self) -> bool:
+        # A server-side apply the server cannot even type (a field its schema lacks) comes back as a
+        # 500 on a real kube-apiserver, yet no retry can heal it.
+        if self.status == 500 and "failed to create typed patch object" in self.reason:
+            return False
+        return self.status in (500, 502, 503, 504)
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    TIMEOUT: Unanswered, UNREACHABLE: Unreachable, 403: Forbidden, 404: NotFound, 409: Conflict, 429: TooManyRequests,
+}
+
+
+def _kind_of(status: int) -> type[ApiError]:
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    if status >= 500:
+        return ServerError
+    return ClientError if status >= 400 else ApiError
