@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fleetops import render
+from fleetops import grants, render
 from tests import servers
 
 pytestmark = pytest.mark.real
@@ -269,4 +269,28 @@ def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
     assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
     beyond = tenants.submit("edge-dev", "beyond", {"nvidia.com/gpu": 1}, "inference-critical")
     waiting = condition(tenants.decided("edge-dev", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+# --- what plan and validate say Kueue will grant (fleetops/grants.py), against Kueue itself ------------
+
+TRAINING = [{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}]
+
+
+def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(kueue, tmp_path: Path) -> None:
+    """environments/prod.yaml with `lend_fraction: 0.5` (as it was before validate refused it): on
+    center-sh, a100-train (line 39: 8 nodes x 8 GPUs) holds llm-pretrain's guarantee of 48 (line 117)
+    and research's 8 (line 145), each keeping half of it from lending. grants computes that
+    llm-pretrain can hold 60 of its declared burst of 64: Kueue admits 60 and leaves one more GPU pending."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "prod.yaml").write_text((ROOT / "environments" / "prod.yaml").read_text().replace("lend_fraction: 1.0", "lend_fraction: 0.5"))
+    objects = render.render(folder / "prod.yaml", revision="r1").clusters["center-sh"]
+    granted = grants.facts({"center-sh": objects})["center-sh"]["llm-pretrain"]["nvidia.com/gpu"]
+    assert granted["reachable"] == 60 and granted["guaranteed"] == 48  # below the declared burst of 64
+    tenants = Tenants(kueue(objects))
+    burst = tenants.submit("llm-pretrain", "burst", {"nvidia.com/gpu": granted["reachable"]}, "training-high", tolerations=TRAINING)
+    assert flavors(tenants.admitted("llm-pretrain", burst)) == {"nvidia.com/gpu": "a100-train"}
+    beyond = tenants.submit("llm-pretrain", "beyond", {"nvidia.com/gpu": 1}, "training-high", tolerations=TRAINING)
+    waiting = condition(tenants.decided("llm-pretrain", beyond), "QuotaReserved")
     assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
