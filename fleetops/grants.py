@@ -261,3 +261,23 @@ def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]])
                    "the program renders less than the file promises (check modules/tenant.py)")
         out.append(document.positions.error(loc, msg))
     return out
+
+
+def review(env: spec.Environment | None, clusters: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """plan's `grants`, the most units first: per tenant, cluster and resource what Kueue grants beside the
+    declared burst, and the most one job (one flavor) may hold; per cluster and resource every unit of
+    quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
+    declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
+    tenants = [
+        {"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"], "reachable": g["reachable"],
+         "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
+         "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]}
+        for cluster, per in facts(clusters).items() for tenant, resources in per.items() for resource, g in resources.items()
+    ]
+    guaranteed: dict[tuple[str, str], int] = {}
+    for row in tenants:
+        guaranteed[(row["cluster"], row["resource"])] = guaranteed.get((row["cluster"], row["resource"]), 0) + row["guaranteed"]
+    totals = [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get((cluster, resource), 0), "shared": t["shared"]}
+              for cluster, objects in sorted(clusters.items()) for resource, t in sorted(cluster_totals(objects).items())]
+    return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
+            "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
