@@ -51,6 +51,7 @@ class Node:
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
     subtree: dict[FlavorResource, int] = field(default_factory=dict)
+    reach: dict[FlavorResource, int] = field(default_factory=dict)  # Kueue's potentialAvailable, idle
 
     def local(self, fr: FlavorResource) -> int:
         """Kueue's localQuota: what the lending limit keeps from the parent."""
@@ -60,10 +61,11 @@ class Node:
         return max(0, self.subtree.get(fr, 0) - quota.lending_limit)
 
     def potential(self, fr: FlavorResource) -> int:
-        """Kueue's potentialAvailable: the most this node may hold of `fr` with nothing else running."""
+        """Kueue's potentialAvailable: the most this node may hold of `fr` with nothing else running
+        (its parent's `reach` already computed)."""
         if self.parent is None:
             return self.subtree.get(fr, 0)
-        reach = self.local(fr) + self.parent.potential(fr)
+        reach = self.local(fr) + self.parent.reach.get(fr, 0)
         quota = self.quotas.get(fr)
         if quota is not None and quota.borrowing_limit is not None:
             reach = min(reach, self.subtree.get(fr, 0) + quota.borrowing_limit)
@@ -81,29 +83,40 @@ class Grant(NamedTuple):
 
 
 def _amount(value: Any) -> int:
-    """A Kueue quota as whole units (rendered quotas are integers; a quantity string is parsed as Kueue would)."""
+    """A Kueue quota as whole units (rendered quotas are integers; a quantity string is parsed as Kueue would).
+    A value that is no quantity counts 0: the schema check refuses its object before anything is applied."""
     if isinstance(value, int):
         return value
     from kubernetes.utils.quantity import parse_quantity  # only for a string: the import costs validate 0.3 s
 
-    return int(parse_quantity(str(value)))
+    try:
+        return int(parse_quantity(str(value)))
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    """The mappings of a list field (any other shape is the schema check's to refuse)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _quotas(body: dict[str, Any]) -> dict[FlavorResource, Quota]:
     out = {}
-    for group in body.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for r in flavor.get("resources") or []:
+    for group in _items(body.get("resourceGroups")):
+        for flavor in _items(group.get("flavors")):
+            for r in _items(flavor.get("resources")):
                 limits = [None if r.get(k) is None else _amount(r[k]) for k in ("borrowingLimit", "lendingLimit")]
-                out[(flavor["name"], r["name"])] = Quota(_amount(r.get("nominalQuota", 0)), *limits)
+                out[(str(flavor.get("name")), str(r.get("name")))] = Quota(_amount(r.get("nominalQuota", 0)), *limits)
     return out
 
 
 def _node(kind: Kind, manifest: dict[str, Any], flavors: set[str]) -> Node:
-    body = manifest.get("spec") or {}
+    body = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     quotas = _quotas(body)
-    return Node(kind, manifest["metadata"]["name"], body.get("parentName" if kind is Kind.COHORT else "cohortName"),
-                (manifest["metadata"].get("labels") or {}).get(TENANT_LABEL), quotas,
+    parent = body.get("parentName" if kind is Kind.COHORT else "cohortName")
+    labels = manifest["metadata"].get("labels")
+    return Node(kind, manifest["metadata"]["name"], parent if isinstance(parent, str) else None,
+                labels.get(TENANT_LABEL) if isinstance(labels, dict) else None, quotas,
                 active=kind is Kind.COHORT or all(f in flavors for f, _ in quotas))
 
 
@@ -123,32 +136,39 @@ def tree(objects: Iterable[dict[str, Any]]) -> list[Node]:
         for child in node.children:
             child.active = False
         node.parent, node.children = None, []
-    for root in [c for c in cohorts.values() if c.parent is None] + [q for q in queues if q.parent is None]:
-        _accumulate(root)
+    order = _top_down([c for c in cohorts.values() if c.parent is None] + [q for q in queues if q.parent is None])
+    for node in reversed(order):  # children first: Kueue's updateCohortResourceNode
+        node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+        for child in node.children:
+            for fr, amount in child.subtree.items():
+                node.subtree[fr] = node.subtree.get(fr, 0) + amount - child.local(fr)
+    for node in order:  # parents first
+        node.reach = {fr: node.potential(fr) for fr in node.subtree}
     return [*cohorts.values(), *queues]
 
 
+def _top_down(roots: list[Node]) -> list[Node]:
+    """Every node under `roots`, each after its parent: loops, not recursion, however deep a program nests cohorts."""
+    order = list(roots)
+    for node in order:
+        order.extend(node.children)
+    return order
+
+
 def _in_cycles(cohorts: Iterable[Node]) -> set[Node]:
-    """Cohorts whose parent chain comes back to itself."""
+    """Cohorts whose parent chain comes back to itself: each chain walked once, up to a cohort already judged."""
+    judged: set[Node] = set()
     found: set[Node] = set()
     for start in cohorts:
-        seen: list[Node] = []
+        path: dict[Node, int] = {}
         node: Node | None = start
-        while node is not None and node not in seen and node not in found:
-            seen.append(node)
+        while node is not None and node not in judged and node not in path:
+            path[node] = len(path)
             node = node.parent
-        if node is not None and node in seen:
-            found.update(seen[seen.index(node):])
+        if node is not None and node in path:
+            found.update(list(path)[path[node]:])
+        judged.update(path)
     return found
-
-
-def _accumulate(node: Node) -> None:
-    """Kueue's updateCohortResourceNode: own nominal plus what each child lends up."""
-    node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
-    for child in node.children:
-        _accumulate(child)
-        for fr, amount in child.subtree.items():
-            node.subtree[fr] = node.subtree.get(fr, 0) + amount - child.local(fr)
 
 
 def of_cluster(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Grant]]]:
@@ -167,7 +187,7 @@ def of_cluster(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[st
             flavor, resource = fr
             old = out.setdefault(node.tenant, {}).setdefault(resource, {}).get(flavor, Grant(0, 0, 0))
             quota = node.quotas.get(fr)
-            reach = node.potential(fr) if node.kind is Kind.QUEUE and node.active and quota is not None else 0
+            reach = node.reach.get(fr, 0) if node.kind is Kind.QUEUE and node.active and quota is not None else 0
             out[node.tenant][resource][flavor] = Grant(old.guaranteed + (quota.nominal if quota else 0),
                                                        max(old.reachable, reach), old.lends + (node.lent(fr) if top else 0))
     return out

@@ -122,3 +122,9 @@ def test_another_scheduler_backend_is_not_judged_by_kueue_figures() -> None:
     path = ROOT / "environments" / "staging.yaml"
     assert grants.facts(rendered(path)) == {"stg-center": {}, "stg-edge": {}}
     assert list(grants.shortfalls(spec.load_environment(path), rendered(path))) == []
+
+
+def test_a_chain_of_cohorts_deeper_than_python_recursion_is_read_to_its_end() -> None:
+    """A program may nest cohorts as deep as the object limit allows: no RecursionError, no traceback."""
+    chain = [cohort(f"c{i}", f"c{i + 1}" if i < 5000 else None, "pool", 1) for i in range(5001)]
+    assert grants.total(grants.of_cluster([FLAVOR, *chain, queue("a", "c0", "pool", 2, "a")])["a"]["gpu"]) == grants.Grant(2, 5003, 2)
