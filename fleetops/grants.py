@@ -171,12 +171,17 @@ def _in_cycles(cohorts: Iterable[Node]) -> set[Node]:
     return found
 
 
-def of_cluster(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Grant]]]:
-    """tenant -> resource -> flavor -> what Kueue grants the tenant there on an idle cluster.
+PerTenant = dict[str, dict[str, dict[str, Grant]]]  # tenant -> resource -> flavor -> grant
 
-    The tenant's queues share its cohort, so what one queue may hold is what the tenant may: the
+
+def of_cluster(objects: Iterable[dict[str, Any]]) -> PerTenant:
+    """What Kueue grants each tenant of a cluster, per resource and flavor, on an idle cluster."""
+    return _per_tenant(tree(objects))
+
+
+def _per_tenant(nodes: list[Node]) -> PerTenant:
+    """The tenant's queues share its cohort, so what one queue may hold is what the tenant may: the
     largest reach of its active queues. What it lends is what its topmost nodes put in their parents."""
-    nodes = tree(objects)
     out: dict[str, dict[str, dict[str, Grant]]] = {}
     for node in nodes:
         if node.tenant is None:
@@ -198,11 +203,11 @@ def total(per_flavor: dict[str, Grant]) -> Grant:
     return Grant(*(sum(g[i] for g in per_flavor.values()) for i in range(3)))
 
 
-def cluster_totals(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def cluster_totals(nodes: list[Node]) -> dict[str, dict[str, int]]:
     """resource -> {quota: every unit of quota in the cluster's tree, shared: what its roots hold for
     anyone to borrow (capacity no tenant guarantees, and what tenants lend)}."""
     out: dict[str, dict[str, int]] = {}
-    for node in tree(objects):
+    for node in nodes:
         for (_, resource), quota in node.quotas.items():
             out.setdefault(resource, {"quota": 0, "shared": 0})["quota"] += quota.nominal
         if node.parent is None and node.kind is Kind.COHORT:
@@ -214,14 +219,13 @@ def cluster_totals(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, int
 def facts(clusters: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """cluster -> tenant -> resource -> {guaranteed, reachable, lends, flavors: {flavor: {...}}}: the
     policy input's `facts.grants`, and plan's."""
-    return {
-        cluster: {
-            tenant: {resource: {**total(per)._asdict(), "flavors": {f: g._asdict() for f, g in sorted(per.items())}}
+    return {cluster: _as_facts(of_cluster(objects)) for cluster, objects in sorted(clusters.items())}
+
+
+def _as_facts(granted: PerTenant) -> dict[str, Any]:
+    return {tenant: {resource: {**total(per)._asdict(), "flavors": {f: g._asdict() for f, g in sorted(per.items())}}
                      for resource, per in sorted(resources.items())}
-            for tenant, resources in sorted(of_cluster(objects).items())
-        }
-        for cluster, objects in sorted(clusters.items())
-    }
+            for tenant, resources in sorted(granted.items())}
 
 
 KINDS = {"ResourceFlavor", Kind.COHORT.value, Kind.QUEUE.value}
@@ -234,7 +238,6 @@ def of_entries(entries: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if entry["kind"] in KINDS:
             clusters.setdefault(entry["cluster"], []).append(entry["manifest"])
     return facts(clusters)
-
 
 
 class Shortfall(NamedTuple):
@@ -288,16 +291,18 @@ def review(env: spec.Environment | None, clusters: dict[str, list[dict[str, Any]
     declared burst, and the most one job (one flavor) may hold; per cluster and resource every unit of
     quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
     declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
-    tenants = [
-        {"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"], "reachable": g["reachable"],
-         "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
-         "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]}
-        for cluster, per in facts(clusters).items() for tenant, resources in per.items() for resource, g in resources.items()
-    ]
-    guaranteed: dict[tuple[str, str], int] = {}
-    for row in tenants:
-        guaranteed[(row["cluster"], row["resource"])] = guaranteed.get((row["cluster"], row["resource"]), 0) + row["guaranteed"]
-    totals = [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get((cluster, resource), 0), "shared": t["shared"]}
-              for cluster, objects in sorted(clusters.items()) for resource, t in sorted(cluster_totals(objects).items())]
+    tenants: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for cluster, objects in sorted(clusters.items()):
+        nodes = tree(objects)
+        guaranteed: dict[str, int] = {}
+        for tenant, resources in _as_facts(_per_tenant(nodes)).items():
+            for resource, g in resources.items():
+                guaranteed[resource] = guaranteed.get(resource, 0) + g["guaranteed"]
+                tenants.append({"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"],
+                                "reachable": g["reachable"], "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
+                                "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]})
+        totals += [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get(resource, 0), "shared": t["shared"]}
+                   for resource, t in sorted(cluster_totals(nodes).items())]
     return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
             "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
