@@ -605,7 +605,8 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     clusters = {c.name: i for i, c in enumerate(env.clusters)}
     if tenant in tenants:
         i = tenants[tenant]
-        field = {"DeviceResource": ("quota", name, *([resource["field"]] if resource.get("field") else [])), "PriorityClass": ("priority_classes",), "NetworkPolicy": ("network",),
+        bound = [resource["field"]] if resource.get("field") else []  # a quota's `guaranteed` or `burst`
+        field = {"DeviceResource": ("quota", name, *bound), "PriorityClass": ("priority_classes",), "NetworkPolicy": ("network",),
                  "Pool": ("pools",), "Namespace": ()}.get(kind, ())
         return ("tenants", i, *field)
     if kind == "Budget":

@@ -70,7 +70,8 @@ def queue(name: str, cohort: str | None, flavor: str, nominal: int, tenant: str,
 
 
 def cohort(name: str, parent: str | None, flavor: str, nominal: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"resourceGroups": [{"coveredResources": ["gpu"], "flavors": [{"name": flavor, "resources": [{"name": "gpu", "nominalQuota": nominal}]}]}]}
+    body: dict[str, Any] = {"resourceGroups": [{"coveredResources": ["gpu"], "flavors": [
+        {"name": flavor, "resources": [{"name": "gpu", "nominalQuota": nominal}]}]}]}
     if parent:
         body["parentName"] = parent
     return {"kind": "Cohort", "metadata": {"name": name}, "spec": body}
