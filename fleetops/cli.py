@@ -143,8 +143,14 @@ UNSTAMPED = "unstamped"
 
 
 def problems_of(path: Path) -> list[str]:
+    """Everything `checked_or_problems` refuses, and a promise the rendered Kueue queues cannot keep
+    (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line)."""
     checked = checked_or_problems(path, revision=UNSTAMPED)
-    return checked if isinstance(checked, list) else []
+    if isinstance(checked, list):
+        return checked
+    from fleetops import grants
+
+    return grants.problems(checked.document, checked.state.clusters)
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, fork, git, isolate, memory, output, spec
+from fleetops import diff, fork, git, grants, isolate, memory, output, spec
 from fleetops.errors import PlanError
 
 WORKTREE = "WORKTREE"
@@ -483,6 +483,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         # file or objects last, as they arrive. A head the schema check refuses is refused before
         # any verdict is read: the fork's answer is then given up.
         _check_schema(after, env_rel)
+        granted = grants.review(after.env, after.clusters)
         after.encode()
         after.clusters = {}  # nothing below reads the objects: freed now, not at the end
         fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
@@ -522,6 +523,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         },
         "capacity": capacity,
         "quota_changes": quota,
+        "grants": granted,
         "groups": groups,
         "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
         "policy": {
@@ -702,7 +704,8 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     clusters = {c.name: i for i, c in enumerate(env.clusters)}
     if tenant in tenants:
         i = tenants[tenant]
-        field = {"DeviceResource": ("quota", name), "PriorityClass": ("priority_classes",), "NetworkPolicy": ("network",),
+        bound = [resource["field"]] if resource.get("field") else []  # a quota's `guaranteed` or `burst`
+        field = {"DeviceResource": ("quota", name, *bound), "PriorityClass": ("priority_classes",), "NetworkPolicy": ("network",),
                  "Pool": ("pools",), "Namespace": ()}.get(kind, ())
         return ("tenants", i, *field)
     if kind == "Budget":
@@ -723,8 +726,18 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     return ("environment",)
 
 
+_UNREACHABLE = re.compile(r"tenant (?P<tenant>\S+) bursts to (?P<burst>\d+) (?P<resource>\S+) but Kueue grants it at most (?P<reach>\d+)")
+
+
 def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
-    """The numbers of a fix where the decision gives them: quota over capacity by how much, or how many nodes."""
+    """The numbers of a fix where the decision gives them: quota over capacity by how much, or how many nodes;
+    a burst Kueue will not grant, to what."""
+    short = _UNREACHABLE.search(row["msg"]) if row["rule"] == "quota.burst_unreachable" else None
+    if short is not None:
+        where = (row.get("subject") or {}).get("cluster", "its cluster")
+        return (f"lower {short['tenant']}'s burst {short['resource']} to {short['reach']} on {where}, or add "
+                f"{int(short['burst']) - int(short['reach'])} {short['resource']} no tenant guarantees to its pools, "
+                "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
     over = _OVER.search(row["msg"]) if row["rule"] in ("quota.guaranteed_over_capacity", "quota.burst_over_capacity") else None
     if over is None or env is None or not row.get("subject"):
         return ""

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
-from fleetops import git, memory, spec
+from fleetops import git, grants, memory, spec
 from fleetops.errors import PolicyError
 from fleetops.output import decision_counts
 from fleetops.kube import ENVIRONMENT_LABEL, object_key
@@ -236,7 +236,7 @@ def build_input(
         "spec": env.model_dump(mode="json"),
         "resources": entries,
         "by_kind": by_kind,
-        "facts": {**derived_facts(env), "egress": egress_coverage(entries)},
+        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": grants.of_entries(entries)},
         "live": live.model_dump(mode="json") if live is not None else None,
         "change": change,
     }

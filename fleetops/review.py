@@ -317,6 +317,22 @@ def quota_table(plan: dict[str, Any]) -> Fold:
          f"| {_arrow(q['before']['burst'], q['after']['burst'])} |"] for q in moved])
 
 
+def grants_table(plan: dict[str, Any]) -> Fold:
+    """What Kueue will grant on an idle cluster (fleetops.grants), per tenant and per cluster, the most
+    units first; ⚠️ where a tenant cannot reach its declared burst."""
+    granted = plan.get("grants") or {"tenants": [], "clusters": []}
+    rows = [(r["reachable"], f"| {_text(r['cluster'])} | {_text(r['tenant'])} | {_code(r['resource'])} | {_cell(r['guaranteed'])} "
+                             f"| {'⚠️ ' if r['burst'] is not None and r['reachable'] < r['burst'] else ''}{_cell(r['reachable'])} "
+                             f"| {_cell(r['burst']) if r['burst'] is not None else '—'} | {_cell(r['largest_job'])} | {_cell(r['lends'])} |")
+            for r in granted["tenants"]]
+    rows += [(c["quota"], f"| {_text(c['cluster'])} | all tenants | {_code(c['resource'])} | {_cell(c['guaranteed'])} | {_cell(c['quota'])} "
+                          f"| — | — | {_cell(c['shared'])} |") for c in granted["clusters"]]
+    return Fold("What Kueue will grant on an idle cluster",
+                ["| cluster | tenant | resource | guaranteed | reachable burst | declared burst | largest job | lends |",
+                 "|---|---|---|---:|---:|---:|---:|---:|"],
+                [[line] for _, line in sorted(rows, key=lambda r: -r[0])])
+
+
 def object_summary(plan: dict[str, Any]) -> Fold:
     """Objects added, changed and removed per cluster and kind: bounded whatever the change's size."""
     counts: Counter[tuple[str, str, str]] = Counter()
@@ -360,8 +376,8 @@ def with_capacity(plan: dict[str, Any]) -> Fold:
 
 def _folds(plan: dict[str, Any]) -> list[Fold]:
     """The folded sections, most important first."""
-    return [spec_fields(plan), decision_table(plan), with_capacity(plan), policy_files(plan), quota_table(plan), object_summary(plan),
-            object_changes(plan)]
+    return [spec_fields(plan), decision_table(plan), with_capacity(plan), grants_table(plan), policy_files(plan), quota_table(plan),
+            object_summary(plan), object_changes(plan)]
 
 
 def full(plan: dict[str, Any]) -> str:

@@ -60,6 +60,27 @@ deny contains d if {
 }
 
 # METADATA
+# title: Burst is what Kueue will grant
+# description: On an idle cluster the rendered Kueue queues let each tenant hold its declared burst (facts.grants, computed from the rendered Cohorts and ClusterQueues as Kueue v0.17 does). A tenant that keeps part of its guarantee from lending, or a pool that shrinks, can leave another tenant's burst a promise no one keeps.
+# custom:
+#   severity: high
+#   control_id: FLEET-QUOTA-06
+#   fix: "lower the tenant's burst to what Kueue grants, or add capacity no tenant guarantees to its pools, or let the tenants lend more of their guarantee (scheduler.lend_fraction)"
+deny contains d if {
+	some tenant in input.spec.tenants
+	some cluster in tenant.clusters
+	some resource, q in tenant.quota
+	g := input.facts.grants[cluster][tenant.name][resource]
+	g.reachable < q.burst
+	d := {
+		"rule": "quota.burst_unreachable",
+		"severity": "high",
+		"msg": sprintf("%s: tenant %s bursts to %d %s but Kueue grants it at most %d on an idle cluster (guaranteed %d)", [cluster, tenant.name, q.burst, resource, g.reachable, g.guaranteed]),
+		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource, "field": "burst"},
+	}
+}
+
+# METADATA
 # title: One tenant's guaranteed share is bounded
 # description: Where tenants share a cluster's device resource, none holds more guaranteed quota than the configured share of its capacity. A sole holder is not limited, as it crowds out no one.
 # custom:

@@ -82,3 +82,23 @@ test_unbounded_device_warns if {
 	more := object.union(base, {"facts": {"groups": {"p1": {"units": {"nvidia.com/gpu": 100, "huawei.com/Ascend910": 8}}}}})
 	"quota.unbounded_device" in rules(quota.warn) with input as more
 }
+
+# What Kueue grants a and b on c1 (facts.grants, from the rendered queues): a's burst of 100 reached.
+granted(reachable) := {"c1": {
+	"a": {"nvidia.com/gpu": {"guaranteed": 50, "reachable": reachable, "lends": 50}},
+	"b": {"nvidia.com/gpu": {"guaranteed": 40, "reachable": 60, "lends": 40}},
+}}
+
+test_burst_unreachable_fires_where_kueue_grants_less if {
+	short := object.union(base, {"facts": {"grants": granted(99)}})
+	ds := quota.deny with input as short
+	some d in ds
+	d.rule == "quota.burst_unreachable"
+	d.msg == "c1: tenant a bursts to 100 nvidia.com/gpu but Kueue grants it at most 99 on an idle cluster (guaranteed 50)"
+	d.resource == {"cluster": "c1", "tenant": "a", "kind": "DeviceResource", "name": "nvidia.com/gpu", "field": "burst"}
+}
+
+test_burst_unreachable_is_silent_when_kueue_grants_the_burst if {
+	met := object.union(base, {"facts": {"grants": granted(100)}})
+	not "quota.burst_unreachable" in rules(quota.deny) with input as met
+}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fleetops import render
+from fleetops import grants, render
 from tests import servers
 
 pytestmark = pytest.mark.real
@@ -314,3 +314,47 @@ def test_spot_capacity_takes_preemptible_work_only(kueue) -> None:
     for toleration in ({**SPOT, "operator": "Equal"}, {"operator": "Exists"}):
         refused = tenants.refusal("data-prep", "sneak", {"nvidia.com/gpu": 1}, "training-standard", "data-prep-queue", [toleration])
         assert refused and "priority class training-standard is not preemptible" in refused, refused
+
+
+# --- what plan and validate say Kueue will grant (fleetops/grants.py), against Kueue itself ------------
+
+TRAINING = [{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}]
+
+
+def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(kueue, tmp_path: Path) -> None:
+    """environments/prod.yaml with line 181 `lend_fraction: 0.5` (as it was before validate refused it):
+    on center-sh, a100-train (lines 38-40: 8 nodes x 8 GPUs) holds llm-pretrain's guarantee of 48 (line
+    117) and research's 8 (line 148), each keeping half of it from lending. grants computes that
+    llm-pretrain can hold 60 of its declared burst of 64: Kueue admits 60 and leaves one more GPU pending."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "prod.yaml").write_text((ROOT / "environments" / "prod.yaml").read_text().replace("lend_fraction: 1.0", "lend_fraction: 0.5"))
+    objects = render.render(folder / "prod.yaml", revision="r1").clusters["center-sh"]
+    granted = grants.facts({"center-sh": objects})["center-sh"]["llm-pretrain"]["nvidia.com/gpu"]
+    assert granted["reachable"] == 60 and granted["guaranteed"] == 48  # below the declared burst of 64
+    tenants = Tenants(kueue(objects))
+    burst = tenants.submit("llm-pretrain", "burst", {"nvidia.com/gpu": granted["reachable"]}, "training-high", tolerations=TRAINING)
+    assert flavors(tenants.admitted("llm-pretrain", burst)) == {"nvidia.com/gpu": "a100-train"}
+    beyond = tenants.submit("llm-pretrain", "beyond", {"nvidia.com/gpu": 1}, "training-high", tolerations=TRAINING)
+    waiting = condition(tenants.decided("llm-pretrain", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+def test_a_burst_split_over_two_pools_is_reached_over_both_and_one_job_holds_one_pools_share(kueue) -> None:
+    """environments/prod.yaml:142-148, research on center-bj: `pools: [h100-mig, a100-infer, a100-train]`,
+    nvidia.com/gpu {guaranteed: 8, burst: 48}, split over h100-mig (lines 16-22) and a100-infer (lines
+    23-27) as grants reads the rendered queues: one job of each pool's reach is admitted there, and
+    one GPU more waits, so the tenant holds its 48 but no single job more than the larger share."""
+    objects = cluster_objects("prod", "center-bj")
+    granted = grants.facts({"center-bj": objects})["center-bj"]["research"]["nvidia.com/gpu"]
+    shares = {flavor: g["reachable"] for flavor, g in granted["flavors"].items()}
+    assert sum(shares.values()) == granted["reachable"] == 48 and len(shares) == 2
+    tenants = Tenants(kueue(objects))
+    landed = {}
+    for flavor, share in sorted(shares.items(), key=lambda s: -s[1]):  # the larger first: it fits only its own pool
+        uid = tenants.submit("research", f"share-{flavor}", {"nvidia.com/gpu": share}, "training-standard")
+        landed[flavor] = flavors(tenants.admitted("research", uid))["nvidia.com/gpu"]
+    assert landed == {flavor: flavor for flavor in shares}
+    beyond = tenants.submit("research", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
+    waiting = condition(tenants.decided("research", beyond), "QuotaReserved")
+    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]

@@ -287,3 +287,50 @@ def test_what_changes_is_bounded_even_when_every_change_is_security_relevant(rep
     text = comment(repo)
     listed = text.split("**What changes**")[1].split("\n\n")[1].splitlines()
     assert len(listed) == 22 and listed[-2] == "- … and 40 smaller change(s), in the full plan"
+
+
+# --- what Kueue will grant (fleetops/grants.py) ---------------------------------------------------------
+
+
+def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: Path) -> None:
+    import jsonschema
+
+    from fleetops import output
+
+    edit(repo, "nvidia.com/gpu: {guaranteed: 8, burst: 48}", "nvidia.com/gpu: {guaranteed: 8, burst: 40}")
+    commit(repo, "research: burst 40")
+    code, result = plan_json(repo)
+    jsonschema.Draft202012Validator(output.json_schema()).validate(result)
+    rows = {(r["cluster"], r["tenant"], r["resource"]): r for r in result["grants"]["tenants"]}
+    # research on center-bj: 8 guaranteed over two pools, 40 reachable, no one job above h100-mig's share.
+    research = rows[("center-bj", "research", "nvidia.com/gpu")]
+    assert {k: research[k] for k in ("guaranteed", "reachable", "burst", "lends", "largest_job")} == \
+        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 25}
+    assert [r["reachable"] for r in result["grants"]["tenants"]] == sorted((r["reachable"] for r in result["grants"]["tenants"]), reverse=True)
+    assert {"cluster": "center-bj", "resource": "nvidia.com/gpu", "quota": 480, "guaranteed": 272, "shared": 480} in result["grants"]["clusters"]
+    text = comment(repo)
+    assert "<details><summary>What Kueue will grant on an idle cluster (" in text
+    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 25 | 8 |" in text
+    assert "| center-bj | all tenants | `nvidia.com/gpu` | 272 | 480 | — | — | 480 |" in text
+    assert text.index("| center-bj | all tenants | `nvidia.com/gpu`") < text.index("| center-bj | speech |") < text.index("| center-bj | research |")
+
+
+def test_a_change_that_leaves_another_tenants_burst_unreachable_is_denied_at_its_line(repo: Path) -> None:
+    """Tenants keeping half their guarantee from lending (one line of prod.yaml's scheduler) leave
+    center-sh unable to lend llm-pretrain its burst of 64 (60) and research its 48 (40)."""
+    edit(repo, "  lend_fraction: 1.0", "  lend_fraction: 0.5")
+    commit(repo, "keep half of every guarantee")
+    code, result = plan_json(repo)
+    denied = sorted((d for d in result["decisions"] if d["rule"] == "quota.burst_unreachable"), key=lambda d: d["msg"])
+    lines = (repo / PROD).read_text().splitlines()
+    llm = lines.index("      nvidia.com/gpu: {guaranteed: 48, burst: 64}") + 1
+    assert code == 1 and result["verdict"] == "denied"
+    assert [d["msg"] for d in denied] == [
+        "center-sh: tenant llm-pretrain bursts to 64 nvidia.com/gpu but Kueue grants it at most 60 on an idle cluster (guaranteed 48)",
+        "center-sh: tenant research bursts to 48 nvidia.com/gpu but Kueue grants it at most 40 on an idle cluster (guaranteed 8)"]
+    assert denied[0]["location"] == {"file": "environments/prod.yaml", "line": llm, "column": lines[llm - 1].index("burst") + 1}
+    assert denied[0]["fix"] == ("lower llm-pretrain's burst nvidia.com/gpu to 60 on center-sh, or add 4 nvidia.com/gpu no tenant guarantees "
+                                "to its pools, or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
+    text = comment(repo)
+    assert f"- `quota.burst_unreachable` {denied[0]['msg']} — `environments/prod.yaml:{llm}`" in text
+    assert "| center-sh | llm-pretrain | `nvidia.com/gpu` | 48 | ⚠️ 60 | 64 | 60 | 24 |" in text

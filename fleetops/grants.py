@@ -1,0 +1,308 @@
+"""What the real Kueue will grant each tenant on an idle cluster, read from the cluster's RENDERED
+Kueue objects (Cohorts, ClusterQueues, ResourceFlavors), never from the environment file: however
+the modules split a quota over pools, this is what Kueue itself will see.
+
+Kueue v0.17.0's quota arithmetic (pkg/cache/scheduler/resource_node.go), per flavor and resource:
+- a node's subtree quota is its own nominalQuota plus what each child puts in it: the child's
+  subtree less what the child's lendingLimit keeps back (`localQuota` = max(0, subtree - lendingLimit));
+- on an idle cluster a node may hold `potentialAvailable`: at the root, its subtree; below it, what it
+  keeps back plus what its parent may hold, capped at its subtree + borrowingLimit when it has one.
+A ClusterQueue naming a ResourceFlavor that is not rendered is inactive and admits nothing, though
+its quota still counts in its cohort (Kueue's cache keeps it there). A Cohort named but not rendered
+is an implicit one without quota; nodes in a parent cycle admit nothing (Kueue skips them).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from fleetops import spec
+
+TENANT_LABEL = "fleetops.io/tenant"
+
+FlavorResource = tuple[str, str]  # (flavor, resource), Kueue's resources.FlavorResource
+
+
+class Kind(enum.Enum):
+    COHORT = "Cohort"
+    QUEUE = "ClusterQueue"
+
+
+@dataclass(frozen=True)
+class Quota:
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+
+
+@dataclass(eq=False)  # a node is itself: compared and hashed by identity
+class Node:
+    """A Cohort or ClusterQueue of Kueue's tree, with the subtree quota Kueue's cache computes for it."""
+
+    kind: Kind
+    name: str
+    parent_name: str | None
+    tenant: str | None
+    quotas: dict[FlavorResource, Quota]
+    active: bool = True
+    parent: Node | None = None
+    children: list[Node] = field(default_factory=list)
+    subtree: dict[FlavorResource, int] = field(default_factory=dict)
+    reach: dict[FlavorResource, int] = field(default_factory=dict)  # Kueue's potentialAvailable, idle
+
+    def local(self, fr: FlavorResource) -> int:
+        """Kueue's localQuota: what the lending limit keeps from the parent."""
+        quota = self.quotas.get(fr)
+        if quota is None or quota.lending_limit is None:
+            return 0
+        return max(0, self.subtree.get(fr, 0) - quota.lending_limit)
+
+    def potential(self, fr: FlavorResource) -> int:
+        """Kueue's potentialAvailable: the most this node may hold of `fr` with nothing else running
+        (its parent's `reach` already computed)."""
+        if self.parent is None:
+            return self.subtree.get(fr, 0)
+        reach = self.local(fr) + self.parent.reach.get(fr, 0)
+        quota = self.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            reach = min(reach, self.subtree.get(fr, 0) + quota.borrowing_limit)
+        return reach
+
+    def lent(self, fr: FlavorResource) -> int:
+        """What this node puts in its parent for the rest of the tree to borrow."""
+        return self.subtree.get(fr, 0) - self.local(fr) if self.parent is not None else 0
+
+
+class Grant(NamedTuple):
+    guaranteed: int  # nominalQuota the tenant's own queues and cohort hold
+    reachable: int  # the most its queues may hold on an idle cluster (guaranteed + what it may borrow)
+    lends: int  # what it puts in the cluster's cohort for other tenants to borrow
+
+
+def _amount(value: Any) -> int:
+    """A Kueue quota as whole units (rendered quotas are integers; a quantity string is parsed as Kueue would).
+    A value that is no quantity counts 0: the schema check refuses its object before anything is applied."""
+    if isinstance(value, int):
+        return value
+    from kubernetes.utils.quantity import parse_quantity  # only for a string: the import costs validate 0.3 s
+
+    try:
+        return int(parse_quantity(str(value)))
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    """The mappings of a list field (any other shape is the schema check's to refuse)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _quotas(body: dict[str, Any]) -> dict[FlavorResource, Quota]:
+    out = {}
+    for group in _items(body.get("resourceGroups")):
+        for flavor in _items(group.get("flavors")):
+            for r in _items(flavor.get("resources")):
+                limits = [None if r.get(k) is None else _amount(r[k]) for k in ("borrowingLimit", "lendingLimit")]
+                out[(str(flavor.get("name")), str(r.get("name")))] = Quota(_amount(r.get("nominalQuota", 0)), *limits)
+    return out
+
+
+def _node(kind: Kind, manifest: dict[str, Any], flavors: set[str]) -> Node:
+    body = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    quotas = _quotas(body)
+    parent = body.get("parentName" if kind is Kind.COHORT else "cohortName")
+    labels = manifest["metadata"].get("labels")
+    return Node(kind, manifest["metadata"]["name"], parent if isinstance(parent, str) else None,
+                labels.get(TENANT_LABEL) if isinstance(labels, dict) else None, quotas,
+                active=kind is Kind.COHORT or all(f in flavors for f, _ in quotas))
+
+
+def tree(objects: Iterable[dict[str, Any]]) -> list[Node]:
+    """The cluster's Cohorts and ClusterQueues, linked, with Kueue's subtree quotas."""
+    objects = list(objects)
+    flavors = {o["metadata"]["name"] for o in objects if o.get("kind") == "ResourceFlavor"}
+    cohorts = {o["metadata"]["name"]: _node(Kind.COHORT, o, flavors) for o in objects if o.get("kind") == Kind.COHORT.value}
+    queues = [_node(Kind.QUEUE, o, flavors) for o in objects if o.get("kind") == Kind.QUEUE.value]
+    for node in [*cohorts.values(), *queues]:
+        if node.parent_name:
+            if node.parent_name not in cohorts:  # an implicit Cohort: no quota of its own
+                cohorts[node.parent_name] = Node(Kind.COHORT, node.parent_name, None, None, {})
+            node.parent = cohorts[node.parent_name]
+            node.parent.children.append(node)
+    for node in _in_cycles(cohorts.values()):
+        for child in node.children:
+            child.active = False
+        node.parent, node.children = None, []
+    order = _top_down([c for c in cohorts.values() if c.parent is None] + [q for q in queues if q.parent is None])
+    for node in reversed(order):  # children first: Kueue's updateCohortResourceNode
+        node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+        for child in node.children:
+            for fr, amount in child.subtree.items():
+                node.subtree[fr] = node.subtree.get(fr, 0) + amount - child.local(fr)
+    for node in order:  # parents first
+        node.reach = {fr: node.potential(fr) for fr in node.subtree}
+    return [*cohorts.values(), *queues]
+
+
+def _top_down(roots: list[Node]) -> list[Node]:
+    """Every node under `roots`, each after its parent: loops, not recursion, however deep a program nests cohorts."""
+    order = list(roots)
+    for node in order:
+        order.extend(node.children)
+    return order
+
+
+def _in_cycles(cohorts: Iterable[Node]) -> set[Node]:
+    """Cohorts whose parent chain comes back to itself: each chain walked once, up to a cohort already judged."""
+    judged: set[Node] = set()
+    found: set[Node] = set()
+    for start in cohorts:
+        path: dict[Node, int] = {}
+        node: Node | None = start
+        while node is not None and node not in judged and node not in path:
+            path[node] = len(path)
+            node = node.parent
+        if node is not None and node in path:
+            found.update(list(path)[path[node]:])
+        judged.update(path)
+    return found
+
+
+PerTenant = dict[str, dict[str, dict[str, Grant]]]  # tenant -> resource -> flavor -> grant
+
+
+def of_cluster(objects: Iterable[dict[str, Any]]) -> PerTenant:
+    """What Kueue grants each tenant of a cluster, per resource and flavor, on an idle cluster."""
+    return _per_tenant(tree(objects))
+
+
+def _per_tenant(nodes: list[Node]) -> PerTenant:
+    """The tenant's queues share its cohort, so what one queue may hold is what the tenant may: the
+    largest reach of its active queues. What it lends is what its topmost nodes put in their parents."""
+    out: dict[str, dict[str, dict[str, Grant]]] = {}
+    for node in nodes:
+        if node.tenant is None:
+            continue
+        top = node.parent is None or node.parent.tenant != node.tenant
+        frs = set(node.quotas) | (set(node.subtree) if top else set())
+        for fr in frs:
+            flavor, resource = fr
+            old = out.setdefault(node.tenant, {}).setdefault(resource, {}).get(flavor, Grant(0, 0, 0))
+            quota = node.quotas.get(fr)
+            reach = node.reach.get(fr, 0) if node.kind is Kind.QUEUE and node.active and quota is not None else 0
+            out[node.tenant][resource][flavor] = Grant(old.guaranteed + (quota.nominal if quota else 0),
+                                                       max(old.reachable, reach), old.lends + (node.lent(fr) if top else 0))
+    return out
+
+
+def total(per_flavor: dict[str, Grant]) -> Grant:
+    """A tenant's grant of one resource over every flavor: jobs of one unit may spread over them all."""
+    return Grant(*(sum(g[i] for g in per_flavor.values()) for i in range(3)))
+
+
+def cluster_totals(nodes: list[Node]) -> dict[str, dict[str, int]]:
+    """resource -> {quota: every unit of quota in the cluster's tree, shared: what its roots hold for
+    anyone to borrow (capacity no tenant guarantees, and what tenants lend)}."""
+    out: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        for (_, resource), quota in node.quotas.items():
+            out.setdefault(resource, {"quota": 0, "shared": 0})["quota"] += quota.nominal
+        if node.parent is None and node.kind is Kind.COHORT:
+            for (_, resource), amount in node.subtree.items():
+                out.setdefault(resource, {"quota": 0, "shared": 0})["shared"] += amount
+    return out
+
+
+def facts(clusters: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """cluster -> tenant -> resource -> {guaranteed, reachable, lends, flavors: {flavor: {...}}}: the
+    policy input's `facts.grants`, and plan's."""
+    return {cluster: _as_facts(of_cluster(objects)) for cluster, objects in sorted(clusters.items())}
+
+
+def _as_facts(granted: PerTenant) -> dict[str, Any]:
+    return {tenant: {resource: {**total(per)._asdict(), "flavors": {f: g._asdict() for f, g in sorted(per.items())}}
+                     for resource, per in sorted(resources.items())}
+            for tenant, resources in sorted(granted.items())}
+
+
+KINDS = {"ResourceFlavor", Kind.COHORT.value, Kind.QUEUE.value}
+
+
+def of_entries(entries: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """`facts` of policy input resources (`{cluster, kind, manifest}`), reading only Kueue's kinds."""
+    clusters: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if entry["kind"] in KINDS:
+            clusters.setdefault(entry["cluster"], []).append(entry["manifest"])
+    return facts(clusters)
+
+
+class Shortfall(NamedTuple):
+    """A declared guarantee or burst that Kueue will not grant on one cluster."""
+
+    tenant: int  # index in env.tenants
+    cluster: str
+    resource: str
+    bound: str  # "guaranteed" or "burst"
+    declared: int
+    granted: Grant
+
+
+def shortfalls(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -> Iterator[Shortfall]:
+    """Each tenant's promise, per cluster and resource, that the rendered queues cannot keep on an idle
+    cluster. A tenant without Kueue queues there (another scheduler backend) is not judged here."""
+    granted = facts(clusters)
+    for ti, tenant in enumerate(env.tenants):
+        for cluster in tenant.clusters:
+            mine = granted.get(cluster, {}).get(tenant.name)
+            if mine is None:
+                continue
+            for resource, quota in tenant.quota.items():
+                got = mine.get(resource, {"guaranteed": 0, "reachable": 0, "lends": 0})
+                grant = Grant(got["guaranteed"], got["reachable"], got["lends"])
+                if grant.guaranteed < quota.guaranteed:
+                    yield Shortfall(ti, cluster, resource, "guaranteed", quota.guaranteed, grant)
+                if grant.reachable < quota.burst:
+                    yield Shortfall(ti, cluster, resource, "burst", quota.burst, grant)
+
+
+def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """validate's line for each shortfall, at the tenant's `guaranteed:` or `burst:`, with the way out."""
+    out = []
+    for s in shortfalls(document.env, clusters):
+        loc = ("tenants", s.tenant, "quota", s.resource, s.bound)
+        if s.bound == "burst":
+            msg = (f"Kueue grants at most {s.granted.reachable} on {s.cluster} even when it is idle, not the declared {s.declared} "
+                   f"(guaranteed {s.granted.guaranteed}, the rest borrowed from what the cluster's cohort holds): lower burst to "
+                   f"{s.granted.reachable}, or add {s.declared - s.granted.reachable} units no tenant guarantees to its pools, "
+                   "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
+        else:
+            msg = (f"the rendered ClusterQueues hold {s.granted.guaranteed} on {s.cluster}, not the declared {s.declared}: "
+                   "the program renders less than the file promises (check modules/tenant.py)")
+        out.append(document.positions.error(loc, msg))
+    return out
+
+
+def review(env: spec.Environment | None, clusters: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """plan's `grants`, the most units first: per tenant, cluster and resource what Kueue grants beside the
+    declared burst, and the most one job (one flavor) may hold; per cluster and resource every unit of
+    quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
+    declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
+    tenants: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for cluster, objects in sorted(clusters.items()):
+        nodes = tree(objects)
+        guaranteed: dict[str, int] = {}
+        for tenant, resources in _as_facts(_per_tenant(nodes)).items():
+            for resource, g in resources.items():
+                guaranteed[resource] = guaranteed.get(resource, 0) + g["guaranteed"]
+                tenants.append({"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"],
+                                "reachable": g["reachable"], "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
+                                "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]})
+        totals += [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get(resource, 0), "shared": t["shared"]}
+                   for resource, t in sorted(cluster_totals(nodes).items())]
+    return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
+            "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
