@@ -266,6 +266,10 @@ def _by_name(groups: list[G]) -> dict[str, list[tuple[int, G]]]:
 class Quota(Model):
     guaranteed: Count
     burst: Count
+    # How the guarantee splits over the tenant's pools (and edge groups), where it is not held whole
+    # by one: Kueue admits one job in one pool, so a job within the guarantee is then bounded by its
+    # pool's share. Per cluster, the shares of its pools sum to `guaranteed` (guarantee_placement).
+    guaranteed_per_pool: dict[Name, Count] | None = None
 
 
 class TenantNetwork(Model):
@@ -347,6 +351,11 @@ class Environment(Model):
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
     budget: Budget
     reconciler: Reconciler = Reconciler()
+
+    @functools.cached_property
+    def placement_cache(self) -> dict[str, tuple[list["Tenant"], "Cluster", "Placement"]]:
+        """Each cluster's guarantee placement once computed: read it through `guarantee_placement`."""
+        return {}
 
 
 # --- loading with positions ---------------------------------------------------------------
@@ -963,6 +972,27 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             for cluster in mine:
                 if resource not in offered[cluster.name]:
                     yield qloc, f"no pool or edge group of cluster {cluster.name} open to this tenant offers {resource}"
+            if quota.guaranteed_per_pool is not None:
+                yield from _split_checks(qloc, resource, quota, tenant, mine)
+    for cluster in clusters.values():
+        for ti, resource, why in guarantee_placement(env, cluster).unsplit:
+            yield ("tenants", ti, "quota", resource, "guaranteed"), why
+
+
+def _split_checks(loc: Loc, resource: str, quota: Quota, tenant: Tenant, clusters: list[Cluster]) -> Iterator[tuple[Loc, str]]:
+    """A declared split names only pools open to the tenant that offer the resource, and adds up to
+    the guarantee in each of its clusters."""
+    shares = quota.guaranteed_per_pool or {}
+    offering = {c.name: [g.name for g in eligible_groups(tenant, [c]) if resource in group_capacity(g)] for c in clusters}
+    known = {name for names in offering.values() for name in names}
+    for name in shares:
+        if name not in known:
+            yield loc + ("guaranteed_per_pool", name), f"{name} is no pool or edge group open to this tenant that offers {resource} (open: {', '.join(sorted(known)) or 'none'})"
+    for cluster in clusters:
+        total = sum(units for name, units in shares.items() if name in offering[cluster.name])
+        if total != quota.guaranteed:
+            yield loc + ("guaranteed_per_pool",), (f"the shares of {cluster.name}'s pools ({', '.join(offering[cluster.name])}) add up to {total}, "
+                                                   f"not the guarantee {quota.guaranteed}: the guarantee applies in each cluster of the tenant")
 
 
 # --- derived facts ----------------------------------------------------------------------------
@@ -1006,6 +1036,77 @@ def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
 def _named(index: dict[str, list[tuple[int, G]]], names: list[str]) -> list[G]:
     """The groups of `index` that `names` names, each once, in their declaration order."""
     return [group for _, group in sorted((entry for name in set(names) for entry in index.get(name, ())), key=lambda entry: entry[0])]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which pools and edge groups of one cluster hold each tenant's guarantee there."""
+
+    held: dict[tuple[str, str], dict[str, int]]  # (tenant, resource) -> pool or edge group -> units
+    unsplit: list[tuple[int, str, str]]  # (tenant index, resource, why): no one pool holds it, no split declared
+
+
+def guarantee_placement(env: Environment, cluster: Cluster) -> Placement:
+    """Where each tenant's guarantee on `cluster` is held (Kueue's nominalQuota per flavor).
+
+    Kueue gives each flavor its own quota and admits a job's pods in one flavor, so a guarantee split
+    over pools cannot be used by one job, and a job larger than its pool's share borrows and can be
+    reclaimed although it is within the guarantee. So a guarantee is held whole by one pool: the first
+    open to the tenant (in the cluster's order) with room for it after the guarantees of the tenants
+    declared above it. A split is only ever declared (`guaranteed_per_pool`); a guarantee that fits
+    no one pool's room while the tenant's pools have room for it together is refused (`unsplit`).
+    """
+    cached = env.placement_cache.get(cluster.name)
+    if cached is not None and cached[0] is env.tenants and cached[1] is cluster:
+        return cached[2]
+    placement = _place(env, cluster)
+    env.placement_cache[cluster.name] = (env.tenants, cluster, placement)
+    return placement
+
+
+def _place(env: Environment, cluster: Cluster) -> Placement:
+    used: dict[tuple[str, str], int] = {}
+    held: dict[tuple[str, str], dict[str, int]] = {}
+    unsplit: list[tuple[int, str, str]] = []
+    for ti, tenant in enumerate(env.tenants):
+        if cluster.name not in tenant.clusters or not tenant.quota:
+            continue
+        groups = eligible_groups(tenant, [cluster])
+        for resource, quota in sorted(tenant.quota.items()):
+            room = {g.name: units - used.get((g.name, resource), 0) for g in groups if (units := group_capacity(g).get(resource)) is not None}
+            if quota.guaranteed_per_pool is not None:
+                shares = {name: units for name, units in quota.guaranteed_per_pool.items() if name in room}
+            else:
+                shares, why = _one_pool(quota.guaranteed, room)
+                if why:
+                    unsplit.append((ti, resource, f"{quota.guaranteed} {resource} on {cluster.name} {why}"))
+            for name, units in shares.items():
+                used[(name, resource)] = used.get((name, resource), 0) + units
+            held[(tenant.name, resource)] = shares
+    return Placement(held, unsplit)
+
+
+def _one_pool(guaranteed: int, room: dict[str, int]) -> tuple[dict[str, int], str | None]:
+    """The one pool that holds the guarantee, and why it cannot be held so, if it cannot."""
+    if guaranteed == 0 or not room:
+        return {}, None
+    fits = next((name for name, left in room.items() if left >= guaranteed), None)
+    if fits is not None:
+        return {fits: guaranteed}, None
+    most = max(room, key=lambda name: room[name])
+    if sum(max(left, 0) for left in room.values()) < guaranteed:
+        # More than the pools have room for, however split: the policies judge the cluster's
+        # guarantees against its capacity (quota.guaranteed_over_capacity), and may waive it.
+        return {most: guaranteed}, None
+    split, rest = {}, guaranteed
+    for name, left in room.items():
+        if rest and left > 0:
+            split[name] = min(left, rest)
+            rest -= split[name]
+    return {most: guaranteed}, (
+        f"fits no one pool's room ({', '.join(f'{n} {left}' for n, left in room.items())} left after the tenants above), and Kueue "
+        f"admits a job in one pool: declare the split, e.g. guaranteed_per_pool: {{{', '.join(f'{n}: {u}' for n, u in split.items())}}}, "
+        f"so that a job within it is bounded by its pool's share, or lower guaranteed to {max(room[most], 0)}")
 
 
 def cluster_by_name(env: Environment, name: str) -> Cluster:

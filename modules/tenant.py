@@ -147,8 +147,10 @@ def bundles(resources: list[str], groups: list[spec.Group]) -> list[tuple[list[s
 Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
 
 
-def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float, amounts: Amounts) -> list[dict[str, Any]]:
-    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`."""
+def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], placement: spec.Placement, lend_fraction: float,
+                    amounts: Amounts) -> list[dict[str, Any]]:
+    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`:
+    the guarantee where `placement` holds it, what it may borrow beyond spread by capacity."""
     by_name = {g.name: g for g in groups}
     out = []
     for resources, flavors in bundles(sorted(tenant.quota), groups):
@@ -156,7 +158,8 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction
         for resource in resources:
             quota = tenant.quota[resource]
             weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
-            nominal = split(quota.guaranteed, weights)
+            held = placement.held.get((tenant.name, resource), {})
+            nominal = [held.get(f, 0) for f in flavors]
             borrow = split(quota.burst - quota.guaranteed, weights)
             quotas[resource] = [amounts(n, b, int(n * lend_fraction)) for n, b in zip(nominal, borrow)]
         out.append(
@@ -205,6 +208,7 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
     from it and from the cluster; the Cohort bounds what the tenant borrows (burst) and lends.
     """
     scheduler = env.scheduler
+    placement = spec.guarantee_placement(env, spec.cluster_by_name(env, target.cluster))
     cohort_name = f"{target.cluster}.{tenant.name}"
     labels = {"fleetops.io/tenant": tenant.name}
     cohort = {
@@ -213,7 +217,7 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
         "metadata": target.metadata(cohort_name, labels=labels),
         "spec": {
             "parentName": target.cluster,
-            "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction,
+            "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction,
                                               lambda n, b, lend: {"nominalQuota": 0, "borrowingLimit": b, "lendingLimit": lend}),
         },
     }
@@ -227,7 +231,10 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
                 "cohortName": cohort_name,
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
                 "queueingStrategy": "BestEffortFIFO",
-                "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction, amounts),
+                # Kueue stops at the first flavor a job fits in, borrowing if it must: told to look on,
+                # it takes the pool that holds the tenant's guarantee before borrowing elsewhere.
+                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor"},
+                "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction, amounts),
                 "preemption": preemption,
             },
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,34 @@ def test_a_file_naming_another_environment_is_told_so_with_its_other_problems(tm
     problems = [p.split(": ", 1)[1] for p in raised.value.problems]
     assert problems == ["environment: must equal the file name 'test', got 'prod'",
                         'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (20), got 1']
+
+
+def test_a_guarantee_no_one_pool_has_room_for_is_refused_unless_its_split_is_declared(tmp_path: Path) -> None:
+    # center-a: a100-ts 32 units, h100-mig 56. 60 fits both together but neither alone, and Kueue
+    # admits one job in one pool: a 60-GPU job "within the guarantee" could never be admitted.
+    env = small_env()
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 60, "burst": 80}
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    assert re.match(r".*/test\.yaml:\d+:\d+: ", problem), problem
+    assert problem.split(": ", 1)[1] == (
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed: 60 nvidia.com/gpu on center-a fits no one pool\'s room '
+        "(a100-ts 32, h100-mig 56 left after the tenants above), and Kueue admits a job in one pool: declare the split, "
+        "e.g. guaranteed_per_pool: {a100-ts: 32, h100-mig: 28}, so that a job within it is bounded by its pool's share, "
+        "or lower guaranteed to 56")
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 32, "h100-mig": 28}
+    spec.load_environment(write_env(tmp_path, env))
+    # More than the pools hold however split is the policies' to judge (quota.guaranteed_over_capacity).
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 100, "burst": 100}
+    spec.load_environment(write_env(tmp_path, env))
+
+
+def test_a_declared_split_names_the_tenant_s_pools_and_adds_up_to_the_guarantee(tmp_path: Path) -> None:
+    env = small_env()
+    env["tenants"][0]["pools"] = ["a100-ts", "ascend"]
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 8, "h100-mig": 12}
+    assert _problems(tmp_path, env) == [
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed_per_pool["h100-mig"]: h100-mig is no pool or edge group open to this tenant that offers nvidia.com/gpu (open: a100-ts)',
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed_per_pool: the shares of center-a\'s pools (a100-ts) add up to 8, not the guarantee 20: the guarantee applies in each cluster of the tenant',
+    ]
