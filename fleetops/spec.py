@@ -34,7 +34,7 @@ HOURS_PER_MONTH = 730
 class Limits:
     """What one environment may hold. Each is far above the generated large fleet that the benchmarks
     measure (`benchmarks/generate.py`, scale 1: 20 clusters, 392 pools and edge groups, 1,000 tenants,
-    15,348 objects; scale 4: 1,600 groups, 4,000 tenants, about 61,000 objects), and low enough that
+    15,348 objects; scale 4: 32 clusters, 1,600 groups, 4,000 tenants, about 61,000 objects), and low enough that
     reading, rendering and judging one stays within a CI runner's memory: past them the file is refused
     with one line, before the work they would multiply."""
 
@@ -45,7 +45,7 @@ class Limits:
     # The pools and edge groups open to each tenant, counted in each of its clusters: each is a flavor
     # of the tenant's Kueue ClusterQueue there, so the render grows with this, not with the objects.
     placements: int = 200_000
-    quotas: int = 256  # device resources in one tenant's quota: Kueue's 16 resource groups of 16
+    quotas: int = 256  # device resources in one tenant's quota: the 256 a Kueue ClusterQueue covers (KUEUE)
     objects: int = 200_000  # rendered Kubernetes objects, over all clusters
 
 
@@ -977,6 +977,42 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     for cluster in clusters.values():
         for ti, resource, why in guarantee_placement(env, cluster).unsplit:
             yield ("tenants", ti, "quota", resource, "guaranteed"), why
+    yield from _kueue_checks(env, clusters)
+
+
+def _within_kueue(resources: int, flavors: int) -> bool:
+    """Whether any resource groups of so many resources and flavors are within Kueue's limits."""
+    return resources <= KUEUE.groups and flavors <= KUEUE.per_group and resources * flavors <= KUEUE.combinations
+
+
+def _kueue_checks(env: Environment, clusters: dict[str, Cluster]) -> Iterator[tuple[Loc, str]]:
+    """What the API server or Kueue would refuse at apply: resource groups past Kueue's limits (the
+    cluster's Cohort, each tenant's Cohort and ClusterQueues), and a tenant whose ClusterQueue takes
+    the name of another tenant's non-preempting one."""
+    if env.scheduler.backend != "kueue":
+        return
+    for ci, cluster in enumerate(env.clusters):
+        groups = [*cluster.pools, *cluster.edge_groups]
+        problem = kueue_limit_problem(bundles(sorted({r for g in groups for r in group_capacity(g)}), groups))
+        if problem:
+            yield ("clusters", ci, "pools"), f"{problem} (the cluster's Cohort {cluster.name}): move pools to another cluster"
+    owners: dict[tuple[str, str], str] = {}  # (cluster, ClusterQueue) -> the tenant whose non-preempting queue it is
+    for tenant in env.tenants:
+        if non_preempting_classes(tenant, env):
+            for name in tenant.clusters:
+                owners.setdefault((name, f"{tenant.name}-{NON_PREEMPTING}"), tenant.name)
+    for ti, tenant in enumerate(env.tenants):
+        for name in dict.fromkeys(tenant.clusters):
+            if (owner := owners.get((name, tenant.name))) is not None:
+                yield ("tenants", ti, "name"), (f"{tenant.name!r} is the name of tenant {owner}'s non-preempting ClusterQueue on {name} "
+                                                "(for its classes declared preemption: Never): pick another tenant name")
+                break
+        # Few resources on few pools cannot reach a limit: only a larger tenant is grouped as Kueue would.
+        if tenant.quota and any(not _within_kueue(len(tenant.quota), _open_groups(tenant, clusters[name])) for name in tenant.clusters if name in clusters):
+            for name in dict.fromkeys(tenant.clusters):
+                if name in clusters and (problem := kueue_limit_problem(bundles(sorted(tenant.quota), eligible_groups(tenant, [clusters[name]])))):
+                    yield ("tenants", ti, "quota"), f"{problem} (its ClusterQueue on {name}): name fewer pools, or fewer device resources"
+                    break
 
 
 def _split_checks(loc: Loc, resource: str, quota: Quota, tenant: Tenant, clusters: list[Cluster]) -> Iterator[tuple[Loc, str]]:
@@ -1033,6 +1069,67 @@ def eligible_groups(tenant: Tenant, clusters: Iterable[Cluster]) -> list[Group]:
     return out
 
 
+def bundles(resources: list[str], groups: list[Group]) -> list[tuple[list[str], list[str]]]:
+    """(resources, flavors) of each Kueue resource group covering `resources` on `groups`.
+
+    Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
+    profiles of one GPU) are covered together; each flavor then lists every covered resource.
+    """
+    out: list[tuple[list[str], list[str]]] = []
+    for resource in resources:
+        flavors = {g.name for g in groups if resource in group_capacity(g)}
+        joined = [b for b in out if set(b[1]) & flavors]
+        covered = sorted({resource, *(r for b in joined for r in b[0])})
+        names = {f for b in joined for f in b[1]} | flavors
+        out = [b for b in out if b not in joined] + [(covered, [g.name for g in groups if g.name in names])]
+    return out
+
+
+@dataclass(frozen=True)
+class KueueLimits:
+    """What Kueue v0.17.0 holds in the resourceGroups of one ClusterQueue or Cohort: its CRDs' maxItems
+    (apis/kueue/v1beta2/clusterqueue_types.go, cohort_types.go) and, for a ClusterQueue, its webhook's
+    totals (pkg/webhooks/clusterqueue_webhook.go). Past them the API server refuses the object at apply."""
+
+    groups: int = 16
+    per_group: int = 64  # covered resources, and flavors, in one resource group
+    total: int = 256  # covered resources, and flavors, over a ClusterQueue's resource groups
+    combinations: int = 512  # flavors x covered resources in one resource group of a ClusterQueue
+
+
+KUEUE = KueueLimits()
+
+
+def kueue_limit_problem(groups: list[tuple[list[str], list[str]]]) -> str | None:
+    """What in these resource groups (`bundles`) Kueue refuses, or None."""
+    if len(groups) > KUEUE.groups:
+        return f"{len(groups)} Kueue resource groups (device resources that share no pool), more than the {KUEUE.groups} Kueue holds"
+    for resources, flavors in groups:
+        what = f"{resources[0]}{f' and {len(resources) - 1} more resources sharing its pools' if len(resources) > 1 else ''}"
+        if len(resources) > KUEUE.per_group:
+            return f"{what}: {len(resources)} resources in one Kueue resource group, more than the {KUEUE.per_group} it covers"
+        if len(flavors) > KUEUE.per_group:
+            return f"{what}: {len(flavors)} pools and edge groups in one Kueue resource group, more than the {KUEUE.per_group} flavors it holds"
+        if len(flavors) * len(resources) > KUEUE.combinations:
+            return (f"{what}: {len(flavors)} pools x {len(resources)} resources in one Kueue resource group, more than the "
+                    f"{KUEUE.combinations} flavor-resource combinations it holds")
+    for kind, count in (("resources", sum(len(r) for r, _ in groups)), ("pools and edge groups", sum(len(f) for _, f in groups))):
+        if count > KUEUE.total:
+            return f"{count} {kind} over the Kueue resource groups, more than the {KUEUE.total} a ClusterQueue holds"
+    return None
+
+
+NON_PREEMPTING = "non-preempting"
+
+
+def non_preempting_classes(tenant: Tenant, env: Environment) -> list[str]:
+    """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
+    none carries the default, refused where the tenant may not use it: modules/tenant.admission_manifests);
+    they go through a second ClusterQueue, `<tenant>-non-preempting`."""
+    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
+    return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
+
+
 def _named(index: dict[str, list[tuple[int, G]]], names: list[str]) -> list[G]:
     """The groups of `index` that `names` names, each once, in their declaration order."""
     return [group for _, group in sorted((entry for name in set(names) for entry in index.get(name, ())), key=lambda entry: entry[0])]
@@ -1057,33 +1154,41 @@ def guarantee_placement(env: Environment, cluster: Cluster) -> Placement:
     no one pool's room while the tenant's pools have room for it together is refused (`unsplit`).
     """
     cached = env.placement_cache.get(cluster.name)
-    if cached is not None and cached[0] is env.tenants and cached[1] is cluster:
-        return cached[2]
-    placement = _place(env, cluster)
-    env.placement_cache[cluster.name] = (env.tenants, cluster, placement)
-    return placement
+    if cached is None or cached[0] is not env.tenants or cached[1] is not cluster:
+        for name, (placed_on, placement) in _place(env).items():  # every cluster in one walk over the tenants
+            env.placement_cache[name] = (env.tenants, placed_on, placement)
+        cached = env.placement_cache.get(cluster.name)
+        if cached is None or cached[1] is not cluster:  # a cluster not in env: no tenant placed there
+            return Placement({}, [])
+    return cached[2]
 
 
-def _place(env: Environment, cluster: Cluster) -> Placement:
-    used: dict[tuple[str, str], int] = {}
-    held: dict[tuple[str, str], dict[str, int]] = {}
-    unsplit: list[tuple[int, str, str]] = []
+def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
+    clusters: dict[str, Cluster] = {}
+    for c in env.clusters:  # a duplicate name is reported by cross_checks; references resolve to the first
+        clusters.setdefault(c.name, c)
+    used: dict[tuple[str, str, str], int] = {}  # (cluster, pool or edge group, resource) -> units guaranteed
+    out = {name: (cluster, Placement({}, [])) for name, cluster in clusters.items()}
     for ti, tenant in enumerate(env.tenants):
-        if cluster.name not in tenant.clusters or not tenant.quota:
+        if not tenant.quota:
             continue
-        groups = eligible_groups(tenant, [cluster])
-        for resource, quota in sorted(tenant.quota.items()):
-            room = {g.name: units - used.get((g.name, resource), 0) for g in groups if (units := group_capacity(g).get(resource)) is not None}
-            if quota.guaranteed_per_pool is not None:
-                shares = {name: units for name, units in quota.guaranteed_per_pool.items() if name in room}
-            else:
-                shares, why = _one_pool(quota.guaranteed, room)
-                if why:
-                    unsplit.append((ti, resource, f"{quota.guaranteed} {resource} on {cluster.name} {why}"))
-            for name, units in shares.items():
-                used[(name, resource)] = used.get((name, resource), 0) + units
-            held[(tenant.name, resource)] = shares
-    return Placement(held, unsplit)
+        for cname in dict.fromkeys(tenant.clusters):
+            if cname not in clusters:
+                continue
+            groups = eligible_groups(tenant, [clusters[cname]])
+            placement = out[cname][1]
+            for resource, quota in sorted(tenant.quota.items()):
+                room = {g.name: units - used.get((cname, g.name, resource), 0) for g in groups if (units := group_capacity(g).get(resource)) is not None}
+                if quota.guaranteed_per_pool is not None:
+                    shares = {name: units for name, units in quota.guaranteed_per_pool.items() if name in room}
+                else:
+                    shares, why = _one_pool(quota.guaranteed, room)
+                    if why:
+                        placement.unsplit.append((ti, resource, f"{quota.guaranteed} {resource} on {cname} {why}"))
+                for name, units in shares.items():
+                    used[(cname, name, resource)] = used.get((cname, name, resource), 0) + units
+                placement.held[(tenant.name, resource)] = shares
+    return out
 
 
 def _one_pool(guaranteed: int, room: dict[str, int]) -> tuple[dict[str, int], str | None]:

@@ -15,7 +15,6 @@ import yaml
 
 from fleetops import spec
 from modules.kube import Part, Target
-from modules.tenant import bundles
 
 NAMESPACE = "kueue-system"
 CONFIG_MAP = "kueue-manager-config"
@@ -84,7 +83,7 @@ def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment
              # Guarantees beyond capacity are the policies' to refuse; the cohort adds nothing then.
              "flavors": [{"name": f, "resources": [{"name": r, "nominalQuota": max(free.get((f, r), 0), 0)} for r in resources]}
                          for f in flavors]}
-            for resources, flavors in bundles(offered, groups)
+            for resources, flavors in spec.bundles(offered, groups)
         ]},
     }
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetops import spec
+from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes
 from modules.kube import Part, Target, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
@@ -128,22 +129,6 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
     return out
 
 
-def bundles(resources: list[str], groups: list[spec.Group]) -> list[tuple[list[str], list[str]]]:
-    """(resources, flavors) of each Kueue resource group covering `resources` on `groups`.
-
-    Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
-    profiles of one GPU) are covered together; each flavor then lists every covered resource.
-    """
-    out: list[tuple[list[str], list[str]]] = []
-    for resource in resources:
-        flavors = {g.name for g in groups if resource in spec.group_capacity(g)}
-        joined = [b for b in out if set(b[1]) & flavors]
-        covered = sorted({resource, *(r for b in joined for r in b[0])})
-        names = {f for b in joined for f in b[1]} | flavors
-        out = [b for b in out if b not in joined] + [(covered, [g.name for g in groups if g.name in names])]
-    return out
-
-
 Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
 
 
@@ -174,7 +159,6 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], placement: sp
     return out
 
 
-NON_PREEMPTING = "non-preempting"
 NEVER_PREEMPTS = {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"}}
 
 
@@ -182,13 +166,6 @@ def default_class(env: spec.Environment) -> spec.PriorityClass | None:
     """The class of a workload that names none: the global default, the lowest if several (as Kueue picks)."""
     defaults = [pc for pc in env.priority_classes if pc.global_default]
     return min(defaults, key=lambda pc: pc.value) if defaults else None
-
-
-def non_preempting_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
-    """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
-    none carries the default, refused where the tenant may not use it: admission_manifests)."""
-    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
-    return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
 
 
 def queue_names(tenant: spec.Tenant) -> tuple[str, str]:
