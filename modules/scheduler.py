@@ -90,8 +90,6 @@ def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment
 
 def scheduler(target: Target, env: spec.Environment) -> Part:
     def objects() -> list[dict[str, Any]]:
-        if env.scheduler.backend != "kueue":
-            return []
         # The namespace too: the ConfigMap can be applied before Kueue is installed, and the install
         # then finds its configuration in place.
         return [

@@ -1,9 +1,9 @@
 """A tenant on one cluster: namespace, quotas, default-deny network and its scheduler queue.
 
 Quota semantics (per cluster): `guaranteed` is what the tenant always gets (the nominalQuota of its
-preempting Kueue ClusterQueue, Volcano guarantee); `burst` is the most it may hold by borrowing idle
-capacity (guaranteed + the borrowingLimit of its Kueue Cohort, Volcano capability, and the namespace
-ResourceQuota hard limit).
+preempting Kueue ClusterQueue, in the pool that holds it: spec.guarantee_placement); `burst` is the most
+it may hold by borrowing idle capacity (guaranteed + the borrowingLimit of its Kueue Cohort, and the
+namespace ResourceQuota hard limit).
 """
 
 from __future__ import annotations
@@ -239,22 +239,6 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
     return out
 
 
-def volcano_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
-    guaranteed = {r: str(q.guaranteed) for r, q in sorted(tenant.quota.items())}
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": target.metadata(tenant.name, labels={"fleetops.io/tenant": tenant.name}),
-        "spec": {
-            "guarantee": {"resource": guaranteed},
-            "deserved": guaranteed,
-            "capability": {r: str(q.burst) for r, q in sorted(tenant.quota.items())},
-            "reclaimable": True,
-            "weight": 1,
-        },
-    }
-
-
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
@@ -294,32 +278,29 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 "message": f"name a priority class: the default, {fallback.name}, is not allowed for tenant {tenant.name} (allowed: {shown})",
                 "reason": "Forbidden"})
     variables = []
-    if env.scheduler.backend == "kueue":
-        # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
-        # controller owns (a Job's) are admitted through it.
-        preempting, never = queue_names(tenant)
-        if non_preempting := non_preempting_classes(tenant, env):
-            # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
-            # else the global default (kueue's jobframework.ExtractPriority).
-            fallback = default_class(env)
-            variables += [
-                {"name": "podSpec", "expression": f"{jobs} ? object.spec.template.spec : object.spec"},
-                {"name": "priorityClass", "expression":
-                    f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels ? object.metadata.labels['{KUEUE_PRIORITY_LABEL}']"
-                    f" : has(variables.podSpec.priorityClassName) ? variables.podSpec.priorityClassName : '{fallback.name if fallback else ''}'"},
-                {"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"},
-            ]
-        else:
-            variables.append({"name": "queue", "expression": f"'{preempting}'"})
-        in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
-        owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
-        validations.append({
-            "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
-            "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
-            "reason": "Forbidden",
-        })
-    if not validations:
-        return []
+    # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
+    # controller owns (a Job's) are admitted through it.
+    preempting, never = queue_names(tenant)
+    if non_preempting := non_preempting_classes(tenant, env):
+        # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
+        # else the global default (kueue's jobframework.ExtractPriority).
+        fallback = default_class(env)
+        variables += [
+            {"name": "podSpec", "expression": f"{jobs} ? object.spec.template.spec : object.spec"},
+            {"name": "priorityClass", "expression":
+                f"has(object.metadata.labels) && '{KUEUE_PRIORITY_LABEL}' in object.metadata.labels ? object.metadata.labels['{KUEUE_PRIORITY_LABEL}']"
+                f" : has(variables.podSpec.priorityClassName) ? variables.podSpec.priorityClassName : '{fallback.name if fallback else ''}'"},
+            {"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"},
+        ]
+    else:
+        variables.append({"name": "queue", "expression": f"'{preempting}'"})
+    in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
+    owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
+    validations.append({
+        "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
+        "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
+        "reason": "Forbidden",
+    })
     name = f"fleetops-tenant-{tenant.name}"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -331,7 +312,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
                 {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
             ]},
-            **({"variables": variables} if variables else {}),
+            "variables": variables,
             "validations": validations,
         },
     }
@@ -368,11 +349,7 @@ def tenant_part(target: Target, tenant: spec.Tenant, env: spec.Environment) -> P
             limit_range_manifest(target, tenant),
             *network_manifests(target, tenant, env),
         ]
-        if env.scheduler.backend == "kueue":
-            out += kueue_manifests(target, tenant, groups, env)
-        else:
-            out.append(volcano_manifest(target, tenant))
-        return out + admission_manifests(target, tenant, env)
+        return out + kueue_manifests(target, tenant, groups, env) + admission_manifests(target, tenant, env)
 
     return Part("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", target, objects,
                 outputs={"namespace": tenant.name, "pools": [g.name for g in groups]})

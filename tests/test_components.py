@@ -352,22 +352,10 @@ def test_a_non_preempting_class_gets_a_queue_that_never_preempts(tmp_path: Path)
     assert "name a priority class: the default, batch, is not allowed for tenant vision (allowed: high)" in messages
 
 
-def test_volcano_backend_gives_queues_instead_of_kueue_objects(tmp_path: Path) -> None:
-    env = small_env()
-    env["scheduler"] = {"backend": "volcano"}
-    state = render_env(tmp_path, env)
-    queue = one(state, "center-a", "Queue", "vision")
-    assert queue["apiVersion"] == "scheduling.volcano.sh/v1beta1"
-    assert queue["spec"]["guarantee"] == {"resource": {"huawei.com/Ascend910": "4", "nvidia.com/gpu": "20"}}
-    assert queue["spec"]["capability"] == {"huawei.com/Ascend910": "8", "nvidia.com/gpu": "30"}
-    kinds = {m["kind"] for _, m in state.objects()}
-    assert not kinds & {"ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass"}
-
-
-def test_bundled_staging_runs_on_volcano() -> None:
+def test_bundled_staging_runs_on_kueue() -> None:
     state = render.render(ROOT / "environments" / "staging.yaml", revision="rev-test")
-    assert {m["metadata"]["name"] for m in find(state, "stg-center", "Queue")} == {"vision", "speech", "research"}
-    assert not [m for _, m in state.objects() if m["kind"] == "ClusterQueue"]
+    assert {m["metadata"]["name"] for m in find(state, "stg-center", "ClusterQueue")} == {"vision", "speech", "research", "research-non-preempting"}
+    assert not [m for _, m in state.objects() if m["apiVersion"].startswith("scheduling.volcano.sh/")]
 
 
 # --- priorities and monitoring ----------------------------------------------------------------

@@ -35,6 +35,5 @@ def test_every_custom_kind_rendered_has_a_schema() -> None:
         ("apps.openyurt.io/v1beta2", "NodePool"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
-        ("scheduling.volcano.sh/v1beta1", "Queue"),
     ]:
         assert needed in kinds, needed

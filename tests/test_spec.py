@@ -412,3 +412,15 @@ def test_kueue_s_webhook_limits_on_a_cluster_queue_are_known() -> None:
     five_groups = [([f"example.com/r{i}"], [f"pool-{i}-{j}" for j in range(52)]) for i in range(5)]
     assert spec.kueue_limit_problem(five_groups) == "260 pools and edge groups over the Kueue resource groups, more than the 256 a ClusterQueue holds"
     assert spec.kueue_limit_problem(five_groups[:4]) is None
+
+
+def test_the_volcano_backend_is_refused_with_the_fix(tmp_path: Path) -> None:
+    # Its queues' `deserved` needed a capacity plugin fleetops never configured, and nothing proved them.
+    env = small_env()
+    env["scheduler"] = {"backend": "volcano"}
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    line = next(n for n, text in enumerate(write_env(tmp_path, env).read_text().splitlines(), start=1) if "backend: volcano" in text)
+    assert problem.startswith(f"{tmp_path / 'test.yaml'}:{line}:") and problem.endswith(
+        "scheduler.backend: volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; use backend: kueue"), problem
