@@ -1207,7 +1207,8 @@ def _one_pool(guaranteed: int, room: dict[str, int]) -> tuple[dict[str, int], st
         # More than the pools have room for, however split: the policies judge the cluster's
         # guarantees against its capacity (quota.guaranteed_over_capacity), and may waive it.
         return {most: guaranteed}, None
-    split, rest = {}, guaranteed
+    split: dict[str, int] = {}
+    rest = guaranteed
     for name, left in room.items():
         if rest and left > 0:
             split[name] = min(left, rest)
