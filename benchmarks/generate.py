@@ -2,13 +2,16 @@
 
     python benchmarks/generate.py --scale 1 > /tmp/large.yaml     # 20 clusters, 200 pools, 1,000 tenants, 200 edge groups
 
-`scale` multiplies tenants, pools and edge groups (clusters stay at 20), so growth can be measured.
+`scale` multiplies tenants, pools and edge groups, so growth can be measured. Clusters stay at 20 up
+to scale 1; past it the edge groups go to more edge clusters, at most 50 each, since Kueue holds at
+most 64 flavors of one device resource in a cluster's Cohort (fleetops.spec.KUEUE).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import sys
 from typing import Any
 
@@ -39,7 +42,8 @@ def _block(tenant: int, pools_per_cluster: int) -> range:
 
 def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, Any]:
     pools_per_cluster = max(1, round(12.5 * scale))
-    groups_per_edge = max(1, round(50 * scale))
+    edge_clusters = EDGE_CLUSTERS * max(1, math.ceil(scale))
+    groups_per_edge = max(1, round(50 * scale * EDGE_CLUSTERS / edge_clusters))
     tenants = max(1, round(1000 * scale))
     clusters: list[dict[str, Any]] = []
     for c in range(CENTER_CLUSTERS):
@@ -56,7 +60,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 }
             )
         clusters.append({"name": f"center-{c}", "role": "center", "context": f"center-{c}", "pools": pools})
-    for e in range(EDGE_CLUSTERS):
+    for e in range(edge_clusters):
         groups = [
             {
                 "name": f"e{e}-group{g}",
@@ -77,7 +81,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
     for t in range(tenants):
         edge = t % 10 == 9
         if edge:
-            e = t % EDGE_CLUSTERS
+            e = t % edge_clusters
             tenant_list.append(
                 {
                     "name": f"tenant-{t}",

@@ -46,11 +46,11 @@ def openyurt_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
     }
 
 
-def edge_group(target: Target, cluster: spec.Cluster, group: spec.EdgeGroup, scheduler: spec.Scheduler) -> Part:
+def edge_group(target: Target, cluster: spec.Cluster, group: spec.EdgeGroup) -> Part:
     manifest = kubeedge_manifest if cluster.edge_runtime == "kubeedge" else openyurt_manifest
     return Part(
         "fleetops:fleet:EdgeNodeGroup", f"{target.cluster}/{group.name}", target,
         lambda: [manifest(target, group)],
         outputs={"runtime": cluster.edge_runtime, "fingerprints": list(group.fingerprints)},
-        parts=[node_pool(target, group, scheduler), device_plugin(target, group)],
+        parts=[node_pool(target, group), device_plugin(target, group)],
     )

@@ -29,8 +29,8 @@ def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
     target = Target(cluster=cluster.name, environment=env.environment)
     parts = [scheduler(target, env), priorities(target, env)]
     for pool in cluster.pools:
-        parts += [node_pool(target, pool, env.scheduler), device_plugin(target, pool)]
-    parts += [edge_group(target, cluster, group, env.scheduler) for group in cluster.edge_groups]
+        parts += [node_pool(target, pool), device_plugin(target, pool)]
+    parts += [edge_group(target, cluster, group) for group in cluster.edge_groups]
     parts += [tenant_part(target, tenant, env) for tenant in env.tenants if cluster.name in tenant.clusters]
     parts.append(monitoring(target, cluster, env))
     parts.append(reconciler(target, env))  # last: its RBAC covers the kinds declared above

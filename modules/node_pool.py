@@ -32,11 +32,11 @@ def flavor_manifest(target: Target, group: spec.Group) -> dict:
     }
 
 
-def node_pool(target: Target, group: spec.Group, scheduler: spec.Scheduler) -> Part:
+def node_pool(target: Target, group: spec.Group) -> Part:
     """Kueue flavor for the pool, plus the labels and taints its nodes must carry (read by the reconciler)."""
     return Part(
         "fleetops:fleet:NodePool", f"{target.cluster}/{group.name}", target,
-        lambda: [flavor_manifest(target, group)] if scheduler.backend == "kueue" else [],
+        lambda: [flavor_manifest(target, group)],
         outputs={
             "labels": spec.node_labels(group),
             "taints": [t.model_dump() for t in spec.taints(group)],

@@ -36,9 +36,7 @@ def priorities(target: Target, env: spec.Environment) -> Part:
     def objects() -> list[dict[str, Any]]:
         out = []
         for pc in env.priority_classes:
-            out.append(priority_class_manifest(target, pc))
-            if env.scheduler.backend == "kueue":
-                out.append(workload_priority_manifest(target, pc))
+            out += [priority_class_manifest(target, pc), workload_priority_manifest(target, pc)]
         return out
 
     return Part("fleetops:fleet:Priorities", target.cluster, target, objects,

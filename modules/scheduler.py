@@ -15,7 +15,6 @@ import yaml
 
 from fleetops import spec
 from modules.kube import Part, Target
-from modules.tenant import bundles, resource_groups
 
 NAMESPACE = "kueue-system"
 CONFIG_MAP = "kueue-manager-config"
@@ -62,14 +61,9 @@ def config_map_manifest(target: Target) -> dict[str, Any]:
 def unguaranteed(cluster: spec.Cluster, env: spec.Environment) -> dict[tuple[str, str], int]:
     """(flavor, resource) -> the units of the pool that no tenant's guarantee on the cluster holds."""
     free = {(g.name, r): units for g in (*cluster.pools, *cluster.edge_groups) for r, units in spec.group_capacity(g).items()}
-    for tenant in env.tenants:
-        if cluster.name not in tenant.clusters:
-            continue
-        nominal = resource_groups(tenant, spec.eligible_groups(tenant, [cluster]), 0, lambda n, b, lend: {"nominalQuota": n})
-        for group in nominal:
-            for flavor in group["flavors"]:
-                for r in flavor["resources"]:
-                    free[(flavor["name"], r["name"])] -= r["nominalQuota"]
+    for (_, resource), shares in spec.guarantee_placement(env, cluster).held.items():
+        for flavor, units in shares.items():
+            free[(flavor, resource)] -= units
     return free
 
 
@@ -89,15 +83,13 @@ def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment
              # Guarantees beyond capacity are the policies' to refuse; the cohort adds nothing then.
              "flavors": [{"name": f, "resources": [{"name": r, "nominalQuota": max(free.get((f, r), 0), 0)} for r in resources]}
                          for f in flavors]}
-            for resources, flavors in bundles(offered, groups)
+            for resources, flavors in spec.bundles(offered, groups)
         ]},
     }
 
 
 def scheduler(target: Target, env: spec.Environment) -> Part:
     def objects() -> list[dict[str, Any]]:
-        if env.scheduler.backend != "kueue":
-            return []
         # The namespace too: the ConfigMap can be applied before Kueue is installed, and the install
         # then finds its configuration in place.
         return [

@@ -1,9 +1,9 @@
 """A tenant on one cluster: namespace, quotas, default-deny network and its scheduler queue.
 
 Quota semantics (per cluster): `guaranteed` is what the tenant always gets (the nominalQuota of its
-preempting Kueue ClusterQueue, Volcano guarantee); `burst` is the most it may hold by borrowing idle
-capacity (guaranteed + the borrowingLimit of its Kueue Cohort, Volcano capability, and the namespace
-ResourceQuota hard limit).
+preempting Kueue ClusterQueue, in the pool that holds it: spec.guarantee_placement); `burst` is the most
+it may hold by borrowing idle capacity (guaranteed + the borrowingLimit of its Kueue Cohort, and the
+namespace ResourceQuota hard limit).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetops import spec
+from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes
 from modules.kube import Part, Target, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
@@ -128,27 +129,13 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
     return out
 
 
-def bundles(resources: list[str], groups: list[spec.Group]) -> list[tuple[list[str], list[str]]]:
-    """(resources, flavors) of each Kueue resource group covering `resources` on `groups`.
-
-    Kueue lets a flavor appear in only one resource group, so resources that share a pool (the MIG
-    profiles of one GPU) are covered together; each flavor then lists every covered resource.
-    """
-    out: list[tuple[list[str], list[str]]] = []
-    for resource in resources:
-        flavors = {g.name for g in groups if resource in spec.group_capacity(g)}
-        joined = [b for b in out if set(b[1]) & flavors]
-        covered = sorted({resource, *(r for b in joined for r in b[0])})
-        names = {f for b in joined for f in b[1]} | flavors
-        out = [b for b in out if b not in joined] + [(covered, [g.name for g in groups if g.name in names])]
-    return out
-
-
 Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guaranteed, lendable) -> quota fields
 
 
-def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction: float, amounts: Amounts) -> list[dict[str, Any]]:
-    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`."""
+def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], placement: spec.Placement, lend_fraction: float,
+                    amounts: Amounts) -> list[dict[str, Any]]:
+    """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`:
+    the guarantee where `placement` holds it, what it may borrow beyond spread by capacity."""
     by_name = {g.name: g for g in groups}
     out = []
     for resources, flavors in bundles(sorted(tenant.quota), groups):
@@ -156,9 +143,8 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction
         for resource in resources:
             quota = tenant.quota[resource]
             weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
-            # No guarantee is held on a spot pool, whose nodes the provider may take back: the tenant
-            # borrows spot capacity, within its burst, from the cluster's Cohort (modules/scheduler.py).
-            nominal = split(quota.guaranteed, [0 if spec.is_spot(by_name[f]) else w for f, w in zip(flavors, weights)])
+            held = placement.held.get((tenant.name, resource), {})
+            nominal = [held.get(f, 0) for f in flavors]
             borrow = split(quota.burst - quota.guaranteed, weights)
             quotas[resource] = [amounts(n, b, int(n * lend_fraction)) for n, b in zip(nominal, borrow)]
         out.append(
@@ -173,7 +159,6 @@ def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], lend_fraction
     return out
 
 
-NON_PREEMPTING = "non-preempting"
 NEVER_PREEMPTS = {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"}}
 
 
@@ -181,13 +166,6 @@ def default_class(env: spec.Environment) -> spec.PriorityClass | None:
     """The class of a workload that names none: the global default, the lowest if several (as Kueue picks)."""
     defaults = [pc for pc in env.priority_classes if pc.global_default]
     return min(defaults, key=lambda pc: pc.value) if defaults else None
-
-
-def non_preempting_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
-    """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
-    none carries the default, refused where the tenant may not use it: admission_manifests)."""
-    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
-    return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
 
 
 def preemptible_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
@@ -234,6 +212,7 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
     from it and from the cluster; the Cohort bounds what the tenant borrows (burst) and lends.
     """
     scheduler = env.scheduler
+    placement = spec.guarantee_placement(env, spec.cluster_by_name(env, target.cluster))
     cohort_name = f"{target.cluster}.{tenant.name}"
     labels = {"fleetops.io/tenant": tenant.name}
     cohort = {
@@ -242,7 +221,7 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
         "metadata": target.metadata(cohort_name, labels=labels),
         "spec": {
             "parentName": target.cluster,
-            "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction,
+            "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction,
                                               lambda n, b, lend: {"nominalQuota": 0, "borrowingLimit": b, "lendingLimit": lend}),
         },
     }
@@ -256,7 +235,10 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
                 "cohortName": cohort_name,
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
                 "queueingStrategy": "BestEffortFIFO",
-                "resourceGroups": resource_groups(tenant, groups, scheduler.lend_fraction, amounts),
+                # Kueue stops at the first flavor a job fits in, borrowing if it must: told to look on,
+                # it takes the pool that holds the tenant's guarantee before borrowing elsewhere.
+                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor"},
+                "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction, amounts),
                 "preemption": preemption,
             },
         }
@@ -282,22 +264,6 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
         name = f"{tenant.name}-{NON_PREEMPTING}"
         out += [cluster_queue(name, lambda n, b, lend: {"nominalQuota": 0}, NEVER_PREEMPTS), local_queue(never, name)]
     return out
-
-
-def volcano_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
-    guaranteed = {r: str(q.guaranteed) for r, q in sorted(tenant.quota.items())}
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": target.metadata(tenant.name, labels={"fleetops.io/tenant": tenant.name}),
-        "spec": {
-            "guarantee": {"resource": guaranteed},
-            "deserved": guaranteed,
-            "capability": {r: str(q.burst) for r, q in sorted(tenant.quota.items())},
-            "reclaimable": True,
-            "weight": 1,
-        },
-    }
 
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -340,7 +306,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 "reason": "Forbidden"})
     variables = []
     spot = [g.name for g in spec.eligible_groups(tenant, [spec.cluster_by_name(env, target.cluster)]) if spec.is_spot(g)]
-    non_preempting = non_preempting_classes(tenant, env) if env.scheduler.backend == "kueue" else []
+    non_preempting = non_preempting_classes(tenant, env)
     if spot or non_preempting:
         # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
         # else the global default (kueue's jobframework.ExtractPriority).
@@ -353,23 +319,20 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
         ]
     if spot:
         validations.append(spot_validation(tenant, env, spot))
-    if env.scheduler.backend == "kueue":
-        # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
-        # controller owns (a Job's) are admitted through it.
-        preempting, never = queue_names(tenant)
-        if non_preempting:
-            variables.append({"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
-        else:
-            variables.append({"name": "queue", "expression": f"'{preempting}'"})
-        in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
-        owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
-        validations.append({
-            "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
-            "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
-            "reason": "Forbidden",
-        })
-    if not validations:
-        return []
+    # Jobs and bare pods must name the tenant's LocalQueue for their class (kueue_manifests); pods a
+    # controller owns (a Job's) are admitted through it.
+    preempting, never = queue_names(tenant)
+    if non_preempting:
+        variables.append({"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
+    else:
+        variables.append({"name": "queue", "expression": f"'{preempting}'"})
+    in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
+    owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
+    validations.append({
+        "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
+        "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
+        "reason": "Forbidden",
+    })
     name = f"fleetops-tenant-{tenant.name}"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -381,7 +344,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
                 {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
             ]},
-            **({"variables": variables} if variables else {}),
+            "variables": variables,
             "validations": validations,
         },
     }
@@ -418,11 +381,7 @@ def tenant_part(target: Target, tenant: spec.Tenant, env: spec.Environment) -> P
             limit_range_manifest(target, tenant),
             *network_manifests(target, tenant, env),
         ]
-        if env.scheduler.backend == "kueue":
-            out += kueue_manifests(target, tenant, groups, env)
-        else:
-            out.append(volcano_manifest(target, tenant))
-        return out + admission_manifests(target, tenant, env)
+        return out + kueue_manifests(target, tenant, groups, env) + admission_manifests(target, tenant, env)
 
     return Part("fleetops:fleet:Tenant", f"{target.cluster}/{tenant.name}", target, objects,
                 outputs={"namespace": tenant.name, "pools": [g.name for g in groups]})

@@ -273,6 +273,38 @@ def test_cluster_queue_splits_guaranteed_and_burst_over_the_pools(small_state: r
     assert [f["name"] for f in gpu_group["flavors"]] == ["a100-ts", "h100-mig"]
 
 
+def per_flavor(queue: dict[str, Any], field: str, resource: str) -> dict[str, int]:
+    """flavor -> `field` of `resource` in a ClusterQueue or Cohort."""
+    return {f["name"]: r[field] for g in queue["spec"]["resourceGroups"] for f in g["flavors"] for r in f["resources"] if r["name"] == resource}
+
+
+def test_a_guarantee_one_pool_has_room_for_is_held_whole_by_it(small_state: render.DesiredState) -> None:
+    # center-a: a100-ts 32 units, h100-mig 56; vision guaranteed 20 nvidia.com/gpu. Split 7 + 13 by
+    # capacity, a job of 20 borrowed and could be reclaimed although within the guarantee.
+    queue = one(small_state, "center-a", "ClusterQueue", "vision")
+    assert per_flavor(queue, "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 20, "h100-mig": 0}
+    # Kueue is told to look past a flavor where the job would borrow for the one that holds the guarantee.
+    assert queue["spec"]["flavorFungibility"] == {"whenCanBorrow": "TryNextFlavor"}
+
+
+def test_the_next_tenant_s_guarantee_goes_to_the_first_pool_with_room_left(tmp_path: Path) -> None:
+    env = small_env()
+    env["tenants"].append({"name": "speech", "clusters": ["center-a"], "workloads": ["inference"],
+                           "quota": {"nvidia.com/gpu": {"guaranteed": 24, "burst": 24}}})
+    state = render_env(tmp_path, env)
+    # a100-ts has 32 - 20 (vision's, declared above) = 12 left: speech's 24 goes whole to h100-mig.
+    assert per_flavor(one(state, "center-a", "ClusterQueue", "speech"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 0, "h100-mig": 24}
+    assert per_flavor(one(state, "center-a", "Cohort", "center-a"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 12, "h100-mig": 32}
+
+
+def test_a_declared_split_is_held_as_declared(tmp_path: Path) -> None:
+    env = small_env()
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 8, "h100-mig": 12}
+    state = render_env(tmp_path, env)
+    assert per_flavor(one(state, "center-a", "ClusterQueue", "vision"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 8, "h100-mig": 12}
+    assert per_flavor(one(state, "center-a", "Cohort", "center-a"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 24, "h100-mig": 44}
+
+
 def test_the_cluster_cohort_holds_the_capacity_no_tenant_is_guaranteed(small_state: render.DesiredState) -> None:
     # center-a: a100-ts 2x4 GPUs time-sliced x4 (32) + h100-mig 1x8 GPUs x7 slices (56) = 88 units of
     # nvidia.com/gpu, vision guaranteed 20; ascend 8, vision guaranteed 4.
@@ -320,22 +352,10 @@ def test_a_non_preempting_class_gets_a_queue_that_never_preempts(tmp_path: Path)
     assert "name a priority class: the default, batch, is not allowed for tenant vision (allowed: high)" in messages
 
 
-def test_volcano_backend_gives_queues_instead_of_kueue_objects(tmp_path: Path) -> None:
-    env = small_env()
-    env["scheduler"] = {"backend": "volcano"}
-    state = render_env(tmp_path, env)
-    queue = one(state, "center-a", "Queue", "vision")
-    assert queue["apiVersion"] == "scheduling.volcano.sh/v1beta1"
-    assert queue["spec"]["guarantee"] == {"resource": {"huawei.com/Ascend910": "4", "nvidia.com/gpu": "20"}}
-    assert queue["spec"]["capability"] == {"huawei.com/Ascend910": "8", "nvidia.com/gpu": "30"}
-    kinds = {m["kind"] for _, m in state.objects()}
-    assert not kinds & {"ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass"}
-
-
-def test_bundled_staging_runs_on_volcano() -> None:
+def test_bundled_staging_runs_on_kueue() -> None:
     state = render.render(ROOT / "environments" / "staging.yaml", revision="rev-test")
-    assert {m["metadata"]["name"] for m in find(state, "stg-center", "Queue")} == {"vision", "speech", "research"}
-    assert not [m for _, m in state.objects() if m["kind"] == "ClusterQueue"]
+    assert {m["metadata"]["name"] for m in find(state, "stg-center", "ClusterQueue")} == {"vision", "speech", "research", "research-non-preempting"}
+    assert not [m for _, m in state.objects() if m["apiVersion"].startswith("scheduling.volcano.sh/")]
 
 
 # --- priorities and monitoring ----------------------------------------------------------------

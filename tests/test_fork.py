@@ -55,7 +55,7 @@ def test_plan_judges_here_when_the_system_refuses_a_fork(tmp_path: Path, monkeyp
     from tests.test_plan import commit, edit, git, make_repo
 
     repo = make_repo(tmp_path)
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 112, burst: 176}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 112, burst: 176, guaranteed_per_pool: {h100-train: 56, a100-infer: 56}}")
     commit(repo, "vision: more GPUs")
     monkeypatch.chdir(repo)
     refuse_forks(monkeypatch)

@@ -58,7 +58,7 @@ def test_check_output_conforms_with_its_decisions_and_counts() -> None:
 
 
 def test_plan_output_conforms(repo: Path) -> None:  # noqa: F811 - the fixture
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
     commit(repo, "vision: a lot more GPUs")
     document = conforms(json.loads(plan(repo, "--env", "prod", "--output", "json").stdout), "plan")
     assert document["ok"] is False and document["verdict"] == "needs-approval" and document["counts"]["approval"] == 2

@@ -70,7 +70,7 @@ def plan_json(repo: Path, *args: str) -> tuple[int, dict]:
 
 
 def test_quota_raise_shows_quota_capacity_and_clusterqueue_change(repo: Path) -> None:
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 112, burst: 176}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 112, burst: 176, guaranteed_per_pool: {h100-train: 56, a100-infer: 56}}")
     commit(repo, "vision: more GPUs")
     code, result = plan_json(repo)
     assert code == 0
@@ -299,7 +299,7 @@ def test_junit_output_is_xml_with_a_suite(repo: Path) -> None:
 
 
 def test_large_quota_raise_needs_two_approvals(repo: Path) -> None:
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
     commit(repo, "vision: a lot more GPUs")
     code, result = plan_json(repo)
     assert code == 1 and result["verdict"] == "needs-approval"  # its own state: not a policy denial
@@ -364,7 +364,7 @@ def test_default_base_follows_an_explicit_head(repo: Path) -> None:
 
 
 def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 150, burst: 200}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
     commit(repo, "vision: a lot more GPUs")
     out = run("plan", "--repo", repo, "--env", "prod", "--output", "json", "--approvals", "1", cwd=repo,
               env={"FLEETOPS_DECISION_LOG": str(repo.parent / "decisions.jsonl"), "FLEETOPS_PR": "7", "FLEETOPS_ACTOR": "bob"})
@@ -382,7 +382,7 @@ def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
 
 def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
     # Two tenants' quotas on two clusters change; each cluster's sum is located at its own tenant's line.
-    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 400, burst: 400, guaranteed_per_pool: {h100-train: 200, a100-infer: 200}}")
     edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
     data = repo / "policies" / "data.yaml"
     data_lines = data.read_text().count("\n")

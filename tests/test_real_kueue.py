@@ -128,6 +128,20 @@ class Tenants:
         return seen["wl"]
 
 
+    def usage(self, cluster_queue: str, units: int) -> dict[str, dict[str, str]]:
+        """flavor -> resource -> {total, borrowed} in the ClusterQueue's status, once it counts `units` in all."""
+        seen: dict[str, Any] = {}
+
+        def ready() -> bool:
+            status = self.objects.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cluster_queue).get("status", {})
+            seen["usage"] = {f["name"]: {r["name"]: {"total": r.get("total", "0"), "borrowed": r.get("borrowed", "0")} for r in f["resources"]}
+                             for f in status.get("flavorsUsage", [])}
+            return sum(int(r["total"]) for f in seen["usage"].values() for r in f.values()) == units
+
+        servers.wait_until(ready, f"{units} units used in ClusterQueue {cluster_queue}", self.kueue.process, timeout=60)
+        return {flavor: used for flavor, used in seen["usage"].items() if any(r["total"] != "0" for r in used.values())}
+
+
 def condition(wl: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in wl.get("status", {}).get("conditions", []) if c["type"] == kind), None)
 
@@ -358,3 +372,17 @@ def test_a_burst_split_over_two_pools_is_reached_over_both_and_one_job_holds_one
     beyond = tenants.submit("research", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
     waiting = condition(tenants.decided("research", beyond), "QuotaReserved")
     assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+
+
+# --- defect 4: a guarantee split over pools could not be used by one job --------------------------------
+
+
+def test_a_guarantee_held_by_one_pool_admits_a_job_of_all_of_it_without_borrowing(kueue) -> None:
+    """environments/prod.yaml:144-150, tenant research on center-bj, `pools: [h100-mig, a100-infer, ...]`,
+    nvidia.com/gpu guaranteed 8: held whole by h100-mig (line 16: 224 units, 104 left after speech's 120,
+    lines 123-130), not split 5 + 3 by capacity, so a job of 8 is admitted without borrowing (and so
+    cannot be reclaimed)."""
+    tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
+    job = tenants.submit("research", "train", {"nvidia.com/gpu": 8}, "training-standard")
+    assert flavors(tenants.admitted("research", job)) == {"nvidia.com/gpu": "h100-mig"}
+    assert tenants.usage("research", 8) == {"h100-mig": {"nvidia.com/gpu": {"total": "8", "borrowed": "0"}}}

@@ -18,7 +18,7 @@ from fleetops.cluster import TIMEOUT, ApiError, Faults, KubeCluster, MemoryClust
 from tests.backends import RealCluster
 from tests.reconcile_support import DEV, allow, commit, dev, key_fingerprint, kubelet_csr, new_repo, options
 
-CRD_VERSIONS = ("kueue.x-k8s.io/v1beta2", "scheduling.volcano.sh/v1beta1", "apps.kubeedge.io/v1alpha1",
+CRD_VERSIONS = ("kueue.x-k8s.io/v1beta2", "apps.kubeedge.io/v1alpha1",
                 "apps.openyurt.io/v1beta2", "monitoring.coreos.com/v1")
 QUOTA = ("v1", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu")
 
@@ -97,7 +97,7 @@ def test_an_unreadable_kubeconfig_is_named_with_its_context_never_its_contents(t
 
 @pytest.fixture(params=["memory", pytest.param("real", marks=pytest.mark.real)])
 def bare(request: pytest.FixtureRequest, tmp_path: Path):
-    """Clusters as they come: Kubernetes' own APIs only, no CRD of Kueue, Volcano, KubeEdge, OpenYurt or prometheus-operator."""
+    """Clusters as they come: Kubernetes' own APIs only, no CRD of Kueue, KubeEdge, OpenYurt or prometheus-operator."""
     if request.param == "memory":
         return lambda env: {c.name: MemoryCluster(c.name, unserved=CRD_VERSIONS) for c in env.clusters}
     start = request.getfixturevalue("api_servers")

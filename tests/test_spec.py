@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +265,8 @@ def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> N
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     clusters = {c.name: c for c in env.clusters}
     placements = sum(spec._open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
-    assert (len(env.clusters), groups, len(env.tenants), placements) == (20, 1600, 4000, 12400)
-    assert spec.LIMITS.clusters >= 20 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
+    assert (len(env.clusters), groups, len(env.tenants), placements) == (32, 1600, 4000, 12400)  # 16 edge clusters of 50 groups: Kueue holds 64
+    assert spec.LIMITS.clusters >= 15 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
     assert spec.LIMITS.placements >= 10 * placements and spec.LIMITS.quotas >= 100 * max(len(t.quota) for t in env.tenants)
 
 
@@ -403,3 +404,99 @@ def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
     texts = {c["text"]: c["cost"] for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
     assert texts == {"center-a/a100-spot: spot at 0.6/device-hour → spot at 0.4/device-hour (-2,336 USD/mo)": pytest.approx(-16 * 0.2 * 730),
                      "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour": 0.0}
+
+
+def test_a_guarantee_no_one_pool_has_room_for_is_refused_unless_its_split_is_declared(tmp_path: Path) -> None:
+    # center-a: a100-ts 32 units, h100-mig 56. 60 fits both together but neither alone, and Kueue
+    # admits one job in one pool: a 60-GPU job "within the guarantee" could never be admitted.
+    env = small_env()
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 60, "burst": 80}
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    assert re.match(r".*/test\.yaml:\d+:\d+: ", problem), problem
+    assert problem.split(": ", 1)[1] == (
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed: 60 nvidia.com/gpu on center-a fits no one pool\'s room '
+        "(a100-ts 32, h100-mig 56 left after the tenants above), and Kueue admits a job in one pool: declare the split, "
+        "e.g. guaranteed_per_pool: {a100-ts: 32, h100-mig: 28}, so that a job within it is bounded by its pool's share, "
+        "or lower guaranteed to 56")
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 32, "h100-mig": 28}
+    spec.load_environment(write_env(tmp_path, env))
+    # More than the pools hold however split is the policies' to judge (quota.guaranteed_over_capacity).
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 100, "burst": 100}
+    spec.load_environment(write_env(tmp_path, env))
+
+
+def test_a_declared_split_names_the_tenant_s_pools_and_adds_up_to_the_guarantee(tmp_path: Path) -> None:
+    env = small_env()
+    env["tenants"][0]["pools"] = ["a100-ts", "ascend"]
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 8, "h100-mig": 12}
+    assert _problems(tmp_path, env) == [
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed_per_pool["h100-mig"]: h100-mig is no pool or edge group open to this tenant that offers nvidia.com/gpu (open: a100-ts)',
+        'tenants[vision].quota["nvidia.com/gpu"].guaranteed_per_pool: the shares of center-a\'s pools (a100-ts) add up to 8, not the guarantee 20: the guarantee applies in each cluster of the tenant',
+    ]
+
+
+def test_a_tenant_named_as_another_tenant_s_non_preempting_queue_is_refused(tmp_path: Path) -> None:
+    # vision may use `batch` (preemption: Never): its work of that class goes to the ClusterQueue
+    # vision-non-preempting, which a tenant of that name would also render on center-a.
+    env = small_env()
+    env["priority_classes"].append({"name": "batch", "value": 10, "workload": "batch", "preemption": "Never"})
+    env["tenants"][0]["priority_classes"] = ["high", "batch"]
+    env["tenants"].append({"name": "vision-non-preempting", "clusters": ["center-a"], "workloads": ["inference"]})
+    assert _problems(tmp_path, env) == [
+        "tenants[vision-non-preempting].name: 'vision-non-preempting' is the name of tenant vision's non-preempting ClusterQueue on center-a "
+        "(for its classes declared preemption: Never): pick another tenant name"]
+    env["tenants"][-1]["clusters"] = ["edge-b"]  # on another cluster: no clash
+    env["tenants"][-1]["edge_groups"] = ["jetson"]
+    spec.load_environment(write_env(tmp_path, env))
+
+
+def _fpga_pools(count: int) -> list[dict[str, Any]]:
+    """`count` FPGA pools, each of its own region: a device resource of its own, so a Kueue resource group each."""
+    return [{"name": f"fpga-{i}", "device": {"resource": f"fpga.intel.com/region-{i:032x}", "model": "Arria10-GX1150", "per_node": 1}, "nodes": 1}
+            for i in range(count)]
+
+
+def test_resource_groups_past_kueue_s_limits_are_refused_at_their_lines(tmp_path: Path) -> None:
+    env = small_env()
+    env["prices"]["Arria10-GX1150"] = 0.9
+    env["clusters"][0]["pools"] += _fpga_pools(15)  # with nvidia.com/gpu and Ascend: 17 resources that share no pool
+    env["tenants"][0]["quota"].update({f"fpga.intel.com/region-{i:032x}": {"guaranteed": 0, "burst": 1} for i in range(15)})
+    assert _problems(tmp_path, env) == [
+        "clusters[center-a].pools: 17 Kueue resource groups (device resources that share no pool), more than the 16 Kueue holds "
+        "(the cluster's Cohort center-a): move pools to another cluster",
+        "tenants[vision].quota: 17 Kueue resource groups (device resources that share no pool), more than the 16 Kueue holds "
+        "(its ClusterQueue on center-a): name fewer pools, or fewer device resources",
+    ]
+    env = small_env()
+    env["clusters"][0]["pools"] = [{"name": f"h100-{i}", "device": {"resource": "nvidia.com/gpu", "model": "H100-SXM-80GB", "per_node": 8}, "nodes": 1}
+                                   for i in range(65)] + env["clusters"][0]["pools"][2:]
+    env["tenants"][0]["pools"] = ["h100-0", "ascend"]
+    assert _problems(tmp_path, env) == [
+        "clusters[center-a].pools: nvidia.com/gpu: 65 pools and edge groups in one Kueue resource group, more than the 64 flavors it holds "
+        "(the cluster's Cohort center-a): move pools to another cluster"]
+    del env["clusters"][0]["pools"][64]
+    spec.load_environment(write_env(tmp_path, env))  # 64 is what Kueue holds
+
+
+def test_kueue_s_webhook_limits_on_a_cluster_queue_are_known() -> None:
+    # Kueue v0.17.0's ClusterQueue webhook, beyond its CRD: 512 flavor-resource pairs in a group, 256 flavors in all.
+    nine_by_57 = [([f"example.com/r{i}" for i in range(9)], [f"pool-{j}" for j in range(57)])]
+    assert spec.kueue_limit_problem(nine_by_57) == ("example.com/r0 and 8 more resources sharing its pools: 57 pools x 9 resources in one "
+                                                    "Kueue resource group, more than the 512 flavor-resource combinations it holds")
+    five_groups = [([f"example.com/r{i}"], [f"pool-{i}-{j}" for j in range(52)]) for i in range(5)]
+    assert spec.kueue_limit_problem(five_groups) == "260 pools and edge groups over the Kueue resource groups, more than the 256 a ClusterQueue holds"
+    assert spec.kueue_limit_problem(five_groups[:4]) is None
+
+
+def test_the_volcano_backend_is_refused_with_the_fix(tmp_path: Path) -> None:
+    # Its queues' `deserved` needed a capacity plugin fleetops never configured, and nothing proved them.
+    env = small_env()
+    env["scheduler"] = {"backend": "volcano"}
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(write_env(tmp_path, env))
+    [problem] = raised.value.problems
+    line = next(n for n, text in enumerate(write_env(tmp_path, env).read_text().splitlines(), start=1) if "backend: volcano" in text)
+    assert problem.startswith(f"{tmp_path / 'test.yaml'}:{line}:") and problem.endswith(
+        "scheduler.backend: volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; use backend: kueue"), problem
