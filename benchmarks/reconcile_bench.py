@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.generate import _fingerprint, synthetic_yaml  # noqa: E402
 from benchmarks.goals import Goal, exponent, report  # noqa: E402
 from fleetops import identity, reconcile, render, spec  # noqa: E402
-from fleetops.cluster import MemoryCluster  # noqa: E402
+from tests.fakes import MemoryCluster  # noqa: E402
 
 
 def allow(env: object, state: object, live: object) -> reconcile.GateResult:

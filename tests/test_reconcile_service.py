@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, render, schema, spec
-from fleetops.cluster import MemoryCluster
+from tests.fakes import Faults, MemoryCluster
 from tests.test_output import conforms
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
@@ -149,7 +149,7 @@ def test_an_unreachable_api_server_is_an_error_not_a_standby(repo: Path, tmp_pat
     apis = fleet()
     commit(repo, GOOD, "good")
     for api in apis.values():
-        api.faults = cluster.Faults(rate=1.0, statuses=(403,), verbs=frozenset({"get", "create", "apply"}))
+        api.faults = Faults(rate=1.0, statuses=(403,), verbs=frozenset({"get", "create", "apply"}))
     result = make(repo, tmp_path, apis, identity="replica-a").run_once()
     assert result.status == "errors" and result.exit_code() == 1
     assert all("cannot take the Lease: 403" in r for r in result.reasons), result.reasons
@@ -205,7 +205,7 @@ def probe(base: str, path: str) -> tuple[int, str]:
 
 
 def test_readiness_tells_the_truth_about_the_last_pass_and_errors_are_metrics_per_cluster(repo: Path, tmp_path: Path) -> None:
-    apis = {name: MemoryCluster(name, faults=cluster.Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
+    apis = {name: MemoryCluster(name, faults=Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
     commit(repo, GOOD, "good")
     verdict = {"gate": reconcile.GateResult(False, [])}
     rec = make(repo, tmp_path, apis, gate=lambda env, state, live: verdict["gate"])
