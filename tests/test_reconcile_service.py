@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, render, schema, spec
+from fleetops.reconcile import loop
 from tests.fakes import Faults, MemoryCluster
 from tests.test_output import conforms
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
@@ -246,7 +248,7 @@ def test_a_pass_that_raises_makes_the_service_not_ready(repo: Path, tmp_path: Pa
         raise RuntimeError("https://bot:ghp_secret@git.example.com went away")
 
     rec.gate = broken
-    stop = reconcile.threading.Event()
+    stop = threading.Event()
     rec.opts.clock = Clock()
     original = rec.run_once
 
@@ -287,7 +289,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     """The CLI against memory clusters and an allowing gate (the policy engine is another issue)."""
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
-    monkeypatch.setattr(reconcile, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
+    monkeypatch.setattr(loop, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
     monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
     return apis
 
