@@ -22,7 +22,7 @@ from fleetops.reconcile.gate import GateResult, default_gate
 from fleetops.reconcile.lease import LeaseElector
 from fleetops.reconcile.loop import LOG_ITEMS, Reconciler
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import PassResult
+from fleetops.reconcile.result import PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import JsonFormatter, Metrics, json_logging, serve_http
 from fleetops.reconcile.source import GitSource, redact
@@ -40,6 +40,8 @@ __all__ = [
     "Metrics",
     "Options",
     "PassResult",
+    "PassStatus",
+    "Verb",
     "Reconciler",
     "applied_keys",
     "call",

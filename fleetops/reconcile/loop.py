@@ -15,7 +15,7 @@ from fleetops.cluster import ApiError, ClusterAPI, Manifest
 from fleetops.reconcile.gate import Gate, default_gate
 from fleetops.reconcile.lease import LeaseElector, lease_failure
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import ClusterResult, PassResult
+from fleetops.reconcile.result import WORKED, ClusterResult, PassResult, PassStatus
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import READY_REASON_CHARS, Metrics, Readiness, readiness
 from fleetops.reconcile.source import GitSource, redact
@@ -130,7 +130,7 @@ class Reconciler:
         self.passes += 1
         self.last_status, self.last_result, self.failure = result.status, result, None
         self.metrics.observe(result, time.perf_counter() - started, time.time())
-        level = logging.INFO if result.status in ("applied", "clean", "drift", "planned") else logging.WARNING
+        level = logging.INFO if result.status in WORKED else logging.WARNING
         drifted = [f"{a.cluster}: {a.verb} {a.target}" for c in result.clusters.values() for a in c.drift]
         log.log(
             level,
@@ -145,41 +145,41 @@ class Reconciler:
         fetched = self.source.fetch()
         notes = [fetched.error] if fetched.error else []
         if fetched.path is None or fetched.revision is None:
-            return PassResult(self.environment, None, "unavailable", notes, last_applied=self.last_applied)
+            return PassResult(self.environment, None, PassStatus.UNAVAILABLE, notes, last_applied=self.last_applied)
         loaded = self.load(fetched.path, fetched.revision)
         if isinstance(loaded, list):
             if self.opts.writes:
                 record_refusal(self._held(), self.opts, "invalid", "; ".join(loaded))
-            return PassResult(self.environment, fetched.revision, "invalid", notes + loaded, last_applied=self.last_applied)
+            return PassResult(self.environment, fetched.revision, PassStatus.INVALID, notes + loaded, last_applied=self.last_applied)
         env, state = loaded
         self.opts.namespace = self.opts.namespace or env.reconciler.namespace
         try:
             apis = self._apis_for(env)
         except (ValueError, ApiError) as exc:
-            return PassResult(self.environment, fetched.revision, "unavailable", notes + [str(exc)], last_applied=self.last_applied)
+            return PassResult(self.environment, fetched.revision, PassStatus.UNAVAILABLE, notes + [str(exc)], last_applied=self.last_applied)
         if self.opts.writes:
             leaders = self._leaders(state, apis)
             if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
                 failed = {n: e for n, e in sorted(self._electors.items()) if n in apis and e.last_error}
                 if failed:  # an unreachable or forbidden API server is not another leader
                     errors = {n: lease_failure(n, e) for n, e in failed.items()}
-                    return PassResult(self.environment, fetched.revision, "errors", notes + [r.errors[0] for r in errors.values()], errors, self.last_applied)
+                    return PassResult(self.environment, fetched.revision, PassStatus.ERRORS, notes + [r.errors[0] for r in errors.values()], errors, self.last_applied)
                 held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
                 standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
-                return PassResult(self.environment, fetched.revision, "standby", notes + held, standby, self.last_applied)
+                return PassResult(self.environment, fetched.revision, PassStatus.STANDBY, notes + held, standby, self.last_applied)
             apis = leaders
         policies = fetched.path / "policies"
         gate = self.gate or functools.partial(default_gate, policies_dir=policies)
         result = run_pass(env, state, apis, gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
-        if result.status == "denied" and self.opts.writes:
+        if result.status == PassStatus.DENIED and self.opts.writes:
             record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))
         for name in sorted(set(self._apis) - set(apis)):
             elector = self._electors.get(name)
             if elector is not None and elector.last_error:  # not another leader: a server that failed us
                 result.clusters[name] = lease_failure(name, elector)
                 result.reasons.append(result.clusters[name].errors[0])
-                result.status = "errors"
+                result.status = PassStatus.ERRORS
             else:
                 result.clusters[name] = ClusterResult(name, leader=False)
         if result.last_applied:

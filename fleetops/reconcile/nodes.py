@@ -8,7 +8,7 @@ from typing import Any
 from fleetops import identity, inventory, spec
 from fleetops.cluster import ApiError, ClusterAPI, Manifest
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult
+from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
 from modules.kube import MANAGER
 
@@ -23,32 +23,32 @@ def _has(taints: list[dict[str, str]], taint: dict[str, str]) -> bool:
 
 
 def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
-              record: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[str, str, bool]]]:
+              record: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[Verb, str, bool]]]:
     """The merge patch that makes a member node meet its group's contract, and what it means.
 
     Returns (patch, [(verb, detail, write)]). Labels merge key by key; taints are sent whole, with
     the node's resourceVersion as a precondition, so a taint another controller added since the
     read is not lost (the write gets 409 and the next pass starts from a fresh read).
     """
-    notes: list[tuple[str, str, bool]] = []
+    notes: list[tuple[Verb, str, bool]] = []
     labels = {k: v for k, v in spec.node_labels(group).items() if node.labels.get(k) != v}
     if labels:
-        notes.append(("label", ", ".join(f"{k}={v}" for k, v in labels.items()), True))
+        notes.append((Verb.LABEL, ", ".join(f"{k}={v}" for k, v in labels.items()), True))
     taints = [dict(t) for t in node.taints]
     for taint in (t.model_dump() for t in group.taints):
         if not _has(taints, taint):
             taints = [t for t in taints if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])] + [taint]
-            notes.append(("taint", f"{taint['key']}={taint['value']}:{taint['effect']}", True))
+            notes.append((Verb.TAINT, f"{taint['key']}={taint['value']}:{taint['effect']}", True))
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
     guarded = isinstance(group, spec.EdgeGroup) and bool(group.fingerprints)
     if not guarded and _has(taints, inventory.QUARANTINE_TAINT):
         # Quarantined while it claimed a group it did not match, or two groups matched it: one member now.
         taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
-        notes.append(("release", f"a member of {group.name} by its match alone", True))
+        notes.append((Verb.RELEASE, f"a member of {group.name} by its match alone", True))
     if isinstance(group, spec.EdgeGroup):
         if group.fingerprints and record is None:
-            notes.append(("identity", "the identity record could not be read: quarantine left as it is", False))
+            notes.append((Verb.IDENTITY, "the identity record could not be read: quarantine left as it is", False))
         elif group.fingerprints:
             # The kubelet key fleetops approved for this node, from a record nodes cannot write.
             recorded = record.get(node.name)
@@ -58,25 +58,25 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
             quarantined = _has(taints, inventory.QUARANTINE_TAINT)
             if not known and not quarantined:
                 taints.append(dict(inventory.QUARANTINE_TAINT))
-                notes.append(("quarantine", why, True))
+                notes.append((Verb.QUARANTINE, why, True))
             elif not known:
-                notes.append(("quarantined", why, False))
+                notes.append((Verb.QUARANTINED, why, False))
             elif quarantined:
                 taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
-                notes.append(("release", f"its kubelet key is allowed in {group.name}", True))
+                notes.append((Verb.RELEASE, f"its kubelet key is allowed in {group.name}", True))
         if not node.ready:
             offline = (now - node.ready_since).total_seconds() if node.ready_since else None
             if offline is not None and offline > group.offline_grace_seconds and not node.unschedulable:
                 unschedulable = True
                 annotations[inventory.CORDON_ANNOTATION] = "offline"
-                notes.append(("cordon", f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}", True))
+                notes.append((Verb.CORDON, f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}", True))
             else:
                 since = f"{int(offline)}s" if offline is not None else "an unknown time"
-                notes.append(("offline", f"NotReady for {since} (grace {group.offline_grace_seconds}s)", False))
+                notes.append((Verb.OFFLINE, f"NotReady for {since} (grace {group.offline_grace_seconds}s)", False))
         elif node.unschedulable and node.annotations.get(inventory.CORDON_ANNOTATION) == "offline":
             unschedulable = False
             annotations[inventory.CORDON_ANNOTATION] = None
-            notes.append(("uncordon", "Ready again; fleetops cordoned it while offline", True))
+            notes.append((Verb.UNCORDON, "Ready again; fleetops cordoned it while offline", True))
     patch: Manifest = {}
     if labels or annotations:
         patch["metadata"] = {k: v for k, v in (("labels", labels), ("annotations", annotations)) if v}
@@ -90,9 +90,9 @@ def quarantine(cluster: str, node: inventory.NodeInfo, why: str) -> Action:
     """The quarantine taint on a node that is no group's member, or the finding that it has it already."""
     target = f"Node {node.name}"
     if _has(node.taints, inventory.QUARANTINE_TAINT):
-        return Action(cluster, "quarantined", target, why, write=False, kind="Node")
+        return Action(cluster, Verb.QUARANTINED, target, why, write=False, kind="Node")
     patch = {"metadata": {"resourceVersion": node.resource_version}, "spec": {"taints": [*node.taints, dict(inventory.QUARANTINE_TAINT)]}}
-    return Action(cluster, "quarantine", target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
+    return Action(cluster, Verb.QUARANTINE, target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
 
 
 def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
@@ -111,7 +111,7 @@ def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.dateti
             out.append(quarantine(cluster.name, node, why))
             continue
         if not groups:
-            out.append(Action(cluster.name, "unmatched", f"Node {node.name}", "matches no pool or edge group; left alone", write=False, kind="Node"))
+            out.append(Action(cluster.name, Verb.UNMATCHED, f"Node {node.name}", "matches no pool or edge group; left alone", write=False, kind="Node"))
             continue
         members.setdefault(groups[0].name, []).append(node)
         patch, notes = node_plan(groups[0], node, now, record)
@@ -145,14 +145,14 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
             continue
         if verdict.approve:
             record[verdict.request.node] = verdict.request.fingerprint
-        actions.append(Action(cluster.name, "approve" if verdict.approve else "deny", f"CertificateSigningRequest {csr['metadata']['name']}",
+        actions.append(Action(cluster.name, Verb.APPROVE if verdict.approve else Verb.DENY, f"CertificateSigningRequest {csr['metadata']['name']}",
                               f"node {verdict.request.node}: {verdict.reason}", kind="CertificateSigningRequest",
                               key=(*CSR_KIND, "", csr["metadata"]["name"]), body=identity.approval(csr, verdict)))
     if record != before:
         body = {"apiVersion": "v1", "kind": "ConfigMap", "data": identity.record_data(record),
                 "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {"app.kubernetes.io/part-of": MANAGER},
                              **({"resourceVersion": record_map["metadata"]["resourceVersion"]} if record_map else {})}}
-        actions.append(Action(cluster.name, "record", f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
+        actions.append(Action(cluster.name, Verb.RECORD, f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
                               "approved " + ", ".join(f"{node}={key}" for node, key in sorted(set(record.items()) - set(before.items()))),
                               kind="ConfigMap", key=("v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP), body=body))
     return actions, record

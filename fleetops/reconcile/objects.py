@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import jsonpatch
+
 from fleetops import diff, render
 from fleetops.cluster import (
     ApiError,
@@ -16,7 +17,7 @@ from fleetops.cluster import (
     key_of,
 )
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult
+from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
 from modules.kube import (
     CLUSTER_LABEL,
@@ -118,10 +119,10 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
         current = live.get(key)
         if current is None:
             # A kind whose LIST failed is unknown, not absent: apply it anyway (apply is idempotent).
-            verb = "apply" if (key[0], key[1]) in failed else "create"
+            verb = Verb.APPLY if (key[0], key[1]) in failed else Verb.CREATE
             actions.append(Action(cluster, verb, describe(key), None, kind=key[1], key=key, body=manifest))
         elif changes := diff.drift(manifest, current):
-            actions.append(Action(cluster, "update", describe(key), changes, kind=key[1], key=key, body=manifest,
+            actions.append(Action(cluster, Verb.UPDATE, describe(key), changes, kind=key[1], key=key, body=manifest,
                                   changed_by=changed_by(current, changes)))
     known = applied or set()
     # Namespaces fleetops creates, or created, and those Git puts objects in (kube-system for a plugin).
@@ -133,22 +134,22 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
         if labels.get(MANAGED_BY) != MANAGER:
             continue  # never touch what fleetops does not own, whatever the server returned
         if labels.get(CLUSTER_LABEL, cluster) != cluster:
-            actions.append(Action(cluster, "foreign", describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.FOREIGN, describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))
         elif notes.get(PRUNE_ANNOTATION) == "disabled":
-            actions.append(Action(cluster, "protected", describe(key), f"{PRUNE_ANNOTATION}: disabled", write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.PROTECTED, describe(key), f"{PRUNE_ANNOTATION}: disabled", write=False, kind=key[1]))
         elif key[1] == "Namespace":
             # Deleting a namespace deletes everything in it, objects fleetops does not own and protected
             # ones included; its managed contents are pruned one by one, the namespace is left to a person.
-            actions.append(Action(cluster, "orphan", describe(key), NAMESPACE_NOT_PRUNED, write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.ORPHAN, describe(key), NAMESPACE_NOT_PRUNED, write=False, kind=key[1]))
         elif applied is None:
-            actions.append(Action(cluster, "orphan", describe(key), "not in Git; the inventory could not be read: not pruned this pass", write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.ORPHAN, describe(key), "not in Git; the inventory could not be read: not pruned this pass", write=False, kind=key[1]))
         elif key not in applied:
-            actions.append(Action(cluster, "unowned", describe(key), NOT_APPLIED, write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.UNOWNED, describe(key), NOT_APPLIED, write=False, kind=key[1]))
         elif key[2] and key[2] not in managed:
-            actions.append(Action(cluster, "unowned", describe(key), f"in namespace {key[2]}, which fleetops does not manage: never pruned",
+            actions.append(Action(cluster, Verb.UNOWNED, describe(key), f"in namespace {key[2]}, which fleetops does not manage: never pruned",
                                   write=False, kind=key[1]))
         elif opts.prune:
-            actions.append(Action(cluster, "prune", describe(key), None, kind=key[1], key=key))
+            actions.append(Action(cluster, Verb.PRUNE, describe(key), None, kind=key[1], key=key))
         else:
-            actions.append(Action(cluster, "orphan", describe(key), "not in Git; --prune deletes it", write=False, kind=key[1]))
+            actions.append(Action(cluster, Verb.ORPHAN, describe(key), "not in Git; --prune deletes it", write=False, kind=key[1]))
     return actions

@@ -5,13 +5,59 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import jsonpatch
+
 from fleetops import diff, inventory
 from fleetops.cluster import Key, Manifest
 
-# --- options, actions, results -------------------------------------------------------------
+# --- actions, results ---------------------------------------------------------------------
+
+
+class Verb(StrEnum):
+    """What an action writes, or (write=False) what it reports; the value is what the output shows."""
+
+    CREATE = "create"
+    APPLY = "apply"  # not seen live because its kind's LIST failed: applied anyway (idempotent)
+    UPDATE = "update"
+    PRUNE = "prune"
+    FOREIGN = "foreign"
+    PROTECTED = "protected"
+    ORPHAN = "orphan"
+    UNOWNED = "unowned"
+    LABEL = "label"
+    TAINT = "taint"
+    RELEASE = "release"
+    IDENTITY = "identity"
+    QUARANTINE = "quarantine"
+    QUARANTINED = "quarantined"
+    CORDON = "cordon"
+    OFFLINE = "offline"
+    UNCORDON = "uncordon"
+    UNMATCHED = "unmatched"
+    APPROVE = "approve"
+    DENY = "deny"
+    RECORD = "record"
+
+
+class PassStatus(StrEnum):
+    """How a pass ended (gitops-engine's sync phases play this part)."""
+
+    APPLIED = "applied"
+    CLEAN = "clean"
+    DRIFT = "drift"
+    PLANNED = "planned"
+    ERRORS = "errors"
+    DENIED = "denied"
+    STANDBY = "standby"
+    INVALID = "invalid"
+    UNAVAILABLE = "unavailable"
+
+
+# Passes that judged the revision and reached every cluster: logged at info, counted as a success.
+WORKED = frozenset({PassStatus.APPLIED, PassStatus.CLEAN, PassStatus.DRIFT, PassStatus.PLANNED})
 
 
 @dataclass
@@ -19,7 +65,7 @@ class Action:
     """One thing a pass found: a write it makes (or would make), or a finding it reports."""
 
     cluster: str
-    verb: str  # create update prune | label taint quarantine release cordon uncordon | orphan protected unmatched ...
+    verb: Verb
     target: str
     detail: Any = None
     write: bool = True
@@ -32,13 +78,13 @@ class Action:
 
     def to_dict(self) -> dict[str, Any]:
         detail = ([{**c.to_dict(), "changed_by": self.changed_by.get(c.path)} for c in self.detail]  # FieldChanges
-                  if self.verb == "update" else self.detail)
+                  if self.verb == Verb.UPDATE else self.detail)
         return {"cluster": self.cluster, "verb": self.verb, "kind": self.kind, "target": self.target, "detail": detail,
                 "write": self.write, "done": self.done, "error": self.error}
 
     def text(self) -> str:
         """The detail as a person reads it: an update's fields as `path: live → Git (who changed it)`."""
-        if self.verb == "update" and isinstance(self.detail, list):
+        if self.verb == Verb.UPDATE and isinstance(self.detail, list):
             return "; ".join(change_text(c, self.changed_by.get(c.path)) for c in self.detail)
         return "" if self.detail is None else str(self.detail)
 
@@ -119,7 +165,7 @@ class ClusterResult:
 class PassResult:
     environment: str
     revision: str | None
-    status: str  # applied | clean | drift | planned | errors | denied | standby | invalid | unavailable
+    status: PassStatus
     reasons: list[str] = field(default_factory=list)
     clusters: dict[str, ClusterResult] = field(default_factory=dict)
     last_applied: str | None = None
@@ -136,9 +182,9 @@ class PassResult:
 
     def exit_code(self) -> int:
         """0 ok, 1 drift left (detect-only, failed writes), denied, or another replica leads; 2 bad input (invalid revision, no source)."""
-        if self.status in ("invalid", "unavailable"):
+        if self.status in (PassStatus.INVALID, PassStatus.UNAVAILABLE):
             return 2
-        if self.status in ("denied", "drift", "errors", "standby"):
+        if self.status in (PassStatus.DENIED, PassStatus.DRIFT, PassStatus.ERRORS, PassStatus.STANDBY):
             return 1
         return 0
 

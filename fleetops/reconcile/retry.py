@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tenacity
+
 from fleetops.cluster import TIMEOUT, UNREACHABLE, ApiError, ClusterAPI
 from fleetops.reconcile.options import Options
 

@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleetops.reconcile.result import PassResult
-from fleetops.reconcile.source import redact
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -21,6 +19,9 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from fleetops.reconcile.result import WORKED, PassResult, PassStatus
+from fleetops.reconcile.source import redact
 
 # --- metrics, health, logs ------------------------------------------------------------------
 
@@ -45,7 +46,7 @@ class Metrics:
     def observe(self, result: PassResult, seconds: float, now: float) -> None:
         """Per cluster, what this pass learnt; what it could not learn keeps its last value (see `replace`)."""
         self.duration.observe(seconds)
-        if result.status == "denied":
+        if result.status == PassStatus.DENIED:
             self.denials.inc()
         for name, cluster in result.clusters.items():
             self.cluster_errors.labels(name).inc(len(cluster.errors))  # present at 0 from the first pass
@@ -63,7 +64,7 @@ class Metrics:
                         totals[(row.resource, state)] = totals.get((row.resource, state), 0) + n
                 self.replace(self.capacity, name, totals)
                 self.capacity_read.labels(name).set(now)
-        if result.status in ("applied", "clean", "drift", "planned"):
+        if result.status in WORKED:
             self.last_success.set(now)
 
     def replace(self, gauge: Gauge, cluster: str, values: dict[tuple[str, ...], float]) -> None:
@@ -99,9 +100,9 @@ def readiness(result: PassResult | None) -> Readiness:
     if result is None:
         return Readiness("no pass has completed")
     revision = (result.revision or "")[:12]
-    if result.status == "unavailable":
+    if result.status == PassStatus.UNAVAILABLE:
         why = f"no revision to reconcile: {'; '.join(result.reasons)}"
-    elif result.status == "invalid":
+    elif result.status == PassStatus.INVALID:
         why = f"revision {revision} is invalid: {'; '.join(result.reasons)}"
     elif result.gate_unavailable:
         why = f"the policy gate could not judge revision {revision}: {'; '.join(result.reasons)}"

@@ -11,7 +11,7 @@ from typing import Any
 
 from fleetops.cluster import ClusterAPI, Key, Manifest
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action
+from fleetops.reconcile.result import Action, Verb
 from fleetops.reconcile.retry import call
 from modules.kube import MANAGER
 
@@ -94,7 +94,7 @@ def applied_after(previous: set[Key], desired: Iterable[Key], live: dict[Key, Ma
     """The inventory after a pass: what Git wants that is now applied (written or found equal), and what
     the last inventory held that is still there (a LIST that failed counts as still there)."""
     failed_writes = {a.key for a in actions if a.error}
-    pruned = {a.key for a in actions if a.verb == "prune" and a.done}
+    pruned = {a.key for a in actions if a.verb == Verb.PRUNE and a.done}
     now = {k for k in desired if k not in failed_writes}
     kept = {k for k in previous if k not in pruned and (k in live or (k[0], k[1]) in failed)}
     return now | kept

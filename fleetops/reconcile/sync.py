@@ -17,7 +17,13 @@ from fleetops.reconcile.nodes import (
 )
 from fleetops.reconcile.objects import kinds_of, not_served, object_actions, read_live
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult, PassResult
+from fleetops.reconcile.result import (
+    Action,
+    ClusterResult,
+    PassResult,
+    PassStatus,
+    Verb,
+)
 from fleetops.reconcile.retry import Guard, call, explain
 from fleetops.reconcile.status import (
     INVENTORY_CONFIGMAP,
@@ -41,10 +47,10 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
             call(opts, api.patch_node, action.key[3], action.body, conflicts=not precondition)
         elif action.kind == "CertificateSigningRequest":
             call(opts, api.approve, action.body, conflicts=False)  # 409: decided elsewhere since the read
-        elif action.verb == "record":
+        elif action.verb == Verb.RECORD:
             write = api.replace if "resourceVersion" in action.body["metadata"] else api.create
             call(opts, write, action.body, conflicts=False)
-        elif action.verb == "prune":
+        elif action.verb == Verb.PRUNE:
             try:
                 call(opts, api.delete, *action.key)
             except ApiError as exc:
@@ -91,7 +97,7 @@ def reconcile_cluster(
                 first = outcome[action.key]
                 action.done, action.error = first.done, first.error
                 continue
-            if action.verb == "record" and any(a.error for a in result.actions if a.kind == "CertificateSigningRequest"):
+            if action.verb == Verb.RECORD and any(a.error for a in result.actions if a.kind == "CertificateSigningRequest"):
                 action.error = "not recorded: an approval failed; the next pass decides again"
                 continue
             _execute(api, action, opts)
@@ -155,7 +161,7 @@ def run_pass(
         inventories = {name: inv for name, (inv, _) in surveyed.items()}
         verdict = gate(env, state, live_input(env, inventories, results))
         if verdict.denied:
-            return PassResult(env.environment, state.revision, "denied", verdict.reasons, results, last_applied, verdict.warnings,
+            return PassResult(env.environment, state.revision, PassStatus.DENIED, verdict.reasons, results, last_applied, verdict.warnings,
                               gate_unavailable=verdict.unavailable)
 
         def one(cluster: spec.Cluster) -> None:
@@ -204,13 +210,13 @@ def run_pass(
 
         list(pool.map(one, clusters))
     shortfalls = [s["msg"] for r in results.values() for s in r.shortfalls]
-    out = PassResult(env.environment, state.revision, "clean", shortfalls, results, last_applied, verdict.warnings)
+    out = PassResult(env.environment, state.revision, PassStatus.CLEAN, shortfalls, results, last_applied, verdict.warnings)
     if out.errors:
-        out.status = "errors"
+        out.status = PassStatus.ERRORS
     elif out.drift and opts.writes:
-        out.status = "applied"
+        out.status = PassStatus.APPLIED
     elif out.drift:
-        out.status = "planned" if opts.dry_run else "drift"
+        out.status = PassStatus.PLANNED if opts.dry_run else PassStatus.DRIFT
     if opts.writes and not out.errors:
         out.last_applied = state.revision
     elif len(recorded := {c.last_applied for c in results.values()}) == 1 and None not in recorded:
