@@ -7,25 +7,11 @@ from collections.abc import Iterable
 import jsonpatch
 
 from fleetops import diff, render
-from fleetops.cluster import (
-    ApiError,
-    ClusterAPI,
-    Key,
-    Manifest,
-    describe,
-    field_managers,
-    key_of,
-)
+from fleetops.cluster import ApiError, ClusterAPI, Key, Manifest, describe, field_managers, key_of
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
-from modules.kube import (
-    CLUSTER_LABEL,
-    ENVIRONMENT_LABEL,
-    MANAGED_BY,
-    MANAGER,
-    PRUNE_ANNOTATION,
-)
+from modules.kube import CLUSTER_LABEL, ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION
 
 
 def managed_selector(environment: str) -> str:

@@ -8,32 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from fleetops import identity, inventory, render, spec
 from fleetops.cluster import ApiError, ClusterAPI, Key, Manifest, key_of
 from fleetops.reconcile.gate import Gate
-from fleetops.reconcile.nodes import (
-    NODE_KIND,
-    identity_actions,
-    live_input,
-    node_actions,
-    read_nodes,
-)
+from fleetops.reconcile.nodes import NODE_KIND, identity_actions, live_input, node_actions, read_nodes
 from fleetops.reconcile.objects import kinds_of, not_served, object_actions, read_live
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import (
-    Action,
-    ClusterResult,
-    PassResult,
-    PassStatus,
-    Verb,
-)
+from fleetops.reconcile.result import Action, ClusterResult, PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import Guard, call, explain
-from fleetops.reconcile.status import (
-    INVENTORY_CONFIGMAP,
-    applied_after,
-    inventory_content,
-    read_applied,
-    read_status,
-    write_record,
-    write_status,
-)
+from fleetops.reconcile.status import INVENTORY_CONFIGMAP, applied_after, inventory_content, read_applied, read_status, write_record, write_status
 from modules.kube import MANAGER
 
 # --- one cluster ----------------------------------------------------------------------------
