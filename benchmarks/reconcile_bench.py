@@ -2,10 +2,13 @@
 
     .venv/bin/python benchmarks/reconcile_bench.py                 # 2,000 nodes, ~11,000 managed objects in 20 clusters
     .venv/bin/python benchmarks/reconcile_bench.py --scale 0.05 --nodes 100
+    .venv/bin/python benchmarks/reconcile_bench.py --scales 0.5 1 2 4  # growth: nodes scale with the fleet
 
 Renders the synthetic environment once (about half a minute at scale 1) and reuses that
 DesiredState for every pass. Asserts what it measures: a no-op pass issues exactly one LIST per kind
-per cluster and no write; a pass over N drifted objects writes exactly N.
+per cluster and no write; a pass over N drifted objects writes exactly N. With --scales, each scale
+runs in its own process with `--nodes` times the scale, and the no-op pass's CPU time (all threads:
+on a shared machine wall time measures the neighbours) must grow linearly with the objects.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import copy
 import datetime as dt
 import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import _fingerprint, synthetic_yaml  # noqa: E402
-from benchmarks.goals import Goal, report  # noqa: E402
+from benchmarks.goals import Goal, exponent, report  # noqa: E402
 from fleetops import identity, reconcile, render, spec  # noqa: E402
-from fleetops.cluster import MemoryCluster  # noqa: E402
+from tests.fakes import MemoryCluster  # noqa: E402
 
 
 def allow(env: object, state: object, live: object) -> reconcile.GateResult:
@@ -63,12 +67,32 @@ def drift(state: render.DesiredState, apis: dict[str, MemoryCluster], count: int
     return len(quotas) + len(policies)
 
 
-def timed_pass(env: spec.Environment, state: render.DesiredState, apis: dict[str, MemoryCluster], opts: reconcile.Options) -> tuple[reconcile.PassResult, float]:
+def timed_pass(env: spec.Environment, state: render.DesiredState, apis: dict[str, MemoryCluster], opts: reconcile.Options) -> tuple[reconcile.PassResult, float, float]:
+    """The pass, its wall time and its CPU time (every thread of this process)."""
     for api in apis.values():
         api.reset_counts()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = reconcile.run_pass(env, state, apis, allow, opts)
-    return result, time.perf_counter() - started
+    return result, time.perf_counter() - started, time.process_time() - cpu
+
+
+GOAL_EXPONENT = 1.1
+
+
+def growth(scales: list[float], nodes: int, drifted: int) -> int:
+    """The no-op pass at each scale, in a fresh process each, and its exponent over objects."""
+    rows = []
+    for scale in scales:
+        argv = [sys.executable, __file__, "--scale", str(scale), "--nodes", str(round(nodes * scale)), "--drifted", str(drifted)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if not done.stdout.startswith("{"):
+            raise SystemExit(f"scale {scale}: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+        rows.append(json.loads(done.stdout.splitlines()[0]))
+        print(f"scale {scale:>4}: {rows[-1]['objects']:>6,} objects, {rows[-1]['nodes']:>5,} nodes: no-op pass "
+              f"{rows[-1]['noop_pass_cpu_seconds']:6.2f} s CPU ({rows[-1]['noop_pass_seconds']:.2f} s wall)", flush=True)
+    span = f"{scales[0]:g}x..{scales[-1]:g}x"
+    grows = exponent([r["objects"] for r in rows], [r["noop_pass_cpu_seconds"] for r in rows])
+    return report("reconcile_bench: growth of the no-op pass", [Goal(f"no-op pass CPU exponent over objects ({span})", grows, GOAL_EXPONENT)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--drifted", type=int, default=100)
+    parser.add_argument("--scales", type=float, nargs="+", help="measure growth over these scales instead")
     args = parser.parse_args(argv)
+    if args.scales:
+        return growth(args.scales, args.nodes, args.drifted)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "large.yaml"
@@ -90,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     apis = {c.name: MemoryCluster(c.name) for c in env.clusters}
     seed_nodes(env, apis, args.nodes)
     opts = reconcile.Options(force_conflicts=True, sleep=lambda s: None)
-    first, first_seconds = timed_pass(env, state, apis, opts)
+    first, first_seconds, _ = timed_pass(env, state, apis, opts)
     assert first.status == "applied" and not first.errors, first.errors[:3]
 
-    noop, noop_seconds = timed_pass(env, state, apis, opts)
+    noop, noop_seconds, noop_cpu = timed_pass(env, state, apis, opts)
     expected_lists = 0
     for name, api in apis.items():
         # Nodes for the gate, and kubelet certificate requests where edge identity is guarded.
@@ -108,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     noop_lists = sum(api.count("list") for api in apis.values())
 
     drifted = drift(state, apis, args.drifted)
-    fixed, fixed_seconds = timed_pass(env, state, apis, opts)
+    fixed, fixed_seconds, _ = timed_pass(env, state, apis, opts)
     writes = sum(api.writes() for api in apis.values())
     assert writes == drifted and fixed.drift == drifted and not fixed.errors, (writes, drifted, fixed.errors[:3])
 
@@ -119,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "render_seconds": round(render_seconds, 2),
         "converge_pass_seconds": round(first_seconds, 2),
         "noop_pass_seconds": round(noop_seconds, 2),
+        "noop_pass_cpu_seconds": round(noop_cpu, 2),
         "noop_lists": noop_lists,
         "noop_writes": noop_writes,
         "drifted_objects": drifted,

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fleetops.cluster import CallCounts, KubeCluster, Manifest
+from fleetops.cluster import KubeCluster, Manifest
+from tests.fakes import CallCounts
 from tests.servers import ApiServer
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fleetops import kube, render, spec
-from fleetops.cluster import MemoryCluster
+from tests.fakes import MemoryCluster
 from tests import servers
 from tests.backends import RealCluster
 from tests.helpers import render_env, small_env

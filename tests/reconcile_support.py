@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import reconcile, render, spec
-from fleetops.cluster import MemoryCluster
+from tests.fakes import MemoryCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "environments" / "dev.yaml"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetops.cluster import ApiError, Faults, MemoryCluster, selector_matcher
+from fleetops.cluster import ApiError
+from tests.fakes import Faults, MemoryCluster, selector_matcher
 
 
 def cm(name: str, labels: dict[str, str] | None = None, data: dict[str, str] | None = None, ns: str = "default") -> dict:

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from fleetops import identity, reconcile, render, spec
-from fleetops.cluster import ApiError, Faults, MemoryCluster
+from fleetops.errors import ApiError
 from fleetops.kube import key_of
+from tests.fakes import Faults, MemoryCluster
 from tests.reconcile_support import ROOT, T0, Clock, Sleeps, allow, allowing, clusters, deny, dev, key_fingerprint, kubelet_csr, node, options
 
 CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")

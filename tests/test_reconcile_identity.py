@@ -112,7 +112,7 @@ def test_nodes_that_claim_a_group_they_do_not_match_are_quarantined(backend) -> 
 
 def test_a_node_two_groups_match_is_quarantined() -> None:
     # Twin only, and built past validate (which refuses overlapping matches, below).
-    from fleetops.cluster import MemoryCluster
+    from tests.fakes import MemoryCluster
 
     env, state = dev()
     center = spec.cluster_by_name(env, "dev-center")

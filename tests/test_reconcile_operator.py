@@ -14,7 +14,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fleetops import cli, reconcile, schema
-from fleetops.cluster import TIMEOUT, ApiError, Faults, KubeCluster, MemoryCluster
+from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
+from tests.fakes import Faults, MemoryCluster
 from tests.backends import RealCluster
 from tests.reconcile_support import DEV, allow, commit, dev, key_fingerprint, kubelet_csr, new_repo, options
 

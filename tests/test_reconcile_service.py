@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, render, schema, spec
-from fleetops.cluster import MemoryCluster
+from fleetops.reconcile import loop
+from tests.fakes import Faults, MemoryCluster
 from tests.test_output import conforms
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
@@ -149,7 +151,7 @@ def test_an_unreachable_api_server_is_an_error_not_a_standby(repo: Path, tmp_pat
     apis = fleet()
     commit(repo, GOOD, "good")
     for api in apis.values():
-        api.faults = cluster.Faults(rate=1.0, statuses=(403,), verbs=frozenset({"get", "create", "apply"}))
+        api.faults = Faults(rate=1.0, statuses=(403,), verbs=frozenset({"get", "create", "apply"}))
     result = make(repo, tmp_path, apis, identity="replica-a").run_once()
     assert result.status == "errors" and result.exit_code() == 1
     assert all("cannot take the Lease: 403" in r for r in result.reasons), result.reasons
@@ -206,7 +208,7 @@ def probe(base: str, path: str) -> tuple[int, str]:
 
 
 def test_readiness_tells_the_truth_about_the_last_pass_and_errors_are_metrics_per_cluster(repo: Path, tmp_path: Path) -> None:
-    apis = {name: MemoryCluster(name, faults=cluster.Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
+    apis = {name: MemoryCluster(name, faults=Faults(rate=1.0, statuses=(cluster.TIMEOUT,))) for name in ("dev-center", "dev-edge")}
     commit(repo, GOOD, "good")
     verdict = {"gate": reconcile.GateResult(False, [])}
     rec = make(repo, tmp_path, apis, gate=lambda env, state, live: verdict["gate"])
@@ -247,7 +249,7 @@ def test_a_pass_that_raises_makes_the_service_not_ready(repo: Path, tmp_path: Pa
         raise RuntimeError("https://bot:ghp_secret@git.example.com went away")
 
     rec.gate = broken
-    stop = reconcile.threading.Event()
+    stop = threading.Event()
     rec.opts.clock = Clock()
     original = rec.run_once
 
@@ -288,7 +290,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     """The CLI against memory clusters and an allowing gate (the policy engine is another issue)."""
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
-    monkeypatch.setattr(reconcile, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
+    monkeypatch.setattr(loop, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
     monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
     return apis
 

@@ -182,7 +182,7 @@ def test_policy_and_reconcile_never_edit_the_rendered_objects() -> None:
     """The direct render shares lists and dicts between objects (the same rules, the same labels), as
     the SDK's copies did not: its consumers must read them only, or one object's edit changes another."""
     from fleetops import policy, reconcile
-    from fleetops.cluster import MemoryCluster
+    from tests.fakes import MemoryCluster
     from tests.reconcile_support import allow, options
 
     env_file = ROOT / "environments" / "dev.yaml"

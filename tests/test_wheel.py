@@ -1,0 +1,35 @@
+"""The wheel users install holds the product only: no test double, no tests package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+
+def test_the_installed_wheel_holds_no_test_only_code(tmp_path: Path) -> None:
+    # Offline: the build uses this environment's setuptools; a pure wheel needs no compiler.
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    env = {**os.environ, "FLEETOPS_PURE_PYTHON": "1", "PIP_NO_INDEX": "1"}
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(ROOT)],
+                           capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr[-2000:]
+    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(site), *map(str, wheels.glob("fleetops-*.whl"))],
+                               capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+
+    assert (site / "fleetops" / "cluster.py").is_file() and (site / "fleetops" / "reconcile" / "loop.py").is_file()  # the product is there
+    assert not (site / "tests").exists()
+    shipped = [p.relative_to(site) for p in site.rglob("*.py") if "class MemoryCluster" in p.read_text(errors="replace")]
+    assert shipped == []
+    # Imported from the installed copy alone (not this checkout): the twin is nowhere to be found.
+    probe = ("import importlib.util, fleetops.cluster as c; "
+             "print(hasattr(c, 'MemoryCluster'), importlib.util.find_spec('tests') is not None)")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {probe}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "False"]
