@@ -710,7 +710,7 @@ def schema() -> None:
 def main() -> None:
     import signal
 
-    # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that forks are stopped and
+    # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that confined renders are stopped and
     # temporary files and checkouts removed; `reconcile --serve` sets its own handler.
     signal.signal(signal.SIGTERM, _terminated)
     try:
