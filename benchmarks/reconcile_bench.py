@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import _fingerprint, synthetic_yaml  # noqa: E402
 from benchmarks.goals import Goal, report  # noqa: E402
-from fleetops import identity, reconcile, render, spec  # noqa: E402
+from fleetops import identity, memory, reconcile, render, spec  # noqa: E402
 from fleetops.cluster import MemoryCluster  # noqa: E402
 
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--drifted", type=int, default=100)
     args = parser.parse_args(argv)
+    memory.for_a_command()  # as `fleetops` runs every command (cli.main)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "large.yaml"

@@ -710,6 +710,10 @@ def schema() -> None:
 def main() -> None:
     import signal
 
+    from fleetops import memory
+
+    memory.for_a_command()
+
     # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that confined renders are stopped and
     # temporary files and checkouts removed; `reconcile --serve` sets its own handler.
     signal.signal(signal.SIGTERM, _terminated)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, git, isolate, memory, output, spec
+from fleetops import diff, git, isolate, output, spec
 
 WORKTREE = "WORKTREE"
 # What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
@@ -385,7 +385,6 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
     }
 
 
-@memory.acyclic()
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = f"environments/{env_name}.yaml"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fleetops import git, memory, schema, spec
+from fleetops import git, schema, spec
 from fleetops.diff import object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,6 @@ def render(env_file: str | Path, revision: str | None = None, display: str | Non
     return render_environment(env, env_file, revision, engine, program, each_cluster, display=display)
 
 
-@memory.acyclic()
 def render_environment(env: spec.Environment, env_file: str | Path, revision: str | None = None,
                        engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None,
                        display: str | None = None) -> DesiredState:
