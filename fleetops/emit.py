@@ -1,8 +1,8 @@
 """Rendered manifests written as files, all at once or not at all.
 
 The YAML text is fleetops.yamltext's. `fleetops._yamlwriter` writes the same bytes in C where it
-was built (setup.py): 0.28 s of CPU less than yamltext for the large fleet's files, `render -o`
-1.04x the render instead of 1.5x (benchmarks/README.md). yamltext writes them otherwise, and
+was built (setup.py): 0.3 s of CPU less than yamltext for the large fleet's files, `render -o`
+1.15x the render's CPU instead of 1.8x (benchmarks/README.md, "What pays"). yamltext writes them otherwise, and
 writes any file with a value the C writer leaves to it.
 """
 
