@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import synthetic_environment  # noqa: E402
 from goals import Goal, report  # noqa: E402
 
-from fleetops import policy, render, spec  # noqa: E402
+from fleetops import memory, policy, render, spec  # noqa: E402
 
 GOAL_SECONDS = 1.0
 GOAL_GROWTH = 12.0
@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cache", type=Path, help="Keep rendered states here (default: a temporary folder)")
     args = parser.parse_args()
+    memory.for_a_command()  # as `fleetops` runs every command (cli.main)
     with tempfile.TemporaryDirectory() as tmp:
         cache = args.cache or Path(tmp)
         cache.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import _fingerprint, synthetic_yaml  # noqa: E402
 from benchmarks.goals import Goal, exponent, report  # noqa: E402
-from fleetops import identity, reconcile, render, spec  # noqa: E402
+from fleetops import identity, memory, reconcile, render, spec  # noqa: E402
 from tests.fakes import MemoryCluster  # noqa: E402
 
 
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drifted", type=int, default=100)
     parser.add_argument("--scales", type=float, nargs="+", help="measure growth over these scales instead")
     args = parser.parse_args(argv)
+    memory.for_a_command()  # as `fleetops` runs every command (cli.main)
     if args.scales:
         return growth(args.scales, args.nodes, args.drifted)
 

@@ -9,12 +9,11 @@ medians of `--repeat` runs (the SDK render, ~20 s, runs once).
 - render under the SDK: the same with `engine="pulumi"`: `stacks/__main__.py` under the SDK's mocks,
   what render was before; tests/test_render.py proves both give byte-identical files.
 - render -o: what `fleetops render -o DIR` does: render, each cluster's YAML file written by the
-  C writer's thread as soon as that cluster is rendered (the rest by this thread when the render
-  ends), all renamed into place at the end, over the files of the run before (each run replaces
-  them: on ext4 a rename over a file starts writing it out, ~0.5 ms a file, that a first write
-  does not pay). Where the C writer was not built (`emit.native()`; FLEETOPS_PURE_PYTHON=1 times
-  that case), yamltext writes each file in this thread as its cluster is rendered.
-- render -o --output json: the same, the files holding orjson's text (written by the same C writer's thread).
+  C writer as soon as that cluster is rendered, all renamed into place at the end, over the files
+  of the run before (each run replaces them: on ext4 a rename over a file starts writing it out,
+  ~0.5 ms a file, that a first write does not pay). Where the C writer was not built
+  (`emit.native()`; FLEETOPS_PURE_PYTHON=1 times that case), yamltext writes them.
+- render -o --output json: the same, the files holding orjson's text (written by the same C writer).
 - as the command does it: `cli.render_or_fail` (load, render, schema check: all `fleetops render`
   does before it writes), without and with the files.
 - schema: `fleetops.schema.validate_objects()` over every rendered object (render and check run it).
@@ -43,14 +42,16 @@ GOALS = {"write_to_render": 1.2, "max_rss_mib": 1024, "resources_per_second": 50
 
 
 def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
-    from fleetops import cli, emit, render, schema
+    from fleetops import cli, emit, memory, render, schema
+
+    memory.for_a_command()  # as `fleetops` runs every command (cli.main)
 
     fmt = cli.Format.json if what == "json" else cli.Format.yaml
     started = time.perf_counter()
     if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by the writer's thread while the rest renders
-        with emit.Files("bench", cli.text_of(fmt)) as files:
+        with emit.Files("bench") as files:
             def add(cluster: str, objects: list[dict[str, Any]]) -> None:
-                files.add(out_dir / f"{cluster}.{fmt.value}", objects)
+                files.put(out_dir / f"{cluster}.{fmt.value}", cli.dump(objects, fmt))
 
             if what == "command-o":
                 state = cli.render_or_fail(env_file, "bench", each_cluster=add)[1]
@@ -68,7 +69,7 @@ def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
         if problems:
             raise SystemExit(f"the generated environment should validate, got: {problems[0]}")
     return {"seconds": time.perf_counter() - started, "render_seconds": rendered, "resources": state.resources,
-            "objects": state.object_count, "max_rss_mib": peak_rss_mib(), "writer": "C, in a thread" if emit.native() else "yamltext (Python)"}
+            "objects": state.object_count, "max_rss_mib": peak_rss_mib(), "writer": "C" if emit.native() else "yamltext (Python)"}
 
 
 def _run(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:

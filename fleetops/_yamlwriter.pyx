@@ -1,29 +1,19 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""yamltext's YAML and orjson's JSON, written in C by a thread that holds no GIL: `render -o` writes its files while it renders.
+"""yamltext's YAML and orjson's JSON, written in C: `render -o` writes each cluster's file as it is rendered.
 
 The text is yamltext.documents' (or emit.json_text's), byte for byte (tests/test_emit.py: every
 bundled environment, the generated fleet, random awkward values), for manifests of exact JSON
 types: dicts with str keys, lists, str, int within 64 bits, bool, None. For anything else (a
 float, a tuple, a str subclass, a lone surrogate, a bigger int, nesting deeper than MAX_DEPTH) it
-writes nothing and says so (UNUSUAL): yamltext (or orjson) writes that file.
+writes nothing and says so (None): yamltext (or orjson) writes that file.
 
-Why C, and why no GIL: yamltext compiled as Python was 0.1 s for the large fleet, and handing the
-manifests to another process cost as much as the render could hide (benchmarks/README.md). Here a
-thread reads the render's dicts and lists in place, with no copy and no lock, beside the render.
-That is sound while what it reads is neither changed nor freed: `Writer` keeps a reference to
-every list it is given (the caller promises not to change them until `finish`), and reads them
-with borrowed pointers only. It calls no CPython function that allocates, raises or touches a
-reference count: PyDict_Next and PyLong_AsLongLongAndOverflow on exact types read and compute.
+Why C: yamltext takes 0.28 s of CPU for the large fleet's files, this 0.01-0.04 s; `render -o`
+costs 1.5x the render's CPU with yamltext and 1.04x with this (benchmarks/README.md, "What pays").
+It runs with the GIL held, called by the rendering thread: the manifests do not change under it.
 """
 
-from libc.errno cimport EINTR, ETIMEDOUT, errno
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
-from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY
-from posix.fcntl cimport open as c_open
-from posix.unistd cimport close as c_close
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
-from posix.unistd cimport write as c_write
 
 cdef extern from "Python.h" nogil:
     ctypedef struct PyObj "PyObject":
@@ -59,25 +49,9 @@ cdef inline PyType* TYPE(PyObj* v) noexcept nogil:
     return NULL if t == &StrType and not StrReady(v) else t
 
 
-cdef extern from "pthread.h" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
-    int pthread_mutex_init(pthread_mutex_t*, void*)
-    int pthread_mutex_destroy(pthread_mutex_t*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
-    int pthread_cond_init(pthread_cond_t*, void*)
-    int pthread_cond_destroy(pthread_cond_t*)
-    int pthread_cond_signal(pthread_cond_t*)
-    int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
-
-UNUSUAL = -1  # a value left to yamltext
 DEF C_UNUSUAL = -1
 DEF C_NOMEM = -2
 DEF MAX_DEPTH = 200  # yamltext (Python recursion) takes the rare deeper manifest
-DEF IDLE_NS = 100_000_000  # a thread with no file to take for 0.1 s ends; render hands a cluster over every few ms
 DEF SMALL = 32  # keys sorted on the stack; a bigger mapping's on the heap, by qsort
 
 
@@ -385,13 +359,12 @@ cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept nogil:
 
 cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept nogil:
     """A non-empty sequence's lines at `pad`: a nested mapping or sequence starts on its dash's line."""
-    cdef Py_ssize_t i = -1
+    cdef Py_ssize_t i
     cdef PyObj* item
     cdef int r = 0
     if depth >= MAX_DEPTH:
         return C_UNUSUAL
-    while i + 1 < ListSize(items):  # its size read again at each item, should it shrink under the writer
-        i += 1
+    for i in range(ListSize(items)):
         item = ListItem(items, i)
         r = indent(o, pad)
         if r == 0 and TYPE(item) == &DictType and DictSize(item):
@@ -423,7 +396,7 @@ cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept nogil:
             return C_NOMEM
         found[0] = items
     while DictNext(d, &pos, &k, &v):
-        if TYPE(k) != &StrType or count == n:  # more keys than it had: changed under the writer, left alone
+        if TYPE(k) != &StrType:
             return C_UNUSUAL
         j = count
         while n <= SMALL and j > 0 and before(k, items[j - 1].key):
@@ -431,8 +404,6 @@ cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept nogil:
             j -= 1
         items[j].key, items[j].value = k, v
         count += 1
-    if count != n:
-        return C_UNUSUAL
     if n > SMALL:
         qsort(items, count, sizeof(Item), compare)
     return 0
@@ -498,30 +469,6 @@ cdef int start(Out* o) noexcept nogil:
     return 0 if o.buf != NULL else C_NOMEM
 
 
-cdef int write_file(PyObj* manifests, const char* path, bint as_json) noexcept nogil:
-    """The stream's text into the file at `path`: 0, an errno, C_UNUSUAL or C_NOMEM."""
-    cdef Out o
-    cdef Py_ssize_t done = 0, k
-    cdef int fd
-    cdef int r = start(&o) or stream(&o, manifests, as_json)
-    if r == 0:  # a signal may land on this thread: open and write are tried again, as Python does (PEP 475)
-        fd = -1
-        while fd < 0 and r == 0:
-            fd = c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
-            if fd < 0 and errno != EINTR:
-                r = errno
-        while r == 0 and done < o.n:
-            k = c_write(fd, o.buf + done, o.n - done)
-            if k >= 0:
-                done += k
-            elif errno != EINTR:
-                r = errno
-        if fd >= 0 and c_close(fd) < 0 and r == 0 and errno != EINTR:  # close is never tried again: the fd is gone
-            r = errno
-    free(o.buf)
-    return r
-
-
 def documents(list manifests not None, bint as_json=False):
     """yamltext.documents(manifests) (as_json: emit.json_text's), or None when a value is one it
     leaves to them. The GIL is held: no other thread changes the manifests meanwhile."""
@@ -533,145 +480,3 @@ def documents(list manifests not None, bint as_json=False):
         return None if r == C_UNUSUAL else DecodeUTF8(o.buf, o.n, NULL)
     finally:
         free(o.buf)
-
-
-cdef class Writer:
-    """Files written in the order they are added, by `run` in a thread, and at `finish` by the
-    caller too, from the last back: each file is written once, by whoever takes it first.
-
-    A thread runs only while there are files to take, or may soon be: `add` says when one must be
-    started (none is running), and `run` ends once it has found none for 0.1 s (IDLE_NS). So no
-    thread is left waiting for work: a caller that never finishes still ends (its files are
-    written, none is renamed).
-    `results`: per file, 0 when written, UNUSUAL when left to yamltext or orjson, else an errno.
-    """
-
-    cdef pthread_mutex_t lock
-    cdef pthread_cond_t wake  # a file added, or no more to come
-    cdef PyObj** items
-    cdef char** paths
-    cdef int* outcomes
-    cdef Py_ssize_t cap, added, front, back  # the thread takes `front`, `finish` takes `back - 1`
-    cdef bint running, closed, as_json
-    cdef list keep  # what every pointer points into: alive and unchanged until `finish`
-
-    def __cinit__(self, bint as_json=False):
-        self.as_json = as_json
-        pthread_mutex_init(&self.lock, NULL)
-        pthread_cond_init(&self.wake, NULL)
-        self.keep = []
-
-    def __dealloc__(self):
-        pthread_mutex_destroy(&self.lock)
-        pthread_cond_destroy(&self.wake)
-        free(self.items)
-        free(self.paths)
-        free(self.outcomes)
-
-    def add(self, list manifests not None, bytes path not None):
-        """One more file: True when a thread must be started to `run`. The manifests must not
-        change until `finish` (a thread reads them in place); they and the path are kept till then."""
-        cdef Py_ssize_t cap
-        cdef void* grown
-        if b"\0" in path:
-            raise ValueError("embedded null byte")  # as open() says: C would stop at it, at another file
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-        try:
-            if self.closed:
-                raise RuntimeError("no file is added once the writer has finished")
-            if self.added == self.cap:  # each array grown in turn: a failure leaves them all valid
-                cap = self.cap * 2 if self.cap else 16
-                grown = realloc(self.items, cap * sizeof(PyObj*))
-                if grown == NULL:
-                    raise MemoryError()
-                self.items = <PyObj**>grown
-                grown = realloc(self.paths, cap * sizeof(char*))
-                if grown == NULL:
-                    raise MemoryError()
-                self.paths = <char**>grown
-                grown = realloc(self.outcomes, cap * sizeof(int))
-                if grown == NULL:
-                    raise MemoryError()
-                self.outcomes, self.cap = <int*>grown, cap
-            self.keep.append((manifests, path))
-            self.items[self.added] = <PyObj*>manifests
-            self.paths[self.added] = <char*>path
-            self.outcomes[self.added] = 0
-            self.added += 1
-            self.back = self.added
-            if self.running:
-                pthread_cond_signal(&self.wake)
-                return False
-            self.running = True
-            return True
-        finally:
-            pthread_mutex_unlock(&self.lock)
-
-    def not_running(self):
-        """A thread `add` asked for could not be started: the next `add` asks again."""
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-            self.running = False
-            pthread_mutex_unlock(&self.lock)
-
-    cdef void write_locked(self, Py_ssize_t i) noexcept nogil:
-        """Write the `i`th file: called and returning with the lock held, which the writing is not."""
-        cdef PyObj* manifests = self.items[i]
-        cdef char* path = self.paths[i]
-        cdef int r
-        pthread_mutex_unlock(&self.lock)
-        r = write_file(manifests, path, self.as_json)
-        pthread_mutex_lock(&self.lock)
-        self.outcomes[i] = r
-
-    def run(self):
-        """A thread's work: each file in order, until none has come for IDLE_NS, or none will."""
-        cdef timespec until
-        cdef bint idle = False
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-            while True:
-                if self.front < self.back:
-                    self.front += 1
-                    self.write_locked(self.front - 1)
-                    idle = False
-                    continue
-                if self.closed or idle:
-                    break
-                clock_gettime(CLOCK_REALTIME, &until)  # the clock pthread_cond_timedwait reads by default
-                until.tv_nsec += IDLE_NS
-                if until.tv_nsec >= 1_000_000_000:
-                    until.tv_sec += 1
-                    until.tv_nsec -= 1_000_000_000
-                idle = pthread_cond_timedwait(&self.wake, &self.lock, &until) == ETIMEDOUT
-            self.running = False
-            pthread_mutex_unlock(&self.lock)
-
-    def finish(self):
-        """No more files: write the ones no thread has begun, from the last back, while a thread
-        finishes its own. Join the threads before reading `results`."""
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-            self.closed = True
-            pthread_cond_signal(&self.wake)
-            while self.front < self.back:
-                self.back -= 1
-                self.write_locked(self.back)
-            pthread_mutex_unlock(&self.lock)
-
-    def abandon(self):
-        """Stop: no file is begun after this (join the threads: one may still be writing its file)."""
-        with nogil:
-            pthread_mutex_lock(&self.lock)
-            self.closed = True
-            self.back = self.front
-            pthread_cond_signal(&self.wake)
-            pthread_mutex_unlock(&self.lock)
-
-    def results(self):
-        """Each file's result, once the threads have ended."""
-        results = [self.outcomes[i] for i in range(self.added)]
-        if C_NOMEM in results:
-            raise MemoryError()
-        return results

@@ -209,15 +209,11 @@ def plan_document(result: dict[str, Any]) -> dict[str, Any]:
     return envelope("plan", result["verdict"] == "allowed", result["counts"], **{k: v for k, v in result.items() if k != "counts"})
 
 
-def text_of(fmt: Format) -> "emit.Text":
-    """How a cluster's manifests become text in `fmt`: on stdout, and in the files of `render -o`."""
+def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
+    """A cluster's manifests as text in `fmt`: on stdout, and in the files of `render -o`."""
     from fleetops import emit
 
-    return emit.documents if fmt is Format.yaml else emit.json_text
-
-
-def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
-    return text_of(fmt)(manifests)
+    return emit.documents(manifests) if fmt is Format.yaml else emit.json_text(manifests)
 
 
 @app.command()
@@ -265,9 +261,9 @@ def render_command(
         from fleetops import emit
 
         try:
-            with emit.Files("rendered objects", text_of(output)) as files:
+            with emit.Files("rendered objects") as files:
                 model, state = render_or_fail(path, revision, engine.value,
-                                              each_cluster=lambda cluster, objects: files.add(out_dir / f"{cluster}.{output.value}", objects))
+                                              each_cluster=lambda cluster, objects: files.put(out_dir / f"{cluster}.{output.value}", dump(objects, output)))
                 written = files.commit()
         except emit.WriteError as exc:
             fail(str(exc))
@@ -749,7 +745,11 @@ def schema() -> None:
 def main() -> None:
     import signal
 
-    # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that forks are stopped and
+    from fleetops import memory
+
+    memory.for_a_command()
+
+    # Stopped from outside (CI's timeout, kill): unwind as on Ctrl-C, so that confined renders are stopped and
     # temporary files and checkouts removed; `reconcile --serve` sets its own handler.
     signal.signal(signal.SIGTERM, _terminated)
     try:

@@ -1,8 +1,8 @@
-"""Rendered manifests written as files, all at once or not at all, beside rendering.
+"""Rendered manifests written as files, all at once or not at all.
 
 The YAML text is fleetops.yamltext's. `fleetops._yamlwriter` writes the same bytes in C where it
-was built (setup.py): 5x as fast as yamltext (35 ms for the large fleet), and with no GIL held, so
-that a thread writes the files while the render goes on. yamltext writes them otherwise, and
+was built (setup.py): 0.3 s of CPU less than yamltext for the large fleet's files, `render -o`
+1.15x the render's CPU instead of 1.8x (benchmarks/README.md, "What pays"). yamltext writes them otherwise, and
 writes any file with a value the C writer leaves to it.
 """
 
@@ -11,16 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
 from fleetops import yamltext
-
-Text = Callable[[list[dict[str, Any]]], str]
-
 
 def native() -> ModuleType | None:
     """The C writer, or None when it was not built, or was built from another text of _yamlwriter.pyx."""
@@ -41,16 +36,32 @@ _NATIVE = native()
 
 
 def documents(manifests: list[dict[str, Any]]) -> str:
-    """The manifests as a multi-document YAML stream: yamltext's text."""
+    """The manifests as a multi-document YAML stream: yamltext's text, of the manifests as JSON has them."""
     if _NATIVE is not None and type(manifests) is list:
         text = _NATIVE.documents(manifests)
         if text is not None:
             return text
-    return yamltext.documents(manifests)
+    return yamltext.documents(_as_json(manifests))
+
+
+def _as_json(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifests as JSON has them, what the API server receives (a tuple is a list, NaN is
+    null): so a file reads the same whichever writer writes it. As they are when orjson cannot
+    write them (an int beyond 64 bits, a lone surrogate)."""
+    import orjson
+
+    try:
+        return orjson.loads(orjson.dumps(manifests))  # type: ignore[no-any-return]
+    except orjson.JSONEncodeError:
+        return manifests
 
 
 def json_text(manifests: list[dict[str, Any]]) -> str:
     """The manifests as one JSON list, indented, keys sorted (orjson's text)."""
+    if _NATIVE is not None and type(manifests) is list:
+        text = _NATIVE.documents(manifests, as_json=True)
+        if text is not None:
+            return text
     import orjson
 
     return orjson.dumps(manifests, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
@@ -67,50 +78,16 @@ class Files:
     done, or Ctrl-C or SIGTERM amid the renames, puts those back: each replaced file keeps a second
     name (a hard link) until all are in place.
 
-    `put` writes a text that is ready. `add` takes manifests (render's files), written with `text`.
-    When that is `documents` or `json_text` and the C writer was built, a thread writes them in the
-    order they come, while rendering goes on: the large fleet's 15,000 objects are 35 ms of YAML,
-    which then overlaps the render instead of following it. The thread runs while files come (it
-    ends after 0.1 s without one, and `add` starts another), and reads the manifests in place, with no
-    copy: a caller must not change them until `commit` or the end of the `with`. At `commit` this
-    thread writes the files the writer has not begun, from the last back, while the writer
-    finishes its own. A file with a value the C writer leaves to yamltext is written at `commit`,
-    here; any other text at `add`. Whoever writes a file, its manifests read as JSON has them (a
-    tuple is a list, NaN is null).
+    `put` writes a text (render's: each cluster's file as soon as it is rendered).
     """
 
-    def __init__(self, what: str, text: Text = documents) -> None:
-        self.what, self.text = what, text
+    def __init__(self, what: str) -> None:
+        self.what = what
         self.written: list[tuple[Path, Path]] = []  # (target, temporary)
         self.created: list[Path] = []
-        self.handed: list[tuple[Path, Path, list[dict[str, Any]]]] = []  # in the order the writer has them
-        self.writer: Any = None  # a fleetops._yamlwriter.Writer, once a file is handed to it
-        self.threads: list[threading.Thread] = []  # each runs while the writer has files to take
 
     def put(self, path: Path, text: str) -> None:
         _write(path, self._beside(path), text, self.what)
-
-    def add(self, path: Path, manifests: list[dict[str, Any]]) -> None:
-        tmp = self._beside(path)
-        if _NATIVE is None or self.text not in (documents, json_text) or type(manifests) is not list:
-            _write(path, tmp, self._here(manifests), self.what)
-            return
-        if self.writer is None:
-            self.writer = _NATIVE.Writer(as_json=self.text is json_text)
-        manifests = list(manifests)  # the writer's own list: one the caller appends to later is not read as it grows
-        if self.writer.add(manifests, os.fsencode(tmp)):
-            thread = threading.Thread(target=self.writer.run, name=f"writing {self.what}")
-            try:
-                thread.start()
-            except RuntimeError:  # no thread to be had: `commit` writes the files here
-                self.writer.not_running()
-            else:
-                self.threads.append(thread)
-        self.handed.append((path, tmp, manifests))
-
-    def _here(self, manifests: list[dict[str, Any]]) -> str:
-        """The text, written by this thread: YAML by yamltext, of the manifests as JSON has them."""
-        return yamltext.documents(_as_json(manifests)) if self.text is documents else self.text(manifests)
 
     def _beside(self, path: Path) -> Path:
         """The temporary file `path` is first written to, in its folder (made if missing)."""
@@ -127,28 +104,8 @@ class Files:
         self.written.append((path, tmp))
         return tmp
 
-    def _handed_written(self) -> None:
-        """Wait for the files handed to the writer (writing the rest here), and say what failed."""
-        if self.writer is None:
-            return
-        self.writer.finish()
-        self._join()
-        assert _NATIVE is not None
-        for (path, tmp, manifests), result in zip(self.handed, self.writer.results()):
-            if result == _NATIVE.UNUSUAL:  # a value the C writer leaves to yamltext or orjson
-                _write(path, tmp, self._here(manifests), self.what)
-            elif result:
-                raise WriteError(f"{path}: cannot write {self.what}: {os.strerror(result)}")
-        self.writer, self.handed = None, []
-
-    def _join(self) -> None:
-        for thread in self.threads:
-            thread.join()
-        self.threads = []
-
     def commit(self) -> int:
-        """Wait for every file, then put them all in place; the number of files."""
-        self._handed_written()
+        """Put every file in place; the number of files."""
         landed: list[_Before] = []
         try:
             for path, tmp in self.written:
@@ -171,10 +128,6 @@ class Files:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self.writer is not None:  # not committed: the writer stops after its current file, and nothing lands
-            self.writer.abandon()
-            self._join()
-            self.writer, self.handed = None, []
         for _target, tmp in self.written:
             with contextlib.suppress(OSError):  # a folder that refused the file refuses its removal too
                 tmp.unlink(missing_ok=True)
@@ -226,18 +179,6 @@ def _undo(landed: list[_Before]) -> bool:
         except OSError:
             undone = False
     return undone
-
-
-def _as_json(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The manifests as JSON has them, what the API server receives (a tuple is a list, NaN is
-    null): so a file reads the same whichever writer writes it. As they are when orjson cannot
-    write them (an int beyond 64 bits, a lone surrogate)."""
-    import orjson
-
-    try:
-        return orjson.loads(orjson.dumps(manifests))  # type: ignore[no-any-return]
-    except orjson.JSONEncodeError:
-        return manifests
 
 
 def _write(path: Path, tmp: Path, text: str, what: str) -> None:

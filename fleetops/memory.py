@@ -1,44 +1,31 @@
-"""Bulk building of acyclic data without Python's cycle collector.
+"""The process's memory settings, made once by the CLI's entry point (`cli.main`), never by library code.
 
-Loading an environment, building its manifests and the policy input create hundreds of thousands
-of dicts and lists that form trees, never cycles. Each generation-0 collection walks them all
-again as they survive, so with the collector on, the work grew faster than the fleet (load and
-render exponents ~1.2 from 0.5x to 4x the generated fleet; ~1.0 without it, benchmarks/scale_bench.py).
-Reference counting still frees everything; the collector is only paused, never lost.
+A fleetops command loads an environment, builds its manifests and the policy input: hundreds of
+thousands of dicts and lists that form trees, never cycles. With the cycle collector on, each
+young collection walks them again as they survive: render of the generated fleet took 0.92 s of
+CPU with it, 0.50 s without (load 0.41 s against 0.18 s; benchmarks/README.md, "What pays").
+So a command runs with the collector off (`for_a_command`): reference counting still frees
+everything that is not a cycle, and a command ends. The reconcile loop, which does not end,
+collects once per pass (`release`). Library code (the Pulumi program, the policy pack, tests)
+runs with Python's defaults.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import gc
 from collections.abc import Callable, Iterator
 
 
-@contextlib.contextmanager
-def acyclic() -> Iterator[None]:
-    """Pause the cycle collector while building tree-shaped data (nests; restores the caller's state).
-
-    On leaving the outermost block, what is alive is set aside from the collector (`gc.freeze`)
-    before it runs again: its first collection would otherwise walk every object just built, only
-    to find no cycle (0.06 s after rendering the large fleet, 0.26 s at 4x: more per object as the
-    heap grows). Long-running processes hand it back once per cycle of work (`release`).
-    """
-    enabled = gc.isenabled()
+def for_a_command() -> None:
+    """The cycle collector off for the rest of this process (a command, which ends)."""
     gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.enable()
 
 
 def release() -> None:
-    """Give the collector back what `acyclic` set aside and collect it, so that cycles among it that
-    have since become garbage are freed (the reconcile loop calls it before each pass)."""
-    gc.unfreeze()
+    """Free the cycles that have become garbage since the last call (the reconcile loop calls it
+    before each pass, its collector being off as every command's)."""
     gc.collect()
 
 
@@ -63,6 +50,8 @@ def heap_kept() -> Iterator[None]:
 
 @functools.cache
 def _mallopt() -> Callable[[int, int], int] | None:
+    import ctypes  # here: every command imports this module for `for_a_command`
+
     try:
         return ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):

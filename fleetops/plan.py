@@ -6,8 +6,8 @@ owners; nothing the head holds is read for the verdict. Each side is taken from 
 with `git archive` into a temporary folder (the user's working tree and index are never touched;
 head defaults to the working tree itself, read only) and rendered by that revision's own program
 and modules, so a change to `modules/` shows up in the plan exactly as `pulumi up` would deploy it.
-A side whose program is byte for byte the one running (`survey`) renders here or in a fork, and
-then only its environment file and policies are taken out of Git; any other renders confined
+A side whose program is byte for byte the one running (`survey`) renders here, and then only its
+environment file and policies are taken out of Git; any other renders confined
 (`fleetops.isolate`) and answers as data, which this process reads with its own model.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, fork, git, grants, isolate, memory, output, spec
+from fleetops import diff, git, grants, isolate, output, spec
 from fleetops.errors import PlanError
 
 WORKTREE = "WORKTREE"
@@ -47,19 +47,8 @@ class Side:
     exists: bool
     env: spec.Environment | None = None
     clusters: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's objects
-    encoded: dict[str, bytes] = field(default_factory=dict)  # `diff.encode(clusters)`, what the sides are compared by
     tree: Path | None = None
     parsed: changes_mod.Parsed | None = None  # the file's data and positions, when the render kept them
-
-    def encode(self) -> dict[str, bytes]:
-        """The objects as the sides are compared by: `diff.encode`, once."""
-        if not self.encoded and self.clusters:
-            self.encoded = diff.encode(self.clusters)
-        return self.encoded
-
-    def release(self) -> None:
-        """Drop the objects and the file's data; the environment stays."""
-        self.clusters, self.encoded, self.parsed = {}, {}, None
 
 
 def resolve(repo: Path, rev: str) -> str:
@@ -134,41 +123,32 @@ def _stderr(proc: subprocess.Popen[bytes]) -> str:
 
 
 class Sides:
-    """Base and head of a plan, rendered side by side, each by its own revision's code.
+    """Base and head of a plan, each rendered by its own revision's code.
 
     A side whose program, modules and model are byte for byte the code running here renders in this
-    process. The other renders at the same time: in a fork of this process when it is our code too
-    (a change of environments or policies only: no interpreter start, no imports; with no fork to be
-    had, here after the first), else confined (`isolate`), answering its objects as data. Either
-    way its environment file is read here, by the running model. A forked base sends its
-    environment before its objects, since the change facts need only the environments.
+    process, one after the other (forking the base's render and the judgement beside them cost more
+    CPU than it saved, and no wall time on a busy machine: benchmarks/README.md). Another side
+    renders confined (`isolate`), started first so that it renders while this process works,
+    answering its objects as data. Either way its environment file is read here, by the running model.
     """
 
     def __init__(self, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path], ours: tuple[bool, bool]) -> None:
         self.env_rel, self.revs, self.trees, self.ours = env_rel, revs, trees, ours
         self.sides: list[Side | None] = [None, None]
         self.procs: dict[int, isolate.Started] = {}
-        self.forked: fork.Forked | None = None
 
     def __enter__(self) -> Sides:
-        exists = [(tree / self.env_rel).is_file() for tree in self.trees]
-        ours = [e and o for e, o in zip(exists, self.ours)]
-        here = [1] if ours[1] else [0] if ours[0] else []
         try:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
-                if not exists[i]:
+                if not (tree / self.env_rel).is_file():
                     self.sides[i] = Side(revision=rev, exists=False, tree=tree)
-                elif i in here:
-                    continue
-                elif ours[i]:  # our code too (its tree holds only its file and policies): a fork, or here after the other
-                    self.forked = fork.start(_label(self.env_rel, rev), PlanError, _render_in_fork, rev, tree, self.env_rel)
-                    here += [] if self.forked else [i]
-                else:  # another revision's code: confined, answering as data
+                elif not self.ours[i]:  # another revision's code: confined, answering as data
                     self.procs[i] = _isolated(tree, self.env_rel, rev)
-            for i in here:
-                side = _load_side(self.revs[i], self.trees[i], self.env_rel)
-                side.clusters = _render_side(side, self.env_rel)
-                self.sides[i] = side
+            for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
+                if self.sides[i] is None and i not in self.procs:
+                    side = _load_side(rev, tree, self.env_rel)
+                    side.clusters = _render_side(side, self.env_rel)
+                    self.sides[i] = side
         except BaseException:
             self.__exit__()
             raise
@@ -177,19 +157,11 @@ class Sides:
     def __exit__(self, *_: object) -> None:
         for proc in self.procs.values():  # a side that failed leaves the other nothing to do
             proc.close()
-        if self.forked is not None:
-            self.forked.close()
 
     def head(self) -> Side:
         return self._side(1)
 
-    def base(self, objects: bool = True) -> Side:
-        """The base; with `objects=False`, possibly before its objects and file have arrived."""
-        if self.forked is not None and self.sides[0] is None:
-            self.sides[0] = self.forked.recv()
-        if self.forked is not None and objects and self.forked.pending:
-            self.sides[0].parsed, self.sides[0].encoded = self.forked.recv()  # type: ignore[union-attr]
-            self.forked.close()
+    def base(self) -> Side:
         return self._side(0)
 
     def _side(self, i: int) -> Side:
@@ -213,13 +185,6 @@ def _isolated(tree: Path, env_rel: str, rev: str) -> isolate.Started:
 
 def _label(env_rel: str, rev: str) -> str:
     return f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
-
-
-def _render_in_fork(reply: Callable[..., None], rev: str, tree: Path, env_rel: str) -> None:
-    side = _load_side(rev, tree, env_rel)
-    parsed, side.parsed = side.parsed, None
-    reply(side)  # the environment alone first: the change facts need nothing else
-    reply((parsed, diff.encode(_render_side(side, env_rel))), last=True)
 
 
 def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
@@ -256,7 +221,7 @@ def _same_code(tree: Path) -> bool:
 class Revision:
     """What a plan needs to know of a revision before taking anything out of Git."""
 
-    runs_here: bool  # its program is byte for byte the code running here: it renders in this process or a fork
+    runs_here: bool  # its program is byte for byte the code running here: it renders in this process
     needs: list[str] | None  # the files and folders to take out of Git: None for the working tree
 
 
@@ -451,7 +416,6 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
     }
 
 
-@memory.acyclic()
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = spec.environment_path(env_name).as_posix()
@@ -469,7 +433,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         policies = base_tree / "policies"
         if not policies.is_dir():
             raise PlanError(f"base {base[:12]} has no policies/ to judge the change with (fail closed)")
-        before, after = sides.base(objects=False), sides.head()
+        before, after = sides.base(), sides.head()
         if not before.exists and not after.exists:
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
         quota = quota_changes(before.env, after.env)
@@ -478,27 +442,19 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         cost_before, cost_after = cost(before.env), cost(after.env)
         facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
                              approvals, (cost_before, cost_after))
-        judgement = start_judging(after, env_name, facts, policies, stack)
-        # Everything else while the fork judges, the longest part of a plan; what needs the base's
-        # file or objects last, as they arrive. A head the schema check refuses is refused before
-        # any verdict is read: the fork's answer is then given up.
-        _check_schema(after, env_rel)
+        _check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
+        rows, verdict = judge(after, env_name, facts, policies)
         granted = grants.review(after.env, after.clusters)
-        after.encode()
-        after.clusters = {}  # nothing below reads the objects: freed now, not at the end
+        changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
         fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
         currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
         owners = policy_owners(base_tree)
         files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
                   "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
         head_revision = stamp(repo, head)
-        changes = diff.compare(sides.base().encode(), after.encode())
         base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
         (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
         del base_file, head_file
-        for side in (before, after):  # freed while the fork judges, not when the plan returns
-            side.release()
-        rows, verdict = judgement()
         lines = first_lines()
         edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
         decisions = explain(rows, after.env, positions, policies, edited)
@@ -769,23 +725,6 @@ def junit(plan: dict[str, Any]) -> str:
     from fleetops import policy
 
     return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
-
-
-def start_judging(head: Side, environment: str, facts: dict[str, Any], policies: Path,
-                  stack: contextlib.ExitStack) -> Callable[[], tuple[list[dict[str, Any]], Any]]:
-    """Head's fleet and the change, judged by `policies`: in a fork of this process, which writes the
-    policy input (13 MB of JSON for the large fleet) and evaluates it while this process compares
-    the sides. Without fork, here and now, while the head's objects are at hand. Returns the wait
-    for the rows and the verdict."""
-    forked = fork.start("policy gate (fail closed)", PlanError, _judge_in_fork, head, environment, facts, policies)
-    if forked is None:
-        answer = judge(head, environment, facts, policies)
-        return lambda: answer
-    return stack.enter_context(forked).recv
-
-
-def _judge_in_fork(reply: Callable[..., None], head: Side, environment: str, facts: dict[str, Any], policies: Path) -> None:
-    reply(judge(head, environment, facts, policies), last=True)
 
 
 def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:

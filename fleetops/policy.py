@@ -973,8 +973,7 @@ def evaluate(
     max_input_bytes: int = MAX_INPUT_BYTES,
 ) -> Verdict:
     """Judge a rendered environment. Raises PolicyError when no decision could be made."""
-    with memory.acyclic():
-        document = policy_input(env, state, live, change)
+    document = policy_input(env, state, live, change)
     return evaluate_input(document, engine, policies_dir, today, max_input_bytes)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fleetops import git, memory, schema, spec
+from fleetops import git, schema, spec
 from fleetops.errors import RenderError
 from fleetops.kube import apply_order, kind_rank, object_key  # noqa: F401  kind_rank: still read as render.kind_rank by reconcile.py
 
@@ -51,7 +51,6 @@ def render(env_file: str | Path, revision: str | None = None, display: str | Non
     return render_environment(env, env_file, revision, engine, program, each_cluster, display=display)
 
 
-@memory.acyclic()
 def render_environment(env: spec.Environment, env_file: str | Path, revision: str | None = None,
                        engine: str = "direct", program: Path = STACK_PROGRAM, each_cluster: Each | None = None,
                        display: str | None = None) -> DesiredState:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from fleetops import memory, mig
+from fleetops import mig
 from fleetops.errors import SpecError
 from fleetops.kube import DNS_LABEL, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, MIG_CONFIG_LABEL, NVIDIA_CONFIG_LABEL, POOL_LABEL, RESOURCE_NAME
 
@@ -826,8 +826,7 @@ def read_environment(path: str | Path, display: str | None = None) -> Document:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    with memory.acyclic():
-        return parse_environment(text, file, path.stem)
+    return parse_environment(text, file, path.stem)
 
 
 # --- cross-field checks ----------------------------------------------------------------------

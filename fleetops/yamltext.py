@@ -7,8 +7,8 @@ and sequences in block style with sorted keys, a string plain only when YAML 1.1
 it back as that string (else as a JSON string, which YAML reads as a double-quoted scalar), and a
 multi-line string as a literal block. tests/test_render.py reads every file back with PyYAML.
 
-This module defines the text. Its C twin, fleetops/_yamlwriter.pyx (5x as fast, and able to run
-beside the render with no GIL held), writes the same bytes for manifests of exact JSON types;
+This module defines the text. Its C twin, fleetops/_yamlwriter.pyx (8x as fast), writes the
+same bytes for manifests of exact JSON types;
 this module writes them where the twin was not built, and any value the twin leaves to it (a
 float, a tuple, a str subclass). tests/test_emit.py holds the two to the same bytes: a change to
 the format here is a change there too.

@@ -121,7 +121,7 @@ def test_render_to_a_path_that_is_a_file_is_one_line_exit_2(tmp_path: Path) -> N
 
 
 def test_a_render_that_fails_after_files_were_started_leaves_nothing(tmp_path: Path) -> None:
-    # Files are written by forks while rendering goes on; schema validation comes after. Its
+    # Files are written as each cluster is rendered; schema validation comes after. Its
     # failure (no CRDs to validate against) must leave the old files as they were, no new ones,
     # no temporary files and no folder of ours.
     (tmp_path / "no-crds").mkdir()

@@ -1,20 +1,18 @@
 """The files `render -o` writes: the C writer writes yamltext's bytes (and orjson's, for
-`--output json`), a thread writes them beside the render and the committing thread shares the
-rest, and all files land or none."""
+`--output json`), and all files land or none."""
 
 from __future__ import annotations
 
 import os
 import random
 import shutil
-import subprocess
-import sys
 import sysconfig
-import threading
 from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 
@@ -43,9 +41,13 @@ def native() -> ModuleType:
 FORMATS = pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
 
 
-def reference(as_json: bool) -> emit.Text:
+def reference(as_json: bool) -> Callable[[list[dict[str, Any]]], str]:
     """The text the C writer must write byte for byte: yamltext's, or orjson's."""
-    return emit.json_text if as_json else yamltext.documents
+    return orjson_text if as_json else yamltext.documents
+
+
+def orjson_text(manifests: list[dict[str, Any]]) -> str:
+    return orjson.dumps(manifests, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
 
 
 @FORMATS
@@ -140,94 +142,20 @@ def files_of(tmp_path: Path, count: int) -> dict[Path, list[dict[str, Any]]]:
             for i in range(count)}
 
 
-def writers() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "writing objects"]
-
-
-@FORMATS
-def test_a_thread_writes_render_files_and_every_file_lands_once_committed(tmp_path: Path, as_json: bool) -> None:
-    native()
-    files = files_of(tmp_path, 40)
-    with emit.Files("objects", emit.json_text if as_json else emit.documents) as out:
-        for path, manifests in files.items():
-            out.add(path, manifests)
-        assert out.threads, "no thread writes the files beside the caller"
-        assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
-        assert out.commit() == 40
-    assert not writers()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in files)
-    for path, manifests in files.items():
-        assert path.read_text() == reference(as_json)(manifests)
-
-
-def test_without_a_thread_the_committing_thread_writes_every_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    native()
-
-    def refused(self: threading.Thread) -> None:
-        raise RuntimeError("can't start new thread")
-
-    monkeypatch.setattr(threading.Thread, "start", refused)
-    files = files_of(tmp_path, 3)
-    with emit.Files("objects") as out:
-        for path, manifests in files.items():
-            out.add(path, manifests)
-        assert out.commit() == 3
-    for path, manifests in files.items():
-        assert path.read_text() == yamltext.documents(manifests)
-
-
-NEVER_COMMITTED = """
-import sys
-from pathlib import Path
-sys.path.insert(0, {root!r})
-from fleetops import emit
-out = emit.Files("objects")
-for i in range(20):
-    out.add(Path({folder!r}) / f"c{{i}}.yaml", [{{"kind": "ConfigMap", "metadata": {{"name": f"m{{j}}"}}}} for j in range(2000)])
-print("added", flush=True)
-"""
-
-
-def test_a_process_that_never_commits_its_files_still_ends(tmp_path: Path) -> None:
-    native()
-    script = tmp_path / "never.py"
-    script.write_text(NEVER_COMMITTED.format(root=str(ROOT), folder=str(tmp_path / "out")))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
-    assert (done.returncode, done.stdout) == (0, "added\n"), done.stderr
-    assert not list((tmp_path / "out").glob("*.yaml"))  # written beside, never renamed into place
-
-
-def test_the_writer_refuses_what_would_make_it_write_elsewhere_or_late(tmp_path: Path) -> None:
-    writer = native().Writer()
-    with pytest.raises(ValueError, match="embedded null byte"):  # open() in C would stop at the NUL, at another file
-        writer.add([], bytes(tmp_path / "gitignore") + b"\0.yaml")
-    with pytest.raises(TypeError):
-        writer.add(None, bytes(tmp_path / "a.yaml"))
-    writer.finish()
-    with pytest.raises(RuntimeError, match="no file is added once the writer has finished"):
-        writer.add([], bytes(tmp_path / "late.yaml"))
-    assert not list(tmp_path.iterdir())
-
-
-def test_a_file_reads_the_same_whoever_writes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_reads_the_same_whoever_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # JSON, what the API server receives: a tuple is a list and NaN is null, whether the C writer
-    # leaves the file to yamltext or was not built at all.
+    # leaves the manifests to yamltext or was not built at all.
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "odd"}, "data": {"t": (1, "a"), "f": float("nan")}}]
     expected = "---\ndata:\n  f: null\n  t:\n  - 1\n  - a\nkind: ConfigMap\nmetadata:\n  name: odd\n"
-    with emit.Files("objects") as out:
-        out.add(tmp_path / "left-by-c.yaml", manifests)
-        out.commit()
+    left_by_c = emit.documents(manifests)
     monkeypatch.setattr(emit, "_NATIVE", None)
-    with emit.Files("objects") as out:
-        out.add(tmp_path / "no-c.yaml", manifests)
-        out.commit()
-    assert [(tmp_path / f"{name}.yaml").read_text() for name in ("left-by-c", "no-c")] == [expected] * 2
+    assert [left_by_c, emit.documents(manifests)] == [expected] * 2
 
 
 def test_objects_orjson_cannot_carry_are_written_as_they_are(tmp_path: Path) -> None:
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"n": 2**70}}]  # beyond 64 bits
     with emit.Files("objects") as out:
-        out.add(tmp_path / "big.yaml", manifests)
+        out.put(tmp_path / "big.yaml", emit.documents(manifests))
         out.commit()
     assert list(yaml.safe_load_all((tmp_path / "big.yaml").read_text())) == manifests
 
@@ -236,34 +164,30 @@ def test_text_no_file_can_hold_is_one_line_and_lands_nothing(tmp_path: Path) -> 
     manifests = [{"kind": "ConfigMap", "metadata": {"name": "x\ud800"}}]  # a lone surrogate: orjson refuses it too
     with pytest.raises(emit.WriteError, match=r"^.*x.yaml: cannot write objects: '\\ud800' is not text UTF-8 can hold$"), \
             emit.Files("objects") as out:
-        out.add(tmp_path / "out" / "x.yaml", manifests)
+        out.put(tmp_path / "out" / "x.yaml", emit.documents(manifests))
         out.commit()
     assert not (tmp_path / "out").exists()
 
 
-def test_a_file_the_writer_cannot_write_lands_nothing_and_says_why_in_one_line(tmp_path: Path) -> None:
-    native()
+def test_a_file_that_cannot_be_written_lands_nothing_and_says_why_in_one_line(tmp_path: Path) -> None:
     files = files_of(tmp_path, 4)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "c2.yaml").write_text("old\n")
     (tmp_path / "out" / ".c2.yaml.tmp").mkdir()  # where the writer must write c2.yaml first
     with pytest.raises(emit.WriteError, match=r"^.*c2\.yaml: cannot write objects: Is a directory$"), emit.Files("objects") as out:
         for path, manifests in files.items():
-            out.add(path, manifests)
+            out.put(path, emit.documents(manifests))
         out.commit()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".c2.yaml.tmp", "c2.yaml"]
     assert (tmp_path / "out" / "c2.yaml").read_text() == "old\n"
-    assert not writers()
 
 
-def test_a_render_that_fails_after_handing_files_over_lands_nothing_and_stops_the_writer(tmp_path: Path) -> None:
-    native()
+def test_a_render_that_fails_after_writing_files_lands_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="the render failed"), emit.Files("objects") as out:
         for path, manifests in files_of(tmp_path, 30).items():
-            out.add(path, manifests)
+            out.put(path, emit.documents(manifests))
         raise ValueError("the render failed")
     assert not (tmp_path / "out").exists()  # no file, no temporary, no folder of ours
-    assert not writers()
 
 
 def test_a_rename_that_fails_partway_puts_back_the_files_renamed_before_it(tmp_path: Path) -> None:

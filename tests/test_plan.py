@@ -234,8 +234,8 @@ def test_an_invalid_head_replaces_the_last_verdict_in_every_form(repo: Path, tmp
 
 
 def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
-    # The base renders in a fork of the plan's process (same code both sides): its failure must
-    # still be the one line of the file, field and position, never a traceback.
+    # The base renders in the plan's process (same code both sides): its failure must be the one
+    # line of the file, field and position, never a traceback.
     edit(repo, "nodes: 8", "nodes: -8")
     broken = commit(repo, "broken")
     edit(repo, "nodes: -8", "nodes: 8")
@@ -247,8 +247,8 @@ def test_base_that_does_not_validate_is_one_line_exit_2(repo: Path) -> None:
 
 
 def test_base_policies_the_engine_cannot_read_fail_closed(repo: Path) -> None:
-    # The head is judged in a fork of the plan's process by the base's policies: an engine that
-    # cannot load them is no answer, and no answer is a failure (exit 2), told in one line.
+    # The head is judged by the base's policies: an engine that cannot load them is no answer,
+    # and no answer is a failure (exit 2), told in one line.
     (repo / "policies" / "broken.rego").write_text("package fleet.broken\n\ndeny contains d if {\n")
     broken = commit(repo, "a policy that does not parse")
     (repo / "policies" / "broken.rego").unlink()

@@ -224,17 +224,17 @@ def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkey
         render.render(ROOT / "environments" / "dev.yaml", revision="r")
 
 
-def test_files_written_beside_the_render_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
+def test_files_written_as_the_render_goes_land_all_at_once_or_not_at_all(tmp_path: Path) -> None:
     state = render.render(ROOT / "environments" / "prod.yaml", revision="r")
     out = tmp_path / "a" / "b"
-    with emit.Files("objects", emit.documents) as files:
+    with emit.Files("objects") as files:
         for cluster, manifests in state.clusters.items():
-            files.add(out / f"{cluster}.yaml", manifests)
+            files.put(out / f"{cluster}.yaml", emit.documents(manifests))
         assert not [p for p in out.iterdir() if p.suffix == ".yaml"]  # nothing in place before commit
     assert not (tmp_path / "a").exists()  # left without commit: no file, no temporary, no folder of ours
-    with emit.Files("objects", emit.documents) as files:
+    with emit.Files("objects") as files:
         for cluster, manifests in state.clusters.items():
-            files.add(out / f"{cluster}.yaml", manifests)
+            files.put(out / f"{cluster}.yaml", emit.documents(manifests))
         assert files.commit() == len(state.clusters)
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{c}.yaml" for c in state.clusters)
     for cluster, manifests in state.clusters.items():
