@@ -1048,7 +1048,7 @@ def _split_checks(loc: Loc, resource: str, quota: Quota, tenant: Tenant, cluster
     known = {name for names in offering.values() for name in names}
     for name in shares:
         if name not in known:
-            yield loc + ("guaranteed_per_pool", name), f"{name} is no pool or edge group open to this tenant that offers {resource} and may hold a guarantee (not spot; open: {', '.join(sorted(known)) or 'none'})"
+            yield loc + ("guaranteed_per_pool", name), f"{name} is no pool or edge group open to this tenant that offers {resource} (open: {', '.join(sorted(known)) or 'none'})"
     for cluster in clusters:
         total = sum(units for name, units in shares.items() if name in offering[cluster.name])
         if total != quota.guaranteed:

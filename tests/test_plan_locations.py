@@ -54,12 +54,15 @@ def added(kind: str, api: str, name: str, extra: str, namespace: str = "") -> Pr
 PRIVILEGED_POD = '"spec": {"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}]}'
 RBAC = "rbac.authorization.k8s.io"
 
+VISION_GPU = "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}"
+
 CASES: dict[str, Case] = {
-    "quota.guaranteed_over_capacity": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 400, burst: 400}",
+    "quota.burst_unreachable": EnvEdit("lend_fraction: 1.0", "lend_fraction: 0.75", "{guaranteed: 48, burst: 64}", "burst"),
+    "quota.guaranteed_over_capacity": EnvEdit(VISION_GPU, "nvidia.com/gpu: {guaranteed: 400, burst: 400}",
                                               "guaranteed: 400", "guaranteed"),
-    "quota.burst_over_capacity": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 96, burst: 900}",
+    "quota.burst_over_capacity": EnvEdit(VISION_GPU, VISION_GPU.replace("burst: 160", "burst: 900"),
                                          "burst: 900", "burst"),
-    "quota.tenant_share": EnvEdit("nvidia.com/gpu: {guaranteed: 120, burst: 200}", "nvidia.com/gpu: {guaranteed: 250, burst: 250}",
+    "quota.tenant_share": EnvEdit("nvidia.com/gpu: {guaranteed: 120, burst: 200}", "nvidia.com/gpu: {guaranteed: 250, burst: 250, guaranteed_per_pool: {h100-mig: 224, a100-infer: 26}}",
                                   "guaranteed: 250", "guaranteed"),
     "quota.missing_resourcequota": ProgramEdit('return [o for o in objects if o["kind"] != "ResourceQuota"]'),
     "priority.value_outside_band": EnvEdit("{name: training-high, value: 10000", "{name: training-high, value: 60000",
@@ -113,7 +116,7 @@ CASES: dict[str, Case] = {
     "edge.missing_fingerprints": EnvEdit("        fingerprints:\n          - sha256:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00\n",
                                          "        fingerprints: []\n", "fingerprints: []", "fingerprints"),
     "budget.over_budget": EnvEdit("monthly: 600000", "monthly: 1000", "monthly: 1000", "monthly"),
-    "change.quota_raise_approvals": EnvEdit("nvidia.com/gpu: {guaranteed: 96, burst: 160}", "nvidia.com/gpu: {guaranteed: 140, burst: 160}",
+    "change.quota_raise_approvals": EnvEdit(VISION_GPU, VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("h100-train: 48", "h100-train: 92"),
                                             "guaranteed: 140", "guaranteed"),
     "change.cost_increase_approvals": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes"),
     "change.environment_removed_approvals": RemoveEnvironment(),

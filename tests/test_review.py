@@ -302,15 +302,15 @@ def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: 
     code, result = plan_json(repo)
     jsonschema.Draft202012Validator(output.json_schema()).validate(result)
     rows = {(r["cluster"], r["tenant"], r["resource"]): r for r in result["grants"]["tenants"]}
-    # research on center-bj: 8 guaranteed over two pools, 40 reachable, no one job above h100-mig's share.
+    # research on center-bj: 8 guaranteed, held whole by h100-mig, 40 reachable over two pools, no one job above h100-mig's share.
     research = rows[("center-bj", "research", "nvidia.com/gpu")]
     assert {k: research[k] for k in ("guaranteed", "reachable", "burst", "lends", "largest_job")} == \
-        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 25}
+        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 28}
     assert [r["reachable"] for r in result["grants"]["tenants"]] == sorted((r["reachable"] for r in result["grants"]["tenants"]), reverse=True)
     assert {"cluster": "center-bj", "resource": "nvidia.com/gpu", "quota": 480, "guaranteed": 272, "shared": 480} in result["grants"]["clusters"]
     text = comment(repo)
     assert "<details><summary>What Kueue will grant on an idle cluster (" in text
-    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 25 | 8 |" in text
+    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 28 | 8 |" in text
     assert "| center-bj | all tenants | `nvidia.com/gpu` | 272 | 480 | — | — | 480 |" in text
     assert text.index("| center-bj | all tenants | `nvidia.com/gpu`") < text.index("| center-bj | speech |") < text.index("| center-bj | research |")
 
