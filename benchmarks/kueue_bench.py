@@ -13,10 +13,12 @@ Workload's admission taken from a watch. The two layouts:
 
 The jobs (`generate`) cycle over the cluster's tenants and each device resource of their quota, the
 classes each tenant may use (batch-low into its non-preempting queue, as its admission policy
-requires), sizes 1, 2, 4 and 8 (within every burst), tolerating the taints of the tenant's pools. No
-pod runs (no kubelet or job controller): an admitted job is finished at once, as Kueue's Job
-integration does when a Job completes (its Workload's Finished condition), so its quota goes to the
-next and all are admitted; the bench measures Kueue's scheduling, not capacity.
+requires), sizes 1, 2, 4 and 8 up to a quarter of the tenant's guarantee, tolerating the taints of
+the tenant's pools. No pod runs (no kubelet or job controller): an admitted job is finished at once,
+as Kueue's Job integration does when a Job completes (its Workload's Finished condition), so its
+quota goes to the next and all are admitted; with each job within a quarter of its tenant's
+guarantee the jobs not yet finished seldom fill it, and the bench measures Kueue's scheduling, not
+capacity (center-bj holds 528 device units; the 1,000 jobs ask for 3,150).
 
 Per job: admission latency = the watch's delivery of its Workload's first Admitted=True minus the
 moment its Job's create call began (Kueue's timestamps have one-second resolution); p50, p99, and
@@ -58,6 +60,10 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 SIZES = (1, 2, 4, 8)
+# A job takes at most this share of its tenant's guarantee, so that the jobs admitted and not yet
+# finished seldom fill it: the bench measures Kueue's scheduling, not waiting for quota.
+SHARE = 4
+FINISHERS = 4  # threads marking admitted Workloads Finished: one fell behind on a loaded machine
 SUBMITTERS = 4  # concurrent create calls: the load of several users, not one client's round trips
 STALL_SECONDS = 60.0
 WATCH_SECONDS = 2  # no admission for this long: report what is still pending instead of waiting
@@ -111,7 +117,7 @@ def generate(env: spec.Environment, cluster: spec.Cluster, count: int) -> list[J
             namespace=tenant.name, name=f"{tenant.name}-{i:05d}",
             queue=non_preempting if priority in non_preempting_classes(tenant, env) else preempting,
             priority=priority, resource=resource,
-            size=min(SIZES[(turn // len(classes)) % len(SIZES)], tenant.quota[resource].burst),
+            size=min(SIZES[(turn // len(classes)) % len(SIZES)], max(1, tenant.quota[resource].guaranteed // SHARE)),
             tolerations=tuple(dict.fromkeys(t for g in pools for t in g.taints)),
         ))
     return jobs
@@ -156,6 +162,9 @@ class Figures:
     p50: float
     p99: float
     throughput: float
+    submit_seconds: float = 0.0  # first create call begun to last answered
+    queued_p50: float = math.nan  # from the Workload's creation (as the watch saw it) to its admission: Kueue's queues alone
+    queued_p99: float = math.nan
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
     pending: Counter[str] = field(default_factory=Counter)
@@ -164,7 +173,7 @@ class Figures:
         cpu = ", ".join(f"{name} {self.cpu_seconds[name]:.1f} s" for name in self.cpu_seconds)
         rss = ", ".join(f"{name} {self.peak_rss_mib[name]:.0f} MiB" for name in self.peak_rss_mib)
         return (f"  {self.layout.value:<8} admitted {self.admitted}/{self.submitted}: p50 {self.p50:.2f} s, p99 {self.p99:.2f} s, "
-                f"{self.throughput:.1f} jobs/s; CPU {cpu}; peak RSS {rss}")
+                f"{self.throughput:.1f} jobs/s; Workload to admission p50 {self.queued_p50:.2f} s, p99 {self.queued_p99:.2f} s; submitted in {self.submit_seconds:.0f} s; CPU {cpu}; peak RSS {rss}")
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -172,14 +181,19 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def latencies(began: dict[str, float], ended: dict[str, float]) -> list[float]:
+    """Sorted, for each key in both."""
+    return sorted(ended[key] - at for key, at in began.items() if key in ended)
+
+
 def figures(layout: Layout, submitted: dict[str, float], admitted: dict[str, float]) -> Figures:
     """Latency and throughput from when each job (by uid) was submitted and admitted (monotonic seconds)."""
-    latencies = sorted(admitted[uid] - at for uid, at in submitted.items() if uid in admitted)
-    if not latencies:
+    waits = latencies(submitted, admitted)
+    if not waits:
         return Figures(layout, len(submitted), 0, math.inf, math.inf, 0.0)
     span = max(admitted[uid] for uid in submitted if uid in admitted) - min(submitted.values())
-    return Figures(layout, len(submitted), len(latencies), percentile(latencies, 0.5), percentile(latencies, 0.99),
-                   len(latencies) / span if span > 0 else math.inf)
+    return Figures(layout, len(submitted), len(waits), percentile(waits, 0.5), percentile(waits, 0.99),
+                   len(waits) / span if span > 0 else math.inf)
 
 
 # --- the run, on the real servers -----------------------------------------------------------------
@@ -199,13 +213,14 @@ class Admissions:
 
         self.objects = client.CustomObjectsApi(api)
         self.at: dict[str, float] = {}
+        self.created: dict[str, float] = {}  # when the watch first delivered each job's Workload
         self.seen = threading.Condition()
         self.stopped = threading.Event()
         self.failed: BaseException | None = None
         self.finishing: queue.Queue[tuple[str, str] | None] = queue.Queue()
         version = self.objects.list_cluster_custom_object(GROUP, VERSION, "workloads", limit=1)["metadata"]["resourceVersion"]
         self.threads = [threading.Thread(target=self._guarded, args=(self._watch, version)),
-                        threading.Thread(target=self._guarded, args=(self._finish,))]
+                        *(threading.Thread(target=self._guarded, args=(self._finish,)) for _ in range(FINISHERS))]
         for thread in self.threads:
             thread.start()
 
@@ -218,11 +233,13 @@ class Admissions:
                                               resource_version=version, timeout_seconds=WATCH_SECONDS):
                 wl = event["object"]
                 version = wl["metadata"]["resourceVersion"]
+                uid = wl["metadata"].get("labels", {}).get(JOB_UID_LABEL)
+                with self.seen:
+                    self.created.setdefault(uid, time.monotonic())
                 if event["type"] in ("ADDED", "MODIFIED") and is_true(wl, "Admitted"):
-                    self._admitted(wl)
+                    self._admitted(uid, wl)
 
-    def _admitted(self, wl: dict[str, Any]) -> None:
-        uid = wl["metadata"].get("labels", {}).get(JOB_UID_LABEL)
+    def _admitted(self, uid: str | None, wl: dict[str, Any]) -> None:
         with self.seen:
             if uid is None or uid in self.at:
                 return
@@ -268,7 +285,8 @@ class Admissions:
     def stop(self) -> None:
         """End both threads: the finishing of what was admitted first, while the servers still run."""
         self.stopped.set()
-        self.finishing.put(None)
+        for _ in range(FINISHERS):
+            self.finishing.put(None)
         for thread in self.threads:
             thread.join()
         if self.failed is not None:
@@ -316,9 +334,14 @@ def run(layout: Layout, manifests: list[dict[str, Any]], jobs: list[Job], etcd: 
         admissions = Admissions(api)
         stack.callback(admissions.stop)  # before the servers stop: what was admitted is finished first
         submitted = submit(api, jobs)
+        submit_seconds = time.monotonic() - min(submitted.values())
         admissions.wait(len(submitted))
         with admissions.seen:
             result = figures(layout, submitted, dict(admissions.at))
+            queued = latencies(admissions.created, admissions.at)
+        if queued:
+            result.queued_p50, result.queued_p99 = percentile(queued, 0.5), percentile(queued, 0.99)
+        result.submit_seconds = submit_seconds
         for name, pid in pids.items():
             cpu, peak = usage(pid)
             result.cpu_seconds[name], result.peak_rss_mib[name] = cpu - before[name], peak
@@ -338,6 +361,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cluster", default="center-bj")
+    parser.add_argument("--keep", type=Path, help="the servers' folders and logs go here and stay (default: a temporary folder)")
     args = parser.parse_args()
     from tests import servers
 
@@ -355,7 +379,8 @@ def main() -> int:
     jobs = generate(env, cluster, args.jobs)
     print(f"{len(jobs)} jobs on {cluster.name}: " + ", ".join(f"{t} {n}" for t, n in Counter(j.namespace for j in jobs).items()))
     ratios: dict[str, list[float]] = {"p50": [], "p99": [], "throughput": []}
-    with tempfile.TemporaryDirectory(prefix="kueue-bench-") as tmp, servers.etcd_server(Path(tmp) / "etcd") as etcd:
+    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="kueue-bench-")) as tmp, \
+            servers.etcd_server(Path(tmp) / "etcd") as etcd:
         for repeat in range(args.repeat):
             print(f"repeat {repeat + 1}, load average {os.getloadavg()[0]:.1f}", flush=True)
             measured = {}

@@ -68,7 +68,7 @@ def test_the_jobs_are_what_each_tenant_of_the_cluster_may_submit_and_kueue_can_a
     assert set(Counter(j.size for j in jobs)) == set(bench.SIZES)
     for job in jobs:
         tenant = tenants[job.namespace]
-        assert job.size <= tenant.quota[job.resource].burst, job
+        assert job.size <= max(1, tenant.quota[job.resource].guaranteed // bench.SHARE), job
         # The queue its admission policy requires: a class that never preempts goes to a queue that never preempts.
         cq = cqs[queues[f"{job.namespace}/{job.queue}"]["spec"]["clusterQueue"]]
         never = cq["spec"]["preemption"]["withinClusterQueue"] == "Never"
