@@ -111,3 +111,10 @@ def test_percentiles_are_nearest_rank() -> None:
 def test_each_repeat_alternates_which_layout_goes_first() -> None:
     assert [list(bench.layouts(i)) for i in range(3)] == [
         [bench.Layout.FLEETOPS, bench.Layout.FLAT], [bench.Layout.FLAT, bench.Layout.FLEETOPS], [bench.Layout.FLEETOPS, bench.Layout.FLAT]]
+
+
+def test_every_goal_ratio_grows_when_fleetops_is_slower() -> None:
+    flat = bench.Figures(bench.Layout.FLAT, 10, 10, p50=1.0, p99=2.0, throughput=5.0, queued_p50=0.1, queued_p99=0.2)
+    slower = bench.Figures(bench.Layout.FLEETOPS, 10, 10, p50=1.5, p99=3.0, throughput=2.5, queued_p50=0.2, queued_p99=0.3)
+    assert all(ratio(slower, flat) > bench.GOAL_RATIO for ratio in bench.RATIOS.values())
+    assert all(ratio(flat, flat) == 1.0 for ratio in bench.RATIOS.values())
