@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleetops import kube, render, spec
+from fleetops import render, spec
 from tests.fakes import MemoryCluster
 from tests import servers
 from tests.backends import RealCluster
@@ -93,35 +93,14 @@ KueueClusters = Callable[[list[dict[str, Any]]], servers.KueueServer]
 
 @pytest.fixture
 def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
-    """`kueue(manifests)`: one cluster's rendered objects on a fresh kube-apiserver with the real Kueue.
-
-    The API server gets Kueue's CRDs from its module (the version that runs) and the other shipped
-    CRDs; the cluster's Namespaces are applied, Kueue started with the Configuration fleetops rendered
-    for it and its webhooks registered, then every object is applied as the reconciler applies them.
-    """
+    """`kueue(manifests)`: one cluster's rendered objects on a fresh kube-apiserver with the real Kueue
+    (servers.kueue_cluster), stopped after the test."""
     started: list[servers.KueueServer] = []
 
     def start(manifests: list[dict[str, Any]]) -> servers.KueueServer:
-        server = api_servers(f"kueue-{len(started)}", crds=False)[f"kueue-{len(started)}"]
-        crds = servers.kueue_crds() + [c for c in servers.shipped_crds() if c["spec"]["group"] != servers.KUEUE_GROUP]
-        servers.install_crds(server, crds)
-        ordered = sorted(manifests, key=kube.kind_rank)
-        apply = servers.applier(server)
-        # Kueue's install creates its namespace (its leader election Lease lives there); fleetops' own
-        # Namespace object for it, when rendered, is applied over it.
-        apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}, manager="kueue-install")
-        for manifest in ordered:
-            if manifest["kind"] == "Namespace":
-                apply(manifest)
-        kueue = servers.KueueServer(server, tmp_path / f"kueue-{len(started)}", servers.rendered_kueue_configuration(manifests))
+        name = f"kueue-{len(started)}"
+        kueue = servers.kueue_cluster(api_servers(name, crds=False)[name], tmp_path / name, manifests)
         started.append(kueue)
-        kueue.start()
-        for manifest in ordered:
-            apply(manifest)
-        # The API server loads admission policies from its watch: until each tenant's holds, a job
-        # could slip past it (the probe names no queue, which every tenant's policy refuses).
-        for tenant in sorted({m["metadata"]["namespace"] for m in manifests if m["kind"] == "LocalQueue"}):
-            servers.wait_until(lambda: servers.refused_job(server, tenant), f"the admission policy of {tenant}", timeout=60)
         return kueue
 
     yield start

@@ -519,6 +519,40 @@ def applier(server: ApiServer) -> Callable[..., None]:
     return apply
 
 
+def kueue_cluster(server: ApiServer, directory: Path, manifests: list[dict[str, Any]]) -> KueueServer:
+    """One cluster's rendered objects on a started, empty kube-apiserver with the real Kueue.
+
+    The API server gets Kueue's CRDs from its module (the version that runs) and the other shipped
+    CRDs; the cluster's Namespaces are applied, Kueue started with the Configuration fleetops rendered
+    for it and its webhooks registered, then every object is applied as the reconciler applies them.
+    The caller stops the Kueue returned (and the API server).
+    """
+    from fleetops import kube
+
+    install_crds(server, kueue_crds() + [c for c in shipped_crds() if c["spec"]["group"] != KUEUE_GROUP])
+    ordered = sorted(manifests, key=kube.kind_rank)
+    apply = applier(server)
+    # Kueue's install creates its namespace (its leader election Lease lives there); fleetops' own
+    # Namespace object for it, when rendered, is applied over it.
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}, manager="kueue-install")
+    for manifest in ordered:
+        if manifest["kind"] == "Namespace":
+            apply(manifest)
+    kueue = KueueServer(server, directory, rendered_kueue_configuration(manifests))
+    kueue.start()
+    try:
+        for manifest in ordered:
+            apply(manifest)
+        # The API server loads admission policies from its watch: until each tenant's holds, a job
+        # could slip past it (the probe names no queue, which every tenant's policy refuses).
+        for tenant in sorted({m["metadata"]["namespace"] for m in manifests if m["kind"] == "LocalQueue"}):
+            wait_until(lambda: refused_job(server, tenant), f"the admission policy of {tenant}", timeout=60)
+    except BaseException:
+        kueue.stop()
+        raise
+    return kueue
+
+
 def refused_job(server: ApiServer, namespace: str) -> bool:
     """Whether the API server refuses (dry run) a Job that names no queue in `namespace`."""
     from kubernetes import client

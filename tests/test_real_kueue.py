@@ -157,6 +157,18 @@ def flavors(wl: dict[str, Any]) -> dict[str, str]:
     return assignment["flavors"]
 
 
+def test_the_rendered_configuration_sets_every_field_upstreams_install_sets() -> None:
+    """modules/scheduler.py: fleetops owns Kueue's ConfigMap, so what Kueue's own install sets must be
+    set there too. The reconcilers' workers (`controller.groupKindConcurrency`) were left out, and Kueue
+    then ran one worker per reconciler: 1,000 jobs waited twice as long (benchmarks/README.md)."""
+    import yaml
+
+    upstream = yaml.safe_load((servers.kueue_assets() / "controller_manager_config.yaml").read_text())
+    rendered = servers.rendered_kueue_configuration(cluster_objects("prod", "center-bj"))
+    assert set(upstream) <= set(rendered), sorted(set(upstream) - set(rendered))
+    assert rendered["controller"] == upstream["controller"]
+
+
 # --- defect 1: every tenant job stayed pending ("resource cpu unavailable in ClusterQueue") -------------
 
 
