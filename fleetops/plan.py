@@ -578,6 +578,7 @@ _RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
     "network.missing_default_deny": (("network", "default_deny"),),
     "network.edge_egress_not_allowed": (("network", "center_endpoints"),),
     "change.cost_increase_approvals": (("clusters",), ("prices",)),
+    "budget.alert_threshold": (("budget", "alert_at"),),  # a lowered threshold, when the budget itself is not edited
 }
 
 
@@ -678,6 +679,8 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
             for gi, g in enumerate(groups):
                 if g.name == name or (kind == "DeviceResource" and name in spec.group_capacity(g)):
                     return ("clusters", ci, field, gi, "nodes") if kind == "DeviceResource" else ("clusters", ci, field, gi)
+        if kind == "Group":  # removed: the list it was removed from
+            return ("clusters", ci, "edge_groups" if c.role == "edge" else "pools")
         return ("clusters", ci)
     return ("environment",)
 

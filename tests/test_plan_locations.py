@@ -1,9 +1,10 @@
-"""Every deny rule, fired by `fleetops plan` on one edited item, is located at that item's edited field.
+"""Every deny and warn rule, fired by `fleetops plan` on one edited item, is located at that item's edited field.
 
-The rules are read from the policies' METADATA, so a new deny rule without a case below fails
-`test_every_deny_rule_has_a_case`. A rule the environment file cannot fire (an object rule: what the
+The rules are read from the policies' METADATA, so a new rule without a case below fails
+`test_every_rule_has_a_case`. A rule the environment file cannot fire (an object rule: what the
 program renders) is fired the way it happens, by a change to `modules/`, and is located at the
-first changed line of the program file.
+first changed line of the program file; a policy change at the first changed line of the policy file.
+A rule plan cannot fire at all is exempt, with the reason, and the reason is checked.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from fleetops import isolate, policy
+from fleetops import audit, isolate, policy
 from tests.test_plan import ROOT, commit, make_repo, plan_json
 
 
 @dataclass(frozen=True)
 class EnvEdit:
-    """Replace `old` by `new` in environments/prod.yaml; the decision is at `key` on the line holding `line`."""
+    """Replace `old` by `new` in environments/prod.yaml (after the `also` replacements the same change
+    needs to stay valid); the decision is at `key` on the line holding `line`."""
 
     old: str
     new: str
     line: str
     key: str
+    also: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,22 @@ class RemoveEnvironment:
     pass
 
 
-Case = EnvEdit | ProgramEdit | RemoveEnvironment
+@dataclass(frozen=True)
+class PolicyEdit:
+    """Append `text` to policies/`file`; the decision is at the first line added."""
+
+    file: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Exempt:
+    """A rule whose input plan never has (`input.live`): only the reconciler can fire it."""
+
+    reason: str
+
+
+Case = EnvEdit | ProgramEdit | RemoveEnvironment | PolicyEdit | Exempt
 
 LABELS = '{"app.kubernetes.io/managed-by": "fleetops"}'
 
@@ -55,6 +73,13 @@ PRIVILEGED_POD = '"spec": {"containers": [{"name": "c", "image": "busybox", "sec
 RBAC = "rbac.authorization.k8s.io"
 
 VISION_GPU = "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}"
+
+ASCEND_POOL = """      - name: ascend-910b
+        device: {resource: huawei.com/Ascend910, model: Ascend910B, per_node: 8}
+        nodes: 6
+        taints: [{key: huawei.com/Ascend910, value: present, effect: NoSchedule}]
+        match: {name_pattern: "bj-ascend-*", labels: {accelerator: huawei-Ascend910}}
+"""
 
 CASES: dict[str, Case] = {
     "quota.burst_unreachable": EnvEdit("lend_fraction: 1.0", "lend_fraction: 0.75", "{guaranteed: 48, burst: 64}", "burst"),
@@ -122,6 +147,17 @@ CASES: dict[str, Case] = {
     "change.environment_removed_approvals": RemoveEnvironment(),
     "change.program_approvals": ProgramEdit("return objects"),
     "change.price_decrease_approvals": EnvEdit("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.5\n", "H100-SXM-80GB: 2.5", "H100-SXM-80GB"),
+    # warn rules
+    "quota.unbounded_device": EnvEdit("pools: [h100-train, a100-train]", "pools: [h100-train, a100-train, ascend-910b]",
+                                      "a100-train, ascend-910b", "pools"),
+    "budget.alert_threshold": EnvEdit("alert_at: [0.8, 0.95]", "alert_at: [0.01, 0.95]", "alert_at: [0.01", "alert_at"),
+    "change.group_removed": EnvEdit(  # the pool goes, and with it its tenant's references to it
+        ASCEND_POOL, "", "    pools:", "pools",
+        also=(("pools: [h100-train, a100-infer, ascend-910b]", "pools: [h100-train, a100-infer]"),
+              ("      huawei.com/Ascend910: {guaranteed: 16, burst: 32}\n", ""))),
+    "change.policy_files_changed": PolicyEdit("data.yaml", "# a reviewed comment\n"),
+    "capacity.live_below_guaranteed": Exempt("compares the live Ready nodes with the guarantees: the reconciler's, "
+                                             "which reports it by cluster and resource (tests/test_reconcile.py)"),
 }
 
 WRAPPER = '''
@@ -143,30 +179,49 @@ def program_change(edits: list[ProgramEdit]) -> str:
     return WRAPPER + functions + f"\n\n_changes = [{', '.join(f'_change_{i}' for i in range(len(edits)))}]\n"
 
 
-def deny_rules() -> list[str]:
-    return sorted(m.rule_id for m in policy.rule_metadata(policy.load_bundle(ROOT / "policies")) if m.rule == "deny")
+RULES = policy.rule_metadata(policy.load_bundle(ROOT / "policies"))
+HEADS = ("deny", "warn")
 
 
-def test_every_deny_rule_has_a_case() -> None:
-    assert sorted(CASES) == deny_rules()
+def rules() -> list[str]:
+    return sorted(m.rule_id for m in RULES if m.rule in HEADS)
 
 
-def apply(repo: Path, case: EnvEdit | RemoveEnvironment) -> dict[str, int | str]:
+def test_every_rule_has_a_case() -> None:
+    assert sorted(CASES) == rules()
+
+
+@pytest.mark.parametrize("rule", [r for r, c in CASES.items() if isinstance(c, Exempt)])
+def test_a_rule_plan_cannot_fire_reads_what_only_the_reconciler_has(rule: str) -> None:
+    # The exemption holds only while the rule needs the live inventory: once a plan could fire it, it needs a case.
+    meta = next(m for m in RULES if m.rule_id == rule)
+    source = (ROOT / "policies" / Path(meta.file).name).read_text()
+    assert audit.enforced_by(source, audit.rule_lines(source, meta.line)) == ["reconciler"]
+
+
+def apply(repo: Path, case: EnvEdit | RemoveEnvironment | PolicyEdit) -> dict[str, int | str]:
     """Make the change of `case` in `repo`; the location its decision must carry."""
+    if isinstance(case, PolicyEdit):
+        path = repo / "policies" / case.file
+        before = path.read_text()
+        path.write_text(before + case.text)
+        return {"file": f"policies/{case.file}", "line": before.count("\n") + 1, "column": 1}
     env_file = repo / "environments" / "prod.yaml"
     if isinstance(case, RemoveEnvironment):
         env_file.unlink()
         return {"file": "environments/prod.yaml", "line": 1, "column": 1}
     text = env_file.read_text()
-    assert case.old in text, f"test setup: {case.old!r} not in prod.yaml"
-    env_file.write_text(text.replace(case.old, case.new, 1))
-    lines = env_file.read_text().splitlines()
+    for old, new in ((case.old, case.new), *case.also):
+        assert old in text, f"test setup: {old!r} not in prod.yaml"
+        text = text.replace(old, new, 1)
+    env_file.write_text(text)
+    lines = text.splitlines()
     number = next(i for i, t in enumerate(lines, 1) if case.line in t)
     return {"file": "environments/prod.yaml", "line": number, "column": lines[number - 1].index(case.key + ":") + 1}
 
 
 def fired(result: dict, rule: str) -> list[dict]:
-    out = [d for d in result.get("decisions", []) if d["rule"] == rule and d["status"] in ("deny", "approval")]
+    out = [d for d in result.get("decisions", []) if d["rule"] == rule and d["status"] in ("deny", "approval", "warn")]
     assert out, f"{rule} did not fire: {[d['rule'] for d in result.get('decisions', [])]} {result.get('problems')}"
     return out
 
@@ -185,8 +240,8 @@ def program_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[s
     return plan_json(repo, "--approvals", "0")[1], {"file": "modules/fleet.py", "line": before.count("\n") + 1, "column": 1}
 
 
-@pytest.mark.parametrize("rule", [r for r in deny_rules() if not isinstance(CASES.get(r), ProgramEdit)])
-def test_each_deny_rule_is_located_at_the_field_the_change_edited(rule: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rule", [r for r, c in CASES.items() if isinstance(c, EnvEdit | RemoveEnvironment | PolicyEdit)])
+def test_each_rule_is_located_at_the_field_the_change_edited(rule: str, tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     expected = apply(repo, CASES[rule])
     commit(repo, f"fire {rule}")
