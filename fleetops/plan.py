@@ -571,6 +571,7 @@ _RULE_FIELD: dict[str, spec.Loc] = {
     "edge.latency": ("latency_ms",),
     "edge.missing_fingerprints": ("fingerprints",),
     "network.egress_anywhere": ("network", "egress_cidrs"),
+    "quota.unbounded_device": ("quota",),  # the quota it lacks; a pool it gained is found as the tenant's edit
 }
 # Fields outside a decision's item that make the rule fire for it: a fleet-wide setting, or what the
 # cost is made of (a cost increase is about the edit that costs; being over budget, about the budget).

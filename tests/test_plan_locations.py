@@ -255,3 +255,14 @@ def test_each_object_rule_a_program_change_fires_is_located_at_the_program_file(
     result, expected = program_plan
     decisions = fired(result, rule)
     assert [d.get("location") for d in decisions] == [expected] * len(decisions), [d["msg"] for d in decisions]
+
+
+def test_a_removed_quota_is_located_at_the_quota_it_left(tmp_path: Path) -> None:
+    # Nothing of the tenant is left to point at but the quota the resource needs again.
+    repo = make_repo(tmp_path)
+    expected = apply(repo, EnvEdit("      huawei.com/Ascend910: {guaranteed: 16, burst: 32}\n", "",
+                                   "    quota:", "quota"))  # vision's, the first tenant
+    commit(repo, "vision: no Ascend quota")
+    _, result = plan_json(repo, "--approvals", "0")
+    decisions = fired(result, "quota.unbounded_device")
+    assert [d.get("location") for d in decisions] == [expected], [d["msg"] for d in decisions]
