@@ -36,7 +36,7 @@ from fleetops.policy.pack import stack_input, validate_stack
 from fleetops.policy.records import decision_log_path, decision_record, junit_report, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
 from fleetops.policy.verdict import MAX_INPUT_BYTES, Verdict, canonical_json, evaluate, evaluate_input, report_rows
-from fleetops.policy.waivers import Waiver, load_waivers
+from fleetops.policy.waivers import Waiver, WaiverEntry, load_waivers, read_waivers
 
 __all__ = [
     "DATA_ROOT",
@@ -59,6 +59,7 @@ __all__ = [
     "TestResult",
     "Verdict",
     "Waiver",
+    "WaiverEntry",
     "build_input",
     "canonical_json",
     "collect",
@@ -76,6 +77,7 @@ __all__ = [
     "package_of",
     "policy_input",
     "read_text",
+    "read_waivers",
     "rebase",
     "report_rows",
     "resource_entry",

@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetops.errors import PolicyError
 from fleetops.output import decision_counts
-from fleetops.policy.verdict import Verdict
+from fleetops.policy.verdict import Verdict, report_rows
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
     """Decisions as JUnit XML for CI test tabs: a deny fails, a waived deny is skipped, a warning passes
@@ -81,7 +81,7 @@ def decision_record(source: str, environment: str, revision: str, judgement: dic
 
 def verdict_record(verdict: Verdict, source: str) -> dict[str, Any]:
     return decision_record(source, verdict.environment, verdict.revision, verdict.judgement(),
-                           [d.as_dict() for d in verdict.decisions], "denied" if verdict.denied else "allowed")
+                           report_rows(verdict), "denied" if verdict.denied else "allowed")
 
 
 def log_decisions(path: Path, record: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetops import memory, spec
 from fleetops.errors import PolicyError
+from fleetops.output import VERDICT_STATUSES, decision_counts
 from fleetops.policy.bundle import POLICIES_DIR, WAIVERS_FILE, load_bundle, rule_metadata
 from fleetops.policy.decisions import Decision, Status, to_decisions
 from fleetops.policy.engine import EmbeddedEngine, Engine
@@ -62,6 +63,7 @@ class Verdict:
                 "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": self.waiver_problems}
 
     def as_dict(self) -> dict[str, Any]:
+        rows = [d.as_dict() for d in self.decisions]
         return {
             "environment": self.environment,
             "revision": self.revision,
@@ -70,8 +72,8 @@ class Verdict:
             "input_digest": self.input_digest,
             "duration_seconds": round(self.duration_seconds, 4),
             "passed": self.ok,
-            "summary": {s: sum(d.status == s for d in self.decisions) for s in ("deny", "warn", "waived")},
-            "decisions": [d.as_dict() for d in self.decisions],
+            "summary": decision_counts(rows, VERDICT_STATUSES),
+            "decisions": rows,
             "waiver_problems": self.waiver_problems,
         }
 

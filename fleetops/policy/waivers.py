@@ -78,38 +78,60 @@ class Waivers:
     problems: list[str]  # expired or malformed entries, each `file:line: ...`; they waive nothing
 
 
-def load_waivers(path: Path, today: dt.date) -> Waivers:
-    """Each entry is validated on its own: a bad or expired waiver is reported and waives nothing."""
+@dataclass(frozen=True)
+class WaiverEntry:
+    """One entry of waivers.yaml as written: the waiver it makes, or why it makes none."""
+
+    index: int
+    raw: Any
+    waiver: Waiver | None
+    errors: list[tuple[spec.Loc, str]]  # (path within the entry, message) when it is not a waiver
+
+
+def read_waivers(path: Path) -> tuple[list[WaiverEntry], spec.Positions | None]:
+    """Every entry of the waivers file, each validated on its own; the file's positions place them.
+    The gate (`load_waivers`) and the audit read waivers through here, so both judge an entry alike."""
     if not path.is_file():
-        return Waivers([], [])
+        return [], None
     try:
         # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
         tree, positions = spec.parse_yaml(read_text(path), f"{path.parent.name}/{path.name}")
     except spec.SpecError as exc:
         raise PolicyError(exc.problems[0]) from None
     if tree is None:
-        return Waivers([], [])
+        return [], positions
     entries = tree.get("waivers") if isinstance(tree, dict) else None
     if not isinstance(entries, list):
         raise PolicyError(positions.error((), "want a mapping with a 'waivers' list"))
-    active, problems = [], []
+    out = []
     for i, entry in enumerate(entries):
         try:
-            waiver = Waiver.model_validate(entry)
+            out.append(WaiverEntry(i, entry, Waiver.model_validate(entry), []))
         except ValidationError as exc:
-            for err in exc.errors(include_url=False):
-                msg = "required field is missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-                problems.append(positions.error(("waivers", i, *err["loc"]), msg))
-            continue
-        if waiver.created > today:
+            errors = [(tuple(err["loc"]), "required field is missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, "))
+                      for err in exc.errors(include_url=False)]
+            out.append(WaiverEntry(i, entry, None, errors))
+    return out, positions
+
+
+def load_waivers(path: Path, today: dt.date) -> Waivers:
+    """Each entry is validated on its own: a bad or expired waiver is reported and waives nothing."""
+    entries, positions = read_waivers(path)
+    active, problems = [], []
+    for entry in entries:
+        assert positions is not None  # entries come from a file, so it has positions
+        at = ("waivers", entry.index)
+        waiver = entry.waiver
+        if waiver is None:
+            problems.extend(positions.error((*at, *loc), msg) for loc, msg in entry.errors)
+        elif waiver.created > today:
             # A waiver dated ahead would waive now and for longer than the 90 days its dates show.
-            problems.append(positions.error(("waivers", i, "created"), f"waiver of {waiver.rule} is created in the future ({waiver.created})"))
-            continue
-        if waiver.expires < today:
-            problems.append(positions.error(("waivers", i), f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
-            continue
-        line, _ = positions.at(("waivers", i))
-        active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
+            problems.append(positions.error((*at, "created"), f"waiver of {waiver.rule} is created in the future ({waiver.created})"))
+        elif waiver.expires < today:
+            problems.append(positions.error(at, f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
+        else:
+            line, _ = positions.at(at)
+            active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
     return Waivers(active, problems)
 
 
