@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fleetops.policy.engine import Results
@@ -18,6 +18,9 @@ class Decision:
     msg: str
     severity: str
     resource: dict[str, Any]
+    # The numbers the message states, as the rule computed them ({"quota": 68, "limit": 57, ...}), so
+    # that the plan's fix reads them rather than parsing a message a policy author may reword.
+    figures: dict[str, Any] = field(default_factory=dict)
     waived_by: str | None = None  # file:line of the waiver
 
     @property
@@ -40,6 +43,7 @@ class Decision:
             "resource": self.resource_ref(),
             "subject": self.resource,
             "package": self.package,
+            "figures": self.figures,
             "waived_by": self.waived_by,
         }
 
@@ -57,6 +61,7 @@ def to_decisions(results: Results) -> list[Decision]:
                         msg=str(d.get("msg", "")),
                         severity=str(d.get("severity", "high" if kind == "deny" else "low")),
                         resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
+                        figures=d.get("figures") if isinstance(d.get("figures"), dict) else {},
                     )
                 )
     # Stable order for reports and digests: denies first, then by rule and resource.
