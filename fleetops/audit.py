@@ -22,6 +22,7 @@ import jinja2
 from pydantic import BaseModel, ValidationError
 
 from fleetops import git, policy, render, spec
+from fleetops.output import VERDICT_STATUSES, DecisionStatus, decision_counts
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -178,7 +179,7 @@ class _LogEntry(BaseModel):
 
 
 # Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
-STATUSES = ("deny", "approval", "warn", "waived")
+STATUSES = tuple(map(str, DecisionStatus))
 
 
 MAX_LOG_PROBLEMS = 20  # places listed in the report; the count covers every malformed line
@@ -422,20 +423,16 @@ def environment_section(name: str, checked: render.Checked, policies_dir: Path, 
     verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
     capacity = spec.capacity_rows(checked.env)
     decisions = policy.report_rows(verdict)
-    counts = {s: sum(1 for d in decisions if d["status"] == s) for s in ("deny", "warn", "waived")}
-    return {"name": name, "counts": counts, "decisions": decisions, "capacity": capacity}
+    return {"name": name, "counts": decision_counts(decisions, VERDICT_STATUSES), "decisions": decisions, "capacity": capacity}
 
 
 def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     """Every waiver entry: active ones with days left, expired and malformed ones flagged with why."""
-    path = policies_dir / policy.WAIVERS_FILE
-    if not path.is_file():
-        return []
-    tree, positions = spec.parse_yaml(policy.read_text(path), f"{path.parent.name}/{path.name}")
-    entries = tree.get("waivers", []) if isinstance(tree, dict) else []
+    entries, positions = policy.read_waivers(policies_dir / policy.WAIVERS_FILE)
     rows = []
-    for i, entry in enumerate(entries if isinstance(entries, list) else []):
-        raw = entry if isinstance(entry, dict) else {}
+    for entry in entries:
+        assert positions is not None  # entries come from a file, so it has positions
+        raw = entry.raw if isinstance(entry.raw, dict) else {}
         scope = raw.get("scope") if isinstance(raw.get("scope"), dict) else {}
         row = {
             "rule": str(raw.get("rule", "")),
@@ -446,15 +443,13 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
             "ticket": str(raw.get("ticket", "")),
             "expires": str(raw.get("expires", "")),
             "days_left": None,
-            "where": positions.error(("waivers", i), "").split(": ")[0],
+            "where": positions.error(("waivers", entry.index), "").split(": ")[0],
         }
-        try:
-            waiver = policy.Waiver.model_validate(entry)
-        except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            row.update(status="malformed", problem=f"{spec.format_loc(tuple(first['loc']))}: {first['msg'].removeprefix('Value error, ')}".lstrip(": "))
+        if entry.waiver is None:
+            loc, msg = entry.errors[0]
+            row.update(status="malformed", problem=f"{spec.format_loc(loc)}: {msg}".lstrip(": "))
         else:
-            left = (waiver.expires - today).days
+            left = (entry.waiver.expires - today).days
             row.update(days_left=left, status="expired" if left < 0 else "active", problem=None)
         rows.append(row)
     return rows

@@ -32,10 +32,6 @@ def _groups(env: spec.Environment | None) -> dict[str, spec.Group]:
     return {f"{c.name}/{g.name}": g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
 
 
-def _monthly(env: spec.Environment, group: spec.Group) -> float:
-    return spec.physical_devices(group) * spec.device_hour_price(env, group) * spec.HOURS_PER_MONTH
-
-
 def _sharing(group: spec.Group) -> str:
     if not isinstance(group, spec.Pool) or group.sharing.mode == "exclusive":
         return "exclusive"
@@ -71,7 +67,7 @@ def _totals(env: spec.Environment, clusters: list[spec.Cluster], sign: str) -> t
     groups = [g for c in clusters for g in (*c.pools, *c.edge_groups)]
     pools, edge = sum(len(c.pools) for c in clusters), sum(len(c.edge_groups) for c in clusters)
     devices = _physical(groups)
-    cost = sum(_monthly(env, g) for g in groups) * (-1 if sign == "-" else 1)
+    cost = sum(spec.group_monthly_cost(env, g) for g in groups) * (-1 if sign == "-" else 1)
     parts = [_count(pools, "pool")] + ([_count(edge, "edge group")] if edge else [])
     parts += [f"{sign}{n:,} {r}" for r, n in devices.items()] + [f"{_money(cost)} {env.budget.currency}/mo"]
     return ", ".join(parts), sum(devices.values()), cost
@@ -127,12 +123,12 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
         b, a = old.get(name), new.get(name)
         if a is not None and b is None:
             add(name, f"{name} added: {a.nodes} nodes x {a.device.per_node} {a.device.model}, {_sharing(a)} "
-                      f"({_units(a)}, {_money(_monthly(after, a))} {currency}/mo)", devices=spec.physical_devices(a), cost=_monthly(after, a))
+                      f"({_units(a)}, {_money(spec.group_monthly_cost(after, a))} {currency}/mo)", devices=spec.physical_devices(a), cost=spec.group_monthly_cost(after, a))
         elif b is not None and a is None:
             add(name, f"{name} removed: {b.nodes} nodes x {b.device.per_node} {b.device.model} "
-                      f"(-{_units(b)}, {_money(-_monthly(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-_monthly(before, b))
+                      f"(-{_units(b)}, {_money(-spec.group_monthly_cost(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-spec.group_monthly_cost(before, b))
         elif a is not None and b is not None:
-            cost = _monthly(after, a) - _monthly(before, b)
+            cost = spec.group_monthly_cost(after, a) - spec.group_monthly_cost(before, b)
             moved = spec.physical_devices(a) - spec.physical_devices(b)
             if a.nodes != b.nodes:
                 add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {_money(cost)} {currency}/mo)", devices=moved, cost=cost)

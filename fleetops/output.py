@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
+from enum import StrEnum
 from typing import Any
 
 from fleetops import __version__
@@ -35,8 +37,26 @@ def envelope(command: str, ok: bool, counts: dict[str, int], problems: list[str]
             "problems": [problem(p) for p in problems or []], **fields}
 
 
-def decision_counts(decisions: list[dict[str, Any]]) -> dict[str, int]:
-    return {s: sum(d["status"] == s for d in decisions) for s in ("deny", "approval", "warn", "waived")}
+class DecisionStatus(StrEnum):
+    """Every status a decision can have: plan's "approval" is a deny that more approvals resolve."""
+
+    DENY = "deny"
+    APPROVAL = "approval"
+    WARN = "warn"
+    WAIVED = "waived"
+
+
+# What a policy verdict holds (check, audit): only plan reads a deny as an approval still missing.
+VERDICT_STATUSES = (DecisionStatus.DENY, DecisionStatus.WARN, DecisionStatus.WAIVED)
+
+
+def decision_counts(decisions: Iterable[dict[str, Any]], statuses: Iterable[DecisionStatus] = DecisionStatus) -> dict[str, int]:
+    """How many decisions have each status, every status named even when none has it."""
+    counts = dict.fromkeys(map(str, statuses), 0)
+    for d in decisions:
+        if d["status"] in counts:
+            counts[d["status"]] += 1
+    return counts
 
 
 def json_schema() -> dict[str, Any]:

@@ -532,9 +532,6 @@ def _read(path: Path) -> str | None:
 
 # --- decisions a reviewer can act on --------------------------------------------------------------
 
-_OVER = re.compile(r"quota (?P<sum>\d+) exceeds (?P<limit>\d+) \(capacity \d+ less (?P<headroom>\d+)% headroom\)")
-
-
 @dataclass(frozen=True)
 class Edited:
     """What a change edited, for placing each decision at it: the environment file's edited fields
@@ -686,25 +683,20 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     return ("environment",)
 
 
-_UNREACHABLE = re.compile(r"tenant (?P<tenant>\S+) bursts to (?P<burst>\d+) (?P<resource>\S+) but Kueue grants it at most (?P<reach>\d+)")
-
-
 def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
     """The numbers of a fix where the decision gives them: quota over capacity by how much, or how many nodes;
-    a burst Kueue will not grant, to what."""
-    short = _UNREACHABLE.search(row["msg"]) if row["rule"] == "quota.burst_unreachable" else None
-    if short is not None:
-        where = (row.get("subject") or {}).get("cluster", "its cluster")
-        return (f"lower {short['tenant']}'s burst {short['resource']} to {short['reach']} on {where}, or add "
-                f"{int(short['burst']) - int(short['reach'])} {short['resource']} no tenant guarantees to its pools, "
+    a burst Kueue will not grant, to what. The numbers are the decision's `figures`, as the rule computed them."""
+    figures, subject = row.get("figures") or {}, row.get("subject") or {}
+    resource, cluster = subject.get("name"), subject.get("cluster")
+    if row["rule"] == "quota.burst_unreachable" and {"burst", "reachable"} <= figures.keys():
+        reach = figures["reachable"]
+        return (f"lower {subject.get('tenant')}'s burst {resource} to {reach} on {cluster or 'its cluster'}, or add "
+                f"{figures['burst'] - reach} {resource} no tenant guarantees to its pools, "
                 "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
-    over = _OVER.search(row["msg"]) if row["rule"] in ("quota.guaranteed_over_capacity", "quota.burst_over_capacity") else None
-    if over is None or env is None or not row.get("subject"):
+    if row["rule"] != "quota.guaranteed_over_capacity" or not {"quota", "limit", "headroom_percent"} <= figures.keys() or env is None:
         return ""
-    resource, cluster = row["subject"].get("name"), row["subject"].get("cluster")
-    excess, keep = int(over["sum"]) - int(over["limit"]), 1 - int(over["headroom"]) / 100
-    field = "guaranteed" if row["rule"] == "quota.guaranteed_over_capacity" else "burst"
-    fixes = [f"lower {field} {resource} by {excess} across the tenants on {cluster}"]
+    excess, keep = figures["quota"] - figures["limit"], 1 - figures["headroom_percent"] / 100
+    fixes = [f"lower guaranteed {resource} by {excess} across the tenants on {cluster}"]
     pools = [g for c in env.clusters if c.name == cluster for g in c.pools if resource in spec.group_capacity(g)]
     if pools:
         pool = pools[0]

@@ -1357,16 +1357,14 @@ def device_hour_price(env: Environment, group: Group) -> float:
     return env.prices.get(group.device.model, 0.0)
 
 
+def group_monthly_cost(env: Environment, group: Group) -> float:
+    """A group's physical devices priced per device-hour, for a 730-hour month (not rounded: sums round once)."""
+    return physical_devices(group) * device_hour_price(env, group) * HOURS_PER_MONTH
+
+
 def monthly_cost(env: Environment) -> float:
     """Every declared physical device priced per device-hour, for a 730-hour month."""
-    return round(
-        sum(
-            physical_devices(g) * device_hour_price(env, g) * HOURS_PER_MONTH
-            for c in env.clusters
-            for g in (*c.pools, *c.edge_groups)
-        ),
-        2,
-    )
+    return round(sum(group_monthly_cost(env, g) for c in env.clusters for g in (*c.pools, *c.edge_groups)), 2)
 
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")

@@ -35,6 +35,7 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("%s: guaranteed %s quota %d exceeds %d (capacity %d less %d%% headroom)", [cluster, resource, q.guaranteed, limit, units, round(cfg.headroom * 100)]),
 		"resource": {"cluster": cluster, "kind": "DeviceResource", "name": resource},
+		"figures": {"quota": q.guaranteed, "limit": limit, "capacity": units, "headroom_percent": round(cfg.headroom * 100)},
 	}
 }
 
@@ -77,6 +78,7 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("%s: tenant %s bursts to %d %s but Kueue grants it at most %d on an idle cluster (guaranteed %d)", [cluster, tenant.name, q.burst, resource, g.reachable, g.guaranteed]),
 		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource, "field": "burst"},
+		"figures": {"burst": q.burst, "reachable": g.reachable, "guaranteed": g.guaranteed},
 	}
 }
 

@@ -383,3 +383,26 @@ def test_no_label_or_number_of_the_capacity_chart_is_cut(report_html: Path, tmp_
     cut = re.search(r'data-cut="([^"]*)"', done.stdout)
     assert texts and int(texts[1]) > 10, done.stdout[-500:]
     assert cut is not None and cut[1] == "", cut and cut[1]
+
+
+def test_the_audit_and_the_gate_name_a_malformed_waiver_in_the_same_words(tmp_path: Path) -> None:
+    """One reading of waivers.yaml: a waiver without a ticket is the same problem in the audit's table and
+    in the gate's waiver problems (the audit used to print pydantic's own "Field required")."""
+    policies = _policies_with(
+        tmp_path,
+        """waivers:
+  - rule: quota.tenant_share
+    scope: {environment: prod}
+    owner: capacity-planning@example.com
+    reason: rack delayed
+    created: 2026-01-01
+    expires: 2026-02-01
+""",
+    )
+    out = tmp_path / "audit.json"
+    assert run("audit", "--env", "prod", "--policies", str(policies), "--output", "json", "-o", str(out)).returncode == 0
+    (row,) = json.loads(out.read_text())["waivers"]
+    assert (row["status"], row["problem"]) == ("malformed", "ticket: required field is missing")
+    checked = run("check", "--env", "prod", "--policies", str(policies), "--output", "json", "--decision-log", str(tmp_path / "log.jsonl"))
+    (problem,) = json.loads(checked.stdout)["problems"]
+    assert (problem["path"], problem["message"]) == ("waivers[0].ticket", "required field is missing")

@@ -96,7 +96,7 @@ _probe = {{
     "token": _os.environ.get("FLEETOPS_OPA_TOKEN", "none"),
     "variables": sorted(_os.environ),
     "read_secret": _try(lambda: open({str(secret)!r}).read()),
-    "write_judge": _try(lambda: open({str(repo / "fleetops" / "policy.py")!r}, "a").write("# pwned")),
+    "write_judge": _try(lambda: open({str(repo / "fleetops" / "policy" / "verdict.py")!r}, "a").write("# pwned")),
     "write_tmp": _try(lambda: open({str(tmp_path / "probe")!r}, "w").write("x")),
     "connect": _try(lambda: _socket.create_connection(("127.0.0.1", {port}), timeout=2)),
     "git_config": _try(lambda: open({str(repo / ".git" / "config")!r}).read()),
@@ -104,7 +104,7 @@ _probe = {{
 raise SystemExit("probe " + _json.dumps(_probe))
 ''')
     commit(repo, "modules: look around")
-    judge_before = (repo / "fleetops" / "policy.py").read_bytes()
+    judge_before = (repo / "fleetops" / "policy" / "verdict.py").read_bytes()
     out = plan(repo, "--env", "prod", env={"FLEETOPS_OPA_TOKEN": "opa-s3cr3t", "GITHUB_TOKEN": "ghs_s3cr3t"})
     assert out.returncode == 2, out.stdout + out.stderr
     line = next(part for part in out.stderr.splitlines() if "probe " in part)
@@ -115,7 +115,7 @@ raise SystemExit("probe " + _json.dumps(_probe))
     assert probe["connect"] != "allowed"
     with pytest.raises(BlockingIOError):
         listener.accept()
-    assert (repo / "fleetops" / "policy.py").read_bytes() == judge_before
+    assert (repo / "fleetops" / "policy" / "verdict.py").read_bytes() == judge_before
     assert not (tmp_path / "probe").exists()
 
 

@@ -334,3 +334,24 @@ def test_a_change_that_leaves_another_tenants_burst_unreachable_is_denied_at_its
     text = comment(repo)
     assert f"- `quota.burst_unreachable` {denied[0]['msg']} — `environments/prod.yaml:{llm}`" in text
     assert "| center-sh | llm-pretrain | `nvidia.com/gpu` | 48 | ⚠️ 60 | 64 | 60 | 24 |" in text
+
+
+def test_the_fix_reads_the_rules_figures_not_its_wording(repo: Path) -> None:
+    """A policy author may reword a message (here: into German) without losing the plan's numbers:
+    the fix comes from the decision's figures, which old plans parsed out of the English message."""
+    git(repo, "checkout", "-q", "main")  # the base's policies judge the change
+    quota = repo / "policies" / "quota.rego"
+    quota.write_text(quota.read_text().replace(
+        '"%s: guaranteed %s quota %d exceeds %d (capacity %d less %d%% headroom)"',
+        '"%s: garantierte %s-Quote %d übersteigt %d (Kapazität %d abzüglich %d%% Reserve)"'))
+    commit(repo, "quota: messages in German")
+    git(repo, "checkout", "-q", "change")
+    git(repo, "merge", "-q", "--ff-only", "main")
+    edit(repo, "nvidia.com/gpu: {guaranteed: 48, burst: 64}", "nvidia.com/gpu: {guaranteed: 60, burst: 64}")
+    commit(repo, "llm-pretrain: 12 more")
+    _, result = plan_json(repo, "--approvals", "2")
+    denied = next(d for d in result["decisions"] if d["rule"] == "quota.guaranteed_over_capacity")
+    assert denied["msg"].startswith("center-sh: garantierte nvidia.com/gpu-Quote 68 übersteigt 57")
+    assert denied["figures"] == {"quota": 68, "limit": 57, "capacity": 64, "headroom_percent": 10}
+    assert denied["fix"] == ("lower guaranteed nvidia.com/gpu by 11 across the tenants on center-sh, or add 2 nodes to a100-train, "
+                             "or merge a waiver first in its own PR")

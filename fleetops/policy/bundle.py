@@ -1,0 +1,138 @@
+"""The policies on disk: the bundle one evaluation uses (Rego, data, digest) and the rules' METADATA."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetops import spec
+from fleetops.errors import PolicyError
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+POLICIES_DIR = ROOT / "policies"
+DATA_FILE = "data.yaml"
+WAIVERS_FILE = "waivers.yaml"
+DATA_ROOT = "fleet_data"  # policy data is data.fleet_data; policies are data.fleet.*
+
+
+def display_path(path: Path) -> str:
+    """A path as a person would type it from here: relative to the working folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+@dataclass(frozen=True)
+class Bundle:
+    """The policy files and data one evaluation uses, with the digest the decision log records."""
+
+    directory: Path
+    policies: dict[str, str]  # path relative to the directory -> Rego source, tests excluded
+    tests: dict[str, str]
+    data: dict[str, Any]
+    digest: str
+
+
+def _is_test(path: Path) -> bool:
+    return path.name.endswith("_test.rego")
+
+
+def read_text(path: Path) -> str:
+    """A policy, data or waivers file as text: unreadable or not UTF-8 is one line naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise PolicyError(f"{display_path(path)}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise PolicyError(f"{display_path(path)}: cannot read: {exc.strerror}") from None
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML as the environment loader reads it (a key written twice is refused), errors as PolicyError."""
+    try:
+        return spec.parse_yaml(text, file)[0]
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+
+
+def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
+    if not directory.is_dir():
+        raise PolicyError(f"{directory}: no policy folder")
+    files = sorted(p for p in directory.rglob("*.rego") if ".venv" not in p.parts)
+    sources = {p.relative_to(directory).as_posix(): read_text(p) for p in files}
+    policies = {k: v for k, v in sources.items() if not _is_test(Path(k))}
+    if not policies:
+        raise PolicyError(f"{directory}: no .rego policies")
+    data_path = directory / DATA_FILE
+    data_text = read_text(data_path) if data_path.is_file() else ""
+    data = parse_yaml(data_text, display_path(data_path)) or {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{display_path(data_path)}:1:1: policy data must be a mapping")
+    waivers_path = directory / WAIVERS_FILE
+    waivers_text = read_text(waivers_path) if waivers_path.is_file() else ""
+    # Everything that decides a verdict: the rules, their data and the waivers that suspend them.
+    digest = hashlib.sha256()
+    for name, text in [*sorted(policies.items()), (DATA_FILE, data_text), (WAIVERS_FILE, waivers_text)]:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    tests = {k: v for k, v in sources.items() if _is_test(Path(k))}
+    return Bundle(directory, policies, tests, {DATA_ROOT: data}, "sha256:" + digest.hexdigest())
+
+
+_PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
+
+
+def package_of(source: str) -> str:
+    match = _PACKAGE.search(source)
+    return match.group(1) if match else ""
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    """A `# METADATA` block and the rule it annotates, for reports and the audit."""
+
+    file: str
+    line: int  # of the rule head
+    rule: str  # the head, e.g. "deny" or "warn"
+    rule_id: str  # the "rule" its decisions carry, e.g. "quota.tenant_share"
+    title: str
+    description: str
+    severity: str
+    control_id: str
+    fix: str = ""  # custom.fix: how to resolve a decision of this rule, for the plan and check
+    gate: str = ""  # custom.gate: "approval" when more approvals, not a different change, resolve it
+
+
+_RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
+_METADATA = re.compile(r"^# METADATA\n((?:#.*\n)+?)(?!#)(\w+)", re.MULTILINE)
+
+
+def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
+    """Every rule-scoped METADATA block of the shipped policies; a block that is not YAML is a PolicyError.
+
+    OPA rejects such a block at compile time, so catching it here keeps both engines in step.
+    """
+    out = []
+    for name, source in bundle.policies.items():
+        for match in _METADATA.finditer(source):
+            body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group(1).splitlines())
+            line = source.count("\n", 0, match.start(2)) + 1
+            # Blank lines ahead of the block keep the lines of YAML errors those of the .rego file.
+            first = source.count("\n", 0, match.start(1))
+            try:
+                meta = spec.parse_yaml("\n" * first + body, display_path(bundle.directory / name))[0] or {}
+            except spec.SpecError as exc:
+                raise PolicyError(f"{exc.problems[0]} (METADATA of the rule at line {line})") from None
+            if not isinstance(meta, dict):
+                raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA must be a mapping")
+            if meta.get("scope") == "package" or match.group(2) == "package":
+                continue
+            custom = meta.get("custom") or {}
+            rule_id = _RULE_ID.search(source, match.end())
+            out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
+                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", "")),
+                                str(custom.get("fix", "")), str(custom.get("gate", ""))))
+    return out

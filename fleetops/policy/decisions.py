@@ -1,0 +1,68 @@
+"""One decision of a rule (deny, warn, or waived), as every report and the decision log show it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fleetops.policy.engine import Results
+
+Status = Literal["deny", "warn", "waived"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    package: str
+    kind: Literal["deny", "warn"]
+    rule: str
+    msg: str
+    severity: str
+    resource: dict[str, Any]
+    # The numbers the message states, as the rule computed them ({"quota": 68, "limit": 57, ...}), so
+    # that the plan's fix reads them rather than parsing a message a policy author may reword.
+    figures: dict[str, Any] = field(default_factory=dict)
+    waived_by: str | None = None  # file:line of the waiver
+
+    @property
+    def status(self) -> Status:
+        return "waived" if self.waived_by else self.kind
+
+    def resource_ref(self, with_cluster: bool = True) -> str:
+        r = self.resource
+        parts = [r.get("kind"), r.get("namespace"), r.get("name")]
+        ref = "/".join(str(p) for p in parts if p)
+        return f"{r['cluster']}:{ref}" if with_cluster and r.get("cluster") else ref
+
+    def as_dict(self) -> dict[str, Any]:
+        """The one decision shape of every command's output (fleetops/output.schema.json)."""
+        return {
+            "status": self.status,
+            "rule": self.rule,
+            "severity": self.severity,
+            "msg": self.msg,
+            "resource": self.resource_ref(),
+            "subject": self.resource,
+            "package": self.package,
+            "figures": self.figures,
+            "waived_by": self.waived_by,
+        }
+
+
+def to_decisions(results: Results) -> list[Decision]:
+    out = []
+    for package, kinds in results.items():
+        for kind in ("deny", "warn"):
+            for d in kinds.get(kind, []):
+                out.append(
+                    Decision(
+                        package=package,
+                        kind=kind,  # type: ignore[arg-type]
+                        rule=str(d["rule"]),
+                        msg=str(d.get("msg", "")),
+                        severity=str(d.get("severity", "high" if kind == "deny" else "low")),
+                        resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
+                        figures=d.get("figures") if isinstance(d.get("figures"), dict) else {},
+                    )
+                )
+    # Stable order for reports and digests: denies first, then by rule and resource.
+    return sorted(out, key=lambda d: (d.kind != "deny", d.rule, d.resource_ref(), d.msg))

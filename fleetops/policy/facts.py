@@ -1,0 +1,207 @@
+"""The policy input: the document every policy reads as `input`, and the facts derived for it."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from fleetops import grants, spec
+from fleetops.errors import PolicyError
+from fleetops.kube import object_key
+from fleetops.render import DesiredState
+
+
+class _Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# A Kubernetes quantity ("8", "500m", "16Gi") or a plain count.
+Quantity = Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?([munkMGTPE]|[KMGTPE]i)?$")]
+
+
+class LiveNode(_Edge):
+    """One live node as the reconciler lists it: device quantities are Kubernetes quantity strings or ints."""
+
+    cluster: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    labels: dict[str, str] = {}
+    capacity: dict[str, Quantity] = {}
+    allocatable: dict[str, Quantity] = {}
+    ready: StrictBool
+
+
+class Inventory(_Edge):
+    nodes: list[LiveNode]
+
+
+class PolicyInput(BaseModel):
+    """The document every policy reads as `input` (policies/README.md describes each field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    environment: str
+    revision: str
+    spec: dict[str, Any]
+    resources: list[dict[str, Any]]
+    by_kind: dict[str, list[int]]
+    facts: dict[str, Any]
+    live: Inventory | None = None
+    change: dict[str, Any] | None = None
+
+
+def load_inventory(path: Path) -> Inventory:
+    """`--live INVENTORY.json`: a list of nodes or `{"nodes": [...]}`; errors name file:line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{path}:1:1: cannot read the live inventory: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}:1:1: the live inventory is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise PolicyError(f"{path}:1:1: the live inventory is nested too deeply (deeper than Python's recursion limit)") from None
+    try:
+        return Inventory.model_validate({"nodes": raw} if isinstance(raw, list) else raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PolicyError(f"{path}:1:1: {where}: {first['msg']}") from None
+
+
+def resource_entry(cluster: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    _, api_version, kind, namespace, name = object_key(cluster, manifest)
+    return {"cluster": cluster, "kind": kind, "apiVersion": api_version, "name": name, "namespace": namespace, "manifest": manifest}
+
+
+def _group_fact(cluster: str, group: spec.Group) -> dict[str, Any]:
+    sharing = group.sharing if isinstance(group, spec.Pool) else None
+    return {
+        "cluster": cluster,
+        "kind": "pool" if isinstance(group, spec.Pool) else "edge_group",
+        "model": group.device.model,
+        "resource": group.device.resource,
+        "physical_devices": spec.physical_devices(group),
+        "sharing": sharing.mode if sharing else "exclusive",
+        "replicas": sharing.replicas if sharing else None,
+        "units": spec.group_capacity(group),
+    }
+
+
+def derived_facts(env: spec.Environment) -> dict[str, Any]:
+    """Facts an auditor can recompute from the environment file; policies compare against them."""
+    quota = spec.quota_sums(env)
+    holders: dict[tuple[str, str], int] = {}
+    for tenant in env.tenants:
+        for cluster in tenant.clusters:
+            for resource, q in tenant.quota.items():
+                if q.guaranteed > 0:
+                    holders[cluster, resource] = holders.get((cluster, resource), 0) + 1
+    clusters = {c.name: c for c in env.clusters}
+    return {
+        "capacity": spec.capacity(env),
+        "quota": {
+            c: {r: {**sums, "tenants": holders.get((c, r), 0)} for r, sums in per.items()} for c, per in quota.items()
+        },
+        "monthly_cost": spec.monthly_cost(env),
+        "hours_per_month": spec.HOURS_PER_MONTH,
+        "groups": {g.name: _group_fact(c.name, g) for c in env.clusters for g in (*c.pools, *c.edge_groups)},
+        "eligible": {
+            t.name: {c: [g.name for g in spec.eligible_groups(t, [clusters[c]])] for c in t.clusters if c in clusters}
+            for t in env.tenants
+        },
+    }
+
+
+def _egress_blocks(manifest: Any) -> Iterator[str]:
+    """The CIDR of every egress IP block of a NetworkPolicy, whatever program wrote it: a part that is
+    not the documented shape has no block to count, and the schema check refuses it anyway."""
+    body = manifest.get("spec") if isinstance(manifest, dict) else None
+    rules = body.get("egress") if isinstance(body, dict) else None
+    for rule in rules if isinstance(rules, list) else []:
+        peers = rule.get("to") if isinstance(rule, dict) else None
+        for peer in peers if isinstance(peers, list) else []:
+            block = peer.get("ipBlock") if isinstance(peer, dict) else None
+            if isinstance(block, dict) and "cidr" in block:
+                yield str(block["cidr"])
+
+
+def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """"cluster/namespace" -> the share of the IPv4 and IPv6 address spaces its NetworkPolicies' egress IP
+    blocks reach together, for `network.egress_anywhere`.
+
+    Arithmetic, not strings: 0.0.0.0/1 + 128.0.0.0/1 is all of IPv4 as much as 0.0.0.0/0 is, and two
+    overlapping blocks count once (their union). Neither engine can merge CIDRs (regorus lacks
+    net.cidr_merge), so the union is computed here and the rule compares the share with its data.
+    `except` is not subtracted: the share is an upper bound, so an exception never hides a wide block.
+    A CIDR that does not parse cannot be measured and is listed as invalid (the rule denies it).
+    """
+    blocks: dict[tuple[str, str], list[str]] = {}
+    for entry in entries:
+        if entry["kind"] == "NetworkPolicy":
+            blocks.setdefault((entry["cluster"], entry["namespace"]), []).extend(_egress_blocks(entry["manifest"]))
+    out: dict[str, dict[str, Any]] = {}
+    for (cluster, namespace), cidrs in sorted(blocks.items()):
+        if not cidrs:
+            continue
+        families: dict[int, list[Any]] = {4: [], 6: []}  # collapse_addresses takes one version at a time
+        invalid = []
+        for cidr in cidrs:
+            try:
+                network = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                invalid.append(cidr)
+                continue
+            if network.version == 6 and network.network_address.ipv4_mapped is not None and network.prefixlen >= 96:
+                # ::ffff:0.0.0.0/96 is all of IPv4 to a Go CNI (net.IPNet unmaps it): count it there.
+                network = ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96))
+            families[network.version].append(network)
+        fact: dict[str, Any] = {"cluster": cluster, "namespace": namespace, "invalid": sorted(set(invalid))}
+        for version, networks in families.items():
+            union = list(ipaddress.collapse_addresses(networks))
+            bits = 32 if version == 4 else 128
+            fact[f"ipv{version}"] = {
+                "cidrs": [str(n) for n in union],
+                "share": sum(n.num_addresses for n in union) / 2**bits,
+            }
+        out[f"{cluster}/{namespace}"] = fact
+    return out
+
+
+def build_input(
+    env: spec.Environment,
+    resources: Iterable[dict[str, Any]],
+    revision: str,
+    live: Inventory | None = None,
+    change: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The policy input as plain data. Spec and resources are already validated upstream."""
+    if change is not None and not isinstance(change, dict):
+        raise PolicyError(f"the change under review must be an object, got {type(change).__name__}")
+    entries = list(resources)
+    by_kind: dict[str, list[int]] = {}
+    for i, entry in enumerate(entries):
+        by_kind.setdefault(entry["kind"], []).append(i)
+    return {
+        "environment": env.environment,
+        "revision": revision,
+        "spec": env.model_dump(mode="json"),
+        "resources": entries,
+        "by_kind": by_kind,
+        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": grants.of_entries(entries)},
+        "live": live.model_dump(mode="json") if live is not None else None,
+        "change": change,
+    }
+
+
+def policy_input(
+    env: spec.Environment, state: DesiredState, live: Inventory | None = None, change: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return build_input(env, (resource_entry(c, m) for c, m in state.objects()), state.revision, live, change)

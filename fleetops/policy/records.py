@@ -1,0 +1,94 @@
+"""What a gate leaves behind: the decision log (one JSON line per judgement) and JUnit XML for CI."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import getpass
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fleetops.errors import PolicyError
+from fleetops.output import decision_counts
+from fleetops.policy.verdict import Verdict, report_rows
+
+def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
+    """Decisions as JUnit XML for CI test tabs: a deny fails, a waived deny is skipped, a warning passes
+    with its message; a last case, "policy gate", passes or fails with the whole verdict."""
+    from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+    cases = []
+    for d in rows:
+        case = TestCase(f"{d['rule']} {d.get('resource') or ''}".strip(), classname=classname, stdout=d["msg"])
+        if d["status"] in ("deny", "approval"):  # an approval missing blocks the merge as a deny does
+            case.add_failure_info(message=d["msg"], failure_type="approval" if d["status"] == "approval" else d.get("severity"))
+        elif d["status"] == "waived":
+            case.add_skipped_info(message=f"waived: {d['msg']}")
+        else:
+            case.stdout = f"warning: {d['msg']}"
+        cases.append(case)
+    denied = sum(d["status"] in ("deny", "approval") for d in rows)
+    gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny or approval decision(s)")
+    if denied:
+        gate.add_failure_info(message=f"{denied} unwaived deny or approval decision(s)")
+    return to_xml_report_string([TestSuite(suite, [*cases, gate])])
+
+
+DEFAULT_DECISION_LOG = Path(".fleetops") / "decisions.jsonl"
+
+
+def decision_log_path(option: Path | None = None) -> Path:
+    return option or Path(os.environ.get("FLEETOPS_DECISION_LOG") or DEFAULT_DECISION_LOG)
+
+
+RECORD_SCHEMA = "fleetops.decision/v1"
+
+
+def ci_context() -> dict[str, Any]:
+    """The pull request and the actor, as the CI systems this project ships workflows for name them."""
+    ref = os.environ.get("GITHUB_REF", "")
+    pr = (os.environ.get("FLEETOPS_PR") or os.environ.get("CI_MERGE_REQUEST_IID")
+          or (ref.split("/")[2] if ref.startswith("refs/pull/") else ""))
+    actor = os.environ.get("FLEETOPS_ACTOR") or os.environ.get("GITHUB_ACTOR") or os.environ.get("GITLAB_USER_LOGIN") or ""
+    if not actor:
+        with contextlib.suppress(Exception):  # no user database entry in a container: leave it empty
+            actor = getpass.getuser()
+    return {"pr": pr or None, "actor": actor or None}
+
+
+def decision_record(source: str, environment: str, revision: str, judgement: dict[str, Any], decisions: list[dict[str, Any]],
+                    outcome: str, approvals: int | None = None) -> dict[str, Any]:
+    """The one record every gate writes (check, plan, reconcile, the Pulumi policy pack) and audit reads:
+    who judged what, with which policies, and what came out. Decisions and digests only, never the input."""
+    return {
+        "schema": RECORD_SCHEMA,
+        "id": uuid.uuid4().hex,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "environment": environment,
+        "revision": revision,
+        **ci_context(),
+        "approvals": approvals,
+        **judgement,
+        "verdict": outcome,
+        "summary": decision_counts(decisions),
+        "decisions": decisions,
+    }
+
+
+def verdict_record(verdict: Verdict, source: str) -> dict[str, Any]:
+    return decision_record(source, verdict.environment, verdict.revision, verdict.judgement(),
+                           report_rows(verdict), "denied" if verdict.denied else "allowed")
+
+
+def log_decisions(path: Path, record: dict[str, Any]) -> None:
+    """Append one decision record (`decision_record`) as a JSON line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot write the decision log: {exc.strerror}") from None

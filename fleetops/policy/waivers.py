@@ -1,0 +1,143 @@
+"""Waivers: policies/waivers.yaml, each entry validated on its own, and the decisions they suspend."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from fleetops import spec
+from fleetops.errors import PolicyError
+from fleetops.policy.bundle import read_text
+from fleetops.policy.decisions import Decision
+from fleetops.policy.facts import _Edge
+
+MAX_WAIVER_DAYS = 90
+
+
+class WaiverScope(_Edge):
+    environment: str = Field(min_length=1)
+    cluster: str | None = None
+    tenant: str | None = None
+    resource: str | None = None  # "Kind/name" or "Kind/namespace/name", as decisions show it
+
+
+class Waiver(_Edge):
+    rule: str = Field(pattern=r"^[a-z_]+\.[a-z_]+$")
+    scope: WaiverScope
+    owner: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    ticket: str = Field(min_length=1)
+    created: dt.date
+    expires: dt.date
+
+    @field_validator("created", "expires", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        if isinstance(value, dt.date):
+            return value
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise ValueError(f"must be a date YYYY-MM-DD, got {value!r}")
+
+    @model_validator(mode="after")
+    def _window(self) -> Waiver:
+        days = (self.expires - self.created).days
+        if days < 0:
+            raise ValueError(f"expires {self.expires} is before created {self.created}")
+        if days > MAX_WAIVER_DAYS:
+            raise ValueError(f"expires {days} days after created, at most {MAX_WAIVER_DAYS} allowed")
+        return self
+
+    def matches(self, environment: str, decision: Decision) -> bool:
+        s = self.scope
+        return (
+            self.rule == decision.rule
+            and s.environment == environment
+            and s.cluster in (None, decision.resource.get("cluster"))
+            and s.tenant in (None, decision.resource.get("tenant"))
+            and s.resource in (None, decision.resource_ref(with_cluster=False))
+        )
+
+
+@dataclass(frozen=True)
+class LoadedWaiver:
+    waiver: Waiver
+    where: str  # file:line
+
+
+@dataclass(frozen=True)
+class Waivers:
+    active: list[LoadedWaiver]
+    problems: list[str]  # expired or malformed entries, each `file:line: ...`; they waive nothing
+
+
+@dataclass(frozen=True)
+class WaiverEntry:
+    """One entry of waivers.yaml as written: the waiver it makes, or why it makes none."""
+
+    index: int
+    raw: Any
+    waiver: Waiver | None
+    errors: list[tuple[spec.Loc, str]]  # (path within the entry, message) when it is not a waiver
+
+
+def read_waivers(path: Path) -> tuple[list[WaiverEntry], spec.Positions | None]:
+    """Every entry of the waivers file, each validated on its own; the file's positions place them.
+    The gate (`load_waivers`) and the audit read waivers through here, so both judge an entry alike."""
+    if not path.is_file():
+        return [], None
+    try:
+        # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
+        tree, positions = spec.parse_yaml(read_text(path), f"{path.parent.name}/{path.name}")
+    except spec.SpecError as exc:
+        raise PolicyError(exc.problems[0]) from None
+    if tree is None:
+        return [], positions
+    entries = tree.get("waivers") if isinstance(tree, dict) else None
+    if not isinstance(entries, list):
+        raise PolicyError(positions.error((), "want a mapping with a 'waivers' list"))
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(WaiverEntry(i, entry, Waiver.model_validate(entry), []))
+        except ValidationError as exc:
+            errors = [(tuple(err["loc"]), "required field is missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, "))
+                      for err in exc.errors(include_url=False)]
+            out.append(WaiverEntry(i, entry, None, errors))
+    return out, positions
+
+
+def load_waivers(path: Path, today: dt.date) -> Waivers:
+    """Each entry is validated on its own: a bad or expired waiver is reported and waives nothing."""
+    entries, positions = read_waivers(path)
+    active, problems = [], []
+    for entry in entries:
+        assert positions is not None  # entries come from a file, so it has positions
+        at = ("waivers", entry.index)
+        waiver = entry.waiver
+        if waiver is None:
+            problems.extend(positions.error((*at, *loc), msg) for loc, msg in entry.errors)
+        elif waiver.created > today:
+            # A waiver dated ahead would waive now and for longer than the 90 days its dates show.
+            problems.append(positions.error((*at, "created"), f"waiver of {waiver.rule} is created in the future ({waiver.created})"))
+        elif waiver.expires < today:
+            problems.append(positions.error(at, f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
+        else:
+            line, _ = positions.at(at)
+            active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
+    return Waivers(active, problems)
+
+
+def apply_waivers(decisions: list[Decision], environment: str, waivers: list[LoadedWaiver]) -> list[Decision]:
+    out = []
+    for d in decisions:
+        match = next((w for w in waivers if w.waiver.matches(environment, d)), None)
+        out.append(Decision(**{**d.__dict__, "waived_by": match.where}) if match else d)
+    return out
