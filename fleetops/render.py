@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from fleetops import git, memory, schema, spec
 from fleetops.errors import RenderError
-from fleetops.kube import apply_order, kind_rank, object_key  # noqa: F401  kind_rank: still read as render.kind_rank by reconcile.py
+from fleetops.kube import apply_order, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_PROGRAM = ROOT / "stacks" / "__main__.py"

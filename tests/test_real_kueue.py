@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fleetops import grants, render
+from fleetops import grants, kube, render
 from tests import servers
 
 pytestmark = pytest.mark.real
@@ -289,7 +289,7 @@ def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
 
 # --- spot pools: only preemptible work, and a critical class never there --------------------------------
 
-SPOT = {"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}  # fleetops.spec.SPOT_TAINT
+SPOT = kube.SPOT_TAINT
 
 
 def tolerated(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -> bool:
