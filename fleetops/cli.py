@@ -541,7 +541,9 @@ def parse_interval(text: str, option: str) -> float:
 def print_pass(result: Any) -> None:
     from rich.table import Table
 
-    if result.status in ("invalid", "unavailable"):  # nothing was reconciled: the reasons alone, no table, no counts
+    from fleetops.reconcile import PassStatus
+
+    if result.status in (PassStatus.INVALID, PassStatus.UNAVAILABLE):  # nothing was reconciled: the reasons alone, no table, no counts
         for reason in result.reasons:
             err.print(reason, markup=False, highlight=False)
         return

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetops.errors import TIMEOUT, ApiError
+from fleetops.errors import TIMEOUT, ApiError, NotFound
 from fleetops.kube import Manifest
 
 
@@ -137,24 +137,40 @@ def _api_error(exc: Exception, secrets: Iterable[str] = ()) -> ApiError:
             retry_after = float(retry) if retry is not None else None
         except ValueError:
             retry_after = None
-        return ApiError(status, _status_reason(exc, secrets), retry_after)
+        status_object = _status_object(exc)
+        return ApiError(status, _status_reason(exc, status_object, secrets), retry_after, _cause_types(status_object))
     return ApiError(TIMEOUT, _transport_reason(exc))
 
 
-def _status_reason(exc: Exception, secrets: Iterable[str] = ()) -> str:
-    """The reason and message of the API server's Status object, scrubbed; never the raw body (a
-    server or proxy may echo the request, Authorization header included). Without a Status, the
-    HTTP reason only."""
+def _status_object(exc: Exception) -> dict[str, Any] | None:
+    """The API server's Status object in the error's body, if it carries one."""
     body = getattr(exc, "body", None)
     try:
         status = json.loads(body) if body else None
     except (ValueError, TypeError):
-        status = None
+        return None
+    return status if isinstance(status, dict) and status.get("kind") == "Status" else None
+
+
+def _status_reason(exc: Exception, status: dict[str, Any] | None, secrets: Iterable[str] = ()) -> str:
+    """The reason and message of the API server's Status object, scrubbed; never the raw body (a
+    server or proxy may echo the request, Authorization header included). Without a Status, the
+    HTTP reason only."""
     http_reason = scrub(str(getattr(exc, "reason", "") or type(exc).__name__), secrets)
-    if not isinstance(status, dict) or status.get("kind") != "Status":
+    if status is None:
         return http_reason
     reason, message = (scrub(str(status.get(k) or ""), secrets) for k in ("reason", "message"))
     return ": ".join(p for p in (reason, message) if p) or http_reason
+
+
+def _cause_types(status: dict[str, Any] | None) -> tuple[str, ...]:
+    """The types of the causes the Status names: what code may tell errors apart by. A StatusCause's
+    type travels as `reason` on the wire (metav1.StatusCause: `Type CauseType json:"reason"`)."""
+    details = (status or {}).get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(sorted({str(c["reason"]) for c in causes if isinstance(c, dict) and c.get("reason")}))
 
 
 class KubeCluster:
@@ -222,14 +238,12 @@ class KubeCluster:
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         def go() -> Manifest | None:
-            try:
-                return self._resource(api_version, kind).get(name=name, namespace=namespace or None).to_dict()
-            except Exception as exc:
-                if getattr(exc, "status", None) == 404:
-                    return None
-                raise
+            return self._resource(api_version, kind).get(name=name, namespace=namespace or None).to_dict()
 
-        return self._call(go)
+        try:
+            return self._call(go)
+        except NotFound:
+            return None
 
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
         meta = manifest["metadata"]

@@ -75,24 +75,29 @@ TIMEOUT = 0  # a timeout or a broken connection
 UNREACHABLE = -1  # a call not made: the server stopped answering earlier (never retried)
 
 
+FIELD_MANAGER_CONFLICT = "FieldManagerConflict"  # metav1.CauseTypeFieldManagerConflict
+
+
 class ApiError(FleetopsError):
-    """An API call that failed: HTTP status (0 for timeouts), reason, and the server's Retry-After.
+    """An API call that failed: HTTP status (0 for timeouts), reason, the server's Retry-After, and
+    the types of the causes in the server's Status (`details.causes[].reason`, e.g. FieldManagerConflict).
 
     `ApiError(status, reason)` makes the subclass of that status: `ApiError(404, ...)` is a `NotFound`."""
 
     exit_code = ExitCode.DENIED  # a reconcile pass whose calls failed left the fleet unlike Git
     retryable_kind: ClassVar[bool] = False
 
-    def __new__(cls, status: int, reason: str, retry_after: float | None = None) -> ApiError:
+    def __new__(cls, status: int, reason: str, retry_after: float | None = None, causes: tuple[str, ...] = ()) -> ApiError:
         if cls is ApiError:
             cls = _kind_of(status)
         return super().__new__(cls, status, reason, retry_after)
 
-    def __init__(self, status: int, reason: str, retry_after: float | None = None):
+    def __init__(self, status: int, reason: str, retry_after: float | None = None, causes: tuple[str, ...] = ()):
         super().__init__(f"{status} {reason}" if status > 0 else reason)
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
+        self.causes = causes
 
     @property
     def retryable(self) -> bool:
@@ -135,8 +140,8 @@ class Conflict(ClientError):
 
     @property
     def field_conflict(self) -> bool:
-        # The API server's only mark of a field-manager conflict in the text the client keeps is its message.
-        return "Apply failed with" in self.reason
+        # The API server names each field another manager owns as a cause of this type in its Status.
+        return FIELD_MANAGER_CONFLICT in self.causes
 
 
 class TooManyRequests(ClientError):

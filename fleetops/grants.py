@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fleetops import spec
+from fleetops.kube import TENANT_LABEL
 
-TENANT_LABEL = "fleetops.io/tenant"
 
 FlavorResource = tuple[str, str]  # (flavor, resource), Kueue's resources.FlavorResource
 

@@ -1,7 +1,7 @@
 """The live node inventory: what nodes say about themselves, checked before anything trusts it.
 
 Node labels, annotations and capacity strings are written by kubelets, device plugins and people,
-so they are untrusted input: each node is validated with a cerberus schema and normalised into
+so they are untrusted input: each node is validated with a pydantic model and normalised into
 `NodeInfo` (quantities as numbers, conditions as a Ready flag and a transition time). A malformed
 node is reported and left out: the reconciler neither counts nor touches what it cannot read.
 """
@@ -12,9 +12,9 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from cerberus import Validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from fleetops import spec
 # The node contract (fleetops.kube), also read through here by the reconciler (`inventory.QUARANTINE_TAINT`).
@@ -25,53 +25,66 @@ _SUFFIX = {
     "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6, "G": 10**9,
     "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
 }
-_STRING_MAP = {"type": "dict", "keysrules": {"type": "string", "maxlength": 317}, "valuesrules": {"type": "string", "maxlength": 65536}}
-_LABEL_MAP = {
-    "type": "dict",
-    "keysrules": {"type": "string", "regex": LABEL_KEY.pattern},
-    "valuesrules": {"type": "string", "regex": LABEL_VALUE.pattern},
-}
-_QUANTITY_MAP = {
-    "type": "dict",
-    "keysrules": {"type": "string", "maxlength": 253},
-    "valuesrules": {"type": "string", "regex": _QUANTITY.pattern, "maxlength": 64},
-}
 
 
-def _object(fields: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _quantity(value: object) -> Decimal:
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError(f"not a quantity: {value!r}"[:100])
+    return parse_quantity(value)
+
+
+def _node_name(value: str) -> str:
+    if DNS_SUBDOMAIN.fullmatch(value) is None:
+        raise ValueError(f"not a node name (a DNS subdomain): {value!r}"[:300])
+    return value
+
+
+class _Read(BaseModel):
     # Unknown fields are allowed: nodes carry much the reconciler does not read, and it trusts none of it.
-    return {"type": "dict", "allow_unknown": True, "schema": fields, **extra}
+    # Strict: a kubelet's "true" is not a boolean, nor 8 a quantity string.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-def _list_of(fields: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "list", "nullable": True, "schema": _object(fields)}
+Quantity = Annotated[Decimal, BeforeValidator(_quantity)]
+Quantities = dict[Annotated[str, Field(max_length=253)], Quantity]
 
 
-NODE_SCHEMA: dict[str, Any] = {
-    "metadata": _object({
-        "name": {"type": "string", "required": True, "regex": DNS_SUBDOMAIN.pattern},
-        "labels": {**_LABEL_MAP, "nullable": True},
-        "annotations": {**_STRING_MAP, "nullable": True},
-        "resourceVersion": {"type": "string"},
-    }, required=True),
-    "spec": _object({
-        "unschedulable": {"type": "boolean", "nullable": True},
-        "taints": _list_of({
-            "key": {"type": "string", "required": True, "regex": LABEL_KEY.pattern},
-            "value": {"type": "string", "nullable": True},
-            "effect": {"type": "string", "required": True, "allowed": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-        }),
-    }, nullable=True),
-    "status": _object({
-        "allocatable": {**_QUANTITY_MAP, "nullable": True},
-        "capacity": {**_QUANTITY_MAP, "nullable": True},
-        "conditions": _list_of({
-            "type": {"type": "string", "required": True},
-            "status": {"type": "string", "required": True, "allowed": ["True", "False", "Unknown"]},
-            "lastTransitionTime": {"type": "string", "nullable": True},
-        }),
-    }, nullable=True),
-}
+class _Taint(_Read):
+    key: spec.LabelKey
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class _Condition(_Read):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    lastTransitionTime: str | None = None  # parsed for the Ready condition only, the one read
+
+
+class _Metadata(_Read):
+    name: Annotated[str, AfterValidator(_node_name)]
+    labels: spec.Labels | None = None
+    annotations: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=65536)]] | None = None
+    resourceVersion: str = ""
+
+
+class _Spec(_Read):
+    unschedulable: bool | None = None
+    taints: list[_Taint] | None = None
+
+
+class _Status(_Read):
+    allocatable: Quantities | None = None
+    capacity: Quantities | None = None
+    conditions: list[_Condition] | None = None
+
+
+class LiveNodeObject(_Read):
+    """The fields of a Kubernetes Node that fleetops reads, each checked before it is trusted."""
+
+    metadata: _Metadata
+    spec: _Spec | None = None
+    status: _Status | None = None
 
 
 def parse_quantity(text: str) -> Decimal:
@@ -123,56 +136,43 @@ def _number(value: Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
-def _errors(errors: Any, prefix: str = "") -> list[str]:
-    """cerberus' nested error tree as `path: message` lines."""
-    out: list[str] = []
-    for key, items in sorted(errors.items(), key=lambda kv: str(kv[0])):
-        path = f"{prefix}.{key}" if prefix else str(key)
-        for item in items:
-            if isinstance(item, dict):
-                out += _errors(item, path)
-            else:
-                out.append(f"{path}: {item}")
-    return out
+PROBLEMS_SHOWN = 5  # of one node: a node broken everywhere is one bounded line, not hundreds
 
 
-def read_node(raw: Any, validator: Validator | None = None) -> NodeInfo:
-    """Validate and normalise one node object; ValueError with every problem found."""
+def _problems(exc: ValidationError) -> str:
+    shown = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:PROBLEMS_SHOWN]]
+    more = exc.error_count() - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def read_node(raw: Any) -> NodeInfo:
+    """Validate and normalise one node object; ValueError with the problems found."""
     if not isinstance(raw, dict):
         raise ValueError(f"a node must be an object, got {type(raw).__name__}")
-    # A cerberus Validator keeps state per call: one per thread of work, not a shared global.
-    validator = validator or Validator(NODE_SCHEMA, allow_unknown=True)
-    if not validator.validate(raw):
-        raise ValueError("; ".join(_errors(validator.errors)))
-    meta, node_spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
-    problems: list[str] = []
-    allocatable: dict[str, Decimal] = {}
-    for resource, text in (status.get("allocatable") or {}).items():
-        try:
-            allocatable[resource] = parse_quantity(text)
-        except ValueError as exc:
-            problems.append(f"status.allocatable.{resource}: {exc}")
+    try:
+        node = LiveNodeObject.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(_problems(exc)) from None
+    meta, node_spec, status = node.metadata, node.spec or _Spec(), node.status or _Status()
     ready, since = False, None
-    for cond in status.get("conditions") or []:
-        if cond["type"] == "Ready":
-            ready = cond["status"] == "True"
-            if cond.get("lastTransitionTime"):
+    for cond in status.conditions or []:
+        if cond.type == "Ready":
+            ready = cond.status == "True"
+            if cond.lastTransitionTime:
                 try:
-                    since = parse_time(cond["lastTransitionTime"])
+                    since = parse_time(cond.lastTransitionTime)
                 except ValueError:
-                    problems.append(f"status.conditions.Ready.lastTransitionTime: not a time: {cond['lastTransitionTime']!r}")
-    if problems:
-        raise ValueError("; ".join(problems))
+                    raise ValueError(f"status.conditions.Ready.lastTransitionTime: not a time: {cond.lastTransitionTime!r}"[:300]) from None
     return NodeInfo(
-        name=meta["name"],
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        taints=[{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]} for t in node_spec.get("taints") or []],
-        unschedulable=bool(node_spec.get("unschedulable")),
+        name=meta.name,
+        labels=dict(meta.labels or {}),
+        annotations=dict(meta.annotations or {}),
+        taints=[{"key": t.key, "value": t.value or "", "effect": t.effect} for t in node_spec.taints or []],
+        unschedulable=bool(node_spec.unschedulable),
         ready=ready,
         ready_since=since,
-        allocatable=allocatable,
-        resource_version=str(meta.get("resourceVersion", "")),
+        allocatable=dict(status.allocatable or {}),
+        resource_version=meta.resourceVersion,
     )
 
 
@@ -186,10 +186,9 @@ class Inventory:
 def read_inventory(cluster: str, raw_nodes: list[Any]) -> Inventory:
     """Every readable node of a cluster; unreadable ones become one problem line each."""
     inv = Inventory(cluster)
-    validator = Validator(NODE_SCHEMA, allow_unknown=True)
     for i, raw in enumerate(raw_nodes):
         try:
-            inv.nodes.append(read_node(raw, validator))
+            inv.nodes.append(read_node(raw))
         except ValueError as exc:
             name = raw.get("metadata", {}).get("name") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else None
             inv.problems.append(f"{cluster}: node {name if isinstance(name, str) else f'#{i}'}: malformed, left out: {exc}")

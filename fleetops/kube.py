@@ -19,6 +19,8 @@ ENVIRONMENT_LABEL = "fleetops.io/environment"
 CLUSTER_LABEL = "fleetops.io/cluster"
 PRUNE_ANNOTATION = "fleetops.io/prune"
 MANAGER = "fleetops"
+PART_OF = "app.kubernetes.io/part-of"  # on the reconciler's own records, which are not managed-by (never pruned)
+NAME_LABEL = "app.kubernetes.io/name"  # what a component's pods are selected by
 # Read by the Pulumi Kubernetes provider: its server-side apply uses this field manager, the one the
 # reconciler uses, so `pulumi up` and `fleetops reconcile` own the same fields and never conflict.
 FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
@@ -34,6 +36,16 @@ POOL_LABEL = "fleetops.io/pool"
 EDGE_GROUP_LABEL = "fleetops.io/edge-group"
 NVIDIA_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by NVIDIA mig-manager
+
+# What the components stamp on the objects of a tenant, a device group and a priority class
+# (read back by the policies, policies/lib.rego, and by grants).
+TENANT_LABEL = "fleetops.io/tenant"
+ISOLATION_LABEL = "fleetops.io/isolation"
+DEVICE_RESOURCE_LABEL = "fleetops.io/device-resource"
+GROUP_LABEL = "fleetops.io/group"
+WORKLOAD_LABEL = "fleetops.io/workload"
+# On every node of a spot pool: only preemptible classes tolerate it (modules/tenant.py).
+SPOT_TAINT = {"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}
 
 # What the reconciler writes on live nodes.
 FINGERPRINT_ANNOTATION = "fleetops.io/device-fingerprint"

@@ -501,11 +501,12 @@ def _check_schema(head: Side, env_rel: str) -> None:
     merged; and no more objects than an environment may render."""
     from fleetops import render
 
-    count = sum(len(m) for m in head.clusters.values())
-    if count > spec.LIMITS.objects:
-        raise PlanError(f"{env_rel}: renders {count:,} objects, more than the {spec.LIMITS.objects:,} an environment may (spec.LIMITS)")
     try:
+        # Counted again here: head's objects may come from head's own program, rendered in isolation.
+        render.check_object_count(sum(len(m) for m in head.clusters.values()), env_rel)
         render.check_schemas(((cluster, m) for cluster, manifests in head.clusters.items() for m in manifests), env_rel)
+    except render.RenderError as exc:
+        raise PlanError(str(exc)) from None
     except spec.SpecError as exc:
         raise PlanError("\n".join(exc.problems)) from None
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from fleetops import git, schema, spec
 from fleetops.errors import RenderError
-from fleetops.kube import apply_order, kind_rank, object_key  # noqa: F401  kind_rank: still read as render.kind_rank by reconcile.py
+from fleetops.kube import apply_order, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_PROGRAM = ROOT / "stacks" / "__main__.py"
@@ -63,9 +63,7 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
     def finish(cluster: str, manifests: list[dict[str, Any]]) -> None:
         nonlocal rendered
         rendered += len(manifests)
-        if rendered > spec.LIMITS.objects:  # checked as each cluster is done: the render stops before the rest is built
-            raise RenderError(f"{display or env_file}: renders more than {spec.LIMITS.objects:,} objects, the limit for one environment "
-                              f"(fleetops.spec.LIMITS); {rendered:,} by cluster {cluster}")
+        check_object_count(rendered, display or str(env_file), f"by cluster {cluster}")  # as each cluster is done: the render stops before the rest is built
         seen: set[tuple[str, str, str, str, str]] = set()
         for manifest in manifests:
             key = object_key(cluster, manifest)
@@ -94,6 +92,14 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
     else:
         raise ValueError(f"unknown render engine {engine!r}")
     return DesiredState(environment=env.environment, revision=revision, clusters=clusters, resources=resources)
+
+
+def check_object_count(count: int, display: str, where: str = "in all") -> None:
+    """No more objects than one environment may render (spec.LIMITS.objects): RenderError naming the
+    file as `display` and how many were counted `where` ("by cluster X" as render goes, "in all")."""
+    if count > spec.LIMITS.objects:
+        raise RenderError(f"{display}: renders more than {spec.LIMITS.objects:,} objects, the limit for one environment "
+                          f"(fleetops.spec.LIMITS); {count:,} {where}")
 
 
 class Checked(NamedTuple):

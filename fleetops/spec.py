@@ -27,6 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from fleetops import mig
 from fleetops.errors import SpecError
+from fleetops import kube
 from fleetops.kube import DNS_LABEL, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, MIG_CONFIG_LABEL, NVIDIA_CONFIG_LABEL, POOL_LABEL, RESOURCE_NAME
 
 HOURS_PER_MONTH = 730
@@ -1372,7 +1373,7 @@ RESERVED_LABELS = {POOL_LABEL, EDGE_GROUP_LABEL, NVIDIA_CONFIG_LABEL, MIG_CONFIG
 # Every node of a spot pool carries it, and so does its Kueue ResourceFlavor: Kueue admits to the pool,
 # and the scheduler places on it, only pods that tolerate it, which the tenant's admission policy
 # allows to preemptible classes alone (modules/tenant.py).
-SPOT_TAINT = Taint(key="fleetops.io/spot", value="true", effect="NoSchedule")
+SPOT_TAINT = Taint(**kube.SPOT_TAINT)
 
 
 def taints(group: Group) -> list[Taint]:

@@ -86,7 +86,7 @@ def _field(name: str, path: str) -> dict[str, Any]:
 
 def daemonset(target: Target, name: str, group: spec.Group, app: str, pod: dict[str, Any],
               annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": app, "fleetops.io/group": group.name}
+    labels = {kube.NAME_LABEL: app, kube.GROUP_LABEL: group.name}
     template: dict[str, Any] = {"labels": labels}
     if annotations:
         template["annotations"] = annotations
@@ -123,7 +123,7 @@ def access(target: Target, name: str, rules: list[dict[str, Any]]) -> list[dict[
 
 def config_map(target: Target, name: str, app: str, data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
-            "metadata": target.metadata(name, NAMESPACE, labels={"app.kubernetes.io/name": app})}
+            "metadata": target.metadata(name, NAMESPACE, labels={kube.NAME_LABEL: app})}
 
 
 def yaml_text(data: dict[str, Any]) -> str:

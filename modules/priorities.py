@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetops import spec
+from fleetops import kube, spec
 from modules.kube import Part, Target
 
 
@@ -12,7 +12,7 @@ def priority_class_manifest(target: Target, pc: spec.PriorityClass) -> dict[str,
     return {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
-        "metadata": target.metadata(pc.name, labels={"fleetops.io/workload": pc.workload}),
+        "metadata": target.metadata(pc.name, labels={kube.WORKLOAD_LABEL: pc.workload}),
         "value": pc.value,
         "preemptionPolicy": pc.preemption,
         # The API server omits a false globalDefault: send it only when true, or live never equals Git.
@@ -26,7 +26,7 @@ def workload_priority_manifest(target: Target, pc: spec.PriorityClass) -> dict[s
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "WorkloadPriorityClass",
-        "metadata": target.metadata(pc.name, labels={"fleetops.io/workload": pc.workload}),
+        "metadata": target.metadata(pc.name, labels={kube.WORKLOAD_LABEL: pc.workload}),
         "value": pc.value,
         "description": pc.description or f"{pc.workload} workloads",
     }

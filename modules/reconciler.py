@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fleetops import identity, spec
+from fleetops import identity, kube, spec
 from modules.kube import Part, Target
 
 NAME = "fleetops-reconciler"
 METRICS_PORT = 9090
 CACHE = "/var/cache/fleetops"
-SELECTOR = {"app.kubernetes.io/name": NAME}
+SELECTOR = {kube.NAME_LABEL: NAME}
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 # Writes through server-side apply are PATCH, and creating an object through apply also needs create.
 OBJECT_VERBS = ["list", "create", "patch", "delete"]

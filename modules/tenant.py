@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fleetops import spec
+from fleetops import kube, spec
 from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes
 from modules.kube import Part, Target, quantity_name
 
@@ -38,8 +38,8 @@ def namespace_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
         "metadata": target.metadata(
             tenant.name,
             labels={
-                "fleetops.io/tenant": tenant.name,
-                "fleetops.io/isolation": tenant.isolation,
+                kube.TENANT_LABEL: tenant.name,
+                kube.ISOLATION_LABEL: tenant.isolation,
                 "pod-security.kubernetes.io/enforce": "baseline",
             },
         ),
@@ -51,7 +51,7 @@ def quota_manifests(target: Target, tenant: spec.Tenant) -> list[dict[str, Any]]
         {
             "apiVersion": "v1",
             "kind": "ResourceQuota",
-            "metadata": target.metadata(f"device-{quantity_name(resource)}", tenant.name, labels={"fleetops.io/device-resource": quantity_name(resource)}),
+            "metadata": target.metadata(f"device-{quantity_name(resource)}", tenant.name, labels={kube.DEVICE_RESOURCE_LABEL: quantity_name(resource)}),
             "spec": {"hard": {f"requests.{resource}": str(quota.burst)}},
         }
         for resource, quota in sorted(tenant.quota.items())
@@ -184,7 +184,7 @@ def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]
     The tenant keeps one quota over all its pools; only which pods may tolerate is decided here.
     A toleration with no key tolerates every taint, the spot one included.
     """
-    key = spec.SPOT_TAINT.key
+    key = kube.SPOT_TAINT["key"]
     tolerates = f"variables.podSpec.tolerations.exists(t, !has(t.key) || t.key == '' || t.key == '{key}')"
     accepted = preemptible_classes(tenant, env)
     return {
@@ -214,7 +214,7 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
     scheduler = env.scheduler
     placement = spec.guarantee_placement(env, spec.cluster_by_name(env, target.cluster))
     cohort_name = f"{target.cluster}.{tenant.name}"
-    labels = {"fleetops.io/tenant": tenant.name}
+    labels = {kube.TENANT_LABEL: tenant.name}
     cohort = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Cohort",
@@ -337,7 +337,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": target.metadata(name, labels={"fleetops.io/tenant": tenant.name}),
+        "metadata": target.metadata(name, labels={kube.TENANT_LABEL: tenant.name}),
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [
@@ -351,7 +351,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": target.metadata(name, labels={"fleetops.io/tenant": tenant.name}),
+        "metadata": target.metadata(name, labels={kube.TENANT_LABEL: tenant.name}),
         "spec": {
             "policyName": name,
             "validationActions": ["Deny"],

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from fleetops import errors
 from fleetops.cluster import ApiError, KubeCluster
 
 RESOURCES = {
@@ -54,6 +55,13 @@ class Scripted(http.server.BaseHTTPRequestHandler):
             return self._send(502, {"request": {"headers": {"Authorization": self.headers.get("Authorization")}}})
         if url.path.endswith("/configmaps/busy"):
             return self._send(429, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429}, {"Retry-After": "3"})
+        if url.path.endswith("/configmaps/owned"):  # the Status kube-apiserver answers a server-side apply conflict with
+            return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                                    "message": "Apply failed with 1 conflict: conflict with \"kubectl-edit\": .data.k",
+                                    "details": {"causes": [{"reason": "FieldManagerConflict", "message": "conflict with \"kubectl-edit\"", "field": ".data.k"}]}})
+        if url.path.endswith("/configmaps/stale"):  # a stale update: a conflict of another kind, no field manager named
+            return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                                    "message": "Apply failed with 1 conflict: the object has been modified"})
         echo = {"apiVersion": "v1", "kind": "Node", **(body or {}), "metadata": {**(body or {}).get("metadata", {}), "resourceVersion": "8"}}
         return self._send(200, echo)
 
@@ -121,6 +129,17 @@ def test_not_found_is_none_and_429_carries_retry_after(kube: KubeCluster) -> Non
         kube.get("v1", "ConfigMap", "default", "busy")
     assert err.value.status == 429 and err.value.retry_after == 3 and err.value.retryable
     assert "not-a-real-token" not in str(err.value)
+
+
+def test_a_field_conflict_is_told_by_the_cause_the_server_names_not_by_its_message(kube: KubeCluster) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}, "data": {"k": "v"}}
+    with pytest.raises(errors.Conflict) as owned:
+        kube.apply({**body, "metadata": {**body["metadata"], "name": "owned"}}, "fleetops")
+    assert owned.value.field_conflict and not owned.value.retryable
+    # The same words in the message without the cause: a conflict a retry after a re-read may heal.
+    with pytest.raises(errors.Conflict) as stale:
+        kube.apply({**body, "metadata": {**body["metadata"], "name": "stale"}}, "fleetops")
+    assert not stale.value.field_conflict and stale.value.retryable
 
 
 def test_a_server_echoing_the_token_never_gets_it_printed(kube: KubeCluster) -> None:

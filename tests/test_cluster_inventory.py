@@ -45,3 +45,12 @@ def test_malformed_nodes_are_reported_and_left_out() -> None:
     assert len(inv.problems) == 6
     assert all(p.startswith("c1: node ") and "malformed, left out" in p for p in inv.problems)
     assert "effect" in inv.problems[1] and "yesterday" in inv.problems[2] and "#6" in inv.problems[5]
+
+
+def test_a_node_broken_everywhere_is_one_bounded_line_naming_the_first_problems() -> None:
+    broken = node("many")
+    broken["spec"]["unschedulable"] = "true"  # a string is not a boolean: strict, as the API server's schema is
+    broken["spec"]["taints"] = [{"key": "k", "effect": "Sometimes"}] * 200
+    [problem] = inventory.read_inventory("c1", [broken]).problems
+    assert problem.startswith("c1: node many: malformed, left out: spec.unschedulable: Input should be a valid boolean; spec.taints.0.effect: ")
+    assert problem.endswith("; and 196 more") and len(problem) < 1000

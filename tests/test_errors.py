@@ -14,7 +14,7 @@ from fleetops.cluster import ApiError
     (403, "Forbidden: nodes is forbidden", errors.Forbidden, False),
     (404, "NotFound: namespaces 'x' not found", errors.NotFound, False),
     (409, "Conflict: the object has been modified", errors.Conflict, True),
-    (409, "Conflict: Apply failed with 1 conflict: conflict with \"kubectl\"", errors.Conflict, False),
+    (409, "Conflict: Apply failed with 1 conflict: conflict with \"kubectl\"", errors.Conflict, True),  # no cause: not a field conflict
     (422, "Invalid: spec.replicas", errors.ClientError, False),
     (429, "TooManyRequests", errors.TooManyRequests, True),
     (503, "ServiceUnavailable", errors.ServerError, True),
@@ -26,9 +26,14 @@ def test_an_api_error_is_the_kind_its_status_says_and_retried_only_when_a_retry_
     error = ApiError(status, reason)
     assert type(error) is kind and error.status == status and error.reason == reason
     assert error.retryable is retryable
-    assert error.field_conflict is (kind is errors.Conflict and not retryable)
+    assert not error.field_conflict
     with pytest.raises(kind):
         raise error
+
+
+def test_a_conflict_whose_cause_is_a_field_manager_is_a_field_conflict_and_not_retried() -> None:
+    error = ApiError(409, "Conflict: Apply failed with 1 conflict", causes=(errors.FIELD_MANAGER_CONFLICT,))
+    assert type(error) is errors.Conflict and error.field_conflict and not error.retryable
 
 
 def test_a_fleetops_error_a_command_does_not_catch_ends_it_with_its_exit_code_in_one_line(tmp_path) -> None:

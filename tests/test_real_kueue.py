@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fleetops import grants, render
+from fleetops import grants, kube, render
 from tests import servers
 
 pytestmark = pytest.mark.real
@@ -111,6 +111,12 @@ class Tenants:
 
         servers.wait_until(ready, f"admission of job {uid} of {tenant}", self.kueue.process, timeout=60)
         return seen["wl"]
+
+    def one_more_gpu_waits(self, tenant: str, priority: str, tolerations: list[dict[str, str]] | None = None) -> None:
+        """A job of one more GPU than the tenant may reach is left pending for want of quota, not admitted."""
+        uid = self.submit(tenant, "beyond", {"nvidia.com/gpu": 1}, priority, tolerations=tolerations)
+        waiting = condition(self.decided(tenant, uid), "QuotaReserved")
+        assert waiting is not None and waiting["status"] == "False" and "insufficient" in waiting["message"], waiting
 
     def evicted(self, tenant: str, *uids: str) -> dict[str, Any]:
         """The first Workload of these jobs that Kueue evicts."""
@@ -282,9 +288,7 @@ def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(
     npu = tenants.submit("platform-dev", "npu-burst", {"huawei.com/Ascend910": 8}, "training-standard")
     assert flavors(tenants.admitted("platform-dev", gpu)) == {"nvidia.com/gpu": "dev-a100"}
     assert flavors(tenants.admitted("platform-dev", npu)) == {"huawei.com/Ascend910": "dev-ascend"}
-    beyond = tenants.submit("platform-dev", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
-    waiting = condition(tenants.decided("platform-dev", beyond), "QuotaReserved")
-    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+    tenants.one_more_gpu_waits("platform-dev", "training-standard")
 
 
 def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
@@ -294,14 +298,12 @@ def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
     burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
     assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
-    beyond = tenants.submit("edge-dev", "beyond", {"nvidia.com/gpu": 1}, "inference-critical")
-    waiting = condition(tenants.decided("edge-dev", beyond), "QuotaReserved")
-    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+    tenants.one_more_gpu_waits("edge-dev", "inference-critical")
 
 
 # --- spot pools: only preemptible work, and a critical class never there --------------------------------
 
-SPOT = {"key": "fleetops.io/spot", "value": "true", "effect": "NoSchedule"}  # fleetops.spec.SPOT_TAINT
+SPOT = kube.SPOT_TAINT
 
 
 def tolerated(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -> bool:
@@ -361,9 +363,7 @@ def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(
     tenants = Tenants(kueue(objects))
     burst = tenants.submit("llm-pretrain", "burst", {"nvidia.com/gpu": granted["reachable"]}, "training-high", tolerations=TRAINING)
     assert flavors(tenants.admitted("llm-pretrain", burst)) == {"nvidia.com/gpu": "a100-train"}
-    beyond = tenants.submit("llm-pretrain", "beyond", {"nvidia.com/gpu": 1}, "training-high", tolerations=TRAINING)
-    waiting = condition(tenants.decided("llm-pretrain", beyond), "QuotaReserved")
-    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+    tenants.one_more_gpu_waits("llm-pretrain", "training-high", tolerations=TRAINING)
 
 
 def test_a_burst_split_over_two_pools_is_reached_over_both_and_one_job_holds_one_pools_share(kueue) -> None:
@@ -381,9 +381,7 @@ def test_a_burst_split_over_two_pools_is_reached_over_both_and_one_job_holds_one
         uid = tenants.submit("research", f"share-{flavor}", {"nvidia.com/gpu": share}, "training-standard")
         landed[flavor] = flavors(tenants.admitted("research", uid))["nvidia.com/gpu"]
     assert landed == {flavor: flavor for flavor in shares}
-    beyond = tenants.submit("research", "beyond", {"nvidia.com/gpu": 1}, "training-standard")
-    waiting = condition(tenants.decided("research", beyond), "QuotaReserved")
-    assert waiting["status"] == "False" and "insufficient" in waiting["message"], waiting["message"]
+    tenants.one_more_gpu_waits("research", "training-standard")
 
 
 # --- defect 4: a guarantee split over pools could not be used by one job --------------------------------

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fleetops import cli, reconcile, schema
+from fleetops import cli, reconcile
 from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
 from tests.fakes import Faults, MemoryCluster
 from tests.backends import RealCluster
@@ -219,7 +219,7 @@ def test_the_pass_log_names_the_drifted_objects_first_twenty_and_a_count(tmp_pat
     env, state = dev()
     apis = {c.name: MemoryCluster(c.name) for c in env.clusters}
     rec = reconcile.Reconciler("dev", reconcile.GitSource(str(repo), "main", tmp_path / "cache"), lambda c: apis[c.name],
-                               gate=allow, opts=options(), validate=schema.validate_objects)
+                               gate=allow, opts=options())
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(reconcile.JsonFormatter())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetops import cli, cluster, reconcile, render, schema, spec
+from fleetops import cli, cluster, reconcile, render, spec
 from fleetops.reconcile import loop
 from tests.fakes import Faults, MemoryCluster
 from tests.test_output import conforms
@@ -35,7 +35,7 @@ def repo(tmp_path: Path) -> Path:
 def make(repo: Path, tmp_path: Path, apis: dict[str, MemoryCluster], gate=allow, identity: str | None = None, clock=None) -> reconcile.Reconciler:
     return reconcile.Reconciler(
         "dev", reconcile.GitSource(str(repo), "main", tmp_path / f"cache-{identity}"), lambda c: apis[c.name],
-        gate=gate, opts=options(clock=clock or Clock()), identity=identity, validate=schema.validate_objects,
+        gate=gate, opts=options(clock=clock or Clock()), identity=identity,
     )
 
 
@@ -291,13 +291,13 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
     monkeypatch.setattr(loop, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
-    monkeypatch.setattr(reconcile.Reconciler, "__init__", _with_validate(reconcile.Reconciler.__init__))
+    monkeypatch.setattr(reconcile.Reconciler, "__init__", _without_sleeps(reconcile.Reconciler.__init__))
     return apis
 
 
-def _with_validate(init):
+def _without_sleeps(init):
     def wrapped(self, *args, **kwargs):
-        init(self, *args, **{**kwargs, "validate": schema.validate_objects})
+        init(self, *args, **kwargs)
         self.opts.sleep = lambda s: None
     return wrapped
 

@@ -275,3 +275,17 @@ def test_a_render_over_the_object_limit_stops_at_the_cluster_that_crosses_it(tmp
     assert str(raised.value) == (f"environments/test.yaml: renders more than {per_cluster['center-a'] + 1:,} objects, the limit for one "
                                  f"environment (fleetops.spec.LIMITS); {sum(per_cluster.values()):,} by cluster edge-b")
     assert done == ["center-a"]  # nothing of the cluster that crossed it was handed on
+
+
+def test_plan_refuses_a_head_over_the_object_limit_in_the_words_render_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Head's objects may come from head's own program rendered in isolation: plan counts them again, as render does.
+    from fleetops import plan
+    from fleetops.errors import PlanError
+
+    state = render.load_checked(write_env(tmp_path, small_env()), revision="r").state
+    total = sum(len(objs) for objs in state.clusters.values())
+    monkeypatch.setattr(spec, "LIMITS", spec.Limits(objects=total - 1))
+    with pytest.raises(PlanError) as raised:
+        plan._check_schema(plan.Side("head", True, clusters=state.clusters), "environments/test.yaml")
+    assert str(raised.value) == (f"environments/test.yaml: renders more than {total - 1:,} objects, the limit for one "
+                                 f"environment (fleetops.spec.LIMITS); {total:,} in all")

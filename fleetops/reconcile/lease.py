@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from fleetops import inventory
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import TIMEOUT, ApiError
+from fleetops.errors import ApiError, Conflict, Unanswered
 from fleetops.kube import Manifest
 from fleetops.reconcile.options import utcnow
 from fleetops.reconcile.result import ClusterResult
@@ -20,7 +20,7 @@ LEASE_NAME = "fleetops-reconciler"
 
 def lease_failure(cluster: str, elector: LeaseElector) -> ClusterResult:
     """A cluster whose Lease could not be read or written: a server that failed us, not another leader."""
-    if elector.last_status == TIMEOUT:
+    if isinstance(elector.last_failure, Unanswered):
         return ClusterResult(cluster, leader=False, unreachable=elector.last_error,
                              errors=[f"{cluster}: API server unreachable ({elector.last_error}): nothing read or written this pass"])
     return ClusterResult(cluster, leader=False, errors=[f"{cluster}: cannot take the Lease: {elector.last_error}"])
@@ -40,7 +40,7 @@ class LeaseElector:
     def __init__(self, api: ClusterAPI, namespace: str, identity: str, duration: int = 15,
                  clock: Callable[[], dt.datetime] = utcnow, name: str = LEASE_NAME):
         self.api, self.namespace, self.identity, self.duration, self.clock, self.name = api, namespace, identity, duration, clock, name
-        self.last_status: int | None = None  # of the last failed call: 404 means the namespace is not there yet
+        self.last_failure: ApiError | None = None  # the last failed call: NotFound means the namespace is not there yet
         self.last_error: str | None = None  # that call's error, when it was not a lost race (409)
         self.holder: str | None = None  # who held the Lease at the last read
 
@@ -56,7 +56,7 @@ class LeaseElector:
     def acquire(self) -> bool:
         """True when this candidate holds the Lease after the call."""
         now = self.clock()
-        self.last_status = self.last_error = None
+        self.last_failure = self.last_error = None
         try:
             lease = self.api.get("coordination.k8s.io/v1", "Lease", self.namespace, self.name)
             if lease is None:
@@ -75,6 +75,6 @@ class LeaseElector:
             self.api.replace(body)
             return True
         except ApiError as exc:
-            self.last_status = exc.status
-            self.last_error = None if exc.status == 409 else str(exc)
+            self.last_failure = exc
+            self.last_error = None if isinstance(exc, Conflict) else str(exc)
             return False  # a conflict, or the API is unreachable: not the leader this round

@@ -6,20 +6,20 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from fleetops import memory, render, schema, spec
+from fleetops import memory, render, spec
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import ApiError
-from fleetops.kube import MANAGER, Manifest
+from fleetops.errors import ApiError, NotFound
+from fleetops.kube import MANAGER
 from fleetops.reconcile.gate import Gate, default_gate
 from fleetops.reconcile.lease import LeaseElector, lease_failure
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import WORKED, ClusterResult, PassResult, PassStatus
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import READY_REASON_CHARS, Metrics, Readiness, readiness
+from fleetops.reconcile.status import Recorded
 from fleetops.reconcile.source import GitSource, redact
 from fleetops.reconcile.sync import record_refusal, run_pass
 
@@ -48,7 +48,6 @@ class Reconciler:
         only: list[str] | None = None,
         metrics: Metrics | None = None,
         identity: str | None = None,
-        validate: Callable[[Iterable[tuple[str, Manifest]]], list[Any]] = schema.validate_objects,
     ):
         self.environment = environment
         self.source = source
@@ -58,9 +57,8 @@ class Reconciler:
         self.only = only
         self.metrics = metrics or Metrics()
         self.identity = identity  # set: write only where this identity holds the cluster's Lease; None: no election
-        self.validate = validate
         self.last_applied: str | None = None
-        self.last_status: str | None = None
+        self.last_status: PassStatus | None = None
         self.last_result: PassResult | None = None
         self.failure: str | None = None  # why the last pass raised instead of ending with a result
         self.lease_seconds = 15  # longer than the interval in service mode, or leadership flaps between passes
@@ -73,13 +71,10 @@ class Reconciler:
         """The revision validated and rendered, or its problems (file:line); cached, a revision renders the same every time."""
         if revision not in self._rendered:
             self._rendered.clear()  # keep one: memory stays flat over a long-running loop
-            display = f"environments/{self.environment}.yaml"
-            path = checkout / display
+            display = spec.environment_path(self.environment).as_posix()
             try:
-                env = spec.load_environment(path, display=display)
-                state = render.render_environment(env, path, revision=revision)
-                problems = [f"{display}: rendered object fails its schema: {p}" for p in self.validate(state.objects())]
-                self._rendered[revision] = problems or (env, state)
+                checked = render.load_checked(checkout / display, display=display, revision=revision)
+                self._rendered[revision] = (checked.env, checked.state)
             except spec.SpecError as exc:
                 self._rendered[revision] = exc.problems
             except render.RenderError as exc:
@@ -103,7 +98,7 @@ class Reconciler:
         for name, api in apis.items():
             elector = self._electors.setdefault(name, LeaseElector(api, self.opts.namespace or "", self.identity, self.lease_seconds, self.opts.clock))
             held = elector.acquire()
-            if not held and elector.last_status == 404:
+            if not held and isinstance(elector.last_failure, NotFound):
                 self._ensure_namespace(api, state, name)
                 held = elector.acquire()
             if held:
@@ -150,7 +145,7 @@ class Reconciler:
         loaded = self.load(fetched.path, fetched.revision)
         if isinstance(loaded, list):
             if self.opts.writes:
-                record_refusal(self._held(), self.opts, "invalid", "; ".join(loaded))
+                record_refusal(self._held(), self.opts, Recorded.INVALID, "; ".join(loaded))
             return PassResult(self.environment, fetched.revision, PassStatus.INVALID, notes + loaded, last_applied=self.last_applied)
         env, state = loaded
         self.opts.namespace = self.opts.namespace or env.reconciler.namespace
@@ -174,7 +169,7 @@ class Reconciler:
         result = run_pass(env, state, apis, gate, self.opts, self.last_applied)
         result.reasons = notes + result.reasons
         if result.status == PassStatus.DENIED and self.opts.writes:
-            record_refusal(apis, self.opts, "denied", "; ".join(result.reasons))
+            record_refusal(apis, self.opts, Recorded.DENIED, "; ".join(result.reasons))
         for name in sorted(set(self._apis) - set(apis)):
             elector = self._electors.get(name)
             if elector is not None and elector.last_error:  # not another leader: a server that failed us

@@ -8,7 +8,7 @@ from typing import Any
 from fleetops import identity, inventory, spec
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import ApiError
-from fleetops.kube import MANAGER, Manifest
+from fleetops.kube import MANAGER, PART_OF, Manifest
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
@@ -151,7 +151,7 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
                               key=(*CSR_KIND, "", csr["metadata"]["name"]), body=identity.approval(csr, verdict)))
     if record != before:
         body = {"apiVersion": "v1", "kind": "ConfigMap", "data": identity.record_data(record),
-                "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {"app.kubernetes.io/part-of": MANAGER},
+                "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {PART_OF: MANAGER},
                              **({"resourceVersion": record_map["metadata"]["resourceVersion"]} if record_map else {})}}
         actions.append(Action(cluster.name, Verb.RECORD, f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
                               "approved " + ", ".join(f"{node}={key}" for node, key in sorted(set(record.items()) - set(before.items()))),

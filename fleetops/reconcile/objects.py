@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import jsonpatch
 
-from fleetops import diff, render
+from fleetops import diff
 from fleetops.cluster import ClusterAPI, field_managers
-from fleetops.errors import ApiError
-from fleetops.kube import CLUSTER_LABEL, ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, Key, Manifest, describe, key_of
+from fleetops.errors import ApiError, NotFound
+from fleetops.kube import CLUSTER_LABEL, ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, Key, Manifest, describe, key_of, kind_rank
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
@@ -42,11 +42,10 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
         try:
             for obj in call(opts, api.list, api_version, kind, selector):
                 live[key_of(obj)] = obj
+        except NotFound:
+            if (api_version, kind) in desired:
+                unserved.add((api_version, kind))
         except ApiError as exc:
-            if exc.status == 404:
-                if (api_version, kind) in desired:
-                    unserved.add((api_version, kind))
-                continue
             failed.add((api_version, kind))
             result.errors.append(f"{result.cluster}: list {kind}: {explain(exc)}")
     return live, failed, unserved
@@ -100,7 +99,7 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
     """
     actions: list[Action] = []
     wanted: set[Key] = set()
-    for manifest in sorted(desired, key=render.kind_rank):
+    for manifest in sorted(desired, key=kind_rank):
         key = key_of(manifest)
         wanted.add(key)
         current = live.get(key)
@@ -114,7 +113,7 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
     known = applied or set()
     # Namespaces fleetops creates, or created, and those Git puts objects in (kube-system for a plugin).
     managed = {k[3] for k in wanted | known if k[1] == "Namespace"} | {k[2] for k in wanted if k[2]}
-    extra = sorted((k for k in live if k not in wanted), key=lambda k: -render.kind_rank({"kind": k[1]}))
+    extra = sorted((k for k in live if k not in wanted), key=lambda k: -kind_rank({"kind": k[1]}))
     for key in extra:
         meta = live[key].get("metadata", {})
         labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}

@@ -8,7 +8,7 @@ from typing import Any
 import tenacity
 
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import TIMEOUT, UNREACHABLE, ApiError
+from fleetops.errors import UNREACHABLE, ApiError, Conflict, Forbidden, Unanswered
 from fleetops.reconcile.options import Options
 
 # --- retries --------------------------------------------------------------------------------
@@ -16,7 +16,7 @@ from fleetops.reconcile.options import Options
 
 def _retryable(conflicts: bool) -> Callable[[BaseException], bool]:
     def retryable(exc: BaseException) -> bool:
-        return isinstance(exc, ApiError) and exc.retryable and (conflicts or exc.status != 409)
+        return isinstance(exc, ApiError) and exc.retryable and (conflicts or not isinstance(exc, Conflict))
 
     return retryable
 
@@ -56,7 +56,7 @@ RBAC_HINT = ("the reconciler's RBAC lacks it: modules/reconciler.py renders its 
 
 def explain(exc: ApiError) -> str:
     """An API error as the pass reports it; a refusal says where the missing permission comes from."""
-    return f"{exc}; {RBAC_HINT}" if exc.status == 403 else str(exc)
+    return f"{exc}; {RBAC_HINT}" if isinstance(exc, Forbidden) else str(exc)
 
 
 class Guard:
@@ -82,11 +82,10 @@ class Guard:
                 raise ApiError(UNREACHABLE, f"not attempted: the API server is unreachable ({self.down})")
             try:
                 out = fn(*args, **kwargs)
-            except ApiError as exc:
-                if exc.status == TIMEOUT:
-                    self.failures += 1
-                    if self.failures >= self.threshold:
-                        self.down = exc.reason
+            except Unanswered as exc:
+                self.failures += 1
+                if self.failures >= self.threshold:
+                    self.down = exc.reason
                 raise
             self.failures = 0
             return out

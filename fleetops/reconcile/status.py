@@ -7,15 +7,25 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import Any
 
 from fleetops.cluster import ClusterAPI
-from fleetops.kube import MANAGER, Key, Manifest
+from fleetops.kube import MANAGER, PART_OF, Key, Manifest
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, Verb
 from fleetops.reconcile.retry import call
 
 STATUS_CONFIGMAP = "fleetops-status"
+
+
+class Recorded(StrEnum):
+    """The `result` a status ConfigMap records of the last pass (read by people and alerts, not by fleetops)."""
+
+    OK = "ok"  # the revision applied without errors
+    ERRORS = "errors"  # some calls failed: the record keeps the revision last applied whole
+    DENIED = "denied"  # the gate refused the revision: nothing written
+    INVALID = "invalid"  # the revision did not load, render or pass the schema check: nothing written
 
 
 # --- status ---------------------------------------------------------------------------------
@@ -26,7 +36,7 @@ def record_manifest(namespace: str, name: str, content: dict[str, Any]) -> Manif
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": MANAGER}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {PART_OF: MANAGER}},
         **content,
     }
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fleetops import identity, inventory, render, spec
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import ApiError
+from fleetops.errors import ApiError, NotFound
 from fleetops.kube import MANAGER, Key, Manifest, key_of
 from fleetops.reconcile.gate import Gate
 from fleetops.reconcile.nodes import NODE_KIND, identity_actions, live_input, node_actions, read_nodes
@@ -15,7 +15,7 @@ from fleetops.reconcile.objects import kinds_of, not_served, object_actions, rea
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import Guard, call, explain
-from fleetops.reconcile.status import INVENTORY_CONFIGMAP, applied_after, inventory_content, read_applied, read_status, write_record, write_status
+from fleetops.reconcile.status import INVENTORY_CONFIGMAP, Recorded, applied_after, inventory_content, read_applied, read_status, write_record, write_status
 
 # --- one cluster ----------------------------------------------------------------------------
 
@@ -34,9 +34,8 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
         elif action.verb == Verb.PRUNE:
             try:
                 call(opts, api.delete, *action.key)
-            except ApiError as exc:
-                if exc.status != 404:  # already gone is what pruning wanted
-                    raise
+            except NotFound:
+                pass  # already gone is what pruning wanted
         else:
             call(opts, api.apply, action.body, MANAGER, opts.force_conflicts)
         action.done = True
@@ -91,8 +90,8 @@ def reconcile_cluster(
 # --- one pass over every cluster ------------------------------------------------------------
 
 
-def _status_data(env: spec.Environment, revision: str | None, result: str, message: str) -> dict[str, str]:
-    return {"environment": env.environment, "revision": revision or "", "result": result, "message": message[:1000]}
+def _status_data(env: spec.Environment, revision: str | None, result: Recorded, message: str) -> dict[str, str]:
+    return {"environment": env.environment, "revision": revision or "", "result": result.value, "message": message[:1000]}
 
 
 def run_pass(
@@ -182,7 +181,7 @@ def run_pass(
             if opts.writes and known:
                 ok = not result.errors
                 data = _status_data(env, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
-                                    "ok" if ok else "errors", "; ".join(result.errors))
+                                    Recorded.OK if ok else Recorded.ERRORS, "; ".join(result.errors))
                 try:
                     write_status(api, opts, status, data)
                     result.last_applied = data["revision"] or None
@@ -205,7 +204,7 @@ def run_pass(
     return out
 
 
-def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: str, message: str) -> None:
+def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: Recorded, message: str) -> None:
     """Write a denied/invalid outcome to each status ConfigMap, keeping the last applied revision it holds."""
     for api in apis.values():
         try:
@@ -213,7 +212,7 @@ def record_refusal(apis: dict[str, ClusterAPI], opts: Options, result: str, mess
             if status is None:
                 continue  # nothing was ever applied here: nothing to keep, nowhere to write
             data = dict(status.get("data") or {})
-            data.update(result=result, message=message[:1000])
+            data.update(result=result.value, message=message[:1000])
             write_status(api, opts, status, data)
         except ApiError:
             pass  # the record is best effort; the refusal itself already held

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetops.errors import TIMEOUT, ApiError
+from fleetops.errors import FIELD_MANAGER_CONFLICT, TIMEOUT, ApiError
 from fleetops.kube import CLUSTER_SCOPED, Key, Manifest, describe, key_of
 from fleetops.spec import SYSTEM_NAMESPACES
 
@@ -271,7 +271,8 @@ class MemoryCluster(CallCounts):
                 if owners.get(p) not in (None, field_manager) and current.get(p, _MISSING) != v
             ]
             if conflicts and not force:
-                raise ApiError(409, f"Apply failed with {len(conflicts)} conflict(s): {', '.join(sorted(conflicts)[:3])}")
+                raise ApiError(409, f"Apply failed with {len(conflicts)} conflict(s): {', '.join(sorted(conflicts)[:3])}",
+                               causes=(FIELD_MANAGER_CONFLICT,))
             identity = {"name": key[3], **({"namespace": key[2]} if key[2] else {})}
             obj = copy.deepcopy(before) if before else {"apiVersion": key[0], "kind": key[1], "metadata": identity}
             # Fields this manager sent last time and not now are its to drop, as SSA does.
