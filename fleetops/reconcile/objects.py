@@ -54,7 +54,6 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
 # What serves each API group fleetops renders beyond Kubernetes' own: a bare cluster lacks them all.
 PROVIDERS = {
     "kueue.x-k8s.io": "Kueue",
-    "scheduling.volcano.sh": "Volcano",
     "apps.kubeedge.io": "KubeEdge",
     "apps.openyurt.io": "OpenYurt (yurt-manager)",
     "monitoring.coreos.com": "prometheus-operator",
