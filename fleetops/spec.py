@@ -953,7 +953,6 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     classes = {p.name for p in env.priority_classes}
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
-    preemptible = {p.name for p in env.priority_classes if p.preemptible}
     yield from _unused_spot_pools(env)
     reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
     for ti, tenant in enumerate(env.tenants):
@@ -965,7 +964,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             yield from _duplicates((((*loc, field_name, k), n) for k, n in enumerate(names)), field_name.rstrip("s").replace("_", " "), where, named=False)
         dangling = list(_dangling_placement(loc, tenant, clusters))
         yield from dangling
-        yield from _spot_without_preemptible_class(loc, tenant, clusters, preemptible & (set(tenant.priority_classes) or classes))
+        yield from _spot_without_preemptible_class(loc, tenant, clusters, set(preemptible_classes(tenant, env)))
         for k, name in enumerate(tenant.priority_classes):
             if name not in classes:
                 yield loc + ("priority_classes", k), f"unknown priority class {name!r}"
@@ -1169,12 +1168,22 @@ def kueue_limit_problem(groups: list[tuple[list[str], list[str]]]) -> str | None
 NON_PREEMPTING = "non-preempting"
 
 
+def tenant_classes(tenant: Tenant, env: Environment, keep: Callable[[PriorityClass], bool]) -> list[str]:
+    """The classes `keep` picks that the tenant's workloads may carry (all of them when it names none)."""
+    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
+    return sorted(pc.name for pc in env.priority_classes if keep(pc) and pc.name in allowed)
+
+
 def non_preempting_classes(tenant: Tenant, env: Environment) -> list[str]:
     """The classes declared never to preempt that the tenant's workloads may carry (a workload naming
     none carries the default, refused where the tenant may not use it: modules/tenant.admission_manifests);
     they go through a second ClusterQueue, `<tenant>-non-preempting`."""
-    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
-    return sorted(pc.name for pc in env.priority_classes if pc.preemption == "Never" and pc.name in allowed)
+    return tenant_classes(tenant, env, lambda pc: pc.preemption == "Never")
+
+
+def preemptible_classes(tenant: Tenant, env: Environment) -> list[str]:
+    """The classes declared preemptible that the tenant's workloads may carry: the only ones on spot pools."""
+    return tenant_classes(tenant, env, lambda pc: pc.preemptible)
 
 
 def _named(index: dict[str, list[tuple[int, G]]], names: list[str]) -> list[G]:

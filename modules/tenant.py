@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetops import kube, spec
-from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes
+from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes
 from modules.kube import Part, Target, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
@@ -166,12 +166,6 @@ def default_class(env: spec.Environment) -> spec.PriorityClass | None:
     """The class of a workload that names none: the global default, the lowest if several (as Kueue picks)."""
     defaults = [pc for pc in env.priority_classes if pc.global_default]
     return min(defaults, key=lambda pc: pc.value) if defaults else None
-
-
-def preemptible_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
-    """The classes declared preemptible that the tenant's workloads may carry: the only ones on spot pools."""
-    allowed = set(tenant.priority_classes) or {pc.name for pc in env.priority_classes}
-    return sorted(pc.name for pc in env.priority_classes if pc.preemptible and pc.name in allowed)
 
 
 def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]) -> dict[str, str]:
