@@ -187,3 +187,11 @@ def test_plan_says_an_added_service_in_fleet_terms(tmp_path: Path) -> None:
     assert rows["tts"]["monthly_at_max_delta"] == rows["tts"]["monthly_at_max"] == 2044.0
     assert rows["tts"]["text"] == f"speech/tts: 1–4 replicas × 2 nvidia.com/gpu; at max 8 of a reachable burst of {rows['tts']['reachable']:,}; +2,044 USD/mo at max"
     assert any(o["kind"] == "HorizontalPodAutoscaler" and o["name"] == "tts" for o in result["objects"]["added"])
+
+
+def test_gpu_series_reach_the_adapter_labelled_with_the_pod_using_the_gpu(tmp_path: Path) -> None:
+    """The DCGM exporter's own namespace and pod would otherwise replace the workload's on its series
+    (Prometheus renames the scraped ones exported_*), and no service's pod would have a GPU utilisation."""
+    state = render_env(tmp_path, with_service())
+    monitor = one(state, "center-a", "ServiceMonitor", "dcgm-exporter", "monitoring")
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
