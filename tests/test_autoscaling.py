@@ -14,6 +14,7 @@ from fleetops.errors import SpecError
 from modules.autoscaling import adapter_config
 from tests.cli import run
 from tests.helpers import find, one, render_env, small_env, write_env
+from tests.test_output import conforms
 from tests.test_plan import commit, edit, make_repo, plan, plan_json
 
 SERVICE: dict[str, Any] = {
@@ -149,6 +150,7 @@ def test_plan_denies_a_max_beyond_burst_and_spend_beyond_budget_at_the_line_with
     edit(repo, "replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 100000}")
     commit(repo, "speech/asr: scale far")
     code, result = plan_json(repo, "--approvals", "2")
+    conforms(result, "plan")  # the published schema holds each service's row
     assert code == 1 and result["verdict"] == "denied"
     line = next(i for i, t in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if "max: 100000" in t)
     by_rule = {d["rule"]: d for d in result["decisions"] if d["rule"].startswith("autoscaling.")}
