@@ -322,12 +322,33 @@ class Network(Model):
     center_endpoints: list[Endpoint] = []
 
 
+class Grafana(Model):
+    """How the environment's Grafana picks dashboards up: its dashboard sidecar (kube-prometheus-stack's
+    `grafana.sidecar.dashboards`) loads every ConfigMap labelled `label: label_value`, into the folder
+    that the annotation `folder_annotation` names (the sidecar's `folderAnnotation`)."""
+
+    label: LabelKey = "grafana_dashboard"
+    label_value: LabelValue = "1"
+    folder_annotation: LabelKey = "grafana_folder"
+    folder: str = Field(default="fleetops", min_length=1, max_length=253)
+
+
 class Monitoring(Model):
     namespace: Name = "monitoring"
+    # Where the exporters run (deployed by the GPU operator, MindCluster, or the site): fleetops scrapes them there.
     dcgm_namespace: Name = "gpu-monitoring"
+    npu_exporter_namespace: Name = "npu-exporter"
+    jetson_exporter_namespace: Name = "jetson-exporter"
+    # The labels the environment's Prometheus selects PrometheusRules, ServiceMonitors and PodMonitors by
+    # (its ruleSelector, serviceMonitorSelector, podMonitorSelector; kube-prometheus-stack: `release: <its release>`).
+    prometheus_selector: Labels = {}
+    grafana: Grafana = Grafana()
+    # Device utilisation alerts (FleetGPUUtilisationLow, FleetNPUUtilisationLow): under this, for that long.
     gpu_utilisation_low_percent: Annotated[int, Field(ge=1, le=100)] = 30
     gpu_utilisation_for_minutes: Positive = 30
     quota_exhaustion_percent: Annotated[int, Field(ge=1, le=100)] = 90
+    # A ClusterQueue with workloads pending this long (Kueue's oldest wait) is alerted on.
+    kueue_pending_minutes: Positive = 30
 
 
 class Budget(Model):
@@ -954,7 +975,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
     yield from _unused_spot_pools(env)
-    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
+    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace,
+                env.monitoring.npu_exporter_namespace, env.monitoring.jetson_exporter_namespace}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
         if tenant.name in reserved:

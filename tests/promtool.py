@@ -51,18 +51,24 @@ def _run(args: list[str], cwd: Path) -> None:
         raise PromtoolFailed(f"promtool {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
 
 
-def _write_rules(directory: Path, groups: list[dict[str, Any]]) -> Path:
-    path = directory / "rules.yaml"
+def _write_rules(directory: Path, groups: list[dict[str, Any]], name: str = "rules.yaml") -> Path:
+    path = directory / name
     path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
     return path
 
 
 def check_rules(rule_groups_or_objects: Iterable[Mapping[str, Any]]) -> None:
-    """`promtool check rules` on the groups (or PrometheusRule objects); raises PromtoolFailed."""
-    groups = rule_groups(rule_groups_or_objects)
+    """`promtool check rules` on the groups (or PrometheusRule objects); raises PromtoolFailed.
+
+    Each PrometheusRule is a file of its own, as prometheus-operator writes it for Prometheus (group
+    names are unique per file); bare groups share one file.
+    """
+    items = list(rule_groups_or_objects)
+    files = [rule_groups([item]) for item in items if item.get("kind") == "PrometheusRule"]
+    bare = [dict(item) for item in items if item.get("kind") != "PrometheusRule"]
     with tempfile.TemporaryDirectory(prefix="promtool-") as tmp:
-        path = _write_rules(Path(tmp), groups)
-        _run(["check", "rules", path.name], Path(tmp))
+        names = [_write_rules(Path(tmp), groups, f"rules-{i}.yaml").name for i, groups in enumerate([*files, *([bare] if bare else [])])]
+        _run(["check", "rules", *names], Path(tmp))
 
 
 def test_rules(groups: Iterable[Mapping[str, Any]], tests: Mapping[str, Any]) -> None:

@@ -43,3 +43,12 @@ def test_test_rules_passes_a_true_case_and_fails_a_false_one() -> None:
 def test_prometheus_rule_objects_are_read_for_their_groups() -> None:
     rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "spec": {"groups": [GROUP]}}
     promtool.test_rules([rule], _case("6m", [{"exp_labels": {"severity": "warning", "job": "a"}}]))
+
+
+def test_each_prometheus_rule_is_checked_as_its_own_file() -> None:
+    """prometheus-operator loads each PrometheusRule as one file: the same group name in two objects is fine,
+    twice in one object is not."""
+    rule = {"kind": "PrometheusRule", "spec": {"groups": [GROUP]}}
+    promtool.check_rules([rule, rule])
+    with pytest.raises(promtool.PromtoolFailed, match="repeated"):
+        promtool.check_rules([{"kind": "PrometheusRule", "spec": {"groups": [GROUP, GROUP]}}])
