@@ -1,6 +1,6 @@
 """The real `promtool` (Debian's `prometheus` package) run over the rule groups fleetops renders.
 
-`check_rules(...)` runs `promtool check rules`; `test_rules(groups, tests)` runs `promtool test rules`
+`check_rules(...)` runs `promtool check rules`; `check_config(...)` `promtool check config`; `test_rules(groups, tests)` runs `promtool test rules`
 with synthetic series (https://prometheus.io/docs/prometheus/latest/configuration/unit_testing_rules/).
 Both raise `PromtoolFailed` with promtool's own output. Without promtool the test is skipped, or
 fails under FLEETOPS_REAL_SERVERS=required (CI), like every other real tool (tests/servers.py).
@@ -69,6 +69,13 @@ def check_rules(rule_groups_or_objects: Iterable[Mapping[str, Any]]) -> None:
     with tempfile.TemporaryDirectory(prefix="promtool-") as tmp:
         names = [_write_rules(Path(tmp), groups, f"rules-{i}.yaml").name for i, groups in enumerate([*files, *([bare] if bare else [])])]
         _run(["check", "rules", *names], Path(tmp))
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """`promtool check config --syntax-only` on a Prometheus configuration; raises PromtoolFailed."""
+    with tempfile.TemporaryDirectory(prefix="promtool-") as tmp:
+        (Path(tmp) / "prometheus.yml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        _run(["check", "config", "--syntax-only", "prometheus.yml"], Path(tmp))
 
 
 def test_rules(groups: Iterable[Mapping[str, Any]], tests: Mapping[str, Any]) -> None:

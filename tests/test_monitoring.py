@@ -104,6 +104,37 @@ def test_kueue_is_scraped_with_tenant_from_its_cluster_queues(state: render.Desi
     assert kueue["spec"]["endpoints"][0]["metricRelabelings"][0]["regex"] == "(vision)(-non-preempting)?"
 
 
+# prometheus-operator's relabel fields, as Prometheus's own configuration names them.
+RELABEL_FIELDS = {"sourceLabels": "source_labels", "separator": "separator", "targetLabel": "target_label",
+                  "regex": "regex", "replacement": "replacement", "action": "action"}
+
+
+def scrape_config(monitor: dict[str, Any]) -> dict[str, Any]:
+    """The scrape job prometheus-operator generates for a ServiceMonitor or PodMonitor, as far as promtool checks it
+    (relabel actions, regexes, target labels)."""
+    service = monitor["kind"] == "ServiceMonitor"
+    endpoint = monitor["spec"]["endpoints" if service else "podMetricsEndpoints"][0]
+
+    def relabel(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{RELABEL_FIELDS[k]: v.lower() if k == "action" else v for k, v in rule.items()} for rule in rules]
+
+    return {
+        "honor_labels": endpoint.get("honorLabels", False),
+        # Debian's Prometheus is built without Kubernetes discovery: a static target stands in for it.
+        "static_configs": [{"targets": ["127.0.0.1:9400"]}],
+        "relabel_configs": relabel(endpoint.get("relabelings", [])),
+        "metric_relabel_configs": relabel(endpoint.get("metricRelabelings", [])),
+    }
+
+
+def test_promtool_accepts_the_scrape_of_every_rendered_monitor(state: render.DesiredState, bundled: dict[str, render.DesiredState]) -> None:
+    for s in (state, *bundled.values()):
+        jobs = [{**scrape_config(m), "job_name": f"{cluster}/{m['kind']}/{m['metadata']['name']}"}
+                for cluster, m in s.objects() if m["kind"] in ("ServiceMonitor", "PodMonitor")]
+        assert jobs
+        promtool.check_config({"scrape_configs": jobs})
+
+
 # --- promtool: every rule checks; every alert fires when it should, and only then ---------------
 
 
