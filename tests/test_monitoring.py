@@ -95,6 +95,7 @@ def test_dashboards_reach_the_grafana_sidecar_with_datasource_and_variables(stat
         assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
         for panel in boards[key]["panels"]:
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert panel["targets"][0]["refId"] == "A"  # Grafana keys each query and its result by it
             assert f"{scope}=~\"${scope}\"" in panel["targets"][0]["expr"] or "namespace=~\"$tenant\"" in panel["targets"][0]["expr"], panel["title"]
 
 
