@@ -3,11 +3,12 @@
 What is scraped, and by what upstream publishes:
 - NVIDIA data-center GPUs: DCGM exporter (GPU operator's `nvidia-dcgm-exporter` Service, port
   `gpu-metrics`), never on Jetson nodes (DCGM does not run on Tegra).
-- Jetson: a jetson-stats based exporter (jetson_stats_node_exporter), scraped as pods.
+- Jetson: the jetson-stats based jetson_stats_node_exporter, scraped as pods (it ships no Kubernetes
+  manifest: the site runs it as a DaemonSet with the labels below).
 - Ascend NPUs: MindCluster's npu-exporter (DaemonSet `app: npu-exporter`, port 8082).
 - Kueue: its controller-manager metrics Service (kubebuilder's `control-plane: controller-manager`,
   HTTPS port `https`, the scraper's service-account token), as Kueue's config/prometheus ships it.
-- FPGAs: nothing. Intel's FPGA device plugin publishes no metrics and no exporter exists for it.
+- FPGAs: nothing. Intel's FPGA device plugin serves no metrics, and no exporter for these cards is published.
 
 Every device series gets `cluster` (static) and `pool` (the node's fleetops.io/pool or
 fleetops.io/edge-group label, read with attachMetadata.node), and `tenant` where the exporter maps
