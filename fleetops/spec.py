@@ -9,6 +9,7 @@ before they are defined are quoted instead.
 """
 
 import dataclasses
+import datetime
 import difflib
 import enum
 import fnmatch
@@ -279,6 +280,24 @@ class TenantNetwork(Model):
     allow_to_endpoints: list[Name] = []
 
 
+class TopUp(Model):
+    """Money a prepaid tenant paid in, usable from `date` (00:00 UTC), in the budget's currency.
+    (`date`, not `on`: YAML 1.1 reads a bare `on` key as the boolean true.)"""
+
+    date: datetime.date
+    amount: Annotated[float, Field(gt=0)]
+
+
+class Billing(Model):
+    """How a tenant pays for the device-hours it uses (fleetops statements, the metering alerts).
+    Postpaid: invoiced after each month. Prepaid: its top-ups less its spend is a balance, and
+    falling below `low_balance_at` alerts at run time."""
+
+    mode: Literal["postpaid", "prepaid"] = "postpaid"
+    top_ups: list[TopUp] = []
+    low_balance_at: Annotated[float, Field(ge=0)] | None = None
+
+
 class Tenant(Model):
     name: Name
     clusters: list[Name] = Field(min_length=1)
@@ -289,6 +308,7 @@ class Tenant(Model):
     edge_groups: list[Name] = []
     isolation: Literal["shared", "strict"] = "shared"
     network: TenantNetwork = TenantNetwork()
+    billing: Billing = Billing()
 
 
 class PriorityClass(Model):
@@ -324,15 +344,36 @@ class Network(Model):
     center_endpoints: list[Endpoint] = []
 
 
+class Grafana(Model):
+    """How the environment's Grafana picks dashboards up: its dashboard sidecar (kube-prometheus-stack's
+    `grafana.sidecar.dashboards`) loads every ConfigMap labelled `label: label_value`, into the folder
+    that the annotation `folder_annotation` names (the sidecar's `folderAnnotation`)."""
+
+    label: LabelKey = "grafana_dashboard"
+    label_value: LabelValue = "1"
+    folder_annotation: LabelKey = "grafana_folder"
+    folder: str = Field(default="fleetops", min_length=1, max_length=253)
+
+
 class Monitoring(Model):
     namespace: Name = "monitoring"
+    # Where the exporters run (deployed by the GPU operator, MindCluster, or the site): fleetops scrapes them there.
     dcgm_namespace: Name = "gpu-monitoring"
     # The ConfigMap (in `namespace`) that prometheus-adapter reads its rules from (`config.yaml`): the
     # metrics each service's HorizontalPodAutoscaler asks the custom metrics API for (modules/autoscaling.py).
     adapter_config_map: Name = "prometheus-adapter"
+    npu_exporter_namespace: Name = "npu-exporter"
+    jetson_exporter_namespace: Name = "jetson-exporter"
+    # The labels the environment's Prometheus selects PrometheusRules, ServiceMonitors and PodMonitors by
+    # (its ruleSelector, serviceMonitorSelector, podMonitorSelector; kube-prometheus-stack: `release: <its release>`).
+    prometheus_selector: Labels = {}
+    grafana: Grafana = Grafana()
+    # Device utilisation alerts (FleetGPUUtilisationLow, FleetNPUUtilisationLow): under this, for that long.
     gpu_utilisation_low_percent: Annotated[int, Field(ge=1, le=100)] = 30
     gpu_utilisation_for_minutes: Positive = 30
     quota_exhaustion_percent: Annotated[int, Field(ge=1, le=100)] = 90
+    # A ClusterQueue with workloads pending this long (Kueue's oldest wait) is alerted on.
+    kueue_pending_minutes: Positive = 30
 
 
 class Devices(Model):
@@ -1006,7 +1047,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
     yield from _unused_spot_pools(env)
-    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
+    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace,
+                env.monitoring.npu_exporter_namespace, env.monitoring.jetson_exporter_namespace}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
         if tenant.name in reserved:
@@ -1026,6 +1068,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         for k, name in enumerate(tenant.network.allow_to_endpoints):
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
+        yield from _billing_checks(loc + ("billing",), tenant.billing)
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
         # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
         offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
@@ -1096,6 +1139,17 @@ def _service_checks(env: Environment, clusters: dict[str, Cluster], where: Calla
             yield loc + ("targets",), "declare gpu_utilisation_percent or requests_waiting_per_replica (or both): the autoscaler needs a metric"
         if targets.requests_waiting_per_replica is not None and service.server is None:
             yield loc + ("server",), f"requests_waiting_per_replica needs the inference server (one of {', '.join(s.value for s in Server)}): it chooses the queue's series"
+
+
+def _billing_checks(loc: Loc, billing: Billing) -> Iterator[tuple[Loc, str]]:
+    """Top-ups and a low-balance threshold mean something for prepaid tenants only, and prepaid needs money in."""
+    if billing.mode == "postpaid":
+        if billing.top_ups:
+            yield loc + ("top_ups",), "top-ups are for prepaid tenants; this one is postpaid (set mode: prepaid, or remove them)"
+        if billing.low_balance_at is not None:
+            yield loc + ("low_balance_at",), "a low-balance alert is for prepaid tenants; this one is postpaid"
+    elif not billing.top_ups:
+        yield loc + ("top_ups",), "a prepaid tenant needs at least one top-up (top_ups: [{date: 2026-11-01, amount: ...}])"
 
 
 def _within_kueue(resources: int, flavors: int) -> bool:
