@@ -1,0 +1,129 @@
+"""Inference autoscaling as declared in `services:`: refused where no autoscaler could honour it, rendered
+as the HorizontalPodAutoscaler and prometheus-adapter rules a platform team runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetops import spec
+from fleetops.errors import SpecError
+from modules.autoscaling import adapter_config
+from tests.cli import run
+from tests.helpers import find, one, render_env, small_env, write_env
+
+SERVICE: dict[str, Any] = {
+    "name": "asr",
+    "tenant": "vision",
+    "cluster": "center-a",
+    "pools": ["a100-ts"],
+    "devices": {"resource": "nvidia.com/gpu", "count": 1},
+    "replicas": {"min": 2, "max": 12},
+    "server": "vllm",
+    "targets": {"gpu_utilisation_percent": 70, "requests_waiting_per_replica": 4},
+    "scale_down_stabilisation_seconds": 240,
+}
+
+
+def with_service(**changes: Any) -> dict[str, Any]:
+    env = small_env()
+    env["services"] = [{**SERVICE, **changes}]
+    return env
+
+
+def test_each_service_is_rendered_as_an_autoscaler_of_its_deployment_in_the_tenants_namespace(tmp_path: Path) -> None:
+    state = render_env(tmp_path, with_service())
+    hpa = one(state, "center-a", "HorizontalPodAutoscaler", "asr", "vision")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "asr"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 12)
+    assert hpa["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 240}}
+    assert [(m["type"], m["pods"]["metric"]["name"], m["pods"]["target"]) for m in hpa["spec"]["metrics"]] == [
+        ("Pods", "gpu_utilisation_percent", {"type": "AverageValue", "averageValue": "70"}),
+        ("Pods", "vllm_requests_waiting", {"type": "AverageValue", "averageValue": "4"}),
+    ]
+    assert find(state, "edge-b", "HorizontalPodAutoscaler") == []  # only the service's own cluster
+
+
+def test_the_adapter_serves_every_metric_an_autoscaler_asks_for_from_its_prometheus_series(tmp_path: Path) -> None:
+    env = with_service(server="triton")
+    state = render_env(tmp_path, env)
+    config_map = one(state, "center-a", "ConfigMap", "prometheus-adapter", "monitoring")
+    rules = yaml.safe_load(config_map["data"]["config.yaml"])["rules"]
+    assert rules == adapter_config(spec.load_environment(tmp_path / "test.yaml"))["rules"]
+    served = {rule["name"]["as"]: rule["seriesQuery"] for rule in rules}
+    asked = [m["pods"]["metric"]["name"] for m in one(state, "center-a", "HorizontalPodAutoscaler", "asr")["spec"]["metrics"]]
+    assert asked == ["gpu_utilisation_percent", "triton_requests_pending"]
+    assert all(name in served for name in asked)
+    assert 'DCGM_FI_DEV_GPU_UTIL' in served["gpu_utilisation_percent"]
+    assert "nv_inference_pending_request_count" in served["triton_requests_pending"]
+    assert "vllm:num_requests_waiting" in served["vllm_requests_waiting"]
+    for rule in rules:  # per pod in its namespace: what a Pods metric of the custom metrics API is read by
+        assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+        assert "<<.Series>>{<<.LabelMatchers>>}" in rule["metricsQuery"] and "by (<<.GroupBy>>)" in rule["metricsQuery"]
+
+
+def test_a_fleet_without_services_renders_no_autoscaling(tmp_path: Path) -> None:
+    state = render_env(tmp_path, small_env())
+    assert find(state, "center-a", "HorizontalPodAutoscaler") == []
+    assert find(state, "center-a", "ConfigMap", "prometheus-adapter") == []
+
+
+def test_a_gpu_target_alone_asks_for_no_queue_metric(tmp_path: Path) -> None:
+    state = render_env(tmp_path, with_service(server=None, targets={"gpu_utilisation_percent": 60}))
+    metrics = one(state, "center-a", "HorizontalPodAutoscaler", "asr")["spec"]["metrics"]
+    assert [m["pods"]["metric"]["name"] for m in metrics] == ["gpu_utilisation_percent"]
+
+
+REFUSED = {
+    "unknown tenant": ({"tenant": "nobody"}, "tenant", "unknown tenant 'nobody'"),
+    "tenant without inference": (None, "tenant", "tenant factory does not run inference"),
+    "cluster not the tenant's": ({"cluster": "edge-b"}, "cluster", "'edge-b' is not a cluster of tenant vision"),
+    "pool not open": ({"pools": ["jetson"]}, "pools[0]", "jetson is no pool of center-a open to tenant vision"),
+    "pool without the device": ({"pools": ["ascend"]}, "pools[0]", "ascend offers no nvidia.com/gpu"),
+    "no quota for the device": ({"devices": {"resource": "nvidia.com/mig-1g.10gb", "count": 1}, "pools": ["a100-ts"]},
+                                "devices.resource", "tenant vision has no quota for nvidia.com/mig-1g.10gb"),
+    "min above max": ({"replicas": {"min": 5, "max": 3}}, "replicas.min", "must be <= max (3), got 5"),
+    "no target": ({"targets": {}}, "targets", "declare gpu_utilisation_percent or requests_waiting_per_replica"),
+    "queue without server": ({"server": None}, "server", "requests_waiting_per_replica needs the inference server"),
+    "unknown server": ({"server": "tgi"}, "server", "must be 'vllm' or 'triton'"),
+    "zero replicas": ({"replicas": {"min": 0, "max": 3}}, "replicas.min", "must be >= 1"),
+    "long stabilisation": ({"scale_down_stabilisation_seconds": 7200}, "scale_down_stabilisation_seconds", "must be <= 3600"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_service_no_autoscaler_could_honour_is_refused_at_its_line(case: str, tmp_path: Path) -> None:
+    changes, field, message = REFUSED[case]
+    env = with_service(**(changes or {}))
+    if changes is None:  # factory runs inference only on its edge group; make it a training tenant of center-a
+        env["tenants"][1].update(clusters=["center-a"], workloads=["training"], edge_groups=[])
+        env["services"][0].update(tenant="factory", targets={"gpu_utilisation_percent": 50})
+        env["tenants"][1]["quota"] = {"nvidia.com/gpu": {"guaranteed": 0, "burst": 3}}
+    path = write_env(tmp_path, env)
+    with pytest.raises(SpecError) as caught:
+        spec.load_environment(path)
+    line = next(p for p in caught.value.problems if f"services[asr].{field}" in p or f"services[0].{field}" in p)
+    assert message in line
+    written = path.read_text().splitlines()
+    number = int(line.split(":")[1])
+    # The line of the field, or of the list item, that is wrong.
+    assert written[number - 1].strip().startswith((field.split(".")[-1] + ":", "- ")), (line, written[number - 1])
+    assert field.endswith("]") == written[number - 1].strip().startswith("- ")
+
+
+def test_validate_names_the_file_and_line_and_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    write_env(tmp_path, with_service(replicas={"min": 5, "max": 3}))
+    result = run("validate", "--environments", tmp_path)
+    assert result.returncode == 2
+    assert "test.yaml:" in result.stderr + result.stdout and "services[asr].replicas.min: must be <= max (3), got 5" in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_the_bundled_environments_declare_a_service_each() -> None:
+    for name in ("dev", "prod"):
+        env = spec.load_environment(Path(__file__).resolve().parent.parent / "environments" / f"{name}.yaml")
+        assert env.services, name
