@@ -17,8 +17,7 @@ import base64
 import contextlib
 import shutil
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,57 +38,43 @@ SCRAPE_INTERVAL = "1s"
 # --- the exporter ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Exporter:
-    """Gauges the test sets, served in Prometheus' text format on 127.0.0.1."""
+# A series' name, its labels, its value.
+Sample = tuple[str, dict[str, str], float]
 
-    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
 
-    @property
-    def target(self) -> str:
-        assert self.server is not None
-        return f"127.0.0.1:{self.server.server_address[1]}"
-
-    def set(self, name: str, labels: dict[str, str], value: float) -> None:
-        with self.lock:
-            self.values[(name, tuple(sorted(labels.items())))] = value
-
-    def exposition(self) -> str:
-        with self.lock:
-            items = sorted(self.values.items())
-        lines = []
-        for (name, labels), value in items:
-            rendered = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines.append(f"{name}{{{rendered}}} {value}")
-        return "\n".join(lines) + "\n"
+def exposition(samples: Iterable[Sample]) -> str:
+    """Prometheus' text format (label values here are names: nothing to escape)."""
+    lines = []
+    for name, labels, value in samples:
+        rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        lines.append(f"{name}{{{rendered}}} {value}")
+    return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
-def exporter() -> Iterator[Exporter]:
-    served = Exporter()
+def exporter(samples: Callable[[], Iterable[Sample]]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 answering each scrape with what `samples()` returns then; its host:port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = served.exposition().encode()
+            body = exposition(samples()).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # one line a scrape: not worth a log
+        def log_message(self, format: str, *args: Any) -> None:  # a line a scrape: not worth a log
             pass
 
-    served.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield served
+        yield f"127.0.0.1:{server.server_address[1]}"
     finally:
-        served.server.shutdown()
-        served.server.server_close()
+        server.shutdown()
+        server.server_close()
 
 
 # --- Prometheus -----------------------------------------------------------------------------------
@@ -139,10 +124,11 @@ def aggregation_flags(directory: Path) -> list[str]:
 
 
 class MetricsAdapter:
-    """prometheus-adapter in the test host with the rules fleetops rendered, registered with the API server."""
+    """prometheus-adapter in the test host reading `config` (its config.yaml: the rules fleetops renders
+    into its ConfigMap, which a pod would mount), registered with the API server."""
 
-    def __init__(self, api: servers.ApiServer, host: NetnsHost, directory: Path, prometheus_url: str, rules: dict[str, Any]):
-        self.api, self.host, self.directory, self.prometheus_url, self.rules = api, host, directory, prometheus_url, rules
+    def __init__(self, api: servers.ApiServer, host: NetnsHost, directory: Path, prometheus_url: str, config: str):
+        self.api, self.host, self.directory, self.prometheus_url, self.config = api, host, directory, prometheus_url, config
         self.process: servers.Process | None = None
 
     def start(self) -> MetricsAdapter:
@@ -150,7 +136,8 @@ class MetricsAdapter:
         d = self.directory
         dns = f"{ADAPTER_SERVICE}.{ADAPTER_NAMESPACE}.svc"  # the name the aggregator checks the certificate for
         ca = servers.tls_pair(d / "serving", subject=dns, ips=(self.host.address,), dns=(dns,))
-        (d / "config.yaml").write_text(yaml.safe_dump(self.rules))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.yaml").write_text(self.config)
         kubeconfig = self.api.kubeconfig(d / "kubeconfig")
         port = servers.free_port()
         self.process = servers.Process("prometheus-adapter", self.host.command([
@@ -175,7 +162,8 @@ class MetricsAdapter:
                             "labels": {"kubernetes.io/service-name": ADAPTER_SERVICE}},
                "addressType": "IPv4", "endpoints": [{"addresses": [self.host.address], "conditions": {"ready": True}}],
                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
-        groups = [group for section, group in METRICS_GROUPS.items() if self.rules.get(section)]
+        rules = yaml.safe_load(self.config)
+        groups = [group for section, group in METRICS_GROUPS.items() if rules.get(section)]
         for group in groups:
             apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": f"v1beta1.{group}"},
                    "spec": {"group": group, "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100,
