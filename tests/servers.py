@@ -1,8 +1,9 @@
 """The real servers the suite runs against: OPA, etcd + kube-apiserver, Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
-server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
-stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
+server listens on 127.0.0.1 only (or, where a server in the test's network namespace must reach it,
+on that test host's address: tests/netns.py), on a free port, with its own folder for data and logs,
+and is stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
 when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test instead.
 
 The API servers are run the way controller-runtime's envtest runs them: no controllers, no
