@@ -112,7 +112,10 @@ def monitoring(target: Target, cluster: spec.Cluster, env: spec.Environment) -> 
                 "spec": {
                     "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
                     "namespaceSelector": {"matchNames": [env.monitoring.dcgm_namespace]},
-                    "endpoints": [{"port": "gpu-metrics", "interval": "30s", "path": "/metrics"}],
+                    # The exporter labels each GPU's series with the namespace and pod using it: kept as
+                    # scraped (not renamed exported_*), they are what prometheus-adapter maps to the pod
+                    # whose autoscaler asks for its GPU utilisation (modules/autoscaling.py).
+                    "endpoints": [{"port": "gpu-metrics", "interval": "30s", "path": "/metrics", "honorLabels": True}],
                 },
             }
         yield {

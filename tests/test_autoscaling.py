@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetops import spec
+from fleetops import grants, spec
 from fleetops.errors import SpecError
 from modules.autoscaling import adapter_config
 from tests.cli import run
 from tests.helpers import find, one, render_env, small_env, write_env
+from tests.test_plan import commit, edit, make_repo, plan, plan_json
 
 SERVICE: dict[str, Any] = {
     "name": "asr",
@@ -127,3 +128,70 @@ def test_the_bundled_environments_declare_a_service_each() -> None:
     for name in ("dev", "prod"):
         env = spec.load_environment(Path(__file__).resolve().parent.parent / "environments" / f"{name}.yaml")
         assert env.services, name
+
+
+def test_reachable_burst_counts_only_the_services_own_pools(tmp_path: Path) -> None:
+    """What the policies judge a service's max against is its tenant's grant on the pools it names, not on all of them."""
+    env = with_service(pools=["a100-ts"])
+    state = render_env(tmp_path, env)
+    granted = grants.facts(state.clusters)
+    flavors = granted["center-a"]["vision"]["nvidia.com/gpu"]["flavors"]
+    assert set(flavors) == {"a100-ts", "h100-mig"}  # vision may take nvidia.com/gpu on both
+    loaded = spec.load_environment(tmp_path / "test.yaml")
+    (row,) = grants.services(loaded, granted)
+    assert row["reachable"] == flavors["a100-ts"]["reachable"] < granted["center-a"]["vision"]["nvidia.com/gpu"]["reachable"]
+    # A time-sliced A100 unit is a quarter of the device: 12 replicas x 1 unit x 1.4/4 per hour x 730 hours.
+    assert (row["at_max"], row["monthly_at_max"]) == (12, round(12 * 1.4 / 4 * 730, 2))
+
+
+def test_plan_denies_a_max_beyond_burst_and_spend_beyond_budget_at_the_line_with_a_fix(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    edit(repo, "replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 100000}")
+    commit(repo, "speech/asr: scale far")
+    code, result = plan_json(repo, "--approvals", "2")
+    assert code == 1 and result["verdict"] == "denied"
+    line = next(i for i, t in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if "max: 100000" in t)
+    by_rule = {d["rule"]: d for d in result["decisions"] if d["rule"].startswith("autoscaling.")}
+    assert set(by_rule) == {"autoscaling.max_beyond_burst", "autoscaling.spend_over_budget"}
+    (row,) = result["services"]
+    reach = row["reachable"]
+    burst = by_rule["autoscaling.max_beyond_burst"]
+    assert burst["location"]["file"] == "environments/prod.yaml" and burst["location"]["line"] == line
+    assert burst["fix"] == f"lower speech/asr's replicas.max to {reach}, or raise speech's burst on center-bj"
+    spend = by_rule["autoscaling.spend_over_budget"]
+    assert spend["location"]["line"] == line
+    fits = spend["figures"]["fits"]
+    assert 12 <= fits < 100000 and spend["fix"] == f"lower speech/asr's replicas.max to {fits}, or raise budget.monthly in its own reviewed PR"
+    # The fix holds: at the max it names, both sides of the budget are kept (the fleet's cost + the spend at that max).
+    assert (spend["figures"]["spend"] - row["monthly_at_max"]) + fits * row["replica_monthly"] <= spend["figures"]["budget"]
+    assert (spend["figures"]["spend"] - row["monthly_at_max"]) + (fits + 1) * row["replica_monthly"] > spend["figures"]["budget"]
+    assert row["change"] == "changed" and row["text"] == (
+        f"speech/asr: 2–100000 replicas × 1 nvidia.com/gpu; at max 100,000 of a reachable burst of {reach:,}; "
+        f"{row['monthly_at_max_delta']:+,.0f} USD/mo at max")
+    markdown = plan(repo, "--env", "prod", "--approvals", "2").stdout
+    assert "**Inference autoscaling**" in markdown and row["text"] in markdown
+    assert f"environments/prod.yaml:{line}" in markdown
+
+
+def test_plan_says_an_added_service_in_fleet_terms(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    edit(repo, "    scale_down_stabilisation_seconds: 300\n",
+         "    scale_down_stabilisation_seconds: 300\n  - name: tts\n    tenant: speech\n    cluster: center-bj\n    pools: [a100-infer]\n"
+         "    devices: {resource: nvidia.com/gpu, count: 2}\n    replicas: {min: 1, max: 4}\n    targets: {gpu_utilisation_percent: 60}\n")
+    commit(repo, "speech/tts: serve")
+    code, result = plan_json(repo, "--approvals", "2")
+    assert code == 0, [d["msg"] for d in result["decisions"] if d["status"] == "deny"]
+    rows = {r["name"]: r for r in result["services"]}
+    assert rows["asr"]["change"] == "unchanged" and rows["tts"]["change"] == "added"
+    # 4 replicas x 2 quarter-A100 units = 2 A100s x 1.4 per hour x 730 hours.
+    assert rows["tts"]["monthly_at_max_delta"] == rows["tts"]["monthly_at_max"] == 2044.0
+    assert rows["tts"]["text"] == f"speech/tts: 1–4 replicas × 2 nvidia.com/gpu; at max 8 of a reachable burst of {rows['tts']['reachable']:,}; +2,044 USD/mo at max"
+    assert any(o["kind"] == "HorizontalPodAutoscaler" and o["name"] == "tts" for o in result["objects"]["added"])
+
+
+def test_gpu_series_reach_the_adapter_labelled_with_the_pod_using_the_gpu(tmp_path: Path) -> None:
+    """The DCGM exporter's own namespace and pod would otherwise replace the workload's on its series
+    (Prometheus renames the scraped ones exported_*), and no service's pod would have a GPU utilisation."""
+    state = render_env(tmp_path, with_service())
+    monitor = one(state, "center-a", "ServiceMonitor", "dcgm-exporter", "monitoring")
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]

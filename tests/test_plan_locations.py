@@ -140,6 +140,8 @@ CASES: dict[str, Case] = {
                                      "[inference, training]", "workloads"),
     "edge.missing_fingerprints": EnvEdit("        fingerprints:\n          - sha256:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00\n",
                                          "        fingerprints: []\n", "fingerprints: []", "fingerprints"),
+    "autoscaling.max_beyond_burst": EnvEdit("replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 900}", "max: 900", "max"),
+    "autoscaling.spend_over_budget": EnvEdit("replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 100000}", "max: 100000", "max"),
     "budget.over_budget": EnvEdit("monthly: 600000", "monthly: 1000", "monthly: 1000", "monthly"),
     "change.quota_raise_approvals": EnvEdit(VISION_GPU, VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("h100-train: 48", "h100-train: 92"),
                                             "guaranteed: 140", "guaranteed"),
