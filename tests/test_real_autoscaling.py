@@ -8,7 +8,7 @@ average over the service's pods), and the HPA controller counts no Pending pod: 
 test does a kubelet's part through the API (binds each pod, reports it Running and Ready, deletes it
 when asked) and exports each running pod's values, as the pod's own exporters would.
 
-Timings (scale up, cap, scale down) are written to the test's log; run with `-s` to see them.
+Its timings (scale up, cap, scale down) are printed at the end of the run (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def pipeline(etcd: servers.Etcd, tmp_path: Path) -> Iterator[Pipeline]:
         yield Pipeline(api, hpa, pods)
 
 
-def test_load_scales_up_to_max_never_beyond_and_down_only_after_the_window(pipeline: Pipeline) -> None:
+def test_load_scales_up_to_max_never_beyond_and_down_only_after_the_window(pipeline: Pipeline, record_property: Callable[[str, object], None]) -> None:
     spec = pipeline.hpa["spec"]
     lowest, highest = spec["minReplicas"], spec["maxReplicas"]
     window = spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
@@ -259,8 +259,8 @@ def test_load_scales_up_to_max_never_beyond_and_down_only_after_the_window(pipel
         pipeline.pods.set_load(LOW)
         at_min = replicas.wait_for(lambda n: n == lowest, low, "scale down to the minimum", timeout=window + 60)
 
-    print(f"\nautoscaling: up {lowest}->{highest} in {at_max - high:.1f}s (capped, said in {capped - high:.1f}s); "
-          f"down {highest}->{lowest} {at_min - low:.1f}s after the load fell (window {window}s); replicas seen {replicas.values}")
+    record_property("timings", f"up {lowest}->{highest} in {at_max - high:.1f}s (capped, said in {capped - high:.1f}s); "
+                               f"down {highest}->{lowest} {at_min - low:.1f}s after the load fell (window {window}s); replicas seen {replicas.values}")
     assert max(replicas.values) == highest, f"replicas went beyond the maximum {highest}: {replicas.values}"
     # It scales down once every recommendation in the window is low; the last high one was at most one
     # sync before the load fell.
