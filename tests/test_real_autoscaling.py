@@ -41,18 +41,19 @@ SYNC_PERIOD = 1  # seconds between the HPA controller's looks at each HPA (defau
 @contextlib.contextmanager
 def watching(list_objects: Callable[..., Any], namespace: str, on_event: Callable[[str, Any], None], **selectors: str) -> Iterator[None]:
     """`on_event(type, object)` for every change of the namespace's objects, from a watch in a thread,
-    until the block ends."""
+    until the block ends; an error in the thread is raised when it ends."""
     stopped = threading.Event()
+    failed: list[BaseException] = []
 
     def follow() -> None:
         version = None
-        while not stopped.is_set():  # each watch ends after 10s; the next resumes where it ended
-            stream = watch.Watch()
-            for event in stream.stream(list_objects, namespace, timeout_seconds=10, resource_version=version, **selectors):
-                version = event["object"].metadata.resource_version
-                on_event(event["type"], event["object"])
-                if stopped.is_set():
-                    stream.stop()
+        try:
+            while not stopped.is_set():  # each watch ends after 2s (so the block ends soon); the next resumes there
+                for event in watch.Watch().stream(list_objects, namespace, timeout_seconds=2, resource_version=version, **selectors):
+                    version = event["object"].metadata.resource_version
+                    on_event(event["type"], event["object"])
+        except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+            failed.append(exc)
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
@@ -61,6 +62,8 @@ def watching(list_objects: Callable[..., Any], namespace: str, on_event: Callabl
     finally:
         stopped.set()
         thread.join(timeout=15)
+    if failed:
+        raise RuntimeError(f"watching {namespace}") from failed[0]
 
 
 @dataclass
@@ -236,10 +239,10 @@ def pipeline(etcd: servers.Etcd, tmp_path: Path) -> Iterator[Pipeline]:
 
 
 def test_load_scales_up_to_max_never_beyond_and_down_only_after_the_window(pipeline: Pipeline, record_property: Callable[[str, object], None]) -> None:
-    spec = pipeline.hpa["spec"]
-    lowest, highest = spec["minReplicas"], spec["maxReplicas"]
-    window = spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
-    with replica_log(pipeline.api, pipeline.hpa["metadata"]["namespace"], spec["scaleTargetRef"]["name"]) as replicas:
+    # What the environment file declares, which the rendered HPA must carry to the controller.
+    lowest, highest = SERVICE["replicas"]["min"], SERVICE["replicas"]["max"]
+    window = SERVICE["scale_down_stabilisation_seconds"]
+    with replica_log(pipeline.api, SERVICE["tenant"], SERVICE["name"]) as replicas:
         # The controller reads every metric of the rendered HPA, through the rendered rules, before the load rises.
         servers.wait_until(lambda: getattr(pipeline.condition("ScalingActive"), "status", None) == "True",
                            "the HPA reading its metrics", timeout=60)
