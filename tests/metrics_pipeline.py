@@ -100,7 +100,7 @@ def prometheus(directory: Path, address: str, target: str) -> Iterator[str]:
         f"--web.listen-address={address}:{port}", "--log.level=warn",
     ], directory).start()
     try:
-        servers.wait_until(lambda: servers._http_ok(f"{url}/-/ready"), "prometheus", process)
+        servers.wait_until(lambda: servers.http_ok(f"{url}/-/ready"), "prometheus", process)
         yield url
     finally:
         process.stop()

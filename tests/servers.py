@@ -150,13 +150,13 @@ def opa_server(directory: Path) -> Iterator[Opa]:
     ], directory).start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "opa", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "opa", process)
         yield Opa(url, token, process)
     finally:
         process.stop()
 
 
-def _http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
+def http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
     import requests
 
     try:
@@ -188,7 +188,7 @@ def etcd_server(directory: Path) -> Iterator[Etcd]:
         "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a test store need not survive a power cut
     ], directory).start()
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "etcd", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "etcd", process)
         yield Etcd(url, process)
     finally:
         process.stop()
@@ -250,7 +250,7 @@ class ApiServer:
         return self
 
     def ready(self) -> bool:
-        return self.ca_file.exists() and _http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
+        return self.ca_file.exists() and http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
 
     def start_controllers(self, *controllers: str, flags: tuple[str, ...] = ()) -> Process:
         """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
@@ -390,7 +390,7 @@ def tls_pair(directory: Path, subject: str = "127.0.0.1", ips: tuple[str, ...] =
                    .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(life[0]).not_valid_after(life[1])
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if not ca:
+        if not ca and (ips or dns):  # a client certificate names no address
             import ipaddress
             names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
@@ -474,7 +474,7 @@ class KueueServer:
             "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
             str(binary), f"--config={d / 'config.yaml'}", "--zap-log-level=2",
         ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
-        wait_until(lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
         self._register_webhooks(f"https://127.0.0.1:{webhook_port}", ca)
         return self
 
