@@ -169,9 +169,11 @@ class Pods:
                 self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
             return
         if not pod.spec.node_name:
+            # The server answers a binding with a Status, which the client cannot read as the Binding it
+            # expects: the raw answer is read instead (which also frees the connection).
             self.core.create_namespaced_pod_binding(name, self.namespace, {
                 "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-0"}}, _preload_content=False)
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-0"}}, _preload_content=False).data
         elif pod.status.phase != "Running":
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             self.core.patch_namespaced_pod_status(name, self.namespace, {"status": {
