@@ -49,8 +49,10 @@ def _rule(metric: Metric) -> dict[str, Any]:
 
 
 def adapter_config(env: spec.Environment) -> dict[str, Any]:
-    """prometheus-adapter's `config.yaml`: every metric a service's autoscaler may ask for."""
-    return {"rules": [_rule(metric) for metric in (GPU_UTILISATION, *QUEUES.values())]}
+    """prometheus-adapter's `config.yaml`: a rule for each metric the environment's autoscalers ask for
+    (each rule is a discovery query the adapter repeats: none for a series nothing reads)."""
+    asked = {m["pods"]["metric"]["name"] for s in env.services for m in metrics(s)}
+    return {"rules": [_rule(metric) for metric in (GPU_UTILISATION, *QUEUES.values()) if metric.name in asked]}
 
 
 def _metric(name: str, per_replica: int) -> dict[str, Any]:

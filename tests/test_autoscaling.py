@@ -14,6 +14,7 @@ from fleetops.errors import SpecError
 from modules.autoscaling import adapter_config
 from tests.cli import run
 from tests.helpers import find, one, render_env, small_env, write_env
+from tests.test_output import conforms
 from tests.test_plan import commit, edit, make_repo, plan, plan_json
 
 SERVICE: dict[str, Any] = {
@@ -50,21 +51,28 @@ def test_each_service_is_rendered_as_an_autoscaler_of_its_deployment_in_the_tena
 
 
 def test_the_adapter_serves_every_metric_an_autoscaler_asks_for_from_its_prometheus_series(tmp_path: Path) -> None:
-    env = with_service(server="triton")
+    env = with_service()
+    env["services"].append({**SERVICE, "name": "tts", "server": "triton"})
     state = render_env(tmp_path, env)
     config_map = one(state, "center-a", "ConfigMap", "prometheus-adapter", "monitoring")
     rules = yaml.safe_load(config_map["data"]["config.yaml"])["rules"]
     assert rules == adapter_config(spec.load_environment(tmp_path / "test.yaml"))["rules"]
     served = {rule["name"]["as"]: rule["seriesQuery"] for rule in rules}
-    asked = [m["pods"]["metric"]["name"] for m in one(state, "center-a", "HorizontalPodAutoscaler", "asr")["spec"]["metrics"]]
-    assert asked == ["gpu_utilisation_percent", "triton_requests_pending"]
-    assert all(name in served for name in asked)
-    assert 'DCGM_FI_DEV_GPU_UTIL' in served["gpu_utilisation_percent"]
+    asked = {name: [m["pods"]["metric"]["name"] for m in one(state, "center-a", "HorizontalPodAutoscaler", name)["spec"]["metrics"]]
+             for name in ("asr", "tts")}
+    assert asked == {"asr": ["gpu_utilisation_percent", "vllm_requests_waiting"], "tts": ["gpu_utilisation_percent", "triton_requests_pending"]}
+    assert set(served) == {name for names in asked.values() for name in names}
+    assert "DCGM_FI_DEV_GPU_UTIL" in served["gpu_utilisation_percent"]
     assert "nv_inference_pending_request_count" in served["triton_requests_pending"]
     assert "vllm:num_requests_waiting" in served["vllm_requests_waiting"]
     for rule in rules:  # per pod in its namespace: what a Pods metric of the custom metrics API is read by
         assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
         assert "<<.Series>>{<<.LabelMatchers>>}" in rule["metricsQuery"] and "by (<<.GroupBy>>)" in rule["metricsQuery"]
+
+
+def test_the_adapter_is_given_no_rule_for_a_series_no_autoscaler_reads(tmp_path: Path) -> None:
+    env = spec.load_environment(write_env(tmp_path, with_service(server=None, targets={"gpu_utilisation_percent": 60})))
+    assert [rule["name"]["as"] for rule in adapter_config(env)["rules"]] == ["gpu_utilisation_percent"]
 
 
 def test_a_fleet_without_services_renders_no_autoscaling(tmp_path: Path) -> None:
@@ -149,6 +157,7 @@ def test_plan_denies_a_max_beyond_burst_and_spend_beyond_budget_at_the_line_with
     edit(repo, "replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 100000}")
     commit(repo, "speech/asr: scale far")
     code, result = plan_json(repo, "--approvals", "2")
+    conforms(result, "plan")  # the published schema holds each service's row
     assert code == 1 and result["verdict"] == "denied"
     line = next(i for i, t in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if "max: 100000" in t)
     by_rule = {d["rule"]: d for d in result["decisions"] if d["rule"].startswith("autoscaling.")}
