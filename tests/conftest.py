@@ -106,3 +106,14 @@ def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
     yield start
     for kueue in started:
         kueue.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The timings a passing test recorded (`record_property("timings", ...)`), after the run, so that CI's
+    log shows them (xdist passes recorded properties back; a test's own output it keeps)."""
+    lines = [f"{report.nodeid}: {value}" for report in terminalreporter.stats.get("passed", [])
+             for name, value in report.user_properties if name == "timings"]
+    if lines:
+        terminalreporter.write_sep("-", "timings")
+        for line in lines:
+            terminalreporter.write_line(line)

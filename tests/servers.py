@@ -1,8 +1,9 @@
 """The real servers the suite runs against: OPA, etcd + kube-apiserver, Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
-server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
-stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
+server listens on 127.0.0.1 only (or, where a server in the test's network namespace must reach it,
+on that test host's address: tests/netns.py), on a free port, with its own folder for data and logs,
+and is stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
 when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test instead.
 
 The API servers are run the way controller-runtime's envtest runs them: no controllers, no
@@ -149,13 +150,13 @@ def opa_server(directory: Path) -> Iterator[Opa]:
     ], directory).start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "opa", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "opa", process)
         yield Opa(url, token, process)
     finally:
         process.stop()
 
 
-def _http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
+def http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
     import requests
 
     try:
@@ -187,7 +188,7 @@ def etcd_server(directory: Path) -> Iterator[Etcd]:
         "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a test store need not survive a power cut
     ], directory).start()
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "etcd", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "etcd", process)
         yield Etcd(url, process)
     finally:
         process.stop()
@@ -204,6 +205,9 @@ class ApiServer:
     name: str
     directory: Path
     etcd: Etcd
+    # A test host's address (tests/netns.py) when a server in a network namespace must call it.
+    address: str = "127.0.0.1"
+    extra_args: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     prefix: str = field(default_factory=lambda: f"/registry-{uuid.uuid4().hex[:12]}")
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
@@ -212,7 +216,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def ca_file(self) -> Path:
@@ -233,28 +237,28 @@ class ApiServer:
         d = self.directory
         self.process = Process("kube-apiserver", [
             str(binary),
-            "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--advertise-address={self.address}", f"--bind-address={self.address}", f"--secure-port={self.port}",
             f"--cert-dir={d / 'certs'}", f"--etcd-servers={self.etcd.url}", f"--etcd-prefix={self.prefix}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
             f"--service-account-issuer={self.url}", f"--service-account-key-file={d / 'sa.pub'}",
             f"--service-account-signing-key-file={d / 'sa.key'}",
             "--endpoint-reconciler-type=none",  # its endpoints may not be loopback addresses
-            "--v=0",
+            "--v=0", *self.extra_args,
         ], d).start()
         wait_until(self.ready, f"kube-apiserver {self.name}", self.process)
         return self
 
     def ready(self) -> bool:
-        return self.ca_file.exists() and _http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
+        return self.ca_file.exists() and http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
 
-    def start_controllers(self, *controllers: str) -> Process:
+    def start_controllers(self, *controllers: str, flags: tuple[str, ...] = ()) -> Process:
         """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
-        ResourceQuota status: what `pulumi up` waits for). No serving port, no leader election."""
+        ResourceQuota status: what `pulumi up` waits for), and `flags`. No serving port, no leader election."""
         binary = tool("kube-controller-manager")
         self.controllers = Process("kube-controller-manager", [
             str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'controllers.kubeconfig')}",
-            f"--controllers={','.join(controllers)}", "--leader-elect=false", "--secure-port=0", "--v=0",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false", "--secure-port=0", "--v=0", *flags,
         ], self.directory).start()
         return self.controllers
 
@@ -368,8 +372,9 @@ def kueue_assets() -> Path:
     return tool("kueue").resolve().parent
 
 
-def _tls_pair(directory: Path) -> bytes:
-    """A test CA and a serving certificate for 127.0.0.1 signed by it (tls.crt, tls.key); the CA's PEM."""
+def tls_pair(directory: Path, subject: str = "127.0.0.1", ips: tuple[str, ...] = ("127.0.0.1",), dns: tuple[str, ...] = ()) -> bytes:
+    """A test CA (ca.crt) and a certificate for `subject`, valid for `ips` and `dns`, signed by it
+    (tls.crt, tls.key); the CA's PEM."""
     import datetime
 
     from cryptography import x509
@@ -385,16 +390,18 @@ def _tls_pair(directory: Path) -> bytes:
                    .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(life[0]).not_valid_after(life[1])
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if not ca:
+        if not ca and (ips or dns):  # a client certificate names no address
             import ipaddress
-            builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return builder.sign(signer, hashes.SHA256())
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetops test CA")])
     ca = certificate("fleetops test CA", ca_key, ca_name, ca_key, ca=True)
-    serving = certificate("127.0.0.1", key, ca_name, ca_key, ca=False)
+    serving = certificate(subject, key, ca_name, ca_key, ca=False)
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (directory / "tls.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
@@ -454,7 +461,7 @@ class KueueServer:
         if shutil.which("unshare") is None:
             missing("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
         d = self.directory
-        ca = _tls_pair(d / "webhook-certs")
+        ca = tls_pair(d / "webhook-certs")
         upper = d / "etc-upper"
         shutil.copytree(d / "webhook-certs", upper / "kueue" / "metrics" / "certs", dirs_exist_ok=True)
         (d / "etc-work").mkdir(parents=True, exist_ok=True)
@@ -467,7 +474,7 @@ class KueueServer:
             "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
             str(binary), f"--config={d / 'config.yaml'}", "--zap-log-level=2",
         ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
-        wait_until(lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
         self._register_webhooks(f"https://127.0.0.1:{webhook_port}", ca)
         return self
 
