@@ -89,10 +89,15 @@ def disconnect_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str
     name = f"{DISCONNECT_PREFIX}{group.name}"
     key = kube.EDGE_GROUP_LABEL
     offline = group.offline_work.priority_classes if group.offline_work else []
+    # The pod's other tolerations, rebuilt as typed values: the API server cannot write the ones it
+    # read back into a JSON patch as they are (and Object types exist in mutations only, not variables).
+    kept = ("(has(object.spec.tolerations) ? object.spec.tolerations.filter(t, !has(t.key) || !(t.key in "
+            f"{_cel_list(list(OFFLINE_TAINTS))})).map(t, Object.spec.tolerations{{"
+            "?key: t.?key, ?operator: t.?operator, ?value: t.?value, ?effect: t.?effect, ?tolerationSeconds: t.?tolerationSeconds}) : [])")
     mine = _tolerations(group.disconnect.after_seconds)
-    value = f"variables.kept + {mine}"
+    value = f"{kept} + {mine}"
     if offline and group.disconnect.after_seconds is not None:
-        value = (f"variables.kept + (has(object.spec.priorityClassName) && object.spec.priorityClassName in {_cel_list(offline)}"
+        value = (f"{kept} + (has(object.spec.priorityClassName) && object.spec.priorityClassName in {_cel_list(offline)}"
                  f" ? {_tolerations(None)} : {mine})")
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -106,9 +111,6 @@ def disconnect_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str
                 {"name": "on-the-group", "expression": f"has(object.spec.nodeSelector) && '{key}' in object.spec.nodeSelector && object.spec.nodeSelector['{key}'] == '{group.name}'"},
                 {"name": "not-a-daemon", "expression": "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, r.kind == 'DaemonSet')"},
             ],
-            "variables": [{"name": "kept", "expression": (
-                "has(object.spec.tolerations) ? object.spec.tolerations.filter(t, !has(t.key) || !(t.key in "
-                f"{_cel_list(list(OFFLINE_TAINTS))})) : []")}],
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
                 "expression": f"[JSONPatch{{op: 'add', path: '/spec/tolerations', value: {value}}}]"}}],
         },
