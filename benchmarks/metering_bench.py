@@ -2,9 +2,12 @@
 
 The generated large fleet (benchmarks/generate.py, scale 1: 1,000 tenants), one in ten of them
 prepaid with a top-up before the month. Prometheus (Debian's /usr/bin/prometheus, as in the tests)
-holds `fleetops:tenant_devices:physical` hourly for each tenant on one of its pools from a week before
-the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`. Not in
-`make bench`: it needs that server (`apt-get install prometheus`), and writing the blocks takes a minute.
+holds `fleetops:tenant_devices:physical` every 6 hours for each tenant on one of its pools from a week
+before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
+a sample for 6 hours (--query.lookback-delta): the server's work for the statements is the same as over
+minute samples (the query steps every minute whatever the samples), and promtool 2.42 writes a block
+per 2 hours of history, so hourly samples for 1,000 tenants took over 10 minutes to import on the
+shared 2-core machine. Not in `make bench`: it needs that server (`apt-get install prometheus`).
 
     .venv/bin/python benchmarks/metering_bench.py [--tenants-scale 1] [--keep DIR]
 """
@@ -36,6 +39,7 @@ from tests.servers import prometheus_server  # noqa: E402
 PERIOD = "2026-11"
 START = int(datetime.datetime(2026, 10, 25, tzinfo=datetime.timezone.utc).timestamp())
 END = int(datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc).timestamp())
+SAMPLE_SECONDS = 6 * 3600
 QUERIES = 2  # the month, and the prepaid tenants' spend before it: the bound, whatever the tenants
 WALL_SECONDS = 30.0
 PEAK_MIB = 256.0
@@ -52,7 +56,7 @@ def environment(scale: float, directory: Path) -> spec.Environment:
 
 
 def openmetrics(env: spec.Environment) -> tuple[str, int]:
-    """Hourly device series for each tenant on one of its pools; the number of series."""
+    """Device series for each tenant on one of its pools, a sample every SAMPLE_SECONDS; the number of series."""
     rng = random.Random(22)
     clusters = {c.name: c for c in env.clusters}
     lines, count = [f"# TYPE {DEVICES} gauge"], 0
@@ -62,7 +66,7 @@ def openmetrics(env: spec.Environment) -> tuple[str, int]:
             cluster = next(c for c in tenant.clusters if any(g is group for g in (*clusters[c].pools, *clusters[c].edge_groups)))
             labels = f'cluster="{cluster}",pool="{group.name}",resource="{group.device.resource}",tenant="{tenant.name}"'
             held = rng.randint(1, 8)
-            lines += [f"{DEVICES}{{{labels}}} {held if rng.random() < 0.6 else 0} {t}" for t in range(START, END + 1, 3600)]
+            lines += [f"{DEVICES}{{{labels}}} {held if rng.random() < 0.6 else 0} {t}" for t in range(START, END + 1, SAMPLE_SECONDS)]
             count += 1
     return "\n".join(lines) + "\n# EOF\n", count
 
@@ -77,7 +81,7 @@ def main() -> int:
         env = environment(args.tenants_scale, directory)
         text, series = openmetrics(env)
         began = time.perf_counter()
-        with prometheus_server(directory / "prometheus", text, lookback="1h") as server:
+        with prometheus_server(directory / "prometheus", text, lookback=f"{SAMPLE_SECONDS}s") as server:
             loaded = time.perf_counter() - began
             client = Prometheus(server.url)
             tracemalloc.start()
