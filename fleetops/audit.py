@@ -359,6 +359,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
         for w in report["waivers"]
     ]
+    if (st := report.get("statements")) is not None:
+        lines += ["", f"## Statements: {st['environment']}, {st['period']}", "", f"Read from {st['prometheus']}.", "",
+                  "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
+        lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
+                  f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
     h = report["history"]
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:
@@ -508,6 +513,7 @@ def build(
         "environments": [environment_section(name, checked, policies_dir, engine) for name, checked in environments],
         "waivers": waiver_rows(policies_dir, today),
         "history": history(decision_log),
+        "statements": None,  # `audit --statements FILE` sets it (statements.audit_summary)
     }
 
 

@@ -10,6 +10,7 @@ waivers, owners) are flagged as security-relevant.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 from typing import Any
 
@@ -243,7 +244,18 @@ def _leaves(value: Any, loc: spec.Loc, shown: str, out: dict[str, tuple[Any, spe
         for index, item in enumerate(value):
             _leaves(item, loc + (index,), f"{shown}[{item['name']}]", out)
     else:
-        out[shown] = (value, loc)
+        out[shown] = (_as_written(value), loc)
+
+
+def _as_written(value: Any) -> Any:
+    """A leaf as JSON can carry it: YAML's dates (a prepaid tenant's top-ups) as the ISO text they were written in."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_as_written(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_written(v) for k, v in value.items()}
+    return value
 
 
 Parsed = tuple[Any, "spec.Positions | None"]  # a side's environment file: its data and node positions

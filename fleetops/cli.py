@@ -484,8 +484,9 @@ def audit_command(
     out_file: Annotated[Path | None, typer.Option("-o", "--out", help="Write the report here (default: standard output)")] = None,
     policies: PoliciesOpt = DEFAULT_POLICIES,
     opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine)")] = None,
+    statements_file: Annotated[Path | None, typer.Option("--statements", help="Add these statements (`fleetops statements --output json`) to the report")] = None,
 ) -> None:
-    """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity."""
+    """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity, statements."""
     from fleetops import policy
     from fleetops import audit
     from fleetops import git
@@ -509,6 +510,10 @@ def audit_command(
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
+    if statements_file is not None:
+        from fleetops.metering import statements
+
+        report["statements"] = statements.audit_summary(statements_file)
     if skipped := audit.malformed_summary(report["history"]):
         err.print(skipped, markup=False, highlight=False)
     if output is AuditFormat.json:

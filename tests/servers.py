@@ -603,17 +603,6 @@ def openmetrics_blocks(text: str, directory: Path) -> Path:
     return blocks
 
 
-def rule_blocks(url: str, rule_file: Path, start: int, end: int, directory: Path) -> Path:
-    """Blocks of the recording rules in `rule_file` over [start, end], evaluated by the real
-    `promtool tsdb create-blocks-from rules` against the Prometheus at `url` (rules are evaluated live
-    by a server, never over backfilled history: this is how history gets them)."""
-    blocks = directory / "rule-blocks"
-    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "rules", "--quiet",
-                    f"--url={url}", f"--start={start}", f"--end={end}", f"--output-dir={blocks}", str(rule_file)],
-                   check=True, capture_output=True, timeout=1200)
-    return blocks
-
-
 @contextlib.contextmanager
 def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
                       scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m") -> Iterator[Prometheus]:

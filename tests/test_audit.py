@@ -406,3 +406,30 @@ def test_the_audit_and_the_gate_name_a_malformed_waiver_in_the_same_words(tmp_pa
     checked = run("check", "--env", "prod", "--policies", str(policies), "--output", "json", "--decision-log", str(tmp_path / "log.jsonl"))
     (problem,) = json.loads(checked.stdout)["problems"]
     assert (problem["path"], problem["message"]) == ("waivers[0].ticket", "required field is missing")
+
+
+STATEMENTS = {"environment": "dev", "period": "2026-11", "prometheus": "http://prometheus.monitoring:9090", "statements": [
+    {"tenant": "vision", "mode": "postpaid", "currency": "USD", "total": 1234.5, "balance": None, "lines": []},
+    {"tenant": "ml-sandbox", "mode": "prepaid", "currency": "USD", "total": 300.0, "balance": {"remaining": -12.25}, "lines": []},
+]}
+
+
+def test_statements_given_to_the_audit_appear_in_html_and_markdown(tmp_path: Path) -> None:
+    given = tmp_path / "statements.json"
+    given.write_text(json.dumps(STATEMENTS))
+    md, page = tmp_path / "audit.md", tmp_path / "audit.html"
+    for out, form in ((md, "markdown"), (page, "html")):
+        done = run("audit", "--env", "dev", "--output", form, "-o", str(out), "--statements", str(given), "--decision-log", str(tmp_path / "none"))
+        assert done.returncode == 0, done.stderr
+    text = md.read_text()
+    assert "## Statements: dev, 2026-11" in text
+    assert "| ml-sandbox | prepaid | 300.00 USD | -12.25 USD |" in text and "| vision | postpaid | 1,234.50 USD |  |" in text
+    assert 'id="statements"' in page.read_text() and "-12.25 USD" in page.read_text()
+
+
+def test_a_file_that_is_not_statements_is_one_line_and_no_report(tmp_path: Path) -> None:
+    given = tmp_path / "statements.json"
+    given.write_text(json.dumps({"environment": "dev", "period": "2026-11"}))
+    done = run("audit", "--env", "dev", "--output", "markdown", "-o", str(tmp_path / "audit.md"), "--statements", str(given))
+    assert done.returncode == 2 and not (tmp_path / "audit.md").exists()
+    assert done.stderr.strip() == f"{given}: not the JSON of `fleetops statements --output json`: prometheus: Field required"

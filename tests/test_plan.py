@@ -410,3 +410,14 @@ def test_a_head_only_the_schema_check_refuses_cannot_be_approved(repo: Path) -> 
     out = plan(repo, "--env", "prod")
     assert out.returncode == 2 and "cannot be judged" in out.stdout
     assert "rendered object fails its schema" in out.stderr and "has more than 8 items" in out.stderr
+
+
+def test_a_new_top_up_is_a_field_change_with_its_date_as_written(repo: Path) -> None:
+    edit(repo, "{date: 2026-11-15, amount: 100000}]", "{date: 2026-11-15, amount: 100000}, {date: 2026-12-01, amount: 50000}]")
+    commit(repo, "research tops up")
+    code, result = plan_json(repo)
+    assert code == 0
+    (change,) = [f for f in result["spec_changes"] if f["path"] == "tenants[research].billing.top_ups"]
+    assert change["new"][-1] == {"date": "2026-12-01", "amount": 50000}
+    md = plan(repo, "--env", "prod")
+    assert md.returncode == 0 and "Traceback" not in md.stderr and "2026-12-01" in md.stdout

@@ -7,7 +7,8 @@ to the period's end, less what it spent from its first top-up to the period's en
 The cost is bounded whatever the number of tenants: one range query for the period (grouped by
 cluster, pool, tenant and resource: never one per tenant), and one more for the prepaid tenants'
 spend before it when any was topped up earlier. Device-hours are counted at minute resolution
-(`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per series.
+(`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per series: each
+minute of the month counts once, as the latest sample at or before it says.
 
 Prices are the environment's as declared now (the revision the command runs on), in the budget's currency.
 """
@@ -21,6 +22,9 @@ import io
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
@@ -28,6 +32,7 @@ from fleetops.prometheus import Prometheus, Series, finite
 
 DEVICES = "fleetops:tenant_devices:physical"  # modules/metering.py records it: the shared metric contract
 DAY = 86400
+EARLY = 30  # seconds: between two minute steps of the subquery
 ROUND = 6  # decimals kept of device-hours and amounts: a sum of 30 days of minute samples, no more
 
 
@@ -136,8 +141,11 @@ def _daily(series: list[Series]) -> dict[Key, list[tuple[float, float]]]:
 
 
 def _read(prom: Prometheus, expr: str, start: float, end: float) -> dict[Key, list[tuple[float, float]]]:
-    """Points at each day's end in (start, end]: each covers the day before it."""
-    return _daily(prom.query_range(expr, start + DAY, end, DAY))
+    """(day's end, device-hours) for each day of [start, end). Each point is asked EARLY seconds before
+    its day's end, so that its `[1d:1m]` window holds exactly the day's 1,440 minutes (from 00:00 to
+    23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
+    days = _daily(prom.query_range(expr, start + DAY - EARLY, end - EARLY, DAY))
+    return {key: [(t + EARLY, v) for t, v in points] for key, points in days.items()}
 
 
 def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements:
@@ -221,3 +229,41 @@ def text(statement: Statement) -> str:
         rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period "
                     f"{b.spent_in_period:,.2f} = balance {b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}")
     return "\n".join(rows) + "\n"
+
+
+# --- in the audit report ----------------------------------------------------------------------
+
+DOCUMENT_BYTES = 64 * 1024 * 1024  # of a statements file: 1,000 tenants' month is ~1 MiB of JSON
+
+
+class _Balance(BaseModel):
+    remaining: float
+
+
+class _Summary(BaseModel):
+    tenant: str
+    mode: Mode
+    currency: str
+    total: float
+    balance: _Balance | None
+
+
+class _Document(BaseModel):
+    environment: str
+    period: str
+    prometheus: str
+    statements: list[_Summary]
+
+
+def audit_summary(path: Path) -> dict[str, object]:
+    """What the audit report shows of a `fleetops statements --output json` file: per tenant, its mode, total and balance."""
+    raw = spec.read_bounded(path, DOCUMENT_BYTES, str(path), "statements")
+    try:
+        document = _Document.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the document"
+        raise StatementError(f"{path}: not the JSON of `fleetops statements --output json`: {where}: {first['msg']}") from None
+    return {"environment": document.environment, "period": document.period, "prometheus": document.prometheus,
+            "rows": [{"tenant": s.tenant, "mode": str(s.mode), "currency": s.currency, "total": s.total,
+                      "balance": None if s.balance is None else s.balance.remaining} for s in document.statements]}

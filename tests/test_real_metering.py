@@ -1,0 +1,152 @@
+"""Statements for the bundled prod over a synthetic month, read from a real Prometheus.
+
+The raw series are kube-state-metrics-like, written into TSDB blocks by `promtool tsdb create-blocks-from
+openmetrics`. Prometheus evaluates recording rules live, never over backfilled history, so the rendered
+metering rules are evaluated over that history by the real server (range queries of the rendered
+expressions, as `promtool tsdb create-blocks-from rules` does) and the results backfilled beside the raw
+series; the statements then read the recorded series, as they do in a cluster (and as plan's utilisation
+does), rather than raw series they would have to join again. Every figure is checked against the sums the test
+computes from its own generator (tests/metering_data.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetops import spec
+from modules import metering
+from tests import metering_data as data
+from tests.cli import run
+from tests.helpers import ROOT
+from tests.servers import Prometheus, prometheus_server
+
+pytestmark = pytest.mark.real
+
+PROD = ROOT / "environments" / "prod.yaml"
+START = data.unix(datetime.date(2026, 10, 25))  # a week before the month: research's prepaid spend before it
+END = data.unix(datetime.date(2026, 12, 1))
+MONTH = (data.unix(datetime.date(2026, 11, 1)), END)
+
+
+def recorded(url: str, env: spec.Environment) -> str:
+    """The rendered device rules of every cluster evaluated by the real server over the history, hour by
+    hour as the samples are, as OpenMetrics families to backfill.
+
+    What `promtool tsdb create-blocks-from rules` does, in one range query per rule: promtool asks per
+    two-hour block and writes one block each, which took over ten minutes and 2 GB for these 37 days."""
+    from fleetops.prometheus import Prometheus as Client
+
+    client = Client(url)
+    lines = [f"# TYPE {metering.DEVICES} gauge"]
+    for cluster in env.clusters:
+        for rule in metering.metering_rules(cluster, env):
+            if rule["record"] != metering.DEVICES:
+                continue
+            for series in client.query_range(rule["expr"], START, END, 3600):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted({**series.labels, **rule["labels"]}.items()))
+                lines += [f"{metering.DEVICES}{{{labels}}} {v!r} {t:.0f}" for t, v in series.points]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, list[data.Pod]]]:
+    raw = yaml.safe_load(PROD.read_text())
+    pods = data.pods(raw, START, END)
+    directory = tmp_path_factory.mktemp("prometheus")
+    text = data.openmetrics(raw, pods, START, END)
+    with prometheus_server(directory / "raw", text, lookback="1h") as raw_server:
+        rules = recorded(raw_server.url, spec.load_environment(PROD))
+    both = text.removesuffix("# EOF\n") + rules + "# EOF\n"
+    with prometheus_server(directory / "both", both, lookback="1h") as server:
+        yield server, pods
+
+
+def statements(server: Prometheus, *args: str) -> tuple[int, str, str]:
+    result = run("statements", "--env", "prod", "--environments", ROOT / "environments", "--prometheus", server.url, *args)
+    return result.returncode, result.stdout, result.stderr
+
+
+def expected(pods: list[data.Pod], a: int, b: int) -> dict[tuple[str, str, str], float]:
+    out: dict[tuple[str, str, str], float] = {}
+    for pod in pods:
+        key = (pod.tenant, pod.cluster, pod.pool)
+        out[key] = out.get(key, 0.0) + data.device_hours(pod, START, a, b)
+    return out
+
+
+def test_prod_statements_for_a_month_match_the_generators_own_sums(month: tuple[Prometheus, list[data.Pod]]) -> None:
+    server, pods = month
+    code, out, err = statements(server, "--period", "2026-11", "--output", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["queries"] == 2  # the month, and the prepaid tenants' spend before it: whatever the tenants
+    raw = yaml.safe_load(PROD.read_text())
+    prices = raw["prices"]
+    models = {(c["name"], g["name"]): g["device"]["model"] for c in raw["clusters"] for k in ("pools", "edge_groups") for g in c.get(k, [])}
+    hours = expected(pods, *MONTH)
+    got = {s["tenant"]: s for s in document["statements"]}
+    assert set(got) == {t["name"] for t in raw["tenants"]}
+    billed = 0.0
+    for (tenant, cluster, pool), device_hours in hours.items():
+        line = next(x for x in got[tenant]["lines"] if (x["cluster"], x["pool"]) == (cluster, pool))
+        price = prices[models[(cluster, pool)]]
+        assert line["device_hours"] == pytest.approx(device_hours, abs=1e-5)
+        assert line["amount"] == pytest.approx(device_hours * price, abs=1e-4)
+        billed += device_hours * price
+    assert sum(s["total"] for s in got.values()) == pytest.approx(billed, abs=1e-3)
+    assert billed > 0 and document["unknown"] == []  # the kube-system pod is no tenant's, and billed to none
+
+    research = got["research"]
+    assert research["mode"] == "prepaid"
+    before = sum(h * prices[models[(c, p)]] for (t, c, p), h in expected(pods, data.unix(datetime.date(2026, 10, 1)), MONTH[0]).items() if t == "research")
+    assert before > 0
+    balance = research["balance"]
+    assert balance["top_ups"] == 250000  # 1 October and 15 November, both before the month's end
+    assert balance["spent_before"] == pytest.approx(before, abs=1e-3)
+    assert balance["remaining"] == pytest.approx(250000 - before - research["total"], abs=1e-3)
+    assert got["speech"]["balance"] is None
+
+
+def test_csv_and_text_say_the_same_and_out_writes_a_file_per_tenant(month: tuple[Prometheus, list[data.Pod]], tmp_path: Path) -> None:
+    server, _ = month
+    _, out, _ = statements(server, "--period", "2026-11", "--output", "json")
+    totals = {s["tenant"]: s["total"] for s in json.loads(out)["statements"]}
+    code, out, _ = statements(server, "--period", "2026-11", "--output", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["tenant"]: float(r["amount"]) for r in rows if r["kind"] == "total"} == totals
+    code, _, err = statements(server, "--period", "2026-11", "--out", str(tmp_path))
+    assert code == 0 and "wrote 7 statements for 2026-11" in err
+    text = (tmp_path / "research.txt").read_text()
+    assert text.startswith("Prepaid statement for research, 2026-11 (USD)") and "balance" in text
+
+
+def test_a_month_without_metering_is_no_answer_never_zero_use(month: tuple[Prometheus, list[data.Pod]]) -> None:
+    server, _ = month
+    code, out, err = statements(server, "--period", "2025-01")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        f"{server.url}: no fleetops:tenant_devices:physical between 2025-01-01 and 2025-02-01: is the PrometheusRule "
+        "fleetops-metering loaded and kube-state-metrics scraped? (read as no answer, never as zero use)"]
+
+
+def test_a_prometheus_that_does_not_answer_is_one_line_exit_2() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run("statements", "--env", "prod", "--environments", ROOT / "environments",
+                 "--prometheus", f"http://user:pw@127.0.0.1:{port}", "--period", "2026-11")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"http://127.0.0.1:{port}/api/v1/query_range: no answer: connection refused"
+
+

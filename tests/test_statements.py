@@ -1,0 +1,90 @@
+"""`fleetops statements` against a scripted Prometheus API: forms, exit codes and the bounded queries.
+The statements against a real Prometheus over a synthetic month are in test_real_metering.py."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetops.metering.statements import Period, StatementError
+from tests.cli import run
+from tests.fake_prometheus import server, success  # noqa: F401 - server is a fixture
+from tests.helpers import ROOT
+
+DAY = 86400
+NOVEMBER = int(datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc).timestamp())
+
+
+def days(per_day: float, first: int = NOVEMBER, count: int = 30) -> list[list[object]]:
+    """Points as the statements' query is answered: one per day, asked 30 s before the day's end."""
+    return [[first + (i + 1) * DAY - 30, str(per_day)] for i in range(count)]
+
+
+def matrix(*series: tuple[dict[str, str], list[list[object]]]) -> bytes:
+    return success({"resultType": "matrix", "result": [{"metric": labels, "values": values} for labels, values in series]})
+
+
+def statements(url: str, *args: str) -> tuple[int, str, str]:
+    done = run("statements", "--env", "dev", "--environments", ROOT / "environments", "--prometheus", url, "--period", "2026-11", *args)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server) -> None:  # noqa: F811
+    url, script = server
+    sandbox = {"cluster": "dev-center", "tenant": "ml-sandbox", "resource": "nvidia.com/gpu"}
+    script.body = matrix(({**sandbox, "pool": "dev-a100"}, days(48)), ({**sandbox, "pool": "dev-spot"}, days(10)),
+                         ({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone", "resource": "nvidia.com/gpu"}, days(1)))
+    code, out, err = statements(url, "--output", "json")
+    assert code == 1
+    assert err.splitlines() == ["warning: dev-center/dev-a100/gone: metered, but no such tenant or pool in dev: not billed",
+                                "overdrawn: ml-sandbox"]
+    document = json.loads(out)
+    assert document["ok"] is False and document["counts"] == {"statements": 4, "overdrawn": 1}
+    sandbox_statement = next(s for s in document["statements"] if s["tenant"] == "ml-sandbox")
+    lines = {line["pool"]: (line["device_hours"], line["price_per_device_hour"], line["amount"]) for line in sandbox_statement["lines"]}
+    assert lines == {"dev-a100": (1440, 1.4, 2016), "dev-spot": (300, 0.5, 150)}  # the spot pool at its own price
+    assert sandbox_statement["balance"] == {"top_ups": 2000, "spent_before": 0, "spent_in_period": 2166, "remaining": -166, "low_balance_at": 200}
+    # One query: dev's prepaid tenant was topped up on the month's first day, so there is no spend before it to read.
+    assert [path for path, _, _ in script.asked] == ["/api/v1/query_range"]
+
+
+def test_the_queries_are_grouped_never_one_per_tenant(server) -> None:  # noqa: F811
+    url, script = server
+    script.body = matrix(({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev", "resource": "nvidia.com/gpu"}, days(1)))
+    assert statements(url)[0] == 0
+    (_, form, _), = script.asked
+    assert form["query"] == ("sum by (cluster, pool, tenant, resource) (sum_over_time(fleetops:tenant_devices:physical[1d:1m])) / 60")
+    assert (form["start"], form["step"]) == (f"{NOVEMBER + DAY - 30}.000", "86400")
+
+
+def test_no_metering_in_the_month_is_exit_2_not_zero_use(server) -> None:  # noqa: F811
+    url, script = server
+    script.body = matrix()
+    code, out, err = statements(url)
+    assert code == 2 and out == ""
+    assert "no fleetops:tenant_devices:physical between 2026-11-01 and 2026-12-01" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_text_form_reads_as_an_invoice(server, tmp_path: Path) -> None:  # noqa: F811
+    url, script = server
+    script.body = matrix(({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev", "resource": "nvidia.com/gpu"}, days(2)))
+    code, _, err = statements(url, "--out", str(tmp_path))
+    assert code == 0 and "wrote 4 statements for 2026-11" in err
+    assert (tmp_path / "platform-dev.txt").read_text() == (
+        "Invoice for platform-dev, 2026-11 (USD)\n"
+        "  dev-center/dev-a100 A100-PCIE-40GB: 60.00 device-hours x 1.4 = 84.00\n"
+        "  total: 84.00\n")
+
+
+@pytest.mark.parametrize("text", ["2026-13", "2026/11", "november", ""])
+def test_a_period_is_a_month(text: str) -> None:
+    with pytest.raises(StatementError, match="a month is written YYYY-MM"):
+        Period.parse(text)
+
+
+def test_february_of_a_leap_year_has_29_days() -> None:
+    period = Period.parse("2028-02")
+    assert (period.end - period.start).days == 29
