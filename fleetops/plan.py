@@ -740,7 +740,7 @@ def junit(plan: dict[str, Any]) -> str:
     return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
 
 
-def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:
+def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
     the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
     from fleetops import policy
