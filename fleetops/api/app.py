@@ -292,7 +292,7 @@ def create_app(snapshot: Snapshot, tokens: Tokens, status: Callable[[], list[mod
         """The plan of the commit that made the revision, as `fleetops plan --output json` prints it."""
         result = snapshot.latest_plan
         return output.envelope("plan", result["verdict"] == "allowed", result["counts"],
-                               **{k: v for k, v in result.items() if k not in ("counts", "judgement")})
+                               **{k: v for k, v in result.items() if k != "counts"})
 
     @app.get("/v1/status", response_model=list[models.ClusterStatus])
     def reconcile_status(_: Operator, response: Response) -> list[models.ClusterStatus]:
