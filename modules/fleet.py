@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetops import spec
+from modules.api import api_part
 from modules.device_plugin import device_plugin
 from modules.edge_group import edge_group
 from modules.kube import Part, Target
@@ -33,6 +34,8 @@ def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
     parts += [edge_group(target, cluster, group) for group in cluster.edge_groups]
     parts += [tenant_part(target, tenant, env) for tenant in env.tenants if cluster.name in tenant.clusters]
     parts.append(monitoring(target, cluster, env))
+    if env.api is not None and env.api.cluster == cluster.name:
+        parts.append(api_part(target, env, env.api))
     parts.append(reconciler(target, env))  # last: its RBAC covers the kinds declared above
     return Part(
         CLUSTER, cluster.name, target,

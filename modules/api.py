@@ -1,0 +1,120 @@
+"""The fleet API (`fleetops serve`), declared by the environment's optional `api:` section.
+
+It runs in the reconciler's namespace of one cluster, from the reconciler's image, reading the same
+Git repository (Secret `fleetops-git`, key `url`). Its bearer tokens' hashes and its TLS certificate
+come from Secrets whoever installs the fleet creates; neither belongs in Git. Its only Kubernetes
+permission is to read that cluster's reconcile status ConfigMap; everything else it serves is Git's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from fleetops import kube, spec
+from modules.kube import Part, Target
+from modules.reconciler import CACHE, DNS
+
+NAME = "fleetops-api"
+SELECTOR = {kube.NAME_LABEL: NAME}
+TOKENS = "/etc/fleetops-api/tokens"
+TLS = "/etc/fleetops-api/tls"
+
+
+def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict[str, Any]]:
+    ns = env.reconciler.namespace
+    args = ["serve", "--env", env.environment, "--rev", "main", "--listen", f"0.0.0.0:{api.port}", "--in-cluster",
+            "--tokens", f"{TOKENS}/tokens.json", "--tls-cert", f"{TLS}/tls.crt", "--tls-key", f"{TLS}/tls.key",
+            "--cache-dir", f"{CACHE}/repos"]
+    probe = {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}}
+    container = {
+        "name": "api",
+        "image": env.reconciler.image,
+        "args": args,
+        "env": [
+            {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}},
+            # The root filesystem is read-only: the clone and the quotes' temporary files go to the cache volume.
+            {"name": "HOME", "value": CACHE},
+            {"name": "TMPDIR", "value": CACHE},
+        ],
+        "ports": [{"name": "https", "containerPort": api.port, "protocol": "TCP"}],
+        "livenessProbe": {**probe, "periodSeconds": 20},
+        # Ready once the revision is loaded whole: the server listens only then.
+        "readinessProbe": {**probe, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE}, {"name": "tokens", "mountPath": TOKENS, "readOnly": True},
+                         {"name": "tls", "mountPath": TLS, "readOnly": True}],
+    }
+    ingress: list[dict[str, Any]] = (
+        [{"from": [{"ipBlock": {"cidr": cidr}} for cidr in api.allow_from], "ports": [{"port": api.port, "protocol": "TCP"}]}]
+        if api.allow_from else []  # no client named: no one may connect
+    )
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": target.metadata(NAME, ns, labels=SELECTOR)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
+            # The reconcile status of this cluster, and nothing else.
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [kube.STATUS_CONFIGMAP], "verbs": ["get"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
+            "spec": {
+                "replicas": api.replicas,
+                "selector": {"matchLabels": SELECTOR},
+                "template": {
+                    "metadata": {"labels": SELECTOR},
+                    "spec": {
+                        "serviceAccountName": NAME,
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [container],
+                        "volumes": [
+                            {"name": "cache", "emptyDir": {}},
+                            {"name": "tokens", "secret": {"secretName": api.tokens_secret, "items": [{"key": "tokens.json", "path": "tokens.json"}]}},
+                            {"name": "tls", "secret": {"secretName": api.tls_secret}},
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
+            "spec": {"selector": SELECTOR, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
+            "spec": {
+                "podSelector": {"matchLabels": SELECTOR},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": ingress,
+                "egress": [
+                    {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}], "ports": DNS},
+                    # The API server (the status ConfigMap) and the Git host: HTTPS, the API server's own port, SSH.
+                    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
+                ],
+            },
+        },
+    ]
+
+
+def api_part(target: Target, env: spec.Environment, api: spec.Api) -> Part:
+    def objects() -> Iterator[dict[str, Any]]:
+        yield from manifests(target, env, api)
+
+    return Part("fleetops:fleet:Api", target.cluster, target, objects, outputs={"namespace": env.reconciler.namespace, "port": api.port})
