@@ -759,17 +759,19 @@ def serve(
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig to read each cluster's reconcile status (default: each cluster's own)")] = None,
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Read the reconcile status of the cluster the pod runs in (api.cluster) only")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where a --repo URL is cloned (default ~/.cache/fleetops/repos)")] = None,
+    refresh: Annotated[str | None, typer.Option(help="Follow --rev: look for a newer commit every DURATION (60s, 5m) and serve it once loaded whole")] = None,
 ) -> None:
     """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status and quotes.
 
     Exit 2 when the revision does not load or judge, or an option is wrong."""
     import socket
+    import threading
 
     import limits
     import uvicorn
 
     from fleetops import cluster as cluster_mod
-    from fleetops import reconcile
+    from fleetops import plan, reconcile
     from fleetops.api import app as api_app
     from fleetops.api import auth, snapshot as snapshot_mod
 
@@ -782,16 +784,24 @@ def serve(
         limits.parse(rate_limit)
     except ValueError:
         fail(f"--rate-limit: expected COUNT/PERIOD like 120/minute, got {rate_limit!r}")
+    period = parse_interval(refresh, "--refresh") if refresh else 0.0
+    source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
+
+    def fetch() -> tuple[Path, str]:
+        if source is None:
+            top = Path(repo)
+            return top, plan.resolve(top, rev)
+        fetched = source.fetch()
+        if fetched.path is None or fetched.revision is None or fetched.error:
+            raise errors.GitError(f"--repo: {fetched.error}")
+        return fetched.path, fetched.revision
+
     stack = contextlib.ExitStack()
-    with stack:
-        local = Path(repo)
-        if not local.is_dir():  # a URL: cloned, credentials kept out of the clone and the messages
-            fetched = reconcile.GitSource(repo, rev, cache_dir).fetch()
-            if fetched.path is None or fetched.error:
-                fail(f"--repo: {fetched.error}")
-            local, rev = fetched.path, fetched.revision or rev
-        with progress(f"loading {env} at {rev}: rendering, judging, planning"):
-            snapshot = snapshot_mod.load(local, env, rev, stack)
+    with progress(f"loading {env} at {rev}: rendering, judging, planning"):
+        local, revision = fetch()
+        snapshot = snapshot_mod.load(local, env, revision, stack)
+    current = snapshot_mod.Current(snapshot, stack)
+    try:
         known = auth.load(tokens, {t.name for t in snapshot.env.tenants})
         timeout = 10.0
         own = snapshot.env.api.cluster if snapshot.env.api else None
@@ -801,7 +811,7 @@ def serve(
                 return cluster_mod.connect(c.name, None, None, True, timeout) if c.name == own else None
             return cluster_mod.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
 
-        application = api_app.create_app(snapshot, known, api_app.StatusReader(snapshot, connect),
+        application = api_app.create_app(current, known, api_app.StatusReader(current, connect),
                                          api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes))
         try:
             sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -817,7 +827,13 @@ def serve(
         bound = sock.getsockname()
         err.print(f"serving {env} at {snapshot.revision[:12]} on {'https' if tls_cert else 'http'}://{listen.rpartition(':')[0]}:{bound[1]}",
                   markup=False, highlight=False)
+        stop = threading.Event()
+        if period:
+            threading.Thread(target=snapshot_mod.follow, args=(current, fetch, period, stop), name="refresh", daemon=True).start()
         uvicorn.Server(config).run(sockets=[sock])
+        stop.set()
+    finally:
+        current.close()
 
 
 @app.command()

@@ -23,7 +23,9 @@ TLS = "/etc/fleetops-api/tls"
 
 def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict[str, Any]]:
     ns = env.reconciler.namespace
-    args = ["serve", "--env", env.environment, "--rev", "main", "--listen", f"0.0.0.0:{api.port}", "--in-cluster",
+    # It follows main as the reconciler does, at the reconciler's pace: a newer commit is served once loaded whole.
+    args = ["serve", "--env", env.environment, "--rev", "main", "--refresh", f"{env.reconciler.interval_seconds}s",
+            "--listen", f"0.0.0.0:{api.port}", "--in-cluster",
             "--tokens", f"{TOKENS}/tokens.json", "--tls-cert", f"{TLS}/tls.crt", "--tls-key", f"{TLS}/tls.key",
             "--cache-dir", f"{CACHE}/repos"]
     probe = {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}}

@@ -54,7 +54,7 @@ class Served:
 
     def client(self, rate: str = "10000/minute", status: Any = None) -> TestClient:
         reader = status or (lambda: [])
-        return TestClient(api_app.create_app(self.snapshot, self.tokens, reader, api_app.Settings(rate=rate)), raise_server_exceptions=False)
+        return TestClient(api_app.create_app(lambda: self.snapshot, self.tokens, reader, api_app.Settings(rate=rate)), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +282,7 @@ def test_status_reads_what_each_reconciler_published_and_says_which_cluster_did_
         return None
 
     now = [0.0]
-    reader = api_app.StatusReader(served.snapshot, connect, ttl=10, clock=lambda: now[0])
+    reader = api_app.StatusReader(lambda: served.snapshot, connect, ttl=10, clock=lambda: now[0])
     rows = {r["cluster"]: r for r in served.client(status=reader).get("/v1/status", headers=bearer(OPERATOR)).json()}
     assert rows["center-bj"] == {"cluster": "center-bj", "state": "reported", "revision": served.revision, "result": "ok",
                                  "message": "applied", "serving_revision": True}
@@ -366,7 +366,7 @@ def test_contract_no_5xx_and_every_answer_matches_its_schema(served: Served) -> 
     """schemathesis generates requests from the document (valid and not) for every operation, sends each with an
     operator's, a tenant's and a wrong token, and checks each answer against the document. (Its pytest plugin
     does not run on pytest 9: the operations are driven here with hypothesis.)"""
-    app = api_app.create_app(served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"))
+    app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/capacity", "/v1/quotes", "/v1/tenants/{name}/use"}
@@ -392,3 +392,34 @@ def test_the_openapi_document_is_3_1_and_reuses_the_cli_json_schema(client: Test
     assert schemas["Decisions"]["properties"]["decisions"]["items"] == {"$ref": "#/components/schemas/decision"}
     assert document["paths"]["/v1/capacity"]["get"]["responses"]["429"]["content"] == {
         "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+# --- following a branch -----------------------------------------------------------------------------------
+
+
+def test_a_newer_commit_is_served_once_loaded_whole_and_an_invalid_one_never(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    first = git(repo, "rev-parse", "HEAD").strip()
+    stack = contextlib.ExitStack()
+    current = snapshot_mod.Current(snapshot_mod.load(repo, "prod", first, stack), stack)
+    tokens = auth.load(tokens_file(tmp_path / "tokens.json"), {"vision"})
+    client = TestClient(api_app.create_app(current, tokens, lambda: []))
+    fetch = lambda: (repo, git(repo, "rev-parse", "HEAD").strip())  # noqa: E731 - the branch's head, as serve --refresh reads it
+    try:
+        tag = client.get("/v1/tenants/vision", headers=bearer(OPERATOR)).headers["etag"]
+        assert snapshot_mod.refresh(current, fetch) is None and current().revision == first  # nothing new: nothing loaded
+
+        edit(repo, VISION_GPU, VISION_GPU.replace("burst: 160", "burst: 168"))
+        second = commit(repo, "vision: more burst")
+        assert snapshot_mod.refresh(current, fetch) is None
+        answer = client.get("/v1/tenants/vision", headers={**bearer(OPERATOR), "If-None-Match": tag})
+        assert answer.status_code == 200 and second in answer.headers["etag"]
+        assert next(q["burst"] for q in answer.json()["quotas"] if q["resource"] == "nvidia.com/gpu") == 168
+
+        edit(repo, "burst: 168", "burst: lots")
+        commit(repo, "broken")
+        problem = snapshot_mod.refresh(current, fetch)
+        assert problem is not None and "environments/prod.yaml:" in problem and "burst" in problem
+        assert current().revision == second  # the last good revision stays served, whole
+    finally:
+        current.close()

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple, NoReturn
 
 import limits
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
@@ -123,7 +123,7 @@ class AccessLog:
 class StatusReader:
     """Each cluster's reconcile status, read at most once per `ttl` seconds whatever the number of clients."""
 
-    snapshot: Snapshot
+    current: Callable[[], Snapshot]
     connect: Callable[[spec.Cluster], ClusterAPI | None]  # None: not reachable from where this server runs
     ttl: float = STATUS_TTL_SECONDS
     clock: Callable[[], float] = time.monotonic
@@ -132,12 +132,13 @@ class StatusReader:
 
     def __call__(self) -> list[models.ClusterStatus]:
         with self._lock:
+            snapshot = self.current()
             if self._cached is None or self.clock() - self._cached[0] >= self.ttl:
-                self._cached = (self.clock(), [self._read(c) for c in self.snapshot.env.clusters])
+                self._cached = (self.clock(), [self._read(snapshot, c) for c in snapshot.env.clusters])
             return self._cached[1]
 
-    def _read(self, cluster: spec.Cluster) -> models.ClusterStatus:
-        opts = Options(namespace=self.snapshot.env.reconciler.namespace, attempts=1)
+    def _read(self, snapshot: Snapshot, cluster: spec.Cluster) -> models.ClusterStatus:
+        opts = Options(namespace=snapshot.env.reconciler.namespace, attempts=1)
         try:
             api = self.connect(cluster)
             configmap = read_status(api, opts) if api is not None else None
@@ -151,7 +152,18 @@ class StatusReader:
         data = configmap.get("data") or {}
         revision = data.get("revision") or None
         return models.ClusterStatus(cluster=cluster.name, state=models.StatusState.REPORTED, revision=revision, result=data.get("result"),
-                                    message=data.get("message"), serving_revision=revision == self.snapshot.revision)
+                                    message=data.get("message"), serving_revision=revision == snapshot.revision)
+
+
+class Seen(NamedTuple):
+    """Who asks, and the snapshot the answer is made of (read once per request: a refresh mid-request changes nothing)."""
+
+    who: Principal
+    snapshot: Snapshot
+
+
+def etag(snapshot: Snapshot, who: Principal) -> str:
+    return f'"{snapshot.revision}-{who.key}"'
 
 
 @dataclass(frozen=True)
@@ -167,9 +179,11 @@ def _problem_doc(description: str) -> dict[str, Any]:
 ERRORS = {str(code): _problem_doc(_TITLES[code]) for code in (400, 401, 403, 404, 405, 413, 422, 429)}
 
 
-def create_app(snapshot: Snapshot, tokens: Tokens, status: Callable[[], list[models.ClusterStatus]], settings: Settings = Settings()) -> FastAPI:
+def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable[[], list[models.ClusterStatus]],
+               settings: Settings = Settings()) -> FastAPI:
+    """The API of what `current()` returns: each request reads one snapshot, and its ETag is that snapshot's."""
     app = FastAPI(title="fleetops fleet API", version=__version__, responses=ERRORS, docs_url=None, redoc_url=None,
-                  description=f"The environment {snapshot.environment} at revision {snapshot.revision}, read only.")
+                  description=f"The environment {current().environment} at one Git revision, read only.")
     rate = limits.parse(settings.rate)
     limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
     bearer = HTTPBearer(auto_error=False)
@@ -197,19 +211,20 @@ def create_app(snapshot: Snapshot, tokens: Tokens, status: Callable[[], list[mod
 
     Operator = Annotated[Principal, Depends(operator)]
 
-    def revision_tag(request: Request, response: Response, who: Who) -> Principal:
-        """The ETag of an answer about the revision: it changes with the revision and with what the token sees."""
-        tag = f'"{snapshot.revision}-{who.key}"'
+    def revision_tag(request: Request, response: Response, who: Who) -> Seen:
+        """The snapshot an answer is made of, and its ETag: it changes with the revision and with what the token sees."""
+        snapshot = current()
+        tag = etag(snapshot, who)
         headers = {"ETag": tag, "Cache-Control": "private, no-cache", "Vary": "Authorization"}
         wanted = {t.strip() for t in request.headers.get("if-none-match", "").split(",")}
         if tag in wanted or "*" in wanted:
             raise NotModified(headers)
         response.headers.update(headers)
-        return who
+        return Seen(who, snapshot)
 
-    Tagged = Annotated[Principal, Depends(revision_tag)]
+    Tagged = Annotated[Seen, Depends(revision_tag)]
 
-    def visible_tenant(name: str, who: Principal) -> spec.Tenant:
+    def visible_tenant(snapshot: Snapshot, name: str, who: Principal) -> spec.Tenant:
         if not who.sees(name):
             raise Problem(403, "forbidden", f"this token sees tenant {who.tenant!r} only")
         tenant = snapshot.tenant(name)
@@ -242,55 +257,61 @@ def create_app(snapshot: Snapshot, tokens: Tokens, status: Callable[[], list[mod
         return {"status": "ok"}
 
     @app.get("/v1/revision", response_model=models.Revision)
-    def revision(who: Tagged) -> models.Revision:
+    def revision(seen: Tagged) -> models.Revision:
         """The revision served and what this token may see."""
-        return models.Revision(environment=snapshot.environment, revision=snapshot.revision, etag=f'"{snapshot.revision}-{who.key}"',
+        snapshot, who = seen.snapshot, seen.who
+        return models.Revision(environment=snapshot.environment, revision=snapshot.revision, etag=etag(snapshot, who),
                                fleetops_version=__version__, scope=who.scope, tenant=who.tenant)
 
     @app.get("/v1/capacity", response_model=list[models.CapacityRow])
-    def capacity(_: Tagged, cluster: str | None = None, pool: str | None = None, resource: str | None = None) -> list[dict[str, Any]]:
+    def capacity(seen: Tagged, cluster: str | None = None, pool: str | None = None, resource: str | None = None) -> list[dict[str, Any]]:
         """Per cluster, pool (Kueue flavor) and device resource: physical, schedulable, guaranteed, reachable burst, free to lend."""
         wanted = {"cluster": cluster, "pool": pool, "resource": resource}
-        return [r for r in snapshot.capacity if all(v is None or r[k] == v for k, v in wanted.items())]
+        return [r for r in seen.snapshot.capacity if all(v is None or r[k] == v for k, v in wanted.items())]
 
     @app.get("/v1/prices", response_model=models.Prices)
-    def prices(_: Tagged) -> models.Prices:
+    def prices(seen: Tagged) -> models.Prices:
         """Price per device-hour of each model, the budget and the fleet's monthly cost."""
-        env = snapshot.env
+        env = seen.snapshot.env
         return models.Prices(currency=env.budget.currency, monthly_budget=env.budget.monthly, monthly_cost=spec.monthly_cost(env),
                              prices=[models.Price(model=m, per_device_hour=p) for m, p in sorted(env.prices.items())])
 
     @app.get("/v1/tenants", response_model=list[models.Tenant])
-    def tenants(who: Tagged) -> list[models.Tenant]:
+    def tenants(seen: Tagged) -> list[models.Tenant]:
         """Tenants and their quotas, with what Kueue grants them per cluster; a tenant token sees its own."""
-        return [_tenant(snapshot, t) for t in snapshot.env.tenants if who.sees(t.name)]
+        return [_tenant(seen.snapshot, t) for t in seen.snapshot.env.tenants if seen.who.sees(t.name)]
 
     @app.get("/v1/tenants/{name}", response_model=models.Tenant)
-    def tenant(name: str, who: Tagged) -> models.Tenant:
-        return _tenant(snapshot, visible_tenant(name, who))
+    def tenant(name: str, seen: Tagged) -> models.Tenant:
+        return _tenant(seen.snapshot, visible_tenant(seen.snapshot, name, seen.who))
+
+    def unmetered(name: str, who: Principal) -> NoReturn:
+        # Metering (use and statements) is not built yet: the routes are the contract, the answer says so.
+        snapshot = current()
+        visible_tenant(snapshot, name, who)
+        raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}")
 
     @app.get("/v1/tenants/{name}/use", response_model=None)
     def use(name: str, who: Who) -> Response:
         """A tenant's use of devices, where metering is configured."""
-        visible_tenant(name, who)
-        raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}")
+        unmetered(name, who)
 
     @app.get("/v1/tenants/{name}/statements", response_model=None)
     def statements(name: str, who: Who) -> Response:
         """A tenant's statements (what it owes), where metering is configured."""
-        visible_tenant(name, who)
-        raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}")
+        unmetered(name, who)
 
     @app.get("/v1/decisions", response_model=models.Decisions)
-    def decisions(_: Tagged, __: Operator) -> models.Decisions:
+    def decisions(seen: Tagged, _: Operator) -> models.Decisions:
         """The policies' decisions on the revision, as `fleetops check` makes them, with where each comes from and its fix."""
+        snapshot = seen.snapshot
         return models.Decisions(environment=snapshot.environment, revision=snapshot.revision,
                                 counts=output.decision_counts(snapshot.decisions), decisions=snapshot.decisions)
 
     @app.get("/v1/plan", response_model=models.PlanDocument)
-    def latest_plan(_: Tagged, __: Operator) -> dict[str, Any]:
+    def latest_plan(seen: Tagged, _: Operator) -> dict[str, Any]:
         """The plan of the commit that made the revision, as `fleetops plan --output json` prints it."""
-        result = snapshot.latest_plan
+        result = seen.snapshot.latest_plan
         return output.envelope("plan", result["verdict"] == "allowed", result["counts"],
                                **{k: v for k, v in result.items() if k != "counts"})
 
@@ -305,7 +326,7 @@ def create_app(snapshot: Snapshot, tokens: Tokens, status: Callable[[], list[mod
         """What `plan` would say of the change: verdict, decisions with fixes, capacity and cost. Nothing is written."""
         response.headers["Cache-Control"] = "no-store"
         try:
-            return quote_mod.quote(snapshot, request)
+            return quote_mod.quote(current(), request)
         except FleetopsError as exc:
             raise Problem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
 

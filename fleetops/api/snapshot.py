@@ -11,12 +11,17 @@ image of the revision it serves.
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fleetops import __version__, git, grants, plan, spec
-from fleetops.errors import PlanError
+from fleetops.errors import FleetopsError, PlanError
+
+log = logging.getLogger("fleetops.api")
 
 
 @dataclass(frozen=True)
@@ -105,3 +110,57 @@ def capacity(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -
                              "guaranteed": sum(g.guaranteed for g in held), "reachable": max((g.reachable for g in held), default=0),
                              "free_to_lend": free.get((group.name, resource), 0)})
     return rows
+
+
+Fetch = Callable[[], tuple[Path, str]]  # the repository and the commit the followed revision is at now
+
+
+class Current:
+    """The snapshot served, replaced whole once a newer revision has loaded: a request reads one
+    snapshot from start to end. The one before stays open a period longer, for quotes still reading it."""
+
+    def __init__(self, snapshot: Snapshot, stack: contextlib.ExitStack):
+        self._snapshot, self._stacks = snapshot, [stack]
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Snapshot:
+        return self._snapshot
+
+    def replace(self, snapshot: Snapshot, stack: contextlib.ExitStack) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+            self._stacks.append(stack)
+            while len(self._stacks) > 2:
+                self._stacks.pop(0).close()
+
+    def close(self) -> None:
+        with self._lock:
+            while self._stacks:
+                self._stacks.pop().close()
+
+
+def refresh(current: Current, fetch: Fetch) -> str | None:
+    """Serve the revision `fetch` finds when it is new and loads whole; else keep the one served. The
+    problem that kept it, or None."""
+    try:
+        repo, revision = fetch()
+        if revision == current().revision:
+            return None
+        stack = contextlib.ExitStack()
+        try:
+            snapshot = load(repo, current().environment, revision, stack)
+        except BaseException:
+            stack.close()
+            raise
+    except FleetopsError as exc:
+        log.warning("keeping revision %s: %s", current().revision[:12], exc.lines[0])
+        return exc.lines[0]
+    current.replace(snapshot, stack)
+    log.info("serving revision %s", revision[:12])
+    return None
+
+
+def follow(current: Current, fetch: Fetch, period: float, stop: threading.Event) -> None:
+    """Refresh every `period` seconds until `stop` is set."""
+    while not stop.wait(period):
+        refresh(current, fetch)
