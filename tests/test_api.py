@@ -304,31 +304,63 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_serve_on_loopback_answers_and_never_logs_a_token(served: Served, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def serving(served: Served, log: Path, *args: str | Path) -> Iterator[int]:
+    """`fleetops serve` on a free loopback port, its log in `log`; stopped (SIGTERM) on the way out."""
     port = free_port()
-    log = tmp_path / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen([*fleetops_command(), "serve", "--env", "prod", "--repo", str(served.repo), "--rev", served.revision,
-                                 "--listen", f"127.0.0.1:{port}", "--tokens", str(served.tokens_path)], stdout=out, stderr=subprocess.STDOUT)
+                                 "--listen", f"127.0.0.1:{port}", "--tokens", str(served.tokens_path), *map(str, args)],
+                                stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while "serving prod" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)  # readiness: the server loads the revision before it listens
-        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR)), timeout=10) as r:
+        assert "serving prod" in log.read_text(), log.read_text()
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_on_loopback_answers_and_never_logs_a_token(served: Served, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with serving(served, log) as port:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR))
+        with urllib.request.urlopen(request, timeout=10) as r:
             answer = json.loads(r.read(1 << 16))
-        assert answer is not None, log.read_text()
         assert answer["revision"] == served.revision and answer["scope"] == "operator"
         for token in (VISION, WRONG):
             with contextlib.suppress(urllib.error.HTTPError):
                 urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/decisions", headers=bearer(token)), timeout=5).close()
-    finally:
-        proc.terminate()
-        proc.wait(30)
     text = log.read_text()
     assert "vision-portal" in text and "/v1/decisions" in text  # requests are logged, by the token's name
     for token in (OPERATOR, VISION, WRONG):
         assert token not in text
     assert "Traceback" not in text
+
+
+def test_serve_with_tls_answers_https_only(served: Served, tmp_path: Path) -> None:
+    import ssl
+
+    from tests.servers import _tls_pair
+
+    ca = _tls_pair(tmp_path / "tls")
+    trusted = ssl.create_default_context(cadata=ca.decode())
+    with serving(served, tmp_path / "serve.log", "--tls-cert", tmp_path / "tls" / "tls.crt", "--tls-key", tmp_path / "tls" / "tls.key") as port:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR))
+        with urllib.request.urlopen(request, timeout=10, context=trusted) as r:
+            assert json.loads(r.read(1 << 16))["revision"] == served.revision
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # in clear, the token is never read
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR)), timeout=10)
+
+
+def test_a_tls_key_that_does_not_load_is_one_line_exit_2(served: Served, tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    result = run("serve", "--env", "prod", "--repo", served.repo, "--rev", served.revision, "--tokens", served.tokens_path,
+                 "--listen", "127.0.0.1:0", "--tls-cert", tmp_path / "tls.crt", "--tls-key", tmp_path / "tls.crt")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--tls-cert" in result.stderr
 
 
 @pytest.mark.parametrize("content,message", [
