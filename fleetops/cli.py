@@ -748,7 +748,6 @@ def parse_listen(text: str) -> tuple[str, int]:
 @app.command()
 def serve(
     env: EnvOpt,
-    tokens: Annotated[Path, typer.Option("--tokens", help="JSON file of the tokens' SHA-256 and scopes (a mounted Secret's key); see README")],
     repo: Annotated[str, typer.Option("--repo", help="Git repository (path or URL) holding environments/", envvar="FLEETOPS_REPO")] = ".",
     rev: Annotated[str, typer.Option("--rev", help="The revision to serve: branch, tag or commit")] = "HEAD",
     listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to listen on")] = "127.0.0.1:8443",
@@ -760,6 +759,8 @@ def serve(
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Read the reconcile status of the cluster the pod runs in (api.cluster) only")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where a --repo URL is cloned (default ~/.cache/fleetops/repos)")] = None,
     refresh: Annotated[str | None, typer.Option(help="Follow --rev: look for a newer commit every DURATION (60s, 5m) and serve it once loaded whole")] = None,
+    tokens: Annotated[Path | None, typer.Option("--tokens", help="JSON file of the tokens' SHA-256 and scopes (a mounted Secret's key); see README")] = None,
+    openapi: Annotated[Path | None, typer.Option("--openapi", help="Write the API's OpenAPI document here and exit (no --tokens needed)")] = None,
 ) -> None:
     """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status and quotes.
 
@@ -776,6 +777,8 @@ def serve(
     from fleetops.api import auth, snapshot as snapshot_mod
 
     host, port = parse_listen(listen)
+    if tokens is None and openapi is None:
+        fail("serve: --tokens FILE is required (the tokens' SHA-256 and scopes; see README)")
     if (tls_cert is None) != (tls_key is None):
         fail("--tls-cert and --tls-key go together")
     if tls_cert is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -802,6 +805,11 @@ def serve(
         snapshot = snapshot_mod.load(local, env, revision, stack)
     current = snapshot_mod.Current(snapshot, stack)
     try:
+        if openapi is not None:
+            document = api_app.create_app(current, auth.Tokens([]), lambda: []).openapi()
+            write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
+            return
+        assert tokens is not None
         known = auth.load(tokens, {t.name for t in snapshot.env.tenants})
         timeout = 10.0
         own = snapshot.env.api.cluster if snapshot.env.api else None
