@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import http.client
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,27 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.goals import Goal, report  # noqa: E402
+from tests.test_plan import make_repo  # noqa: E402  (a commit of this project's fleet: what serve loads, whatever the working tree holds)
 
 TOKEN = "bench-operator-token-not-a-secret"
 ROUTES = ["/v1/capacity", "/v1/tenants", "/v1/prices", "/v1/revision"]
 QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16, "burst": 16,
                       "guaranteed_per_pool": {"h100-train": 8, "a100-infer": 8}}]}
-PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
-
-
-def fleet_repo(directory: Path) -> Path:
-    """A commit of this project's fleet: what serve loads, whatever the working tree holds."""
-    repo = directory / "fleet"
-    repo.mkdir()
-    for part in PARTS:
-        src = ROOT / part
-        if src.is_dir():
-            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c"))
-        else:
-            shutil.copy2(src, repo / part)
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.email=b@example.com", "-c", "user.name=bench", "commit", "-qm", "fleet"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-    return repo
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -105,7 +89,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quotes", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="api-bench-") as tmp:
-        repo = fleet_repo(Path(tmp))
+        repo = make_repo(Path(tmp))
         tokens = Path(tmp) / "tokens.json"
         tokens.write_text(json.dumps({"tokens": [{"name": "bench", "sha256": hashlib.sha256(TOKEN.encode()).hexdigest(), "scope": "operator"}]}))
         log = Path(tmp) / "serve.log"

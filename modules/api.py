@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetops import kube, spec
 from modules.kube import Part, Target
-from modules.reconciler import CACHE, DNS
+from modules.reconciler import CACHE, CACHE_ENV, GIT_ENV, RESTRICTED_CONTAINER, deployment, network_policy, role_binding
 
 NAME = "fleetops-api"
 SELECTOR = {kube.NAME_LABEL: NAME}
@@ -33,18 +33,13 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
         "name": "api",
         "image": env.reconciler.image,
         "args": args,
-        "env": [
-            {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}},
-            # The root filesystem is read-only: the clone and the quotes' temporary files go to the cache volume.
-            {"name": "HOME", "value": CACHE},
-            {"name": "TMPDIR", "value": CACHE},
-        ],
+        "env": [GIT_ENV, *CACHE_ENV],  # the clone and the quotes' temporary files go to the cache volume
         "ports": [{"name": "https", "containerPort": api.port, "protocol": "TCP"}],
         "livenessProbe": {**probe, "periodSeconds": 20},
         # Ready once the revision is loaded whole: the server listens only then.
         "readinessProbe": {**probe, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "cache", "mountPath": CACHE}, {"name": "tokens", "mountPath": TOKENS, "readOnly": True},
                          {"name": "tls", "mountPath": TLS, "readOnly": True}],
     }
@@ -61,57 +56,18 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
             # The reconcile status of this cluster, and nothing else.
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [kube.STATUS_CONFIGMAP], "verbs": ["get"]}],
         },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
-            "spec": {
-                "replicas": api.replicas,
-                "selector": {"matchLabels": SELECTOR},
-                "template": {
-                    "metadata": {"labels": SELECTOR},
-                    "spec": {
-                        "serviceAccountName": NAME,
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [container],
-                        "volumes": [
-                            {"name": "cache", "emptyDir": {}},
-                            {"name": "tokens", "secret": {"secretName": api.tokens_secret, "items": [{"key": "tokens.json", "path": "tokens.json"}]}},
-                            {"name": "tls", "secret": {"secretName": api.tls_secret}},
-                        ],
-                    },
-                },
-            },
-        },
+        role_binding(target, "Role", NAME, ns),
+        deployment(target, NAME, ns, api.replicas, container, [
+            {"name": "tokens", "secret": {"secretName": api.tokens_secret, "items": [{"key": "tokens.json", "path": "tokens.json"}]}},
+            {"name": "tls", "secret": {"secretName": api.tls_secret}},
+        ]),
         {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": target.metadata(NAME, ns, labels=SELECTOR),
             "spec": {"selector": SELECTOR, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]},
         },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": target.metadata(NAME, ns, labels=SELECTOR),
-            "spec": {
-                "podSelector": {"matchLabels": SELECTOR},
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": ingress,
-                "egress": [
-                    {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}], "ports": DNS},
-                    # The API server (the status ConfigMap) and the Git host: HTTPS, the API server's own port, SSH.
-                    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
-                ],
-            },
-        },
+        network_policy(target, NAME, ns, ingress),
     ]
 
 
