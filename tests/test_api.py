@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -226,6 +227,35 @@ def test_rate_limit_is_429_per_token_with_retry_after(served: Served) -> None:
 
 
 # --- quotes ----------------------------------------------------------------------------------------
+
+
+def test_quotes_past_the_ones_being_judged_are_429_not_queued(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetops.api import quote as quote_mod
+
+    judging, release = threading.Event(), threading.Event()
+    real = quote_mod.quote
+
+    def held(snapshot: Any, request: Any) -> Any:
+        judging.set()
+        release.wait(60)
+        return real(snapshot, request)
+
+    monkeypatch.setattr(quote_mod, "quote", held)
+    client = TestClient(api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(quotes_at_once=1)))
+    first: list[Any] = []
+    thread = threading.Thread(target=lambda: first.append(client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))))
+    thread.start()
+    try:
+        assert judging.wait(60)
+        busy = client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))
+        assert_problem(busy, 429, "quotes-busy")
+        assert busy.headers["retry-after"] == "1"
+    finally:
+        release.set()
+        thread.join(120)
+    assert first[0].status_code == 200
+    assert client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).status_code == 200  # the slot is free again
+
 
 
 def test_a_quote_decides_as_plan_decides_byte_for_byte(served: Served, client: TestClient) -> None:

@@ -170,6 +170,7 @@ def etag(snapshot: Snapshot, who: Principal) -> str:
 class Settings:
     rate: str = "120/minute"  # per token, and per client address for requests without a valid token
     max_body_bytes: int = MAX_BODY_BYTES
+    quotes_at_once: int = 2  # each renders and judges a fleet: more at once would only share the CPU and add up the memory
 
 
 def _problem_doc(description: str) -> dict[str, Any]:
@@ -187,6 +188,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     rate = limits.parse(settings.rate)
     limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
     bearer = HTTPBearer(auto_error=False)
+    quote_slots = threading.BoundedSemaphore(settings.quotes_at_once)
 
     def limited(key: str) -> None:
         if not limiter.hit(rate, key):
@@ -325,10 +327,14 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def quote(request: models.QuoteRequest, _: Operator, response: Response) -> dict[str, Any]:
         """What `plan` would say of the change: verdict, decisions with fixes, capacity and cost. Nothing is written."""
         response.headers["Cache-Control"] = "no-store"
+        if not quote_slots.acquire(blocking=False):
+            raise Problem(429, "quotes-busy", f"{settings.quotes_at_once} quotes are being judged: ask again", {"Retry-After": "1"})
         try:
             return quote_mod.quote(current(), request)
         except FleetopsError as exc:
             raise Problem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
+        finally:
+            quote_slots.release()
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
