@@ -4,7 +4,7 @@ Everything the API answers about a revision is computed here, once, from one `gi
 the rendered objects, capacity per pool, what Kueue grants, the policy decisions and the plan of
 the commit that made the revision. A revision that does not load, render or judge is refused at
 start; nothing is ever served half-loaded. The revision's program must be the one running: its
-code and policies judge quotes (the trust boundary of docs and DESIGN.md), so the server runs the
+code and policies judge quotes (DESIGN.md, "Trust boundary of the review"), so the server runs the
 image of the revision it serves.
 """
 
