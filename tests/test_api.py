@@ -485,3 +485,12 @@ def test_a_newer_commit_is_served_once_loaded_whole_and_an_invalid_one_never(tmp
         assert current().revision == second  # the last good revision stays served, whole
     finally:
         current.close()
+
+
+def test_a_quote_past_capacity_is_denied_with_the_fix_in_numbers(client: TestClient) -> None:
+    change = {**QUOTE["changes"][0], "guaranteed": 1000, "burst": 1000, "guaranteed_per_pool": {"h100-train": 500, "a100-infer": 500}}
+    body = client.post("/v1/quotes", json={"changes": [change]}, headers=bearer(OPERATOR)).json()
+    assert body["verdict"] == "denied"
+    over = [d for d in body["decisions"] if d["rule"] == "quota.guaranteed_over_capacity" and d["status"] == "deny"]
+    assert over and over[0]["fix"].startswith("lower guaranteed nvidia.com/gpu by ")
+    assert over[0]["location"]["file"] == "environments/prod.yaml"
