@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["cli_bench.py", "render_bench.py", "scale_bench.py", "plan_bench.py", "policy_bench.py", "reconcile_bench.py"]
+BENCHMARKS = ["cli_bench.py", "render_bench.py", "scale_bench.py", "plan_bench.py", "policy_bench.py", "reconcile_bench.py", "api_bench.py"]
 
 
 def main() -> int:

@@ -793,6 +793,114 @@ def note(
     err.print(f"{what} the note for {key}", highlight=False)
 
 
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT, the host an address or name ([::1] for IPv6), the port 0-65535 (0: any free one)."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        fail(f"--listen: expected HOST:PORT like 127.0.0.1:8443, got {text!r}")
+    return host, int(port)
+
+
+@app.command()
+def serve(
+    env: EnvOpt,
+    repo: Annotated[str, typer.Option("--repo", help="Git repository (path or URL) holding environments/", envvar="FLEETOPS_REPO")] = ".",
+    rev: Annotated[str, typer.Option("--rev", help="The revision to serve: branch, tag or commit")] = "HEAD",
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to listen on")] = "127.0.0.1:8443",
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate (chain); needed beyond loopback")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert")] = None,
+    rate_limit: Annotated[str, typer.Option(help="Requests per token (and per address without a valid one), e.g. 120/minute")] = "120/minute",
+    max_body_bytes: Annotated[int, typer.Option(min=1024, max=16 << 20, help="Largest request body (a quote); beyond it 413")] = 64 << 10,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig to read each cluster's reconcile status (default: each cluster's own)")] = None,
+    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Read the reconcile status of the cluster the pod runs in (api.cluster) only")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(help="Where a --repo URL is cloned (default ~/.cache/fleetops/repos)")] = None,
+    refresh: Annotated[str | None, typer.Option(help="Follow --rev: look for a newer commit every DURATION (60s, 5m) and serve it once loaded whole")] = None,
+    tokens: Annotated[Path | None, typer.Option("--tokens", help="JSON file of the tokens' SHA-256 and scopes (a mounted Secret's key); see README")] = None,
+    openapi: Annotated[Path | None, typer.Option("--openapi", help="Write the API's OpenAPI document here and exit (no --tokens needed)")] = None,
+) -> None:
+    """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status and quotes.
+
+    Exit 2 when the revision does not load or judge, or an option is wrong."""
+    import socket
+    import threading
+
+    import limits
+    import uvicorn
+
+    from fleetops import cluster as cluster_mod
+    from fleetops import plan, reconcile
+    from fleetops.api import app as api_app
+    from fleetops.api import auth, snapshot as snapshot_mod
+
+    host, port = parse_listen(listen)
+    if tokens is None and openapi is None:
+        fail("serve: --tokens FILE is required (the tokens' SHA-256 and scopes; see README)")
+    if (tls_cert is None) != (tls_key is None):
+        fail("--tls-cert and --tls-key go together")
+    if tls_cert is None and host not in ("127.0.0.1", "::1", "localhost"):
+        fail(f"--listen {listen}: beyond loopback the API needs --tls-cert and --tls-key (bearer tokens must not cross a network in clear)")
+    try:
+        limits.parse(rate_limit)
+    except ValueError:
+        fail(f"--rate-limit: expected COUNT/PERIOD like 120/minute, got {rate_limit!r}")
+    period = parse_interval(refresh, "--refresh") if refresh else 0.0
+    source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
+
+    def fetch() -> tuple[Path, str]:
+        if source is None:
+            top = Path(repo)
+            return top, plan.resolve(top, rev)
+        fetched = source.fetch()
+        if fetched.path is None or fetched.revision is None or fetched.error:
+            raise errors.GitError(f"--repo: {fetched.error}")
+        return fetched.path, fetched.revision
+
+    stack = contextlib.ExitStack()
+    with progress(f"loading {env} at {rev}: rendering, judging, planning"):
+        local, revision = fetch()
+        snapshot = snapshot_mod.load(local, env, revision, stack)
+    current = snapshot_mod.Current(snapshot, stack)
+    try:
+        if openapi is not None:
+            document = api_app.create_app(current, auth.Tokens([]), lambda: []).openapi()
+            write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
+            return
+        assert tokens is not None
+        known = auth.load(tokens, {t.name for t in snapshot.env.tenants})
+        timeout = 10.0
+        own = snapshot.env.api.cluster if snapshot.env.api else None
+
+        def connect(c: spec.Cluster) -> "cluster_mod.ClusterAPI | None":
+            if in_cluster:
+                return cluster_mod.connect(c.name, None, None, True, timeout) if c.name == own else None
+            return cluster_mod.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
+
+        application = api_app.create_app(current, known, api_app.StatusReader(current, connect),
+                                         api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes))
+        try:
+            sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        except OSError as exc:
+            fail(f"--listen {listen}: cannot listen: {exc.strerror or exc}")
+        config = uvicorn.Config(application, ssl_certfile=tls_cert, ssl_keyfile=tls_key, access_log=False, log_config=None,
+                                server_header=False, limit_concurrency=256, timeout_keep_alive=30)
+        try:
+            config.load()
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            fail(f"--tls-cert {tls_cert} / --tls-key {tls_key}: cannot load: {getattr(exc, 'strerror', None) or exc}")
+        reconcile.json_logging()
+        bound = sock.getsockname()
+        err.print(f"serving {env} at {snapshot.revision[:12]} on {'https' if tls_cert else 'http'}://{listen.rpartition(':')[0]}:{bound[1]}",
+                  markup=False, highlight=False)
+        stop = threading.Event()
+        if period:
+            threading.Thread(target=snapshot_mod.follow, args=(current, fetch, period, stop), name="refresh", daemon=True).start()
+        uvicorn.Server(config).run(sockets=[sock])
+        stop.set()
+    finally:
+        current.close()
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of every command's --output json (versioned: the `schema` field of each output)."""

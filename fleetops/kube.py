@@ -20,6 +20,8 @@ CLUSTER_LABEL = "fleetops.io/cluster"
 PRUNE_ANNOTATION = "fleetops.io/prune"
 MANAGER = "fleetops"
 PART_OF = "app.kubernetes.io/part-of"  # on the reconciler's own records, which are not managed-by (never pruned)
+# The reconciler's record of its last pass in each cluster (fleetops.reconcile.status); the fleet API reads it.
+STATUS_CONFIGMAP = "fleetops-status"
 NAME_LABEL = "app.kubernetes.io/name"  # what a component's pods are selected by
 # Read by the Pulumi Kubernetes provider: its server-side apply uses this field manager, the one the
 # reconciler uses, so `pulumi up` and `fleetops reconcile` own the same fields and never conflict.

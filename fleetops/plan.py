@@ -146,9 +146,7 @@ class Sides:
                     self.procs[i] = _isolated(tree, self.env_rel, rev)
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
                 if self.sides[i] is None and i not in self.procs:
-                    side = _load_side(rev, tree, self.env_rel)
-                    side.clusters = _render_side(side, self.env_rel)
-                    self.sides[i] = side
+                    self.sides[i] = rendered_side(rev, tree, self.env_rel)
         except BaseException:
             self.__exit__()
             raise
@@ -193,6 +191,13 @@ def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
     except spec.SpecError as exc:
         raise PlanError("\n".join(exc.problems)) from None
     return Side(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
+
+
+def rendered_side(rev: str, tree: Path, env_rel: str) -> Side:
+    """The environment file of `tree`, read and rendered by the program running here."""
+    side = _load_side(rev, tree, env_rel)
+    side.clusters = _render_side(side, env_rel)
+    return side
 
 
 def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
@@ -458,29 +463,40 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         before, after = sides.base(), sides.head()
         if not before.exists and not after.exists:
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
-        quota = quota_changes(before.env, after.env)
-        groups = group_changes(before.env, after.env)
         policy_files, program_files = policy_files_changed(), program_files_changed()
-        cost_before, cost_after = cost(before.env), cost(after.env)
-        facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
-                             approvals, (cost_before, cost_after))
-        _check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
-        rows, verdict = judge(after, env_name, facts, policies)
-        granted = grants.review(after.env, after.clusters)
-        services = service_rows(before, after)
-        changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
-        fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
-        currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
-        owners = policy_owners(base_tree)
-        files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
-                  "diff": changes_mod.file_diff(_read(base_tree / f), _read(head_tree / f), f)} for f in policy_files]
-        head_revision = stamp(repo, head)
-        base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel), env_rel) for side in (before, after))
-        (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
-        del base_file, head_file
-        lines = first_lines()
-        edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
-        decisions = explain(rows, after.env, positions, policies, edited)
+        return assess(env_name, env_rel, before, after, base_tree, (policy_files, program_files), first_lines(), approvals,
+                      revisions[0].runs_here, stamp(repo, head))
+
+
+def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Path, files_changed: tuple[list[str], list[str]],
+           lines: dict[str, int], approvals: int, judge_program_is_base: bool, head_revision: str) -> dict[str, Any]:
+    """A change of the environment from `before` to `after`, both rendered: compared, costed and judged by
+    `base_tree`'s policies. `plan` gives it two revisions; the fleet API's quotes a revision and that
+    revision edited in memory, so that a quote and a plan of the same change decide alike."""
+    policy_files, program_files = files_changed
+    policies = base_tree / "policies"
+    base = before.revision
+    quota = quota_changes(before.env, after.env)
+    groups = group_changes(before.env, after.env)
+    cost_before, cost_after = cost(before.env), cost(after.env)
+    facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
+                         approvals, (cost_before, cost_after))
+    check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
+    rows, verdict = judge(after, env_name, facts, policies)
+    granted = grants.review(after.env, after.clusters)
+    services = service_rows(before, after)
+    changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
+    fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
+    currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
+    owners = policy_owners(base_tree)
+    files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
+              "diff": changes_mod.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)} for f in policy_files]
+    base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
+                            for side in (before, after))
+    (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
+    del base_file, head_file
+    edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
+    decisions = explain(rows, after.env, positions, policies, edited)
     counts = output.decision_counts(decisions)
     return {
         "environment": env_name,
@@ -508,7 +524,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
         "policy": {
             "judged_by": base,
-            "judge_program_is_base": revisions[0].runs_here,
+            "judge_program_is_base": judge_program_is_base,
             "policy_files_changed": policy_files,
             "owners": owners,
             "needs_policy_owner_review": bool(policy_files),
@@ -519,7 +535,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     }
 
 
-def _check_schema(head: Side, env_rel: str) -> None:
+def check_schema(head: Side, env_rel: str) -> None:
     """Head's objects, checked as `render` checks them (`render.check_schemas`): a revision the API
     server would refuse is refused here, before it can be approved and freeze the reconciler once
     merged; and no more objects than an environment may render."""
@@ -759,7 +775,7 @@ def junit(plan: dict[str, Any]) -> str:
     return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
 
 
-def judge(head: Side, environment: str, facts: dict[str, Any], policies: Path) -> tuple[list[dict[str, Any]], Any]:
+def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
     the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
     from fleetops import policy

@@ -499,6 +499,17 @@ class Reconciler(Model):
     interval_seconds: Positive = 60
 
 
+class Api(Model):
+    """The fleet API (`fleetops serve`), deployed to one cluster beside its reconciler, with the reconciler's image."""
+
+    cluster: Name
+    replicas: Positive = 2
+    port: Annotated[int, Field(ge=1024, le=65535)] = 8443
+    tokens_secret: Name = "fleetops-api-tokens"  # key `tokens.json`: the bearer tokens and their scopes
+    tls_secret: Name = "fleetops-api-tls"  # a kubernetes.io/tls Secret
+    allow_from: list[Cidr] = Field(default=[], max_length=64)  # the platforms that may call it; none: no one outside the cluster
+
+
 class Environment(Model):
     environment: Name
     clusters: list[Cluster] = Field(min_length=1, max_length=LIMITS.clusters)
@@ -511,6 +522,7 @@ class Environment(Model):
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
     budget: Budget
     reconciler: Reconciler = Reconciler()
+    api: Api | None = None
 
     @functools.cached_property
     def placement_cache(self) -> dict[str, tuple[list["Tenant"], "Cluster", "Placement"]]:
@@ -1108,6 +1120,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         for gi, g in enumerate(members)
     ]
     yield from _duplicates(groups, "pool or edge group", where)
+    if env.api is not None and env.api.cluster not in {c.name for c in env.clusters}:
+        yield ("api", "cluster"), f"no cluster named {env.api.cluster!r} to deploy the fleet API to"
 
     for ci, cluster in enumerate(env.clusters):
         for pi, pool in enumerate(cluster.pools):

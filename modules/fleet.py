@@ -12,6 +12,7 @@ from typing import Any
 
 from fleetops import spec
 from modules.autoscaling import autoscaling
+from modules.api import api_part
 from modules.device_plugin import device_plugin
 from modules.edge_group import edge_group
 from modules.kube import Part, Target
@@ -37,6 +38,8 @@ def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
     parts.append(monitoring(target, cluster, env))
     parts.append(autoscaling(target, cluster, env))
     parts.append(metering(target, cluster, env))
+    if env.api is not None and env.api.cluster == cluster.name:
+        parts.append(api_part(target, env, env.api))
     parts.append(reconciler(target, env))  # last: its RBAC covers the kinds declared above
     return Part(
         CLUSTER, cluster.name, target,

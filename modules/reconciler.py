@@ -26,6 +26,73 @@ DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 OBJECT_VERBS = ["list", "create", "patch", "delete"]
 
 
+# What fleetops's own workloads (the reconciler, the fleet API) share: the Git URL from the Secret
+# `fleetops-git`, a cache volume for what a read-only root cannot hold, the restricted pod standard, and
+# the way out to DNS, the API server and the Git host.
+GIT_ENV = {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}}
+# The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
+CACHE_ENV = [{"name": "HOME", "value": CACHE}, {"name": "TMPDIR", "value": CACHE}]
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+EGRESS = [
+    {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": DNS,
+    },
+    # The API server and the Git host: HTTPS, the API server's own port, SSH.
+    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
+]
+
+
+def role_binding(target: Target, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    """Binds the role (or ClusterRole) `name` to the ServiceAccount of the same name."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": target.metadata(name, None if kind == "ClusterRole" else namespace, labels={kube.NAME_LABEL: name}),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+
+
+def deployment(target: Target, name: str, namespace: str, replicas: int, container: dict[str, Any], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Deployment of fleetops's own, pods selected by name, run as the ServiceAccount of that name."""
+    labels = {kube.NAME_LABEL: name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": target.metadata(name, namespace, labels=labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": [{"name": "cache", "emptyDir": {}}, *volumes],
+                },
+            },
+        },
+    }
+
+
+def network_policy(target: Target, name: str, namespace: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pods of `name`: in, what `ingress` allows; out, DNS, the API server and the Git host only."""
+    selector = {kube.NAME_LABEL: name}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": target.metadata(name, namespace, labels=selector),
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": EGRESS},
+    }
+
+
 def plural(kind: str) -> str:
     """The API resource name of a kind: NetworkPolicy -> networkpolicies, PriorityClass -> priorityclasses."""
     lower = kind.lower()
@@ -64,11 +131,9 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
         "image": rc.image,
         "args": args,
         "env": [
-            {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}},
+            GIT_ENV,
             {"name": "FLEETOPS_IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            # The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
-            {"name": "HOME", "value": CACHE},
-            {"name": "TMPDIR", "value": CACHE},
+            *CACHE_ENV,
             # Read by fleetops.policy.decision_log_path: the gate's decision records, one line per pass.
             {"name": "FLEETOPS_DECISION_LOG", "value": f"{CACHE}/decisions.jsonl"},
         ],
@@ -76,7 +141,7 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "cache", "mountPath": CACHE}],
     }
     return [
@@ -96,72 +161,21 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
             ],
         },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": target.metadata(NAME, ns, labels=labels),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": target.metadata(NAME, labels=labels),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": target.metadata(NAME, ns, labels=labels),
-            "spec": {
-                "replicas": rc.replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": NAME,
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [container],
-                        "volumes": [{"name": "cache", "emptyDir": {}}],
-                    },
-                },
-            },
-        },
+        role_binding(target, "Role", NAME, ns),
+        role_binding(target, "ClusterRole", NAME, ns),
+        deployment(target, NAME, ns, rc.replicas, container, []),
         {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": target.metadata(NAME, ns, labels=labels),
             "spec": {"selector": labels, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
         },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": target.metadata(NAME, ns, labels=labels),
-            "spec": {
-                "podSelector": {"matchLabels": labels},
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [
-                    {
-                        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}],
-                        "ports": [{"port": METRICS_PORT, "protocol": "TCP"}],
-                    }
-                ],
-                "egress": [
-                    {
-                        "to": [
-                            {
-                                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                            }
-                        ],
-                        "ports": DNS,
-                    },
-                    # The API server and the Git host: HTTPS, the API server's own port, SSH.
-                    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
-                ],
-            },
-        },
+        network_policy(target, NAME, ns, [
+            {
+                "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}],
+                "ports": [{"port": METRICS_PORT, "protocol": "TCP"}],
+            }
+        ]),
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "ServiceMonitor",

@@ -271,3 +271,37 @@ def test_a_tenants_priority_classes_and_queue_hold_for_every_workload_submitted(
     # Without the policy (deleted by hand), the quota alone still admits no pod of another class.
     apis["dev-center"].remove("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "", f"fleetops-tenant-{tenant}")
     servers.wait_until(lambda: "exceeded quota: priority-classes" in (submit(dyn, pod, dry_run=True) or ""), "the quota refusing the pod", timeout=30)
+
+
+# --- the fleet API's own rights ------------------------------------------------------------------------
+
+
+def test_the_fleet_apis_service_account_reads_the_status_configmap_and_nothing_else(api_servers, tmp_path: Path) -> None:
+    """What prod renders for the API (modules/api.py), applied to a real server: its token may read the
+    reconciler's status ConfigMap, as `serve --in-cluster` does, and is refused anything else."""
+    from fleetops import cluster as cluster_mod
+    from fleetops.errors import Forbidden
+    from fleetops.reconcile.options import Options
+    from fleetops.reconcile.status import read_status
+    from modules.api import NAME
+
+    server = api_servers("one")["one"]
+    dyn = dynamic.DynamicClient(server.client())
+    state = render.render(ROOT / "environments" / "prod.yaml", revision="r1")
+    namespace = next(m for m in state.clusters["center-bj"] if m["kind"] == "Deployment" and m["metadata"]["name"] == NAME)["metadata"]["namespace"]
+    own = [m for m in state.clusters["center-bj"] if (m["kind"], m["metadata"]["name"]) in
+           {("Namespace", namespace), ("ServiceAccount", NAME), ("Role", NAME), ("RoleBinding", NAME)}]
+    assert len(own) == 4
+    for m in sorted(own, key=kube.kind_rank):
+        dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"]).server_side_apply(body=m, field_manager="admin")
+    status = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": kube.STATUS_CONFIGMAP, "namespace": namespace},
+              "data": {"environment": "prod", "revision": "abc", "result": "ok", "message": ""}}
+    dyn.resources.get(api_version="v1", kind="ConfigMap").create(body=status, namespace=namespace)
+    token = service_account_token(server, namespace, NAME)
+    kubeconfig = servers.write_kubeconfig(tmp_path / "api.kubeconfig", {"api": (server, token)})
+    api = cluster_mod.connect("center-bj", str(kubeconfig), "api", False, 10)
+    assert read_status(api, Options(namespace=namespace, attempts=1))["data"]["result"] == "ok"
+    for attempt in (lambda: api.list("v1", "ConfigMap"), lambda: api.get("v1", "Secret", namespace, "fleetops-git"),
+                    lambda: api.get("v1", "ConfigMap", namespace, "fleetops-inventory")):
+        with pytest.raises(Forbidden):
+            attempt()

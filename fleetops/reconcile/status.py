@@ -11,12 +11,12 @@ from enum import StrEnum
 from typing import Any
 
 from fleetops.cluster import ClusterAPI
-from fleetops.kube import MANAGER, PART_OF, Key, Manifest
+from fleetops.kube import MANAGER, PART_OF, STATUS_CONFIGMAP, Key, Manifest
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, Verb
 from fleetops.reconcile.retry import call
 
-STATUS_CONFIGMAP = "fleetops-status"
+# STATUS_CONFIGMAP: named in fleetops.kube, the contract modules/ may read (the fleet API's Role names it).
 
 
 class Recorded(StrEnum):

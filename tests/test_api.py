@@ -1,0 +1,496 @@
+"""The fleet API (`fleetops serve`): what a platform calling it sees, in process (ASGI) and over loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetops.api import app as api_app
+from fleetops.api import auth, snapshot as snapshot_mod
+from fleetops.errors import ApiError
+from fleetops.reconcile.status import STATUS_CONFIGMAP
+from tests.cli import fleetops_command, run
+from tests.fakes.cluster import MemoryCluster
+from tests.test_plan import commit, edit, git, make_repo, plan_json
+
+OPERATOR = "op-7Jq2-not-a-real-secret-but-long-enough"
+VISION = "vision-9Xw1-another-token-of-the-tenant"
+WRONG = "nobody-has-this-token-3c1f"
+VISION_GPU = "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}"
+
+
+def tokens_file(path: Path) -> Path:
+    path.write_text(json.dumps({"tokens": [
+        {"name": "portal", "sha256": auth.digest(OPERATOR), "scope": "operator"},
+        {"name": "vision-portal", "sha256": auth.digest(VISION), "scope": "tenant", "tenant": "vision"},
+    ]}))
+    return path
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class Served:
+    repo: Path
+    revision: str
+    snapshot: snapshot_mod.Snapshot
+    tokens: auth.Tokens
+    tokens_path: Path
+
+    def client(self, rate: str = "10000/minute", status: Any = None) -> TestClient:
+        reader = status or (lambda: [])
+        return TestClient(api_app.create_app(lambda: self.snapshot, self.tokens, reader, api_app.Settings(rate=rate)), raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The prod environment served at a commit that raised speech's GPU burst (so it has a plan of its own)."""
+    tmp = tmp_path_factory.mktemp("api")
+    repo = make_repo(tmp)
+    edit(repo, "nvidia.com/gpu: {guaranteed: 120, burst: 200}", "nvidia.com/gpu: {guaranteed: 120, burst: 208}")
+    revision = commit(repo, "speech: a little more burst")
+    with contextlib.ExitStack() as stack:
+        snapshot = snapshot_mod.load(repo, "prod", revision, stack)
+        path = tokens_file(tmp / "tokens.json")
+        yield Served(repo, revision, snapshot, auth.load(path, {"vision", "speech", "llm-pretrain"}), path)
+
+
+@pytest.fixture(scope="module")
+def client(served: Served) -> TestClient:
+    return served.client()
+
+
+def assert_problem(response: Any, status: int, kind: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status and body["title"]
+    if kind is not None:
+        assert body["type"].endswith("/" + kind)
+    return body
+
+
+# --- what a platform reads -------------------------------------------------------------------------
+
+
+def test_capacity_per_pool_and_flavor_adds_up_to_what_plan_counts_per_cluster(client: TestClient) -> None:
+    rows = client.get("/v1/capacity", headers=bearer(OPERATOR)).json()
+    h100 = next(r for r in rows if r["cluster"] == "center-bj" and r["pool"] == "h100-train")
+    assert h100 | {"guaranteed": 0, "reachable": 0, "free_to_lend": 0} == {
+        "cluster": "center-bj", "pool": "h100-train", "flavor": "h100-train", "resource": "nvidia.com/gpu", "model": "H100-SXM-80GB",
+        "physical": 128, "schedulable": 128, "guaranteed": 0, "reachable": 0, "free_to_lend": 0}
+    # vision's 48 and llm-pretrain's share of its 48 are held in the H100 flavor
+    assert h100["guaranteed"] >= 48 and h100["reachable"] >= h100["guaranteed"] // 2
+    only = client.get("/v1/capacity", params={"cluster": "center-bj", "resource": "nvidia.com/gpu"}, headers=bearer(OPERATOR)).json()
+    assert only and {(r["cluster"], r["resource"]) for r in only} == {("center-bj", "nvidia.com/gpu")}
+
+
+def test_a_tenant_token_sees_its_own_tenant_only(client: TestClient) -> None:
+    mine = client.get("/v1/tenants", headers=bearer(VISION)).json()
+    assert [t["name"] for t in mine] == ["vision"]
+    gpu = next(q for q in mine[0]["quotas"] if q["resource"] == "nvidia.com/gpu")
+    assert (gpu["guaranteed"], gpu["burst"]) == (96, 160)
+    assert gpu["granted"] == [{"cluster": "center-bj", "guaranteed": 96, "reachable": gpu["granted"][0]["reachable"], "lends": gpu["granted"][0]["lends"]}]
+    everyone = client.get("/v1/tenants", headers=bearer(OPERATOR)).json()
+    assert {"vision", "speech", "llm-pretrain"} <= {t["name"] for t in everyone}
+
+
+def test_the_plan_served_is_the_commit_that_made_the_revision(served: Served, client: TestClient) -> None:
+    body = client.get("/v1/plan", headers=bearer(OPERATOR)).json()
+    assert body["schema"] == "fleetops/v1" and body["command"] == "plan"
+    assert body["head"]["revision"] == served.revision
+    assert body["quota_changes"] == [{"tenant": "speech", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+                                      "before": {"guaranteed": 120, "burst": 200}, "after": {"guaranteed": 120, "burst": 208}}]
+
+
+def test_metering_not_configured_is_a_problem_not_an_empty_answer(client: TestClient) -> None:
+    for what in ("use", "statements"):
+        assert_problem(client.get(f"/v1/tenants/vision/{what}", headers=bearer(VISION)), 404, "metering-not-configured")
+        assert_problem(client.get(f"/v1/tenants/speech/{what}", headers=bearer(VISION)), 403, "forbidden")
+
+
+# --- the authorisation matrix ----------------------------------------------------------------------
+
+GET_ROUTES = ["/v1/revision", "/v1/capacity", "/v1/prices", "/v1/tenants", "/v1/tenants/vision", "/v1/tenants/speech",
+              "/v1/tenants/vision/use", "/v1/decisions", "/v1/plan", "/v1/status"]
+# What each scope gets: a tenant sees the fleet's capacity and prices and its own tenant; the rest is the operator's.
+TENANT_SEES = {"/v1/revision": 200, "/v1/capacity": 200, "/v1/prices": 200, "/v1/tenants": 200, "/v1/tenants/vision": 200,
+               "/v1/tenants/speech": 403, "/v1/tenants/vision/use": 404, "/v1/decisions": 403, "/v1/plan": 403, "/v1/status": 403}
+QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16, "burst": 16,
+                      "guaranteed_per_pool": {"h100-train": 8, "a100-infer": 8}}]}
+
+
+@pytest.mark.parametrize("route", GET_ROUTES)
+@pytest.mark.parametrize("who", ["operator", "tenant", "wrong", "missing", "malformed"])
+def test_authorisation_matrix(client: TestClient, route: str, who: str) -> None:
+    headers = {"operator": bearer(OPERATOR), "tenant": bearer(VISION), "wrong": bearer(WRONG), "missing": {},
+               "malformed": {"Authorization": OPERATOR}}[who]
+    response = client.get(route, headers=headers)
+    expected = {"operator": 404 if route.endswith("/use") else 200, "tenant": TENANT_SEES[route]}.get(who, 401)
+    assert response.status_code == expected, response.text
+    if expected == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert_problem(response, 401, "unauthorized")
+
+
+@pytest.mark.parametrize("who,expected", [("tenant", 403), ("wrong", 401), ("missing", 401)])
+def test_only_the_operator_may_ask_for_a_quote(client: TestClient, who: str, expected: int) -> None:
+    headers = {"tenant": bearer(VISION), "wrong": bearer(WRONG), "missing": {}}[who]
+    assert_problem(client.post("/v1/quotes", json=QUOTE, headers=headers), expected)
+
+
+# --- caching ---------------------------------------------------------------------------------------
+
+
+def test_etag_names_the_revision_and_if_none_match_answers_304(served: Served, client: TestClient) -> None:
+    first = client.get("/v1/capacity", headers=bearer(OPERATOR))
+    tag = first.headers["etag"]
+    assert served.revision in tag and first.headers["cache-control"] == "private, no-cache"
+    again = client.get("/v1/capacity", headers={**bearer(OPERATOR), "If-None-Match": tag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == tag
+    # a tenant's answers differ from the operator's: its tag does too, so a shared cache cannot mix them
+    theirs = client.get("/v1/tenants", headers={**bearer(VISION), "If-None-Match": tag})
+    assert theirs.status_code == 200 and theirs.headers["etag"] != tag
+    stale = client.get("/v1/capacity", headers={**bearer(OPERATOR), "If-None-Match": '"0000-operator"'})
+    assert stale.status_code == 200
+
+
+def test_the_reconcile_status_is_live_not_cached_by_clients(client: TestClient) -> None:
+    response = client.get("/v1/status", headers=bearer(OPERATOR))
+    assert response.headers["cache-control"] == "no-store" and "etag" not in response.headers
+
+
+# --- errors and bounds -----------------------------------------------------------------------------
+
+
+def test_unknown_routes_and_methods_are_problems(client: TestClient) -> None:
+    assert_problem(client.get("/v1/nothing", headers=bearer(OPERATOR)), 404, "not-found")
+    assert_problem(client.delete("/v1/capacity", headers=bearer(OPERATOR)), 405, "method-not-allowed")
+    assert_problem(client.get("/v1/tenants/nobody", headers=bearer(OPERATOR)), 404, "no-such-tenant")
+
+
+def test_a_body_past_the_bound_is_413_whether_declared_or_streamed(client: TestClient) -> None:
+    big = json.dumps({"changes": [QUOTE["changes"][0]] * 2000}).encode()
+    assert len(big) > api_app.MAX_BODY_BYTES
+    assert_problem(client.post("/v1/quotes", content=big, headers={**bearer(OPERATOR), "Content-Type": "application/json"}), 413, "too-large")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the bound holds while the body streams
+        for i in range(0, len(big), 4096):
+            yield big[i:i + 4096]
+
+    assert_problem(client.post("/v1/quotes", content=chunks(), headers={**bearer(OPERATOR), "Content-Type": "application/json"}), 413)
+
+
+def test_an_invalid_quote_is_422_naming_the_field_without_echoing_it(client: TestClient) -> None:
+    body = assert_problem(client.post("/v1/quotes", json={"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu",
+                                                                       "guaranteed": "sixteen-SECRET"}]}, headers=bearer(OPERATOR)), 422)
+    assert "guaranteed" in body["detail"] and "SECRET" not in json.dumps(body)
+    unknown = assert_problem(client.post("/v1/quotes", json={"changes": [{**QUOTE["changes"][0], "tenant": "nobody"}]},
+                                         headers=bearer(OPERATOR)), 422, "change-refused")
+    assert unknown["detail"] == "changes[0].tenant: no tenant named 'nobody' in the served revision"
+
+
+def test_a_quote_the_environment_refuses_names_file_line_and_field(client: TestClient) -> None:
+    # the guarantee grows but its split over the pools does not: the file's own check refuses it
+    change = {"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16}
+    body = assert_problem(client.post("/v1/quotes", json={"changes": [change]}, headers=bearer(OPERATOR)), 422, "change-refused")
+    assert re.match(r"environments/prod\.yaml:\d+:\d+: tenants\[vision\]\.quota\[\"nvidia\.com/gpu\"\]", body["detail"]), body["detail"]
+
+
+def test_rate_limit_is_429_per_token_with_retry_after(served: Served) -> None:
+    client = served.client(rate="3/minute")
+    for _ in range(3):
+        assert client.get("/v1/revision", headers=bearer(OPERATOR)).status_code == 200
+    limited = client.get("/v1/revision", headers=bearer(OPERATOR))
+    assert_problem(limited, 429, "rate-limited")
+    assert 1 <= int(limited.headers["retry-after"]) <= 61
+    assert client.get("/v1/revision", headers=bearer(VISION)).status_code == 200  # another token has its own budget
+    for _ in range(3):  # guesses are limited by the address they come from
+        client.get("/v1/revision", headers=bearer(WRONG))
+    assert_problem(client.get("/v1/revision", headers=bearer(WRONG)), 429)
+
+
+# --- quotes ----------------------------------------------------------------------------------------
+
+
+def test_quotes_past_the_ones_being_judged_are_429_not_queued(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetops.api import quote as quote_mod
+
+    judging, release = threading.Event(), threading.Event()
+    real = quote_mod.quote
+
+    def held(snapshot: Any, request: Any) -> Any:
+        judging.set()
+        release.wait(60)
+        return real(snapshot, request)
+
+    monkeypatch.setattr(quote_mod, "quote", held)
+    client = TestClient(api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(quotes_at_once=1)))
+    first: list[Any] = []
+    thread = threading.Thread(target=lambda: first.append(client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))))
+    thread.start()
+    try:
+        assert judging.wait(60)
+        busy = client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))
+        assert_problem(busy, 429, "quotes-busy")
+        assert busy.headers["retry-after"] == "1"
+    finally:
+        release.set()
+        thread.join(120)
+    assert first[0].status_code == 200
+    assert client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).status_code == 200  # the slot is free again
+
+
+
+def test_a_quote_decides_as_plan_decides_byte_for_byte(served: Served, client: TestClient) -> None:
+    quote = client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))
+    assert quote.status_code == 200, quote.text
+    body = quote.json()
+    assert body["quota_changes"][0]["after"] == {"guaranteed": 112, "burst": 176}
+    assert body["decisions"], "a quota raise this large is judged: the test compares something"
+    # The same change as a pull request: the quoted file in the working tree, planned against the served revision.
+    (served.repo / "environments" / "prod.yaml").write_text(body["environment_file"])
+    try:
+        code, planned = plan_json(served.repo, "--base", served.revision)
+    finally:
+        git(served.repo, "checkout", "--", "environments/prod.yaml")
+    assert json.dumps(body["decisions"], sort_keys=True) == json.dumps(planned["decisions"], sort_keys=True)
+    assert (body["verdict"], body["counts"], body["cost"]) == (planned["verdict"], planned["counts"], planned["cost"])
+    assert code == (0 if body["verdict"] == "allowed" else 1)
+
+
+def test_a_quote_writes_nothing_and_leaves_the_served_revision_as_it_was(served: Served, client: TestClient) -> None:
+    before = (client.get("/v1/tenants/vision", headers=bearer(OPERATOR)).json(), git(served.repo, "status", "--porcelain"),
+              git(served.repo, "rev-parse", "HEAD"))
+    client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR))
+    after = (client.get("/v1/tenants/vision", headers=bearer(OPERATOR)).json(), git(served.repo, "status", "--porcelain"),
+             git(served.repo, "rev-parse", "HEAD"))
+    assert after == before
+
+
+def test_a_new_pool_is_quoted_with_its_cost(client: TestClient) -> None:
+    pool = {"name": "h100-extra", "device": {"resource": "nvidia.com/gpu", "model": "H100-SXM-80GB", "per_node": 8}, "nodes": 2}
+    body = client.post("/v1/quotes", json={"changes": [{"op": "add_pool", "cluster": "center-bj", "pool": pool}]}, headers=bearer(OPERATOR)).json()
+    prices = client.get("/v1/prices", headers=bearer(OPERATOR)).json()
+    h100 = next(p["per_device_hour"] for p in prices["prices"] if p["model"] == "H100-SXM-80GB")
+    assert body["cost"]["delta"] == pytest.approx(16 * h100 * 730, rel=0.01)
+    assert body["objects"]["added"] >= 1
+
+
+# --- the reconcile status ----------------------------------------------------------------------------
+
+
+def test_status_reads_what_each_reconciler_published_and_says_which_cluster_did_not_answer(served: Served) -> None:
+    reported = MemoryCluster("center-bj")
+    namespace = served.snapshot.env.reconciler.namespace
+    reported.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATUS_CONFIGMAP, "namespace": namespace},
+                   "data": {"environment": "prod", "revision": served.revision, "result": "ok", "message": "applied"}})
+    calls = []
+
+    def connect(cluster: Any) -> Any:
+        calls.append(cluster.name)
+        if cluster.name == "center-bj":
+            return reported
+        if cluster.name == "center-sh":
+            raise ApiError(503, "https://user:pass@api.example unavailable")
+        return None
+
+    now = [0.0]
+    reader = api_app.StatusReader(lambda: served.snapshot, connect, ttl=10, clock=lambda: now[0])
+    rows = {r["cluster"]: r for r in served.client(status=reader).get("/v1/status", headers=bearer(OPERATOR)).json()}
+    assert rows["center-bj"] == {"cluster": "center-bj", "state": "reported", "revision": served.revision, "result": "ok",
+                                 "message": "applied", "serving_revision": True}
+    assert rows["center-sh"]["state"] == "unreachable" and "pass" not in json.dumps(rows["center-sh"])
+    assert {r["state"] for name, r in rows.items() if name not in ("center-bj", "center-sh")} <= {"unreachable"}
+    reader()
+    assert len(calls) == len(rows)  # within the ttl the clusters are not asked again
+    now[0] = 11
+    reader()
+    assert len(calls) == 2 * len(rows)
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(served: Served, log: Path, *args: str | Path) -> Iterator[int]:
+    """`fleetops serve` on a free loopback port, its log in `log`; stopped (SIGTERM) on the way out."""
+    port = free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen([*fleetops_command(), "serve", "--env", "prod", "--repo", str(served.repo), "--rev", served.revision,
+                                 "--listen", f"127.0.0.1:{port}", "--tokens", str(served.tokens_path), *map(str, args)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "serving prod" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # readiness: the server loads the revision before it listens
+        assert "serving prod" in log.read_text(), log.read_text()
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_on_loopback_answers_and_never_logs_a_token(served: Served, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with serving(served, log) as port:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR))
+        with urllib.request.urlopen(request, timeout=10) as r:
+            answer = json.loads(r.read(1 << 16))
+        assert answer["revision"] == served.revision and answer["scope"] == "operator"
+        for token in (VISION, WRONG):
+            with contextlib.suppress(urllib.error.HTTPError):
+                urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/decisions", headers=bearer(token)), timeout=5).close()
+    text = log.read_text()
+    assert "vision-portal" in text and "/v1/decisions" in text  # requests are logged, by the token's name
+    for token in (OPERATOR, VISION, WRONG):
+        assert token not in text
+    assert "Traceback" not in text
+
+
+def test_serve_with_tls_answers_https_only(served: Served, tmp_path: Path) -> None:
+    import ssl
+
+    from tests.servers import _tls_pair
+
+    ca = _tls_pair(tmp_path / "tls")
+    trusted = ssl.create_default_context(cadata=ca.decode())
+    with serving(served, tmp_path / "serve.log", "--tls-cert", tmp_path / "tls" / "tls.crt", "--tls-key", tmp_path / "tls" / "tls.key") as port:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR))
+        with urllib.request.urlopen(request, timeout=10, context=trusted) as r:
+            assert json.loads(r.read(1 << 16))["revision"] == served.revision
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # in clear, the token is never read
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR)), timeout=10)
+
+
+def test_a_tls_key_that_does_not_load_is_one_line_exit_2(served: Served, tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    result = run("serve", "--env", "prod", "--repo", served.repo, "--rev", served.revision, "--tokens", served.tokens_path,
+                 "--listen", "127.0.0.1:0", "--tls-cert", tmp_path / "tls.crt", "--tls-key", tmp_path / "tls.crt")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--tls-cert" in result.stderr
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{", "not JSON"),
+    ('{"tokens": [{"name": "x", "sha256": "plaintext-token", "scope": "operator"}]}', "tokens.0.sha256"),
+    ('{"tokens": [{"name": "x", "sha256": "' + "a" * 64 + '", "scope": "tenant", "tenant": "nobody"}]}', "no tenant 'nobody'"),
+])
+def test_a_bad_tokens_file_is_one_line_exit_2(served: Served, tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(content)
+    result = run("serve", "--env", "prod", "--repo", served.repo, "--rev", served.revision, "--tokens", path, "--listen", "127.0.0.1:0")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], result.stderr
+    assert "plaintext-token" not in result.stderr
+
+
+def test_serving_beyond_loopback_without_tls_is_refused(served: Served) -> None:
+    result = run("serve", "--env", "prod", "--repo", served.repo, "--tokens", served.tokens_path, "--listen", "0.0.0.0:8443")
+    assert result.returncode == 2 and "--tls-cert" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- the contract: property-based, against the OpenAPI document ------------------------------------------
+
+import schemathesis  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from schemathesis import checks  # noqa: E402
+
+
+CONTRACT_CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+                   checks.response_schema_conformance, checks.response_headers_conformance]
+
+
+def test_contract_no_5xx_and_every_answer_matches_its_schema(served: Served) -> None:
+    """schemathesis generates requests from the document (valid and not) for every operation, sends each with an
+    operator's, a tenant's and a wrong token, and checks each answer against the document. (Its pytest plugin
+    does not run on pytest 9: the operations are driven here with hypothesis.)"""
+    app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"))
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.path for op in operations} >= {"/v1/capacity", "/v1/quotes", "/v1/tenants/{name}/use"}
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+        def conforms(case: Any) -> None:
+            for token in (OPERATOR, VISION, WRONG):  # each scope, and a token nobody holds
+                case.call_and_validate(headers=bearer(token), checks=CONTRACT_CHECKS)
+
+        conforms()
+
+
+def test_the_openapi_document_is_3_1_and_reuses_the_cli_json_schema(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    schemas = document["components"]["schemas"]
+    assert schemas["decision"] == json.loads(json.dumps(__import__("fleetops.output").output.json_schema()["$defs"]["decision"]).replace(
+        '"#/$defs/', '"#/components/schemas/'))
+    decisions = document["paths"]["/v1/decisions"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert decisions == {"$ref": "#/components/schemas/Decisions"}
+    assert schemas["Decisions"]["properties"]["decisions"]["items"] == {"$ref": "#/components/schemas/decision"}
+    assert document["paths"]["/v1/capacity"]["get"]["responses"]["429"]["content"] == {
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+# --- following a branch -----------------------------------------------------------------------------------
+
+
+def test_a_newer_commit_is_served_once_loaded_whole_and_an_invalid_one_never(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    first = git(repo, "rev-parse", "HEAD").strip()
+    stack = contextlib.ExitStack()
+    current = snapshot_mod.Current(snapshot_mod.load(repo, "prod", first, stack), stack)
+    tokens = auth.load(tokens_file(tmp_path / "tokens.json"), {"vision"})
+    client = TestClient(api_app.create_app(current, tokens, lambda: []))
+    fetch = lambda: (repo, git(repo, "rev-parse", "HEAD").strip())  # noqa: E731 - the branch's head, as serve --refresh reads it
+    try:
+        tag = client.get("/v1/tenants/vision", headers=bearer(OPERATOR)).headers["etag"]
+        assert snapshot_mod.refresh(current, fetch) is None and current().revision == first  # nothing new: nothing loaded
+
+        edit(repo, VISION_GPU, VISION_GPU.replace("burst: 160", "burst: 168"))
+        second = commit(repo, "vision: more burst")
+        assert snapshot_mod.refresh(current, fetch) is None
+        answer = client.get("/v1/tenants/vision", headers={**bearer(OPERATOR), "If-None-Match": tag})
+        assert answer.status_code == 200 and second in answer.headers["etag"]
+        assert next(q["burst"] for q in answer.json()["quotas"] if q["resource"] == "nvidia.com/gpu") == 168
+
+        edit(repo, "burst: 168", "burst: lots")
+        commit(repo, "broken")
+        problem = snapshot_mod.refresh(current, fetch)
+        assert problem is not None and "environments/prod.yaml:" in problem and "burst" in problem
+        assert current().revision == second  # the last good revision stays served, whole
+    finally:
+        current.close()
+
+
+def test_a_quote_past_capacity_is_denied_with_the_fix_in_numbers(client: TestClient) -> None:
+    change = {**QUOTE["changes"][0], "guaranteed": 1000, "burst": 1000, "guaranteed_per_pool": {"h100-train": 500, "a100-infer": 500}}
+    body = client.post("/v1/quotes", json={"changes": [change]}, headers=bearer(OPERATOR)).json()
+    assert body["verdict"] == "denied"
+    over = [d for d in body["decisions"] if d["rule"] == "quota.guaranteed_over_capacity" and d["status"] == "deny"]
+    assert over and over[0]["fix"].startswith("lower guaranteed nvidia.com/gpu by ")
+    assert over[0]["location"]["file"] == "environments/prod.yaml"

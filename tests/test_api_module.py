@@ -1,0 +1,70 @@
+"""The fleet API as fleetops renders it (modules/api.py): where it runs, from what image, with what rights.
+
+That the real API server accepts these objects strictly is tests/test_real_kube.py's check of every
+object prod renders (prod declares `api:`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from fleetops import kube, render, schema, spec
+from modules.api import NAME
+from tests.cli import run
+from tests.reconcile_support import ROOT
+
+PROD = ROOT / "environments" / "prod.yaml"
+
+
+@functools.cache
+def prod() -> render.DesiredState:
+    return render.render(PROD, revision="rev-prod")
+
+
+def api_objects(cluster: str) -> dict[str, dict]:
+    return {m["kind"]: m for m in prod().clusters[cluster] if m["metadata"]["name"] == NAME}
+
+
+def test_the_api_runs_on_its_declared_cluster_only_with_the_reconcilers_image() -> None:
+    env = spec.load_environment(PROD)
+    assert env.api is not None
+    for cluster in prod().clusters:
+        assert bool(api_objects(cluster)) == (cluster == env.api.cluster)
+    objects = api_objects(env.api.cluster)
+    assert set(objects) == {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "NetworkPolicy"}
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == env.reconciler.image
+    assert container["args"][:3] == ["serve", "--env", "prod"] and "--in-cluster" in container["args"]
+    assert {"--tls-cert", "--tls-key", "--tokens"} <= set(container["args"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    assert {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]} == {
+        "cache": None, "tokens": env.api.tokens_secret, "tls": env.api.tls_secret}
+    assert schema.validate_objects(prod().objects()) == []
+
+
+def test_its_only_right_is_to_read_the_reconcile_status_of_its_cluster() -> None:
+    objects = api_objects("center-bj")
+    assert objects["Role"]["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [kube.STATUS_CONFIGMAP], "verbs": ["get"]}]
+    assert objects["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": objects["Role"]["metadata"]["namespace"]}]
+    assert not any(m["kind"] in ("ClusterRole", "ClusterRoleBinding") and m["metadata"]["name"] == NAME for m in prod().clusters["center-bj"])
+    # the reconciler may write the API's Role only if it holds its rule: Kubernetes refuses an escalation
+    reconciler_role = next(m for m in prod().clusters["center-bj"] if m["kind"] == "ClusterRole" and m["metadata"]["name"] == "fleetops-reconciler")
+    assert objects["Role"]["rules"][0] in reconciler_role["rules"]
+
+
+def test_only_the_declared_clients_may_connect() -> None:
+    policy = api_objects("center-bj")["NetworkPolicy"]["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == [{"from": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}]
+
+
+def test_an_api_on_an_undeclared_cluster_is_one_line_at_its_field(tmp_path) -> None:
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    text = PROD.read_text().replace("  cluster: center-bj\n  allow_from", "  cluster: center-nowhere\n  allow_from")
+    (folder / "prod.yaml").write_text(text)
+    line = text.splitlines().index("  cluster: center-nowhere") + 1
+    result = run("validate", "--env", "prod", "--environments", folder)
+    assert result.returncode == 2
+    assert f"prod.yaml:{line}:" in result.stderr and "api.cluster" in result.stderr and "center-nowhere" in result.stderr
