@@ -539,13 +539,16 @@ class StatementFormat(str, Enum):
     csv = "csv"
 
 
+PrometheusTokenOpt = Annotated[Path | None, typer.Option("--prometheus-token-file", envvar="FLEETOPS_PROMETHEUS_TOKEN_FILE", help="A bearer token for Prometheus, read from this file (never printed)")]
+
+
 @app.command("statements")
 def statements_command(
     env: EnvOpt,
     prometheus: Annotated[str, typer.Option("--prometheus", envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus (or a querier of its API) holding the metering series, e.g. http://prometheus.monitoring:9090")],
     period: Annotated[str, typer.Option("--period", help="The calendar month, UTC: YYYY-MM")],
     environments: DirOpt = DEFAULT_DIR,
-    token_file: Annotated[Path | None, typer.Option("--prometheus-token-file", envvar="FLEETOPS_PROMETHEUS_TOKEN_FILE", help="A bearer token for Prometheus, read from this file (never printed)")] = None,
+    token_file: PrometheusTokenOpt = None,
     output: Annotated[StatementFormat, typer.Option("--output", help="text, json or csv")] = StatementFormat.text,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write one file per tenant here (TENANT.txt, .json or .csv) instead of standard output")] = None,
 ) -> None:
@@ -818,8 +821,11 @@ def serve(
     refresh: Annotated[str | None, typer.Option(help="Follow --rev: look for a newer commit every DURATION (60s, 5m) and serve it once loaded whole")] = None,
     tokens: Annotated[Path | None, typer.Option("--tokens", help="JSON file of the tokens' SHA-256 and scopes (a mounted Secret's key); see README")] = None,
     openapi: Annotated[Path | None, typer.Option("--openapi", help="Write the API's OpenAPI document here and exit (no --tokens needed)")] = None,
+    prometheus: Annotated[str | None, typer.Option("--prometheus", help="Answer use and statements from the metering this Prometheus holds (as `fleetops statements`)")] = None,
+    prometheus_token_file: PrometheusTokenOpt = None,
 ) -> None:
-    """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status and quotes.
+    """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status, quotes and,
+    with --prometheus, each tenant's use and statements.
 
     Exit 2 when the revision does not load or judge, or an option is wrong."""
     import socket
@@ -831,7 +837,8 @@ def serve(
     from fleetops import cluster as cluster_mod
     from fleetops import plan, reconcile
     from fleetops.api import app as api_app
-    from fleetops.api import auth, snapshot as snapshot_mod
+    from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
+    from fleetops.prometheus import Prometheus
 
     host, port = parse_listen(listen)
     if tokens is None and openapi is None:
@@ -845,6 +852,8 @@ def serve(
     except ValueError:
         fail(f"--rate-limit: expected COUNT/PERIOD like 120/minute, got {rate_limit!r}")
     period = parse_interval(refresh, "--refresh") if refresh else 0.0
+    # A bad URL or token file is said before the revision is loaded, not after
+    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file)) if prometheus is not None else None
     source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
 
     def fetch() -> tuple[Path, str]:
@@ -877,7 +886,7 @@ def serve(
             return cluster_mod.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
 
         application = api_app.create_app(current, known, api_app.StatusReader(current, connect),
-                                         api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes))
+                                         api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes), meter)
         try:
             sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         except OSError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import re
 import socket
@@ -20,10 +21,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetops.api import app as api_app
-from fleetops.api import auth, snapshot as snapshot_mod
+from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
+from fleetops.prometheus import Prometheus
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.cli import fleetops_command, run
+from tests.fake_prometheus import Script, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
 from tests.test_plan import commit, edit, git, make_repo, plan_json
 
@@ -53,9 +56,10 @@ class Served:
     tokens: auth.Tokens
     tokens_path: Path
 
-    def client(self, rate: str = "10000/minute", status: Any = None) -> TestClient:
+    def client(self, rate: str = "10000/minute", status: Any = None, meter: api_metering.Meter | None = None) -> TestClient:
         reader = status or (lambda: [])
-        return TestClient(api_app.create_app(lambda: self.snapshot, self.tokens, reader, api_app.Settings(rate=rate)), raise_server_exceptions=False)
+        return TestClient(api_app.create_app(lambda: self.snapshot, self.tokens, reader, api_app.Settings(rate=rate), meter),
+                          raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -125,24 +129,122 @@ def test_metering_not_configured_is_a_problem_not_an_empty_answer(client: TestCl
         assert_problem(client.get(f"/v1/tenants/speech/{what}", headers=bearer(VISION)), 403, "forbidden")
 
 
+# --- use and statements, from metering --------------------------------------------------------------
+
+DAY = 86400
+NOVEMBER = 1793491200  # 2026-11-01T00:00:00Z
+VISION_H100 = {"cluster": "center-bj", "pool": "h100-train", "tenant": "vision", "resource": "nvidia.com/gpu"}
+
+
+def days(per_day: float, first: int = NOVEMBER, count: int = 30) -> list[list[object]]:
+    """Points as the statements' query is answered: one per day, asked 30 s before the day's end."""
+    return [[first + (i + 1) * DAY - 30, str(per_day)] for i in range(count)]
+
+
+def metering(form: dict[str, str]) -> bytes:
+    """vision used 48 H100s all day every day; the prepaid tenants' spend before the month is asked apart, and none."""
+    series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": days(48 * 24)}]
+    return success({"resultType": "matrix", "result": series})
+
+
+@pytest.fixture
+def metered(served: Served, server: tuple[str, Script]) -> TestClient:  # noqa: F811
+    url, script = server
+    script.answer = metering
+    return served.client(meter=api_metering.Meter(Prometheus(url)))
+
+
+def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_period(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
+    url, script = server
+    script.answer = metering
+    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    statement = client.get("/v1/tenants/vision/statements", params={"period": "2026-11"}, headers=bearer(VISION))
+    assert statement.status_code == 200, statement.text
+    assert statement.json() == {"tenant": "vision", "mode": "postpaid", "period": "2026-11", "currency": "USD", "balance": None,
+                                "lines": [{"cluster": "center-bj", "pool": "h100-train", "device_model": "H100-SXM-80GB", "resource": "nvidia.com/gpu",
+                                           "device_hours": 34560, "price_per_device_hour": 2.9, "amount": 100224}], "total": 100224}
+    use = client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)).json()
+    assert use == {"tenant": "vision", "period": "2026-11", "currency": "USD", "spend": 100224,
+                   "use": [{"cluster": "center-bj", "pool": "h100-train", "resource": "nvidia.com/gpu", "device_model": "H100-SXM-80GB",
+                            "device_hours": 34560, "spend": 100224}]}
+    research = client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)).json()
+    assert research["lines"] == [] and research["balance"]["remaining"] == 250000  # both top-ups, nothing spent
+    # Every tenant's month from metering's two queries (the month, and the prepaid spend before it), not a set per request.
+    assert [form["query"].startswith("sum by") for _, form, _ in script.asked] == [True, True]
+    client.get("/v1/tenants/speech/use", params={"period": "2026-10"}, headers=bearer(OPERATOR))
+    assert len(script.asked) == 3  # another period is read on its own (one query: no top-up before October to spend from)
+
+
+def test_use_defaults_to_the_month_to_date(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
+    url, script = server
+    script.answer = metering
+    served.client(meter=api_metering.Meter(Prometheus(url))).get("/v1/tenants/vision/use", headers=bearer(VISION))
+    month = api_metering.this_month()
+    first = datetime.datetime.strptime(month, "%Y-%m").replace(tzinfo=datetime.timezone.utc).timestamp()
+    assert float(script.asked[0][1]["start"]) == first + DAY - 30
+
+
+def test_the_statements_kept_are_read_again_after_their_ttl(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
+    url, script = server
+    script.answer = metering
+    now = [0.0]
+    client = served.client(meter=api_metering.Meter(Prometheus(url), ttl=60, clock=lambda: now[0]))
+    ask = lambda: client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION))  # noqa: E731
+    ask(), ask()
+    now[0] = 59.0
+    assert ask().status_code == 200 and len(script.asked) == 2
+    now[0] = 60.0
+    ask()
+    assert len(script.asked) == 4
+
+
+def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_token(served: Served, tmp_path: Path) -> None:
+    token = tmp_path / "prometheus-token"
+    token.write_text("prom-secret-token-5d2a\n")
+    port = free_port()  # nothing listens there
+    client = served.client(meter=api_metering.Meter(Prometheus(f"http://metering:s3cret@127.0.0.1:{port}", token)))
+    for what in ("use", "statements"):
+        response = client.get(f"/v1/tenants/vision/{what}", params={"period": "2026-11"}, headers=bearer(VISION))
+        body = assert_problem(response, 503, "metering-unavailable")
+        assert body["detail"] == f"http://127.0.0.1:{port}/api/v1/query_range: no answer: connection refused"
+        assert "s3cret" not in response.text and "prom-secret" not in response.text
+
+
+def test_a_month_without_metering_is_404_not_zero_use(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
+    url, script = server
+    script.body = success({"resultType": "matrix", "result": []})
+    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    body = assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)), 404, "no-metering")
+    assert "no fleetops:tenant_devices:physical between 2026-11-01 and 2026-12-01" in body["detail"]
+    assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-13"}, headers=bearer(VISION)), 422)
+
+
+def test_serve_with_a_prometheus_url_that_is_not_one_is_one_line_exit_2(served: Served) -> None:
+    done = run("serve", "--env", "prod", "--repo", served.repo, "--tokens", served.tokens_path, "--prometheus", "prometheus:9090")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "--prometheus prometheus:9090: not an http(s) URL (e.g. http://prometheus.monitoring:9090)"]
+
+
 # --- the authorisation matrix ----------------------------------------------------------------------
 
 GET_ROUTES = ["/v1/revision", "/v1/capacity", "/v1/prices", "/v1/tenants", "/v1/tenants/vision", "/v1/tenants/speech",
-              "/v1/tenants/vision/use", "/v1/decisions", "/v1/plan", "/v1/status"]
-# What each scope gets: a tenant sees the fleet's capacity and prices and its own tenant; the rest is the operator's.
+              "/v1/tenants/vision/use", "/v1/tenants/vision/statements", "/v1/tenants/speech/use", "/v1/tenants/speech/statements",
+              "/v1/decisions", "/v1/plan", "/v1/status"]
+# What each scope gets: a tenant sees the fleet's capacity and prices and its own tenant, use and statements; the rest is the operator's.
 TENANT_SEES = {"/v1/revision": 200, "/v1/capacity": 200, "/v1/prices": 200, "/v1/tenants": 200, "/v1/tenants/vision": 200,
-               "/v1/tenants/speech": 403, "/v1/tenants/vision/use": 404, "/v1/decisions": 403, "/v1/plan": 403, "/v1/status": 403}
+               "/v1/tenants/speech": 403, "/v1/tenants/vision/use": 200, "/v1/tenants/vision/statements": 200,
+               "/v1/tenants/speech/use": 403, "/v1/tenants/speech/statements": 403, "/v1/decisions": 403, "/v1/plan": 403, "/v1/status": 403}
 QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16, "burst": 16,
                       "guaranteed_per_pool": {"h100-train": 8, "a100-infer": 8}}]}
 
 
 @pytest.mark.parametrize("route", GET_ROUTES)
 @pytest.mark.parametrize("who", ["operator", "tenant", "wrong", "missing", "malformed"])
-def test_authorisation_matrix(client: TestClient, route: str, who: str) -> None:
+def test_authorisation_matrix(metered: TestClient, route: str, who: str) -> None:
     headers = {"operator": bearer(OPERATOR), "tenant": bearer(VISION), "wrong": bearer(WRONG), "missing": {},
                "malformed": {"Authorization": OPERATOR}}[who]
-    response = client.get(route, headers=headers)
-    expected = {"operator": 404 if route.endswith("/use") else 200, "tenant": TENANT_SEES[route]}.get(who, 401)
+    response = metered.get(route, headers=headers)
+    expected = {"operator": 200, "tenant": TENANT_SEES[route]}.get(who, 401)
     assert response.status_code == expected, response.text
     if expected == 401:
         assert response.headers["www-authenticate"] == "Bearer"
@@ -424,11 +526,14 @@ CONTRACT_CHECKS = [checks.not_a_server_error, checks.status_code_conformance, ch
                    checks.response_schema_conformance, checks.response_headers_conformance]
 
 
-def test_contract_no_5xx_and_every_answer_matches_its_schema(served: Served) -> None:
+def test_contract_no_5xx_and_every_answer_matches_its_schema(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
     """schemathesis generates requests from the document (valid and not) for every operation, sends each with an
     operator's, a tenant's and a wrong token, and checks each answer against the document. (Its pytest plugin
     does not run on pytest 9: the operations are driven here with hypothesis.)"""
-    app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"))
+    url, script = server
+    script.answer = metering  # use and statements answered from metering, so their 200s are checked too
+    app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"),
+                             api_metering.Meter(Prometheus(url)))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/capacity", "/v1/quotes", "/v1/tenants/{name}/use"}

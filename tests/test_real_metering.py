@@ -11,6 +11,7 @@ computes from its own generator (tests/metering_data.py).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import io
@@ -127,6 +128,31 @@ def test_csv_and_text_say_the_same_and_out_writes_a_file_per_tenant(month: tuple
     assert code == 0 and "wrote 7 statements for 2026-11" in err
     text = (tmp_path / "research.txt").read_text()
     assert text.startswith("Prepaid statement for research, 2026-11 (USD)") and "balance" in text
+
+
+def test_the_api_answers_each_tenant_s_statement_as_the_cli_prints_it(month: tuple[Prometheus, list[data.Pod]], tmp_path: Path) -> None:
+    """`fleetops serve --prometheus`'s statement of a tenant for a month is `fleetops statements --output json`'s, figure for figure."""
+    from fastapi.testclient import TestClient
+
+    from fleetops.api import app as api_app, auth, metering as api_metering, snapshot as snapshot_mod
+    from fleetops.prometheus import Prometheus as Client
+    from tests.test_plan import git, make_repo
+
+    server, _ = month
+    code, out, _ = statements(server, "--period", "2026-11", "--output", "json")
+    assert code in (0, 1)
+    printed = {s["tenant"]: s for s in json.loads(out)["statements"]}
+    repo = make_repo(tmp_path)  # this project's fleet, the environment the CLI read, at a commit
+    operator = "operator-token-for-the-real-metering-test"
+    tokens = auth.Tokens([auth.Entry(name="portal", scope=auth.Scope.OPERATOR, sha256=auth.digest(operator))])
+    with contextlib.ExitStack() as stack:
+        snapshot = snapshot_mod.load(repo, "prod", git(repo, "rev-parse", "HEAD").strip(), stack)
+        meter = api_metering.Meter(Client(server.url))
+        client = TestClient(api_app.create_app(lambda: snapshot, tokens, lambda: [], meter=meter))
+        served = {name: client.get(f"/v1/tenants/{name}/statements", params={"period": "2026-11"},
+                                   headers={"Authorization": f"Bearer {operator}"}).json() for name in printed}
+    assert served == printed
+    assert printed["research"]["balance"] is not None and any(s["lines"] for s in printed.values())  # a prepaid tenant and use compared
 
 
 def test_a_month_without_metering_is_no_answer_never_zero_use(month: tuple[Prometheus, list[data.Pod]]) -> None:

@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NamedTuple, NoReturn
+from typing import Annotated, Any, NamedTuple
 
 import limits
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -27,10 +27,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 from fleetops import __version__, output, spec
 from fleetops.api import models, quote as quote_mod
 from fleetops.api.auth import Principal, Tokens
+from fleetops.api.metering import TTL_SECONDS, Meter, this_month
 from fleetops.api.models import Scope
 from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
+from fleetops.metering.statements import Period, Statement, StatementError
+from fleetops.prometheus import PrometheusError
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.status import read_status
 
@@ -38,6 +41,8 @@ log = logging.getLogger("fleetops.api")
 PROBLEM_JSON = "application/problem+json"
 MAX_BODY_BYTES = 64 << 10  # a quote of 32 changes fits many times over
 STATUS_TTL_SECONDS = 10.0
+# Use moves with the minutes recorded: a client may keep an answer as long as the server keeps the period's statements.
+METERED_CACHE = {"Cache-Control": f"private, max-age={int(TTL_SECONDS)}", "Vary": "Authorization"}
 
 
 class Problem(HTTPException):
@@ -181,8 +186,9 @@ ERRORS = {str(code): _problem_doc(_TITLES[code]) for code in (400, 401, 403, 404
 
 
 def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable[[], list[models.ClusterStatus]],
-               settings: Settings = Settings()) -> FastAPI:
-    """The API of what `current()` returns: each request reads one snapshot, and its ETag is that snapshot's."""
+               settings: Settings = Settings(), meter: Meter | None = None) -> FastAPI:
+    """The API of what `current()` returns: each request reads one snapshot, and its ETag is that snapshot's.
+    Use and statements come from `meter`; without one they answer 404 metering-not-configured."""
     app = FastAPI(title="fleetops fleet API", version=__version__, responses=ERRORS, docs_url=None, redoc_url=None,
                   description=f"The environment {current().environment} at one Git revision, read only.")
     rate = limits.parse(settings.rate)
@@ -287,21 +293,36 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def tenant(name: str, seen: Tagged) -> models.Tenant:
         return _tenant(seen.snapshot, visible_tenant(seen.snapshot, name, seen.who))
 
-    def unmetered(name: str, who: Principal) -> NoReturn:
-        # Metering (use and statements) is not built yet: the routes are the contract, the answer says so.
+    def metered(name: str, who: Principal, period: str | None) -> Statement:
+        """The tenant's statement for the period (default: the month to date) from metering, or why there is none."""
         snapshot = current()
         visible_tenant(snapshot, name, who)
-        raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}")
+        if meter is None:
+            raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}: serve --prometheus URL")
+        try:
+            month = Period.parse(period or this_month())
+            return meter.statement(snapshot.revision, snapshot.env, month, name)
+        except PrometheusError as exc:  # its line names the URL without credentials, never the token
+            log.warning("metering unavailable: %s", exc.lines[0])
+            raise Problem(503, "metering-unavailable", exc.lines[0], {"Retry-After": "30"}) from None
+        except StatementError as exc:
+            raise Problem(404, "no-metering", exc.lines[0]) from None
 
-    @app.get("/v1/tenants/{name}/use", response_model=None)
-    def use(name: str, who: Who) -> Response:
-        """A tenant's use of devices, where metering is configured."""
-        unmetered(name, who)
+    Month = Annotated[str | None, Query(pattern=r"^2[0-9]{3}-(0[1-9]|1[0-2])$", description="calendar month, UTC (default: this month to date)")]
+    METERED = {"404": _problem_doc("no such tenant, metering not configured, or no metering in the period"),
+               "503": _problem_doc("Prometheus did not answer: never read as zero use")}
 
-    @app.get("/v1/tenants/{name}/statements", response_model=None)
-    def statements(name: str, who: Who) -> Response:
-        """A tenant's statements (what it owes), where metering is configured."""
-        unmetered(name, who)
+    @app.get("/v1/tenants/{name}/use", response_model=models.Use, responses=METERED)
+    def use(name: str, who: Who, response: Response, period: Month = None) -> models.Use:
+        """A tenant's device-hours per cluster, pool and resource in a month, and their spend."""
+        response.headers.update(METERED_CACHE)
+        return models.Use.of(metered(name, who, period))
+
+    @app.get("/v1/tenants/{name}/statements", response_model=Statement, responses=METERED)
+    def statements(name: str, who: Who, response: Response, period: Month = None) -> Statement:
+        """A tenant's statement for a month, as `fleetops statements --output json` gives it: a postpaid invoice or a prepaid balance."""
+        response.headers.update(METERED_CACHE)
+        return metered(name, who, period)
 
     @app.get("/v1/decisions", response_model=models.Decisions)
     def decisions(seen: Tagged, _: Operator) -> models.Decisions:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from fleetops import output, spec
+from fleetops.metering.statements import Statement
 
 PROBLEM_TYPE = "https://fleetops.dev/problems/"  # + a slug: the kind of error, for programs to branch on
 # The CLI's output schema: its definitions become components; the whole envelope is `FleetopsOutput`.
@@ -205,6 +206,33 @@ class Quote(BaseModel):
     cost: Cost
     objects: dict[str, int] = Field(description="objects added, removed and changed")
     environment_file: str = Field(description="the environment file with the change: what a pull request would hold")
+
+
+class UseRow(BaseModel):
+    """A tenant's device-hours on one cluster, pool and device resource in a period, and what they cost."""
+
+    cluster: str
+    pool: str
+    resource: str
+    device_model: str
+    device_hours: float
+    spend: float = Field(description="device-hours x the pool's price per device-hour, in `currency`")
+
+
+class Use(BaseModel):
+    """A tenant's use in a period: its statement's lines, without the billing (top-ups, balance)."""
+
+    tenant: str
+    period: str = Field(description="the calendar month, UTC (YYYY-MM); the current one is the month to date")
+    currency: str
+    use: list[UseRow]
+    spend: float
+
+    @classmethod
+    def of(cls, statement: Statement) -> Use:
+        return cls(tenant=statement.tenant, period=statement.period, currency=statement.currency, spend=statement.total,
+                   use=[UseRow(cluster=line.cluster, pool=line.pool, resource=line.resource, device_model=line.device_model,
+                               device_hours=line.device_hours, spend=line.amount) for line in statement.lines])
 
 
 def with_components(document: dict[str, Any]) -> dict[str, Any]:
