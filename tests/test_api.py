@@ -559,6 +559,12 @@ def test_the_openapi_document_is_3_1_and_reuses_the_cli_json_schema(client: Test
     assert schemas["Decisions"]["properties"]["decisions"]["items"] == {"$ref": "#/components/schemas/decision"}
     assert document["paths"]["/v1/capacity"]["get"]["responses"]["429"]["content"] == {
         "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    # use and statements: the metering models, and a 503 when Prometheus does not answer
+    statements = document["paths"]["/v1/tenants/{name}/statements"]["get"]["responses"]
+    assert statements["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Statement"}
+    assert set(schemas["Statement"]["properties"]) == {"tenant", "mode", "period", "currency", "lines", "total", "balance"}
+    assert schemas["Mode"]["enum"] == ["postpaid", "prepaid"]
+    assert set(statements) >= {"404", "503"} and "503" in document["paths"]["/v1/tenants/{name}/use"]["get"]["responses"]
 
 
 # --- following a branch -----------------------------------------------------------------------------------
