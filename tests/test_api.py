@@ -28,6 +28,7 @@ from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.cli import fleetops_command, run
 from tests.fake_prometheus import Script, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
+from tests.test_statements import DAY, days
 from tests.test_plan import commit, edit, git, make_repo, plan_json
 
 OPERATOR = "op-7Jq2-not-a-real-secret-but-long-enough"
@@ -131,14 +132,7 @@ def test_metering_not_configured_is_a_problem_not_an_empty_answer(client: TestCl
 
 # --- use and statements, from metering --------------------------------------------------------------
 
-DAY = 86400
-NOVEMBER = 1793491200  # 2026-11-01T00:00:00Z
 VISION_H100 = {"cluster": "center-bj", "pool": "h100-train", "tenant": "vision", "resource": "nvidia.com/gpu"}
-
-
-def days(per_day: float, first: int = NOVEMBER, count: int = 30) -> list[list[object]]:
-    """Points as the statements' query is answered: one per day, asked 30 s before the day's end."""
-    return [[first + (i + 1) * DAY - 30, str(per_day)] for i in range(count)]
 
 
 def metering(form: dict[str, str]) -> bytes:
