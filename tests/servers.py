@@ -625,7 +625,7 @@ def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: I
         "--storage.tsdb.retention.time=3650d", f"--query.lookback-delta={lookback}", "--log.level=warn",
     ], directory).start()
     try:
-        wait_until(lambda: _http_ok(f"{url}/-/ready"), "prometheus", process)
+        wait_until(lambda: http_ok(f"{url}/-/ready"), "prometheus", process)
         yield Prometheus(url, process)
     finally:
         process.stop()

@@ -373,9 +373,9 @@ def test_serve_on_loopback_answers_and_never_logs_a_token(served: Served, tmp_pa
 def test_serve_with_tls_answers_https_only(served: Served, tmp_path: Path) -> None:
     import ssl
 
-    from tests.servers import _tls_pair
+    from tests.servers import tls_pair
 
-    ca = _tls_pair(tmp_path / "tls")
+    ca = tls_pair(tmp_path / "tls")
     trusted = ssl.create_default_context(cadata=ca.decode())
     with serving(served, tmp_path / "serve.log", "--tls-cert", tmp_path / "tls" / "tls.crt", "--tls-key", tmp_path / "tls" / "tls.key") as port:
         request = urllib.request.Request(f"https://127.0.0.1:{port}/v1/revision", headers=bearer(OPERATOR))
