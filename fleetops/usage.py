@@ -258,9 +258,9 @@ def lines(usage: dict[str, Any]) -> list[str]:
         if t["status"] != Status.measured.value:
             out.append(head + f"utilisation unknown: {t['reason']}")
         elif t["utilisation"] is None:
-            out.append(head + f"{_num(t['used_devices'])} devices held on average over {window}; {_num(t['spend'])} {t['currency']} spent")
+            out.append(head + f"{_num(t['used_devices'])} devices held on average over {window}; {t['spend']:,.0f} {t['currency']} spent")
         else:
-            out.append(head + f"{t['utilisation']:.0%} used over {window}; {_num(t['spend'])} {t['currency']} spent")
+            out.append(head + f"{t['utilisation']:.0%} used over {window}; {t['spend']:,.0f} {t['currency']} spent")
     for p in usage["pools"]:
         head = f"pool {p['pool']} on {p['cluster']}: {_arrow(p['physical_devices'], p['physical_devices_after'])} devices, "
         if p["status"] != Status.measured.value:
