@@ -68,8 +68,11 @@ def parse_window(text: str) -> Window:
 
 
 class Sample(Protocol):
-    labels: dict[str, str]
-    value: float
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+    @property
+    def value(self) -> float: ...
 
 
 class Source(Protocol):
@@ -145,8 +148,9 @@ def _factor(pool: spec.Group, resource: str) -> float:
     return units / devices if devices else 0.0
 
 
-def _tenant_rows(before: spec.Environment, quota_changes: list[dict[str, Any]]) -> list[tuple[TenantUsage, dict[str, int]]]:
-    """Each tenant quota the change edits that the base held, with the pools holding it (pool -> units)."""
+def _tenant_rows(before: spec.Environment, quota_changes: list[dict[str, Any]]) -> list[tuple[TenantUsage, list[str]]]:
+    """Each tenant quota the change edits that the base held, with the pools and edge groups offering its
+    resource on its cluster: what it held there counts, borrowed or not."""
     clusters = {c.name: c for c in before.clusters}
     tenants = {t.name: t for t in before.tenants}
     out = []
@@ -154,12 +158,13 @@ def _tenant_rows(before: spec.Environment, quota_changes: list[dict[str, Any]]) 
         tenant, cluster = tenants.get(q["tenant"]), clusters.get(q["cluster"])
         if tenant is None or cluster is None or q["resource"] not in tenant.quota or cluster.name not in tenant.clusters:
             continue  # new at head: nothing of it ran to measure
-        held = spec.guarantee_placement(before, cluster).held.get((tenant.name, q["resource"]), {})
         groups = {g.name: g for g in (*cluster.pools, *cluster.edge_groups)}
+        # The guarantee in physical devices: each pool's share of it over that pool's sharing factor.
+        held = spec.guarantee_placement(before, cluster).held.get((tenant.name, q["resource"]), {})
         devices = sum(units / f for name, units in held.items() if name in groups and (f := _factor(groups[name], q["resource"])))
         row = TenantUsage(tenant=tenant.name, cluster=cluster.name, resource=q["resource"], guaranteed=q["before"]["guaranteed"],
-                          guaranteed_after=q["after"]["guaranteed"], guaranteed_devices=round(devices, 2), status=Status.unavailable)
-        out.append((row, held))
+                          guaranteed_after=q["after"]["guaranteed"], guaranteed_devices=round(devices, 4), status=Status.unavailable)
+        out.append((row, [name for name, g in groups.items() if q["resource"] in spec.group_capacity(g)]))
     return out
 
 

@@ -69,6 +69,21 @@ def test_utilisation_divides_what_was_held_by_the_physical_devices_behind_the_gu
     assert source.queries == 2  # grouped by label: the same two whatever the number of tenants
 
 
+def test_what_a_tenant_borrows_on_a_pool_that_does_not_hold_its_guarantee_counts_as_used() -> None:
+    # speech's 120 nvidia.com/gpu are held whole by h100-mig (7 MIG slices a GPU: 17.14 GPUs); it also runs on a100-infer.
+    env = spec.parse_environment((ROOT / "environments" / "prod.yaml").read_text(), "prod.yaml").env
+    quota = [{"tenant": "speech", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 120, "burst": 200}, "after": {"guaranteed": 140, "burst": 200}}]
+    answers = {usage.DEVICES: [({"cluster": "center-bj", "pool": "h100-mig", "tenant": "speech"}, 10.0),
+                               ({"cluster": "center-bj", "pool": "a100-infer", "tenant": "speech"}, 5.0),
+                               ({"cluster": "center-bj", "pool": "a100-infer", "tenant": "vision"}, 9.0)]}
+    with serve(Fake(answers)) as fake:
+        measured = usage.measure(Prometheus(fake.url), usage.parse_window("7d"), env, env, quota, dt.datetime.now(dt.timezone.utc))
+    (tenant,) = measured.tenants
+    assert (tenant.guaranteed_devices, tenant.used_devices) == (round(120 / 7, 4), 15.0)
+    assert tenant.utilisation == round(15 / (120 / 7), 4) and not measured.pools  # no pool changed: none measured
+
+
 def test_the_comment_and_json_show_each_touched_tenant_and_pool_and_the_policy_asks_approval(raised: Path) -> None:
     with serve(Fake(held(15.0, 3.6))) as fake:
         code, result, comment = plan_with(raised, "--prometheus", fake.url)
