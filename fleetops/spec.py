@@ -9,6 +9,7 @@ before they are defined are quoted instead.
 """
 
 import dataclasses
+import datetime
 import difflib
 import fnmatch
 import functools
@@ -277,6 +278,24 @@ class TenantNetwork(Model):
     allow_to_endpoints: list[Name] = []
 
 
+class TopUp(Model):
+    """Money a prepaid tenant paid in, usable from `date` (00:00 UTC), in the budget's currency.
+    (`date`, not `on`: YAML 1.1 reads a bare `on` key as the boolean true.)"""
+
+    date: datetime.date
+    amount: Annotated[float, Field(gt=0)]
+
+
+class Billing(Model):
+    """How a tenant pays for the device-hours it uses (fleetops statements, the metering alerts).
+    Postpaid: invoiced after each month. Prepaid: its top-ups less its spend is a balance, and
+    falling below `low_balance_at` alerts at run time."""
+
+    mode: Literal["postpaid", "prepaid"] = "postpaid"
+    top_ups: list[TopUp] = []
+    low_balance_at: Annotated[float, Field(ge=0)] | None = None
+
+
 class Tenant(Model):
     name: Name
     clusters: list[Name] = Field(min_length=1)
@@ -287,6 +306,7 @@ class Tenant(Model):
     edge_groups: list[Name] = []
     isolation: Literal["shared", "strict"] = "shared"
     network: TenantNetwork = TenantNetwork()
+    billing: Billing = Billing()
 
 
 class PriorityClass(Model):
@@ -974,6 +994,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         for k, name in enumerate(tenant.network.allow_to_endpoints):
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
+        yield from _billing_checks(loc + ("billing",), tenant.billing)
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
         # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
         offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
@@ -1005,6 +1026,17 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         yield ("scheduler", "backend"), ("volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; "
                                          "use backend: kueue")
     yield from _kueue_checks(env, clusters)
+
+
+def _billing_checks(loc: Loc, billing: Billing) -> Iterator[tuple[Loc, str]]:
+    """Top-ups and a low-balance threshold mean something for prepaid tenants only, and prepaid needs money in."""
+    if billing.mode == "postpaid":
+        if billing.top_ups:
+            yield loc + ("top_ups",), "top-ups are for prepaid tenants; this one is postpaid (set mode: prepaid, or remove them)"
+        if billing.low_balance_at is not None:
+            yield loc + ("low_balance_at",), "a low-balance alert is for prepaid tenants; this one is postpaid"
+    elif not billing.top_ups:
+        yield loc + ("top_ups",), "a prepaid tenant needs at least one top-up (top_ups: [{date: 2026-11-01, amount: ...}])"
 
 
 def _within_kueue(resources: int, flavors: int) -> bool:

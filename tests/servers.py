@@ -22,7 +22,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -564,3 +564,72 @@ def refused_job(server: ApiServer, namespace: str) -> bool:
     except client.ApiException as exc:
         return exc.status in (403, 422)
     return False
+
+
+# --- Prometheus -------------------------------------------------------------------------------------
+
+# Debian's `prometheus` package (also promtool): CI installs it (.ci/run), as `make tools` builds the others.
+PROMETHEUS = Path("/usr/bin/prometheus")
+
+
+def debian_tool(path: Path) -> Path:
+    if not path.exists():
+        missing(f"no {path}: `apt-get install prometheus` (Debian) provides it")
+    return path
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: Process
+
+
+def openmetrics_blocks(text: str, directory: Path) -> Path:
+    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory / "series.om"
+    source.write_text(text)
+    blocks = directory / "blocks"
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+                    str(source), str(blocks)], check=True, capture_output=True, timeout=600)
+    source.unlink()
+    return blocks
+
+
+def rule_blocks(url: str, rule_file: Path, start: int, end: int, directory: Path) -> Path:
+    """Blocks of the recording rules in `rule_file` over [start, end], evaluated by the real
+    `promtool tsdb create-blocks-from rules` against the Prometheus at `url` (rules are evaluated live
+    by a server, never over backfilled history: this is how history gets them)."""
+    blocks = directory / "rule-blocks"
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "rules", "--quiet",
+                    f"--url={url}", f"--start={start}", f"--end={end}", f"--output-dir={blocks}", str(rule_file)],
+                   check=True, capture_output=True, timeout=1200)
+    return blocks
+
+
+@contextlib.contextmanager
+def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
+                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m") -> Iterator[Prometheus]:
+    """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
+    and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
+    its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
+    binary = debian_tool(PROMETHEUS)
+    data = directory / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for source in [*([openmetrics_blocks(openmetrics, directory / "import")] if openmetrics is not None else []), *blocks]:
+        for block in source.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), data / block.name)
+    config = directory / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or []}))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = Process("prometheus", [
+        str(binary), f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d", f"--query.lookback-delta={lookback}", "--log.level=warn",
+    ], directory).start()
+    try:
+        wait_until(lambda: _http_ok(f"{url}/-/ready"), "prometheus", process)
+        yield Prometheus(url, process)
+    finally:
+        process.stop()
