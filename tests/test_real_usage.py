@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fleetops import usage
-from tests.prometheus_real import SCRAPE, prometheus_over, series
+from tests import servers
+from tests.metering_month import BLOCK, SCRAPE, series
 from tests.test_plan import commit, edit, make_repo, plan
 from tests.test_plan_usage import VISION, VISION_RAISED
 
@@ -25,8 +26,8 @@ def test_plan_reads_30_days_of_metering_from_a_real_prometheus(tmp_path: Path) -
     edit(repo, VISION, VISION_RAISED)
     edit(repo, "nodes: 16", "nodes: 20")
     commit(repo, "vision: more H100")
-    with prometheus_over(tmp_path / "prometheus", text) as url:
-        out = plan(repo, "--env", "prod", "--output", "json", "--prometheus", url, "--usage-window", "30d")
+    with servers.prometheus_server(tmp_path / "prometheus", text, max_block_duration=BLOCK) as prometheus:
+        out = plan(repo, "--env", "prod", "--output", "json", "--prometheus", prometheus.url, "--usage-window", "30d")
     assert "Traceback" not in out.stderr, out.stderr
     result = json.loads(out.stdout)
     (tenant,), (pool,) = result["usage"]["tenants"], result["usage"]["pools"]

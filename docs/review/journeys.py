@@ -26,7 +26,8 @@ from cmarkgfm.cmark import Options
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is beside fleetops/
 from benchmarks.generate import synthetic_yaml  # noqa: E402
-from tests.prometheus_real import SCRAPE, prometheus_over, series  # noqa: E402
+from tests.metering_month import BLOCK, SCRAPE, series  # noqa: E402
+from tests.servers import prometheus_server  # noqa: E402
 PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
 PROD = "environments/prod.yaml"
 TODAY = dt.date.today()
@@ -53,7 +54,7 @@ class Journey:
     env: str = "prod"
     codes: tuple[int, ...] = (0, 1)  # what `plan` may exit with: 2 for a change that cannot be judged
     height: int = 2600  # of the screenshot, in pixels
-    prometheus: bool = False  # planned with --prometheus: the real one, over a month of metering series (tests/prometheus_real.py)
+    prometheus: bool = False  # planned with --prometheus: the real one, over a month of metering series (tests/metering_month.py)
 
 
 JOURNEYS = [
@@ -111,7 +112,7 @@ def comment(journey: Journey, workdir: Path) -> str:
         args = journey.args
         if journey.prometheus:
             now = int(dt.datetime.now(dt.timezone.utc).timestamp()) // SCRAPE * SCRAPE
-            args = [*args, "--prometheus", stack.enter_context(prometheus_over(workdir / f"{journey.name}-prometheus", series(now)[0]))]
+            args = [*args, "--prometheus", stack.enter_context(prometheus_server(workdir / f"{journey.name}-prometheus", series(now)[0], max_block_duration=BLOCK)).url]
         done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", journey.env, *args], cwd=repo,
                               capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
     if done.returncode not in journey.codes:

@@ -1,47 +1,13 @@
-"""A month of the metering recording rules' series, and Debian's Prometheus on loopback over them
-(`promtool tsdb create-blocks-from openmetrics`), for the plan's utilisation tests and the review's
-screenshot (docs/review/journeys.py). To fold into tests/servers.py::prometheus_server (h-meter's)
-once both are merged."""
+"""A month of the metering recording rules' series as OpenMetrics, for the real Prometheus
+(tests/servers.py::prometheus_server) behind the plan's utilisation test and the review's screenshot
+(docs/review/journeys.py), with the averages they make, computed here."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
-from tests import servers
-
 DAY = 86400
 SCRAPE = 120  # seconds between samples, as a recording rule evaluated every 2 minutes would write them
+BLOCK = "768h"  # one TSDB block for the whole month: promtool's 2h blocks take minutes to write
 PRICE = {"h100-train": 2.9, "a100-infer": 1.4}  # environments/prod.yaml's prices per device-hour
-
-
-@contextlib.contextmanager
-def prometheus_over(directory: Path, openmetrics: str) -> Iterator[str]:
-    """Debian's Prometheus on loopback over the TSDB blocks `promtool` makes of `openmetrics`: its URL.
-    (To fold into h-meter's tests/servers.py::prometheus_server once both are merged.)"""
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if binary is None or promtool is None:
-        servers.missing("no prometheus/promtool on PATH: apt-get install prometheus")
-    directory.mkdir(parents=True, exist_ok=True)
-    data = directory / "data"
-    (directory / "series.om").write_text(openmetrics)
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=768h",
-                    str(directory / "series.om"), str(data)], check=True, capture_output=True, timeout=300)
-    (directory / "prometheus.yml").write_text("global: {}\n")
-    port = servers.free_port()
-    process = servers.Process("prometheus", [
-        binary, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-        "--storage.tsdb.retention.time=90d", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-    ], directory).start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        servers.wait_until(lambda: servers._http_ok(f"{url}/-/ready"), "prometheus", process)
-        yield url
-    finally:
-        process.stop()
 
 
 def series(now: int) -> tuple[str, dict[str, float]]:
