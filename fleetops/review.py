@@ -44,14 +44,14 @@ def _arrow(before: Any, after: Any) -> str:
 
 def _line(value: Any) -> str:
     """One line of a table or list: `|` would end a table cell, a newline the item."""
-    text = value if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as written
     return text.replace("|", "\\|").replace("\n", "⏎")
 
 
 def _text(value: Any) -> str:
     """Markdown text that shows `value` as written: HTML escaped; backslashes, backticks and the
     brackets of links and images made inert."""
-    text = value if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as written
     return _line(html.escape(re.sub(r"([\\`\[\]])", r"\\\1", text), quote=False))
 
 
