@@ -591,13 +591,16 @@ class Prometheus:
     process: Process
 
 
-def openmetrics_blocks(text: str, directory: Path) -> Path:
-    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`."""
+def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | None = None) -> Path:
+    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`.
+    A month in promtool's default 2h blocks is ~370 of them and minutes of CPU; `max_block_duration`
+    (e.g. "768h") makes it a few blocks in about a second."""
     directory.mkdir(parents=True, exist_ok=True)
     source = directory / "series.om"
     source.write_text(text)
     blocks = directory / "blocks"
-    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+    longer = [f"--max-block-duration={max_block_duration}"] if max_block_duration else []
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet", *longer,
                     str(source), str(blocks)], check=True, capture_output=True, timeout=600)
     source.unlink()
     return blocks
@@ -605,14 +608,15 @@ def openmetrics_blocks(text: str, directory: Path) -> Path:
 
 @contextlib.contextmanager
 def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
-                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m") -> Iterator[Prometheus]:
+                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m",
+                      max_block_duration: str | None = None) -> Iterator[Prometheus]:
     """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
     and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
     its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
     binary = debian_tool(PROMETHEUS)
     data = directory / "data"
     data.mkdir(parents=True, exist_ok=True)
-    for source in [*([openmetrics_blocks(openmetrics, directory / "import")] if openmetrics is not None else []), *blocks]:
+    for source in [*([openmetrics_blocks(openmetrics, directory / "import", max_block_duration)] if openmetrics is not None else []), *blocks]:
         for block in source.iterdir():
             if block.is_dir():
                 shutil.move(str(block), data / block.name)
