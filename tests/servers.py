@@ -20,9 +20,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -207,8 +208,10 @@ class ApiServer:
     port: int = field(default_factory=free_port)
     prefix: str = field(default_factory=lambda: f"/registry-{uuid.uuid4().hex[:12]}")
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    args: list[str] = field(default_factory=list)  # more kube-apiserver flags, e.g. the default toleration seconds
     process: Process | None = None
     controllers: Process | None = None
+    scheduler: Process | None = None
 
     @property
     def url(self) -> str:
@@ -240,7 +243,7 @@ class ApiServer:
             f"--service-account-issuer={self.url}", f"--service-account-key-file={d / 'sa.pub'}",
             f"--service-account-signing-key-file={d / 'sa.key'}",
             "--endpoint-reconciler-type=none",  # its endpoints may not be loopback addresses
-            "--v=0",
+            "--v=0", *self.args,
         ], d).start()
         wait_until(self.ready, f"kube-apiserver {self.name}", self.process)
         return self
@@ -248,18 +251,29 @@ class ApiServer:
     def ready(self) -> bool:
         return self.ca_file.exists() and _http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
 
-    def start_controllers(self, *controllers: str) -> Process:
+    def start_controllers(self, *controllers: str, flags: Sequence[str] = ()) -> Process:
         """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
-        ResourceQuota status: what `pulumi up` waits for). No serving port, no leader election."""
+        ResourceQuota status: what `pulumi up` waits for), and `flags` (e.g. the node lifecycle
+        controller's periods). No serving port, no leader election."""
         binary = tool("kube-controller-manager")
         self.controllers = Process("kube-controller-manager", [
             str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'controllers.kubeconfig')}",
-            f"--controllers={','.join(controllers)}", "--leader-elect=false", "--secure-port=0", "--v=0",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false", "--secure-port=0", "--v=0", *flags,
         ], self.directory).start()
         return self.controllers
 
+    def start_scheduler(self) -> Process:
+        """The real kube-scheduler (default profile) for this server; no serving port, no leader
+        election. Started again after a stop, it rebuilds its view from the server alone."""
+        binary = tool("kube-scheduler")
+        self.scheduler = Process("kube-scheduler", [
+            str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'scheduler.kubeconfig')}",
+            "--leader-elect=false", "--secure-port=0", "--v=0",
+        ], self.directory).start()
+        return self.scheduler
+
     def stop(self) -> None:
-        for process in (self.controllers, self.process):
+        for process in (self.scheduler, self.controllers, self.process):
             if process is not None:
                 process.stop()
 
@@ -564,3 +578,73 @@ def refused_job(server: ApiServer, namespace: str) -> bool:
     except client.ApiException as exc:
         return exc.status in (403, 422)
     return False
+
+
+# --- nodes without kubelets -----------------------------------------------------------------------
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Kubelets:
+    """What kubelets do for Node objects that have none: register each node Ready with its Lease in
+    kube-node-lease, and renew the Leases every `period` seconds, as a kubelet does (the node
+    lifecycle controller reads a renewed Lease as the node's heartbeat). `disconnect` stops renewing
+    one node's Lease, as a lost uplink does; the controller then marks it Unknown and taints it.
+    Pods bound to these nodes never run: they stay Pending, which is all the scheduler and the
+    eviction controllers read."""
+
+    def __init__(self, server: ApiServer, period: float = 1.0):
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(server.client())
+        self.leases = client.CoordinationV1Api(server.client())
+        self.period = period
+        self.alive: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> Kubelets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def register(self, name: str, labels: dict[str, str], allocatable: dict[str, str] | None = None) -> None:
+        resources = allocatable or {"cpu": "8", "memory": "16Gi", "pods": "110"}
+        now = _now()
+        self.core.create_node({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "status": {"capacity": resources, "allocatable": resources, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]},
+        })
+        self.leases.create_namespaced_lease(NODE_LEASE_NAMESPACE, {
+            "metadata": {"name": name}, "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}})
+        self.alive.add(name)
+
+    def disconnect(self, name: str) -> None:
+        self.alive.discard(name)
+
+    def renew(self, name: str) -> None:
+        self.leases.patch_namespaced_lease(name, NODE_LEASE_NAMESPACE, {"spec": {"renewTime": _now()}})
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):  # a kubelet's renew interval, not a wait for an outcome
+            for name in sorted(self.alive):
+                try:
+                    self.renew(name)
+                except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the test reads the errors
+                    self.errors.append(f"{name}: {exc}")
+
+
+def condition(obj: Any, kind: str) -> Any:
+    """The condition of `kind` on a Node or Pod read with the client, or None."""
+    return next((c for c in (obj.status.conditions or []) if c.type == kind), None)
