@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetops import mig
 from fleetops.errors import SpecError
@@ -197,6 +197,51 @@ class Pool(Model):
     spot: Spot | None = None
 
 
+# The API server's DefaultTolerationSeconds admission gives every pod that names none 300 s on the
+# unreachable and not-ready taints (--default-unreachable-toleration-seconds): what `autonomy: false`
+# left a group's pods with, and so what it means now.
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+class Disconnect(Model):
+    """What happens to a group's pods when a node loses the control plane (its Ready condition goes
+    Unknown or False and the node lifecycle controller taints it NoExecute): `stay` keeps them bound
+    however long (the edge runtime runs them on), `move` lets the taint evict them `after_seconds`
+    after the taint, so their controllers place replacements on the group's other nodes."""
+
+    action: Literal["stay", "move"]
+    after_seconds: Positive | None = None
+
+    @model_validator(mode="after")
+    def _seconds_with_move_only(self) -> "Disconnect":
+        if self.action == "move" and self.after_seconds is None:
+            raise ValueError("action move needs after_seconds: how long after the node goes unreachable its pods are moved")
+        if self.action == "stay" and self.after_seconds is not None:
+            raise ValueError("action stay keeps pods bound however long the node is away: remove after_seconds, or use action: move")
+        return self
+
+
+Url = Annotated[str, _whole(re.compile(r"https?://[^\s'\"\\]{1,2000}"), "an http(s) URL without spaces or quotes")]
+
+
+class CachedModel(Model):
+    """A model file every node of the group holds before workloads need it."""
+
+    name: Name
+    size_gb: Positive
+    source: Url
+    digest: Fingerprint  # sha256 of the file: the prefetch refuses anything else
+
+
+class OfflineWork(Model):
+    """Low-priority batch work the group runs while disconnected from its center: a ClusterQueue of
+    its own over the group's devices, for these tenants and priority classes only."""
+
+    tenants: list[Name] = Field(min_length=1)
+    priority_classes: list[Name] = Field(min_length=1)
+    devices: Positive  # device units of the group the queue holds
+
+
 class EdgeGroup(Model):
     name: Name
     device: Device
@@ -204,11 +249,30 @@ class EdgeGroup(Model):
     heartbeat_seconds: Positive
     offline_grace_seconds: Positive
     latency_ms: Positive
-    autonomy: bool = True
+    disconnect: Disconnect = Disconnect(action="stay")
+    disk_gb: Positive | None = None  # each node's disk for the model cache
+    model_cache: list[CachedModel] = []  # prefetched onto every node of the group (modules/edge_group.py)
+    offline_work: OfflineWork | None = None
     fingerprints: list[Fingerprint] = []
     labels: Labels = {}
     taints: list[Taint] = []
     match: NodeMatch = NodeMatch()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autonomy(cls, data: Any) -> Any:
+        """`autonomy: true|false` is the old spelling: true is `disconnect: {action: stay}` (OpenYurt's
+        autonomy duration "0"), false what it left the pods with, the API server's default eviction."""
+        if not isinstance(data, dict) or "autonomy" not in data:
+            return data
+        autonomy = data["autonomy"]
+        if "disconnect" in data:
+            raise ValueError("autonomy is the old spelling of disconnect: keep disconnect only")
+        if not isinstance(autonomy, bool):
+            raise ValueError("autonomy must be true or false (or say disconnect: {action: stay | move, after_seconds: N})")
+        rest = {k: v for k, v in data.items() if k != "autonomy"}
+        rest["disconnect"] = {"action": "stay"} if autonomy else {"action": "move", "after_seconds": DEFAULT_TOLERATION_SECONDS}
+        return rest
 
 
 G = TypeVar("G", Pool, EdgeGroup)
@@ -882,6 +946,42 @@ def _dangling_placement(loc: Loc, tenant: Tenant, clusters: dict[str, Cluster]) 
             yield loc + ("edge_groups", k), f"unknown edge group {name!r} in the tenant's clusters {tenant.clusters}"
 
 
+def _edge_continuity_checks(loc: Loc, cluster: Cluster, group: EdgeGroup, env: Environment,
+                            where: Callable[[Loc], str]) -> Iterator[tuple[Loc, str]]:
+    """The model cache fits the nodes' disk; offline work names tenants and classes that may run there."""
+    if group.model_cache:
+        yield from _duplicates(((loc + ("model_cache", k), m.name) for k, m in enumerate(group.model_cache)), "cached model", where)
+        needed = sum(m.size_gb for m in group.model_cache)
+        if group.disk_gb is None:
+            yield loc + ("model_cache",), f"a model cache of {needed} GB needs the nodes' disk: declare disk_gb on the edge group"
+        elif needed > group.disk_gb:
+            yield loc + ("model_cache",), (f"the cached models need {needed} GB on every node, more than its disk_gb {group.disk_gb}: "
+                                           "remove a model or raise disk_gb")
+    work = group.offline_work
+    if work is None:
+        return
+    wloc = loc + ("offline_work",)
+    tenants = {t.name: t for t in env.tenants}
+    declared = {pc.name for pc in env.priority_classes}
+    for k, name in enumerate(work.tenants):
+        tenant = tenants.get(name)
+        if tenant is None:
+            yield wloc + ("tenants", k), f"unknown tenant {name!r}"
+        elif cluster.name not in tenant.clusters or group.name not in tenant.edge_groups:
+            yield wloc + ("tenants", k), f"tenant {name} may not use edge group {group.name}: list {cluster.name} in its clusters and {group.name} in its edge_groups"
+        else:
+            allowed = tenant_classes(tenant, env, lambda pc: True)
+            for c, cls_name in enumerate(work.priority_classes):
+                if cls_name in declared and cls_name not in allowed:
+                    yield wloc + ("priority_classes", c), f"tenant {name} may not use priority class {cls_name} (its classes: {', '.join(allowed) or 'none'})"
+    for c, cls_name in enumerate(work.priority_classes):
+        if cls_name not in declared:
+            yield wloc + ("priority_classes", c), f"unknown priority class {cls_name!r}"
+    capacity = group_capacity(group).get(group.device.resource, 0)
+    if work.devices > capacity:
+        yield wloc + ("devices",), f"{work.devices} {group.device.resource} for offline work, more than the group's {capacity}"
+
+
 def _overlapping_matches(ci: int, cluster: Cluster) -> Iterator[tuple[Loc, str]]:
     """Two groups of a cluster whose matches can claim one node (fleetops.nodematch decides it exactly)."""
     from fleetops import nodematch
@@ -937,9 +1037,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             if group.fingerprints and not group.match.name_pattern:
                 # A kubelet's certificate request shows the node name only: that is what admits a device.
                 yield loc + ("match",), "an edge group with fingerprints needs match.name_pattern: a device is admitted by the node name its certificate request asks for"
-            if not group.autonomy and cluster.edge_runtime == "kubeedge":
-                yield loc + ("autonomy",), ("KubeEdge edge nodes are always autonomous (edgecore keeps their pods running offline); "
-                                            "autonomy: false cannot be honoured: remove it, or use edge_runtime: openyurt")
+            yield from _edge_continuity_checks(loc, cluster, group, env, where)
             if plugin_kind(group.device.resource) is None:
                 yield loc + ("device", "resource"), f"no device plugin is known for {group.device.resource}"
 

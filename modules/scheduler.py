@@ -71,6 +71,9 @@ def unguaranteed(cluster: spec.Cluster, env: spec.Environment) -> dict[tuple[str
     for (_, resource), shares in spec.guarantee_placement(env, cluster).held.items():
         for flavor, units in shares.items():
             free[(flavor, resource)] -= units
+    for group in cluster.edge_groups:  # the group's offline ClusterQueue holds these outside every cohort
+        if group.offline_work is not None:
+            free[(group.name, group.device.resource)] -= group.offline_work.devices
     return free
 
 

@@ -166,10 +166,15 @@ def test_kubeedge_edge_group_becomes_a_node_group(small_state: render.DesiredSta
     assert not [k for k in group["metadata"]["annotations"] if k.startswith("fleetops.io/")]
 
 
-def test_kubeedge_cannot_turn_autonomy_off(tmp_path: Path) -> None:
+def test_the_old_autonomy_flag_reads_as_a_disconnect_policy(tmp_path: Path) -> None:
+    # autonomy: false once left pods with the API server's default 300 s tolerations: it moves them after that.
     env = small_env()
     env["clusters"][1]["edge_groups"][0]["autonomy"] = False
-    with pytest.raises(spec.SpecError, match=r"edge_groups\[jetson\]\.autonomy: KubeEdge edge nodes are always autonomous"):
+    state = render_env(tmp_path, env)
+    policy = one(state, "edge-b", "MutatingAdmissionPolicy", "fleetops-edge-disconnect-jetson")
+    assert "tolerationSeconds: 300" in policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    env["clusters"][1]["edge_groups"][0]["disconnect"] = {"action": "stay"}
+    with pytest.raises(spec.SpecError, match=r"autonomy is the old spelling of disconnect: keep disconnect only"):
         render_env(tmp_path, env)
 
 
@@ -188,8 +193,9 @@ def test_openyurt_edge_group_becomes_a_v1beta2_node_pool(tmp_path: Path) -> None
     assert pool["spec"]["annotations"] == {"node.openyurt.io/autonomy-duration": "0"}
     assert not [k for k in pool["metadata"]["annotations"] if k.startswith("fleetops.io/")]
     assert not find(state, "edge-b", "NodeGroup")
-    env["clusters"][1]["edge_groups"][0]["autonomy"] = False
-    assert "annotations" not in one(render_env(tmp_path, env), "edge-b", "NodePool", "jetson")["spec"]
+    # A group that moves its pods tells the pod binding controller the same seconds its pods get at admission.
+    env["clusters"][1]["edge_groups"][0]["disconnect"] = {"action": "move", "after_seconds": 45}
+    assert one(render_env(tmp_path, env), "edge-b", "NodePool", "jetson")["spec"]["annotations"] == {"node.openyurt.io/autonomy-duration": "45s"}
 
 
 def test_pools_become_kueue_flavors_with_node_labels_and_taints(small_state: render.DesiredState) -> None:
