@@ -13,7 +13,7 @@ from fleetops import render, spec
 from tests.fakes import MemoryCluster
 from tests import servers
 from tests.backends import RealCluster
-from tests.helpers import render_env, small_env
+from tests.helpers import TIMINGS, render_env, small_env
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +106,14 @@ def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
     yield start
     for kueue in started:
         kueue.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The figures tests recorded as `timings` (e.g. how long after its declared seconds an edge pod
+    was evicted): a section of their own in the run's output, also under xdist."""
+    lines = [f"{r.nodeid}: {value}" for r in terminalreporter.stats.get("passed", []) if r.when == "call"
+             for key, value in r.user_properties if key == TIMINGS]
+    if lines:
+        terminalreporter.write_sep("-", "timings")
+        for line in lines:
+            terminalreporter.write_line(line)
