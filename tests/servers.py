@@ -150,13 +150,13 @@ def opa_server(directory: Path) -> Iterator[Opa]:
     ], directory).start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "opa", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "opa", process)
         yield Opa(url, token, process)
     finally:
         process.stop()
 
 
-def _http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
+def http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
     import requests
 
     try:
@@ -188,7 +188,7 @@ def etcd_server(directory: Path) -> Iterator[Etcd]:
         "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a test store need not survive a power cut
     ], directory).start()
     try:
-        wait_until(lambda: _http_ok(f"{url}/health"), "etcd", process)
+        wait_until(lambda: http_ok(f"{url}/health"), "etcd", process)
         yield Etcd(url, process)
     finally:
         process.stop()
@@ -249,7 +249,7 @@ class ApiServer:
         return self
 
     def ready(self) -> bool:
-        return self.ca_file.exists() and _http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
+        return self.ca_file.exists() and http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
 
     def start_controllers(self, *controllers: str, flags: Sequence[str] = ()) -> Process:
         """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
@@ -481,7 +481,7 @@ class KueueServer:
             "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
             str(binary), f"--config={d / 'config.yaml'}", "--zap-log-level=2",
         ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
-        wait_until(lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
         self._register_webhooks(f"https://127.0.0.1:{webhook_port}", ca)
         return self
 
@@ -618,12 +618,12 @@ class Kubelets:
         self._stop.set()
         self._thread.join(timeout=10)
 
-    def register(self, name: str, labels: dict[str, str], allocatable: dict[str, str] | None = None) -> None:
-        resources = allocatable or {"cpu": "8", "memory": "16Gi", "pods": "110"}
+    def register(self, name: str, allocatable: dict[str, str]) -> None:
+        """A Node Ready now, with its Lease, renewed from here on (what a kubelet does when it joins)."""
         now = _now()
         self.core.create_node({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
-            "status": {"capacity": resources, "allocatable": resources, "conditions": [
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": allocatable, "allocatable": allocatable, "conditions": [
                 {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]},
         })
         self.leases.create_namespaced_lease(NODE_LEASE_NAMESPACE, {
