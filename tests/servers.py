@@ -1,4 +1,5 @@
-"""The real servers the suite runs against: OPA, etcd + kube-apiserver, Kueue, and the Pulumi CLI.
+"""The real servers the suite runs against: OPA, etcd + kube-apiserver (with kube-controller-manager and
+kube-scheduler where a test needs them), Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
 server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
@@ -7,7 +8,9 @@ when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test 
 
 The API servers are run the way controller-runtime's envtest runs them: no controllers, no
 kubelet, RBAC on, a static admin token, service-account signing keys for TokenRequest, and no
-webhook or APIService that would make the server dial a ClusterIP.
+webhook or APIService that would make the server dial a ClusterIP. A test that needs controllers or
+the scheduler starts them (`start_controllers`, `start_scheduler`); `Kubelets` stands in for the
+kubelets of its Node objects.
 """
 
 from __future__ import annotations
