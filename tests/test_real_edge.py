@@ -216,6 +216,16 @@ def placed(fleet: EdgeFleet, app: str, replicas: int) -> dict[str, str]:
     return bound(fleet.pods(app))
 
 
+def movers(fleet: EdgeFleet) -> tuple[dict[str, str], str, set[str]]:
+    """Four pods of the move group, bound: where each is, the member holding most of them (the one
+    to cut off), and those pods."""
+    fleet.deploy("mover", "edge-move", 4)
+    before = placed(fleet, "mover", 4)
+    assert set(before.values()) <= set(members("edge-move")), before  # the group's selector holds from the start
+    lost = max(members("edge-move"), key=lambda n: list(before.values()).count(n))
+    return before, lost, {p for p, n in before.items() if n == lost}
+
+
 def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps_its_pods_and_the_node_is_cordoned(
         edge_fleet: EdgeFleet, record_property: Any) -> None:
     fleet = edge_fleet
@@ -223,14 +233,10 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     assert {(t["key"], t["effect"], t["toleration_seconds"]) for t in move} == {(UNREACHABLE, "NoExecute", MOVE_AFTER), (NOT_READY, "NoExecute", MOVE_AFTER)}
     stay = wait_admission(fleet, "edge-stay")
     assert {(t["key"], t["effect"], t["toleration_seconds"]) for t in stay} == {(UNREACHABLE, "NoExecute", None), (NOT_READY, "NoExecute", None)}
-    fleet.deploy("mover", "edge-move", 4)
+    _, lost, gone = movers(fleet)
     fleet.deploy("stayer", "edge-stay", 2)
-    before = placed(fleet, "mover", 4)
-    assert set(before.values()) <= set(members("edge-move")), before  # the group's selector holds from the start
-    assert set(placed(fleet, "stayer", 2).values()) == {"stay-1"}
-    lost = max(members("edge-move"), key=lambda n: list(before.values()).count(n))  # the member holding most pods
-    gone = {p for p, n in before.items() if n == lost}
-    stayers = bound(fleet.pods("stayer"))
+    stayers = placed(fleet, "stayer", 2)
+    assert set(stayers.values()) == {"stay-1"}
 
     fleet.kubelets.disconnect("stay-1")
     tainted = disconnect(fleet, lost)
@@ -284,10 +290,7 @@ def test_restarting_the_scheduler_and_the_reconciler_mid_incident_loses_nothing_
         edge_fleet: EdgeFleet, tmp_path: Path, record_property: Any) -> None:
     fleet = edge_fleet
     wait_admission(fleet, "edge-move")
-    fleet.deploy("mover", "edge-move", 4)
-    before = placed(fleet, "mover", 4)
-    lost = max(members("edge-move"), key=lambda n: list(before.values()).count(n))
-    gone = {p for p, n in before.items() if n == lost}
+    before, lost, gone = movers(fleet)
     reconciler = start_reconciler(fleet, tmp_path / "reconciler")
 
     tainted = disconnect(fleet, lost)
