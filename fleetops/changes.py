@@ -146,6 +146,8 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                     add(name, f"{name}: device fingerprint {fp} trusted", security=True)
                 for fp in sorted(set(b.fingerprints) - set(a.fingerprints)):
                     add(name, f"{name}: device fingerprint {fp} no longer trusted", security=True)
+                for text in _continuity_changes(b, a):
+                    add(name, f"{name}: {text}")
     out += _tenant_changes(before, after)
     for model in sorted(set(before.prices) | set(after.prices)):
         p, q = before.prices.get(model), after.prices.get(model)
@@ -156,6 +158,38 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
     if before.budget.monthly != after.budget.monthly:
         add("budget", f"monthly budget {before.budget.monthly:,.0f} → {after.budget.monthly:,.0f} {currency}")
     return sorted(out, key=_size)
+
+
+def _disconnect_text(group: spec.EdgeGroup) -> str:
+    d = group.disconnect
+    return "pods stay bound" if d.after_seconds is None else f"pods move after {d.after_seconds}s"
+
+
+def _offline_text(group: spec.EdgeGroup) -> str:
+    w = group.offline_work
+    return "none" if w is None else f"{w.devices} {group.device.resource} for {', '.join(w.tenants)} ({', '.join(w.priority_classes)})"
+
+
+def _continuity_changes(before: spec.EdgeGroup, after: spec.EdgeGroup) -> list[str]:
+    """What a lost uplink does to the group, and what its nodes cache, as it changed."""
+    out = []
+    if before.disconnect != after.disconnect:
+        out.append(f"on disconnect {_disconnect_text(before)} → {_disconnect_text(after)}")
+    if before.offline_work != after.offline_work:
+        out.append(f"offline work {_offline_text(before)} → {_offline_text(after)}")
+    old, new = {m.name: m for m in before.model_cache}, {m.name: m for m in after.model_cache}
+    for name in sorted(set(old) | set(new)):
+        b, a = old.get(name), new.get(name)
+        if b is None and a is not None:
+            out.append(f"caches model {name} ({a.size_gb} GB, {a.digest[:19]}…) on every node")
+        elif a is None and b is not None:
+            out.append(f"no longer caches model {name} ({b.size_gb} GB)")
+        elif a is not None and b is not None and a != b:
+            what = [f"digest {b.digest[:19]}… → {a.digest[:19]}…"] if a.digest != b.digest else []
+            what += [f"{b.size_gb} → {a.size_gb} GB"] if a.size_gb != b.size_gb else []
+            what += ["source changed"] if a.source != b.source else []
+            out.append(f"cached model {name}: {', '.join(what)} (refetched on every node)")
+    return out
 
 
 def _quota_text(tenant: spec.Tenant) -> str:

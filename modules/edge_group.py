@@ -128,16 +128,17 @@ def disconnect_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str
 # removed, and the pod fails (and is retried) until every model is there. Arguments, never interpolated
 # into the script: name, digest and URL of each model, in threes.
 PREFETCH_SCRIPT = """set -eu
-cd /cache
+cd "$CACHE"
 while [ "$#" -ge 3 ]; do
   name="$1"; digest="$2"; url="$3"; shift 3
-  if [ -f "$name" ] && echo "$digest  $name" | sha256sum -c -s; then continue; fi
+  if [ -f "$name" ] && echo "$digest  $name" | sha256sum -c >/dev/null 2>&1; then continue; fi
   rm -f "$name.part"
-  wget -q -O "$name.part" -- "$url"
-  if ! echo "$digest  $name.part" | sha256sum -c -s; then echo "$name: sha256 differs from $digest" >&2; rm -f "$name.part"; exit 1; fi
+  wget -q -O "$name.part" "$url"
+  if ! echo "$digest  $name.part" | sha256sum -c >/dev/null 2>&1; then echo "$name: sha256 differs from $digest" >&2; rm -f "$name.part"; exit 1; fi
   mv "$name.part" "$name"
 done
 """
+CACHE_MOUNT = "/cache"
 
 
 def model_cache_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
@@ -162,7 +163,8 @@ def model_cache_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any
                     "initContainers": [{
                         "name": "prefetch", "image": PREFETCH_IMAGE,
                         "command": ["sh", "-c", PREFETCH_SCRIPT, "prefetch", *args],
-                        "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                        "env": [{"name": "CACHE", "value": CACHE_MOUNT}],
+                        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}],
                     }],
                     "containers": [{"name": "hold", "image": PAUSE_IMAGE,
                                     "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "16Mi"}}}],

@@ -13,6 +13,7 @@ from typing import Any
 
 from fleetops import kube, spec
 from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes
+from modules.edge_group import offline_queue_name
 from modules.kube import Part, Target, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
@@ -268,6 +269,12 @@ def _cel_list(names: list[str]) -> str:
     return "[" + ", ".join(f"'{n}'" for n in names) + "]"
 
 
+def offline_queues(tenant: spec.Tenant, cluster: spec.Cluster) -> dict[str, list[str]]:
+    """The offline LocalQueues of the cluster's edge groups open to the tenant, with the classes each takes."""
+    return {offline_queue_name(g): sorted(g.offline_work.priority_classes) for g in cluster.edge_groups
+            if g.offline_work is not None and tenant.name in g.offline_work.tenants}
+
+
 def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment) -> list[dict[str, Any]]:
     """What the API server itself enforces in the tenant's namespace, for every workload submitted
     (kubectl, a pipeline, an operator), not only what fleetops renders: a ValidatingAdmissionPolicy
@@ -299,9 +306,11 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
                 "message": f"name a priority class: the default, {fallback.name}, is not allowed for tenant {tenant.name} (allowed: {shown})",
                 "reason": "Forbidden"})
     variables = []
-    spot = [g.name for g in spec.eligible_groups(tenant, [spec.cluster_by_name(env, target.cluster)]) if spec.is_spot(g)]
+    cluster = spec.cluster_by_name(env, target.cluster)
+    spot = [g.name for g in spec.eligible_groups(tenant, [cluster]) if spec.is_spot(g)]
     non_preempting = non_preempting_classes(tenant, env)
-    if spot or non_preempting:
+    offline = offline_queues(tenant, cluster)
+    if spot or non_preempting or offline:
         # The class Kueue gives the workload: its WorkloadPriorityClass label, else its pods' class,
         # else the global default (kueue's jobframework.ExtractPriority).
         fallback = default_class(env)
@@ -320,11 +329,16 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
         variables.append({"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
     else:
         variables.append({"name": "queue", "expression": f"'{preempting}'"})
-    in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] == variables.queue"
+    label = f"object.metadata.labels['{QUEUE_LABEL}']"
+    # An edge group's offline queue takes the classes it lists, and only those (edge_group.offline_work).
+    queues = " || ".join([f"{label} == variables.queue",
+                          *(f"({label} == '{q}' && variables.priorityClass in {_cel_list(classes)})" for q, classes in offline.items())])
+    in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && ({queues})"
     owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
+    also = "".join(f", or {q} for offline work of {', '.join(classes)}" for q, classes in offline.items())
     validations.append({
         "expression": f"!({jobs} || ({pods} && !({owned}))) || ({in_queue})",
-        "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue",
+        "messageExpression": f"'workloads of tenant {tenant.name} go through its queue: set the label {QUEUE_LABEL}: ' + variables.queue + '{also}'",
         "reason": "Forbidden",
     })
     name = f"fleetops-tenant-{tenant.name}"

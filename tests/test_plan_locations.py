@@ -140,6 +140,11 @@ CASES: dict[str, Case] = {
                                      "[inference, training]", "workloads"),
     "edge.missing_fingerprints": EnvEdit("        fingerprints:\n          - sha256:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00\n",
                                          "        fingerprints: []\n", "fingerprints: []", "fingerprints"),
+    "edge.disconnect_blip": EnvEdit("after_seconds: 60}", "after_seconds: 20}", "after_seconds: 20", "after_seconds"),
+    "edge.disconnect_after_cordon": EnvEdit("after_seconds: 60}", "after_seconds: 400}", "after_seconds: 400", "after_seconds"),
+    "edge.offline_priority": EnvEdit("priority_classes: [batch-low], devices", "priority_classes: [inference-standard], devices",
+                                     "[inference-standard], devices", "priority_classes"),
+    "edge.cache_source": EnvEdit("source: https://models.prod", "source: http://models.prod", "source: http://", "source"),
     "budget.over_budget": EnvEdit("monthly: 600000", "monthly: 1000", "monthly: 1000", "monthly"),
     "change.quota_raise_approvals": EnvEdit(VISION_GPU, VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("h100-train: 48", "h100-train: 92"),
                                             "guaranteed: 140", "guaranteed"),
@@ -150,6 +155,7 @@ CASES: dict[str, Case] = {
     # warn rules
     "quota.unbounded_device": EnvEdit("pools: [h100-train, a100-train]", "pools: [h100-train, a100-train, ascend-910b]",
                                       "a100-train, ascend-910b", "pools"),
+    "edge.cache_headroom": EnvEdit("size_gb: 2\n", "size_gb: 250\n", "size_gb: 250", "size_gb"),
     "budget.alert_threshold": EnvEdit("alert_at: [0.8, 0.95]", "alert_at: [0.01, 0.95]", "alert_at: [0.01", "alert_at"),
     "change.group_removed": EnvEdit(  # the pool goes, and with it its tenant's references to it
         ASCEND_POOL, "", "    pools:", "pools",

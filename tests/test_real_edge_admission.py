@@ -55,3 +55,30 @@ def test_the_disconnect_policy_sets_the_groups_tolerations_at_admission(api_serv
     assert offline_tolerations(server, "default", {"nodeSelector": on_group["nodeSelector"]}) == dict.fromkeys(OFFLINE, None)
     # A pod for no edge group keeps the API server's default 300 s.
     assert offline_tolerations(server, "default", {}) == dict.fromkeys(OFFLINE, 300)
+
+
+def job_refusal(server: servers.ApiServer, namespace: str, queue: str, priority_class: str) -> str | None:
+    """The API server's refusal of a Job (dry run) for `queue` of `priority_class`, or None when admitted."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "priorityClassName": priority_class,
+                                                           "containers": [{"name": "c", "image": "busybox"}]}}}}
+    try:
+        client.BatchV1Api(server.client()).create_namespaced_job(namespace, job, dry_run="All")
+    except client.ApiException as exc:
+        return exc.body if exc.status in (403, 422) else f"unexpected {exc.status}"
+    return None
+
+
+def test_the_offline_queue_admits_only_the_groups_offline_classes(api_servers) -> None:
+    server = api_servers("edge", crds=False)["edge"]
+    state = render.render(ROOT / "environments" / "dev.yaml", revision="r1")
+    tenant = [m for m in state.clusters["dev-edge"] if m["kind"] in ("Namespace", "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+              and m["metadata"]["name"] in ("edge-dev", "fleetops-tenant-edge-dev", "batch-low", "inference-critical")]
+    apply = servers.applier(server)
+    for manifest in sorted(tenant, key=kube.kind_rank):
+        apply(manifest)
+    servers.wait_until(lambda: servers.refused_job(server, "edge-dev"), "the admission policy of edge-dev", timeout=60)
+    assert job_refusal(server, "edge-dev", "dev-jetson-offline", "batch-low") is None
+    refusal = job_refusal(server, "edge-dev", "dev-jetson-offline", "inference-critical")
+    assert refusal and "or dev-jetson-offline for offline work of batch-low" in refusal
+    assert job_refusal(server, "edge-dev", "edge-dev-queue", "inference-critical") is None

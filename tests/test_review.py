@@ -38,7 +38,7 @@ def test_adding_nodes_is_said_in_fleet_terms_first(repo: Path) -> None:
     # Physical devices and schedulable units apart: a100-infer's time-slicing makes 480 units of 192 GPUs.
     assert "| center-bj | `nvidia.com/gpu` | 192 → 256 | 480 → 544 | ×2.5 → ×2.12 | 272 | 472 | 43.3 → 50.0 |" in text
     # Over prod's budget: the denial names the budget's line and the way out.
-    assert "- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:211`" in text
+    assert "- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:220`" in text
 
 
 def test_a_new_tenant_is_one_line_with_its_quota(repo: Path) -> None:
@@ -67,6 +67,24 @@ def test_a_sharing_change_names_both_modes_and_shows_the_config_as_a_diff(repo: 
     assert row["before"]["physical"] == row["after"]["physical"] == 192
 
 
+def test_plan_lists_what_a_lost_uplink_does_and_what_the_nodes_cache_in_fleet_terms(repo: Path) -> None:
+    new_digest = "sha256:" + "cd" * 32
+    edit(repo, "digest: sha256:7e1d2c3b4a5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9", f"digest: {new_digest}")
+    edit(repo, "disconnect: {action: move, after_seconds: 60}", "disconnect: {action: move, after_seconds: 120}")
+    edit(repo, "        disk_gb: 256\n        model_cache:\n",
+         "        disk_gb: 256\n        model_cache:\n          - {name: ocr-lite, size_gb: 1, source: 'https://models.prod.example.internal/ocr/lite.onnx', "
+         f"digest: '{new_digest}'}}\n")
+    commit(repo, "line 1: new detector weights, a second model, a slower move")
+    code, result = plan_json(repo)
+    texts = [c["text"] for c in result["fleet_changes"] if c["subject"] == "edge-sh-factory/jetson-line-1"]
+    assert code == 0, result.get("problems")
+    assert sorted(texts) == sorted([
+        "edge-sh-factory/jetson-line-1: on disconnect pods move after 60s → pods move after 120s",
+        "edge-sh-factory/jetson-line-1: caches model ocr-lite (1 GB, sha256:cdcdcdcdcdcd…) on every node",
+        "edge-sh-factory/jetson-line-1: cached model defect-detector-v3: digest sha256:7e1d2c3b4a5f… → sha256:cdcdcdcdcdcd… (refetched on every node)",
+    ])
+
+
 def test_an_added_fingerprint_is_visible_flagged_and_not_a_no_op(repo: Path) -> None:
     fingerprint = "sha256:" + "ab" * 32
     edit(repo, "        fingerprints:\n          - sha256:4f1c", f"        fingerprints:\n          - {fingerprint}\n          - sha256:4f1c")
@@ -75,10 +93,10 @@ def test_an_added_fingerprint_is_visible_flagged_and_not_a_no_op(repo: Path) -> 
     assert code == 0 and result["no_effect"] is False and result["security_changes"] >= 1
     assert f"edge-sh-factory/jetson-line-1: device fingerprint {fingerprint} trusted" in [c["text"] for c in result["fleet_changes"]]
     edits = [e for e in result["spec_changes"] if "fingerprints" in e["path"]]
-    assert edits and all(e["security"] for e in edits) and edits[0]["line"] == 68
+    assert edits and all(e["security"] for e in edits) and edits[0]["line"] == 75
     text = plan(repo, "--env", "prod", "--only-on-change").stdout
     # The list's change, not both whole lists: what came, on the line of the list.
-    assert f"| 🔒 | `clusters[edge-sh-factory].edge_groups[jetson-line-1].fingerprints` | — | +`{fingerprint}` | 68 |" in text
+    assert f"| 🔒 | `clusters[edge-sh-factory].edge_groups[jetson-line-1].fingerprints` | — | +`{fingerprint}` | 75 |" in text
 
 
 def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None:
@@ -171,7 +189,7 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
     assert f"<h3>fleetops plan <code>{journey.env}</code>" in html and "|---" not in html
     if journey.name == "invalid-head":  # the problem on its line, once, and no verdict but this one
         assert "⛔ cannot be judged" in html and "✅" not in html and "<table>" not in html
-        assert ("<li><code>environments/prod.yaml:117:40</code> tenants[llm-pretrain].quota[&quot;nvidia.com/gpu&quot;].burst: "
+        assert ("<li><code>environments/prod.yaml:126:40</code> tenants[llm-pretrain].quota[&quot;nvidia.com/gpu&quot;].burst: "
                 "must be &gt;= guaranteed (80), got 64</li>") in html
         assert "base <code>default branch</code>" in html
         return
