@@ -39,7 +39,7 @@ pytestmark = pytest.mark.real
 
 CLUSTER, TENANT = "dev-edge", "edge-dev"
 MOVE_AFTER = 30  # the "move" group's declared disconnect.after_seconds
-GRACE = 20  # every group's offline_grace_seconds: when the reconciler cordons
+GRACE = 40  # every group's offline_grace_seconds: when the reconciler cordons (policy: a move ends within it)
 DEFAULT_TOLERATION = 15  # the API server's default for pods fleetops leaves alone (upstream: 300)
 MONITOR_GRACE = 8  # --node-monitor-grace-period: a Lease this old makes the node Unknown
 EVICTION_SLACK = 15  # how late after the declared seconds an eviction may come on a loaded machine
@@ -246,15 +246,6 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     assert (inventory.CORDON_ANNOTATION not in (fleet.node(lost).metadata.annotations or {})
             and any(a.verb == Verb.OFFLINE and a.target == f"Node {lost}" for a in early.clusters[CLUSTER].actions)), early.clusters[CLUSTER].actions
 
-    def cordoned() -> bool:
-        fleet.reconcile()
-        return bool(fleet.node(lost).spec.unschedulable)
-
-    servers.wait_until(cordoned, f"{lost} cordoned by the reconciler", timeout=GRACE + 30)
-    offline_since = servers.condition(fleet.node(lost), "Ready").last_transition_time
-    cordoned_after = seconds_since(offline_since)
-    assert cordoned_after >= GRACE and fleet.node(lost).metadata.annotations[inventory.CORDON_ANNOTATION] == "offline"
-
     def all_evicted() -> bool:
         return all(evicted_at(p) for p in fleet.pods("mover") if p.metadata.name in gone)
 
@@ -265,7 +256,16 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     after = placed(fleet, "mover", 4)
     others = [n for n in members("edge-move") if n != lost]
     assert set(after.values()) == set(others), after  # replaced on the group's other node, never outside the group
-    # The stay group's pods outlived the API server's 15 s default and the move group's 30 s: still bound, none taken.
+
+    def cordoned() -> bool:
+        fleet.reconcile()
+        return bool(fleet.node(lost).spec.unschedulable)
+
+    servers.wait_until(cordoned, f"{lost} cordoned by the reconciler", timeout=GRACE + 30)
+    offline_since = servers.condition(fleet.node(lost), "Ready").last_transition_time
+    cordoned_after = seconds_since(offline_since)
+    assert cordoned_after >= GRACE and fleet.node(lost).metadata.annotations[inventory.CORDON_ANNOTATION] == "offline"
+    # The stay group's pods outlived the API server's 15 s default, the move group's 30 s and the grace: still bound, none taken.
     still = fleet.pods("stayer")
     assert bound(still) == stayers and not any(evicted_at(p) for p in still)
     record_property(TIMINGS, f"move pods evicted {min(took):.0f}-{max(took):.0f} s after the taint (declared {MOVE_AFTER} s, default {DEFAULT_TOLERATION} s); "
@@ -304,7 +304,7 @@ def test_restarting_the_scheduler_and_the_reconciler_mid_incident_loses_nothing_
     assert len(bound(fleet.pods("mover"))) == 4 - len(gone)
 
     evicted = max(evicted_at(p) for p in fleet.pods("mover") if p.metadata.name in gone)
-    assert not fleet.node(lost).spec.unschedulable  # past the grace now, but nothing has cordoned it yet
+    assert not fleet.node(lost).spec.unschedulable  # the reconciler went down before the grace
     restarted = time.monotonic()
     fleet.server.start_scheduler()
     reconciler = start_reconciler(fleet, tmp_path / "reconciler")
