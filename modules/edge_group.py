@@ -8,7 +8,7 @@ from typing import Any
 
 from fleetops import kube, spec
 from modules.device_plugin import device_plugin
-from modules.kube import Part, Target
+from modules.kube import Part, Target, cel_list
 from modules.node_pool import node_pool
 
 
@@ -63,10 +63,6 @@ def openyurt_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any]:
     }
 
 
-def _cel_list(items: list[str]) -> str:
-    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
-
-
 def _tolerations(seconds: int | None) -> str:
     """The offline tolerations as a CEL list: without seconds the pod stays bound however long."""
     extra = "" if seconds is None else f", tolerationSeconds: {seconds}"
@@ -92,12 +88,12 @@ def disconnect_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str
     # The pod's other tolerations, rebuilt as typed values: the API server cannot write the ones it
     # read back into a JSON patch as they are (and Object types exist in mutations only, not variables).
     kept = ("(has(object.spec.tolerations) ? object.spec.tolerations.filter(t, !has(t.key) || !(t.key in "
-            f"{_cel_list(list(OFFLINE_TAINTS))})).map(t, Object.spec.tolerations{{"
+            f"{cel_list(list(OFFLINE_TAINTS))})).map(t, Object.spec.tolerations{{"
             "?key: t.?key, ?operator: t.?operator, ?value: t.?value, ?effect: t.?effect, ?tolerationSeconds: t.?tolerationSeconds}) : [])")
     mine = _tolerations(group.disconnect.after_seconds)
     value = f"{kept} + {mine}"
     if offline and group.disconnect.after_seconds is not None:
-        value = (f"{kept} + (has(object.spec.priorityClassName) && object.spec.priorityClassName in {_cel_list(offline)}"
+        value = (f"{kept} + (has(object.spec.priorityClassName) && object.spec.priorityClassName in {cel_list(offline)}"
                  f" ? {_tolerations(None)} : {mine})")
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",

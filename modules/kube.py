@@ -87,3 +87,8 @@ class Part:
 def quantity_name(resource: str) -> str:
     """A device resource as a DNS-1123 fragment: nvidia.com/gpu -> nvidia-com-gpu."""
     return re.sub(r"[^a-z0-9-]+", "-", resource.lower()).strip("-")
+
+
+def cel_list(items: list[str]) -> str:
+    """A CEL list literal of strings (names that need no escaping: DNS labels, label keys, class names)."""
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"

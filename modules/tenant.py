@@ -14,7 +14,7 @@ from typing import Any
 from fleetops import kube, spec
 from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes
 from modules.edge_group import offline_queue_name
-from modules.kube import Part, Target, quantity_name
+from modules.kube import Part, Target, cel_list, quantity_name
 
 DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 
@@ -183,7 +183,7 @@ def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]
     tolerates = f"variables.podSpec.tolerations.exists(t, !has(t.key) || t.key == '' || t.key == '{key}')"
     accepted = preemptible_classes(tenant, env)
     return {
-        "expression": f"variables.priorityClass in {_cel_list(accepted)} || !has(variables.podSpec.tolerations) || !({tolerates})",
+        "expression": f"variables.priorityClass in {cel_list(accepted)} || !has(variables.podSpec.tolerations) || !({tolerates})",
         "messageExpression": (f"'priority class ' + variables.priorityClass + ' is not preemptible: only work of {', '.join(accepted) or 'none'} "
                               f"may tolerate the taint {key} of the spot pools of tenant {tenant.name} ({', '.join(pools)})'"),
         "reason": "Forbidden",
@@ -265,10 +265,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
-def _cel_list(names: list[str]) -> str:
-    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
-
-
 def offline_queues(tenant: spec.Tenant, cluster: spec.Cluster) -> dict[str, list[str]]:
     """The offline LocalQueues of the cluster's edge groups open to the tenant, with the classes each takes."""
     return {offline_queue_name(g): sorted(g.offline_work.priority_classes) for g in cluster.edge_groups
@@ -283,7 +279,7 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
     jobs, pods = "request.resource.resource == 'jobs'", "request.resource.resource == 'pods'"
     validations = []
     if allowed:
-        listed = _cel_list(allowed)
+        listed = cel_list(allowed)
         shown = ", ".join(allowed)
         validations += [
             {"expression": f"!({jobs}) || !has(object.spec.template.spec.priorityClassName) || object.spec.template.spec.priorityClassName in {listed}",
@@ -326,13 +322,13 @@ def admission_manifests(target: Target, tenant: spec.Tenant, env: spec.Environme
     # controller owns (a Job's) are admitted through it.
     preempting, never = queue_names(tenant)
     if non_preempting:
-        variables.append({"name": "queue", "expression": f"variables.priorityClass in {_cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
+        variables.append({"name": "queue", "expression": f"variables.priorityClass in {cel_list(non_preempting)} ? '{never}' : '{preempting}'"})
     else:
         variables.append({"name": "queue", "expression": f"'{preempting}'"})
     label = f"object.metadata.labels['{QUEUE_LABEL}']"
     # An edge group's offline queue takes the classes it lists, and only those (edge_group.offline_work).
     queues = " || ".join([f"{label} == variables.queue",
-                          *(f"({label} == '{q}' && variables.priorityClass in {_cel_list(classes)})" for q, classes in offline.items())])
+                          *(f"({label} == '{q}' && variables.priorityClass in {cel_list(classes)})" for q, classes in offline.items())])
     in_queue = f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels && ({queues})"
     owned = "has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) > 0"
     also = "".join(f", or {q} for offline work of {', '.join(classes)}" for q, classes in offline.items())

@@ -76,6 +76,7 @@ offline(names) := object.union(with_group(object.union(group(10, 30, 20, fp), {"
 
 test_offline_work_of_a_serving_class_fires if {
 	decisions := edge.deny with input as offline(["batch-low", "serve"])
+	rules(decisions) == {"edge.offline_priority"}
 	{d.msg | some d in decisions} == {"edge: edge group g1 runs serve as offline work, which is not a batch priority class"}
 	count(edge.deny) == 0 with input as offline(["batch-low"])
 }

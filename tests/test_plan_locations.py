@@ -97,7 +97,7 @@ CASES: dict[str, Case] = {
                                                  "inference-standard, value", "global_default"),
     "priority.batch_preempts": EnvEdit("preemption: Never", "preemption: PreemptLowerPriority", "PreemptLowerPriority", "preemption"),
     "priority.class_not_allowed": EnvEdit("priority_classes: [training-high, inference-critical]",
-                                          "priority_classes: [training-high, inference-critical, batch-low]", "batch-low]", "priority_classes"),
+                                          "priority_classes: [training-high, inference-critical, batch-low]", "inference-critical, batch-low]", "priority_classes"),
     "devices.missing_plugin": ProgramEdit('return [o for o in objects if not (o["kind"] == "DaemonSet" and "fpga" in o["metadata"]["name"])]'),
     "devices.time_slicing_replicas": EnvEdit("sharing: {mode: time-slicing, replicas: 4}", "sharing: {mode: time-slicing, replicas: 8}",
                                              "replicas: 8", "replicas"),

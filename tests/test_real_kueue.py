@@ -291,14 +291,16 @@ def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(
     tenants.one_more_gpu_waits("platform-dev", "training-standard")
 
 
-def test_an_edge_tenant_reaches_its_burst_on_its_edge_group(kueue) -> None:
-    """environments/dev.yaml:28-36, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU; lines 54-60 tenant
-    edge-dev `edge_groups: [dev-jetson]`, nvidia.com/gpu {guaranteed: 2, burst: 4}: 4 in one job, and
-    one more waits."""
+def test_an_edge_tenant_reaches_its_burst_on_its_edge_group_and_its_offline_work_has_its_own_device(kueue) -> None:
+    """environments/dev.yaml, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU, `offline_work: {tenants:
+    [edge-dev], priority_classes: [batch-low], devices: 1}`; tenant edge-dev nvidia.com/gpu {guaranteed: 2,
+    burst: 3}: 3 in one job and one more waits; the offline queue's device is still there for batch-low."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
-    burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 4}, "inference-critical")
+    burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 3}, "inference-critical")
     assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
     tenants.one_more_gpu_waits("edge-dev", "inference-critical")
+    offline = tenants.submit("edge-dev", "reindex", {"nvidia.com/gpu": 1}, "batch-low", queue="dev-jetson-offline")
+    assert flavors(tenants.admitted("edge-dev", offline)) == {"nvidia.com/gpu": "dev-jetson"}
 
 
 # --- spot pools: only preemptible work, and a critical class never there --------------------------------
