@@ -22,7 +22,7 @@ SECURITY_FIELDS = {"fingerprints", "network", "isolation", "allow_from_tenants",
 SECURITY_FILES = {"policies/waivers.yaml", "policies/owners.yaml"}
 
 
-def _money(value: float) -> str:
+def money(value: float) -> str:
     return f"{value:+,.0f}"
 
 
@@ -69,7 +69,7 @@ def _totals(env: spec.Environment, clusters: list[spec.Cluster], sign: str) -> t
     devices = _physical(groups)
     cost = sum(spec.group_monthly_cost(env, g) for g in groups) * (-1 if sign == "-" else 1)
     parts = [_count(pools, "pool")] + ([_count(edge, "edge group")] if edge else [])
-    parts += [f"{sign}{n:,} {r}" for r, n in devices.items()] + [f"{_money(cost)} {env.budget.currency}/mo"]
+    parts += [f"{sign}{n:,} {r}" for r, n in devices.items()] + [f"{money(cost)} {env.budget.currency}/mo"]
     return ", ".join(parts), sum(devices.values()), cost
 
 
@@ -123,15 +123,15 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
         b, a = old.get(name), new.get(name)
         if a is not None and b is None:
             add(name, f"{name} added: {a.nodes} nodes x {a.device.per_node} {a.device.model}, {_sharing(a)} "
-                      f"({_units(a)}, {_money(spec.group_monthly_cost(after, a))} {currency}/mo)", devices=spec.physical_devices(a), cost=spec.group_monthly_cost(after, a))
+                      f"({_units(a)}, {money(spec.group_monthly_cost(after, a))} {currency}/mo)", devices=spec.physical_devices(a), cost=spec.group_monthly_cost(after, a))
         elif b is not None and a is None:
             add(name, f"{name} removed: {b.nodes} nodes x {b.device.per_node} {b.device.model} "
-                      f"(-{_units(b)}, {_money(-spec.group_monthly_cost(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-spec.group_monthly_cost(before, b))
+                      f"(-{_units(b)}, {money(-spec.group_monthly_cost(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-spec.group_monthly_cost(before, b))
         elif a is not None and b is not None:
             cost = spec.group_monthly_cost(after, a) - spec.group_monthly_cost(before, b)
             moved = spec.physical_devices(a) - spec.physical_devices(b)
             if a.nodes != b.nodes:
-                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {_money(cost)} {currency}/mo)", devices=moved, cost=cost)
+                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {money(cost)} {currency}/mo)", devices=moved, cost=cost)
             if _sharing(a) != _sharing(b):
                 add(name, f"{name}: sharing {_sharing(b)} → {_sharing(a)} (schedulable {_units(b)} → {_units(a)})",
                     devices=spec.physical_devices(a))
@@ -139,7 +139,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                 add(name, f"{name}: device {b.device.per_node} x {b.device.model} → {a.device.per_node} x {a.device.model}",
                     devices=max(spec.physical_devices(a), spec.physical_devices(b)), cost=0.0 if a.nodes != b.nodes else cost)
             if _spot(a) != _spot(b):
-                add(name, f"{name}: {_spot(b)} → {_spot(a)} ({_money(cost)} {currency}/mo)", devices=spec.physical_devices(a),
+                add(name, f"{name}: {_spot(b)} → {_spot(a)} ({money(cost)} {currency}/mo)", devices=spec.physical_devices(a),
                     cost=0.0 if a.nodes != b.nodes else cost)
             if isinstance(a, spec.EdgeGroup) and isinstance(b, spec.EdgeGroup):
                 for fp in sorted(set(a.fingerprints) - set(b.fingerprints)):

@@ -525,6 +525,58 @@ def audit_command(
 
 
 
+# --- statements --------------------------------------------------------------------------------
+
+
+class StatementFormat(str, Enum):
+    text = "text"
+    json = "json"
+    csv = "csv"
+
+
+@app.command("statements")
+def statements_command(
+    env: EnvOpt,
+    prometheus: Annotated[str, typer.Option("--prometheus", envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus (or a querier of its API) holding the metering series, e.g. http://prometheus.monitoring:9090")],
+    period: Annotated[str, typer.Option("--period", help="The calendar month, UTC: YYYY-MM")],
+    environments: DirOpt = DEFAULT_DIR,
+    token_file: Annotated[Path | None, typer.Option("--prometheus-token-file", envvar="FLEETOPS_PROMETHEUS_TOKEN_FILE", help="A bearer token for Prometheus, read from this file (never printed)")] = None,
+    output: Annotated[StatementFormat, typer.Option("--output", help="text, json or csv")] = StatementFormat.text,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write one file per tenant here (TENANT.txt, .json or .csv) instead of standard output")] = None,
+) -> None:
+    """Per-tenant statements for a month from Prometheus: postpaid invoices (device-hours x price per cluster, pool and
+    device model) and prepaid balances (top-ups to the month's end less spend). Exit 1 when a prepaid balance is
+    overdrawn, 2 when Prometheus cannot be asked or holds no metering for the month."""
+    from fleetops.metering import statements
+    from fleetops.prometheus import Prometheus
+
+    spec_env = spec.load_environment(env_file(environments, env))
+    month = statements.Period.parse(period)
+    with progress(f"reading {month.name} from {prometheus}"):
+        result = statements.build(spec_env, Prometheus(prometheus, token_file), month)
+    for item in result.unknown:
+        err.print(f"warning: {item}: metered, but no such tenant or pool in {env}: not billed", markup=False, highlight=False)
+    overdrawn = [s.tenant for s in result.statements if s.overdrawn]
+    counts = {"statements": len(result.statements), "overdrawn": len(overdrawn)}
+    if output is StatementFormat.json:
+        forms = {s.tenant: as_json(s.document()) for s in result.statements}
+        whole = as_json(envelope("statements", not overdrawn, counts, **result.document()))
+    elif output is StatementFormat.csv:
+        forms = {s.tenant: statements.csv_text([s]) for s in result.statements}
+        whole = statements.csv_text(result.statements)
+    else:
+        forms = {s.tenant: statements.text(s) for s in result.statements}
+        whole = "\n".join(forms.values())
+    if out_dir is None:
+        sys.stdout.write(whole)
+    else:
+        write_files({out_dir / f"{tenant}.{output.value if output is not StatementFormat.text else 'txt'}": form for tenant, form in forms.items()}, "the statements")
+        err.print(f"wrote {len(forms)} statements for {month.name} to {out_dir} ({result.queries} Prometheus queries)", highlight=False)
+    if overdrawn:
+        err.print(f"overdrawn: {', '.join(overdrawn)}", markup=False, highlight=False)
+        raise typer.Exit(errors.ExitCode.DENIED)
+
+
 # --- reconcile ---------------------------------------------------------------------------------
 
 

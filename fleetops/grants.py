@@ -306,3 +306,18 @@ def review(env: spec.Environment | None, clusters: dict[str, list[dict[str, Any]
                    for resource, t in sorted(cluster_totals(nodes).items())]
     return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
             "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
+
+
+def services(env: spec.Environment, granted: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each service of `env` (in its order) in fleet terms: its replicas and devices, what Kueue grants its
+    tenant of that device on the service's pools (`granted` is `facts`), and what its devices cost a month
+    at max. The policy input's `facts.services` (policies/autoscaling.rego) and plan's `services`."""
+    out = []
+    for s in env.services:
+        flavors = granted.get(s.cluster, {}).get(s.tenant, {}).get(s.devices.resource, {}).get("flavors", {})
+        replica = spec.replica_monthly_cost(env, s)
+        out.append({"tenant": s.tenant, "name": s.name, "cluster": s.cluster, "pools": s.pools, "resource": s.devices.resource,
+                    "devices": s.devices.count, "min": s.replicas.min, "max": s.replicas.max, "at_max": s.devices.count * s.replicas.max,
+                    "reachable": sum(flavors[p]["reachable"] for p in dict.fromkeys(s.pools) if p in flavors),
+                    "replica_monthly": round(replica, 2), "monthly_at_max": round(replica * s.replicas.max, 2)})
+    return out

@@ -356,6 +356,28 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
+def service_rows(before: Side, after: Side) -> list[dict[str, Any]]:
+    """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
+    what it adds at max to the month against the base and one sentence (`text`) a reviewer reads."""
+    def rows(side: Side) -> dict[tuple[str, str, str], dict[str, Any]]:
+        if side.env is None or not side.env.services:
+            return {}
+        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters))}
+
+    old, new = rows(before), rows(after)
+    currency = after.env.budget.currency if after.env else ""
+    out = []
+    for key, row in new.items():
+        was = old.get(key)
+        change = "added" if was is None else "unchanged" if was == row else "changed"
+        delta = round(row["monthly_at_max"] - (was["monthly_at_max"] if was else 0), 2)
+        spend = f"{changes_mod.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
+        text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
+                f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
+        out.append({**row, "change": change, "monthly_at_max_delta": delta, "text": text})
+    return out
+
+
 def price_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
     """Every device model whose price per device-hour differs between the sides (None: not priced there)."""
     old, new = (env.prices if env is not None else {} for env in (before, after))
@@ -445,6 +467,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         _check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
         rows, verdict = judge(after, env_name, facts, policies)
         granted = grants.review(after.env, after.clusters)
+        services = service_rows(before, after)
         changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
         fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
         currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
@@ -480,6 +503,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         "capacity": capacity,
         "quota_changes": quota,
         "grants": granted,
+        "services": services,
         "groups": groups,
         "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
         "policy": {
@@ -570,6 +594,8 @@ _RULE_FIELD: dict[str, spec.Loc] = {
     "edge.missing_fingerprints": ("fingerprints",),
     "network.egress_anywhere": ("network", "egress_cidrs"),
     "quota.unbounded_device": ("quota",),  # the quota it lacks; a pool it gained is found as the tenant's edit
+    "autoscaling.max_beyond_burst": ("replicas", "max"),
+    "autoscaling.spend_over_budget": ("replicas", "max"),
 }
 # Fields outside a decision's item that make the rule fire for it: a fleet-wide setting, or what the
 # cost is made of (a cost increase is about the edit that costs; being over budget, about the budget).
@@ -578,6 +604,8 @@ _RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
     "network.edge_egress_not_allowed": (("network", "center_endpoints"),),
     "change.cost_increase_approvals": (("clusters",), ("prices",)),
     "budget.alert_threshold": (("budget", "alert_at"),),  # a lowered threshold, when the budget itself is not edited
+    "autoscaling.max_beyond_burst": (("tenants",), ("scheduler",)),  # a lowered burst, or less lent
+    "autoscaling.spend_over_budget": (("budget", "monthly"), ("prices",), ("clusters",)),
 }
 
 
@@ -656,6 +684,10 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     kind, name, cluster, tenant = (resource.get(k) for k in ("kind", "name", "cluster", "tenant"))
     if kind == "Group" and "/" in (name or ""):  # the change rules name a group "cluster/group"
         cluster, name = name.split("/", 1)
+    if kind == "Service":
+        index = next((k for k, s in enumerate(env.services) if (s.tenant, s.cluster, s.name) == (tenant, cluster, name)), None)
+        if index is not None:
+            return ("services", index)
     tenants = {t.name: i for i, t in enumerate(env.tenants)}
     clusters = {c.name: i for i, c in enumerate(env.clusters)}
     if tenant in tenants:
@@ -694,6 +726,9 @@ def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
         return (f"lower {subject.get('tenant')}'s burst {resource} to {reach} on {cluster or 'its cluster'}, or add "
                 f"{figures['burst'] - reach} {resource} no tenant guarantees to its pools, "
                 "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
+    if row["rule"] in ("autoscaling.max_beyond_burst", "autoscaling.spend_over_budget") and "fits" in figures:
+        raise_what = f"{subject.get('tenant')}'s burst on {cluster}" if row["rule"] == "autoscaling.max_beyond_burst" else "budget.monthly in its own reviewed PR"
+        return f"lower {subject.get('tenant')}/{subject.get('name')}'s replicas.max to {figures['fits']}, or raise {raise_what}"
     if row["rule"] != "quota.guaranteed_over_capacity" or not {"quota", "limit", "headroom_percent"} <= figures.keys() or env is None:
         return ""
     excess, keep = figures["quota"] - figures["limit"], 1 - figures["headroom_percent"] / 100

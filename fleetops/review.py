@@ -44,14 +44,14 @@ def _arrow(before: Any, after: Any) -> str:
 
 def _line(value: Any) -> str:
     """One line of a table or list: `|` would end a table cell, a newline the item."""
-    text = value if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as ISO text
     return text.replace("|", "\\|").replace("\n", "⏎")
 
 
 def _text(value: Any) -> str:
     """Markdown text that shows `value` as written: HTML escaped; backslashes, backticks and the
     brackets of links and images made inert."""
-    text = value if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as ISO text
     return _line(html.escape(re.sub(r"([\\`\[\]])", r"\\\1", text), quote=False))
 
 
@@ -147,6 +147,17 @@ def what_changes(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[st
         items.append(f"- {len(edits):,} field(s) of {_code(edits[0]['file'])} changed"
                      + (f", {SECURITY} {flagged:,} security-relevant" if flagged else "") + " (listed below)")
     return ["", "**What changes**", "", *items] if items else []
+
+
+def autoscaling(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str]:
+    """The inference services the change adds or changes, in fleet terms, the most spend at max first
+    (the others are in their fold)."""
+    moved = sorted((s for s in plan.get("services", []) if s["change"] != "unchanged"), key=lambda s: -abs(s["monthly_at_max_delta"]))
+    shown = moved if top is None else moved[:top]
+    items = [f"- {_text(s['text'])}" for s in shown]
+    if len(shown) < len(moved):
+        items.append(f"- … and {len(moved) - len(shown):,} more service(s), in the full plan")
+    return ["", "**Inference autoscaling**", "", *items] if items else []
 
 
 GROUP_OVER = 3  # a rule with more decisions than this is one line with counts, not one line per decision
@@ -333,6 +344,15 @@ def grants_table(plan: dict[str, Any]) -> Fold:
                 [[line] for _, line in sorted(rows, key=lambda r: -r[0])])
 
 
+def services_table(plan: dict[str, Any]) -> Fold:
+    """Every inference service of the head: its replicas, what they take at max of what Kueue grants, what they cost at max."""
+    rows = [[f"| {_text(s['tenant'])}/{_text(s['name'])} | {_text(s['cluster'])} | {s['min']:,}–{s['max']:,} × {s['devices']:,} {_code(s['resource'])} "
+             f"| {'⚠️ ' if s['at_max'] > s['reachable'] else ''}{s['at_max']:,} of {s['reachable']:,} | {_num(s['monthly_at_max'])} |"]
+            for s in sorted(plan.get("services", []), key=lambda s: -s["monthly_at_max"])]
+    return Fold("Inference services at max replicas",
+                ["| service | cluster | replicas × devices | at max of reachable burst | spend at max /mo |", "|---|---|---|---:|---:|"], rows)
+
+
 def object_summary(plan: dict[str, Any]) -> Fold:
     """Objects added, changed and removed per cluster and kind: bounded whatever the change's size."""
     counts: Counter[tuple[str, str, str]] = Counter()
@@ -376,13 +396,13 @@ def with_capacity(plan: dict[str, Any]) -> Fold:
 
 def _folds(plan: dict[str, Any]) -> list[Fold]:
     """The folded sections, most important first."""
-    return [spec_fields(plan), decision_table(plan), with_capacity(plan), grants_table(plan), policy_files(plan), quota_table(plan),
+    return [spec_fields(plan), decision_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
             object_summary(plan), object_changes(plan)]
 
 
 def full(plan: dict[str, Any]) -> str:
     """The whole plan as markdown, without a size limit: the CI artifact the comment points to."""
-    lines = header(plan) + what_changes(plan, top=None) + blocking(plan) + capacity_moves(plan)
+    lines = header(plan) + what_changes(plan, top=None) + autoscaling(plan, top=None) + blocking(plan) + capacity_moves(plan)
     return _join(lines + [line for fold in _folds(plan) for line in fold.lines()], [])
 
 
@@ -439,7 +459,7 @@ def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts:
     What does not fit is counted and left to the full plan in `artifacts`."""
     pointer = f"see the full plan ({artifacts})" if artifacts else "see the full plan (`fleetops plan --output json`, or the CI artifact)"
     note = ["", f"_Comment shortened to {max_chars:,} characters: {pointer}._"]
-    lines = header(plan) + what_changes(plan) + blocking(plan) + capacity_moves(plan)
+    lines = header(plan) + what_changes(plan) + autoscaling(plan) + blocking(plan) + capacity_moves(plan)
     folds = [fold for fold in _folds(plan) if fold.rows]
     left = max_chars - len(_join(lines, note))
     for index, fold in enumerate(folds):

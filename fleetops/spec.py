@@ -9,7 +9,9 @@ before they are defined are quoted instead.
 """
 
 import dataclasses
+import datetime
 import difflib
+import enum
 import fnmatch
 import functools
 import ipaddress
@@ -45,6 +47,7 @@ class Limits:
     clusters: int = 500
     groups: int = 10_000  # pools and edge groups, over all clusters
     tenants: int = 10_000
+    services: int = 10_000  # inference services: a HorizontalPodAutoscaler each
     # The pools and edge groups open to each tenant, counted in each of its clusters: each is a flavor
     # of the tenant's Kueue ClusterQueue there, so the render grows with this, not with the objects.
     placements: int = 200_000
@@ -341,6 +344,24 @@ class TenantNetwork(Model):
     allow_to_endpoints: list[Name] = []
 
 
+class TopUp(Model):
+    """Money a prepaid tenant paid in, usable from `date` (00:00 UTC), in the budget's currency.
+    (`date`, not `on`: YAML 1.1 reads a bare `on` key as the boolean true.)"""
+
+    date: datetime.date
+    amount: Annotated[float, Field(gt=0)]
+
+
+class Billing(Model):
+    """How a tenant pays for the device-hours it uses (fleetops statements, the metering alerts).
+    Postpaid: invoiced after each month. Prepaid: its top-ups less its spend is a balance, and
+    falling below `low_balance_at` alerts at run time."""
+
+    mode: Literal["postpaid", "prepaid"] = "postpaid"
+    top_ups: list[TopUp] = []
+    low_balance_at: Annotated[float, Field(ge=0)] | None = None
+
+
 class Tenant(Model):
     name: Name
     clusters: list[Name] = Field(min_length=1)
@@ -351,6 +372,7 @@ class Tenant(Model):
     edge_groups: list[Name] = []
     isolation: Literal["shared", "strict"] = "shared"
     network: TenantNetwork = TenantNetwork()
+    billing: Billing = Billing()
 
 
 class PriorityClass(Model):
@@ -386,12 +408,82 @@ class Network(Model):
     center_endpoints: list[Endpoint] = []
 
 
+class Grafana(Model):
+    """How the environment's Grafana picks dashboards up: its dashboard sidecar (kube-prometheus-stack's
+    `grafana.sidecar.dashboards`) loads every ConfigMap labelled `label: label_value`, into the folder
+    that the annotation `folder_annotation` names (the sidecar's `folderAnnotation`)."""
+
+    label: LabelKey = "grafana_dashboard"
+    label_value: LabelValue = "1"
+    folder_annotation: LabelKey = "grafana_folder"
+    folder: str = Field(default="fleetops", min_length=1, max_length=253)
+
+
 class Monitoring(Model):
     namespace: Name = "monitoring"
+    # Where the exporters run (deployed by the GPU operator, MindCluster, or the site): fleetops scrapes them there.
     dcgm_namespace: Name = "gpu-monitoring"
+    # The ConfigMap (in `namespace`) that prometheus-adapter reads its rules from (`config.yaml`): the
+    # metrics each service's HorizontalPodAutoscaler asks the custom metrics API for (modules/autoscaling.py).
+    adapter_config_map: Name = "prometheus-adapter"
+    npu_exporter_namespace: Name = "npu-exporter"
+    jetson_exporter_namespace: Name = "jetson-exporter"
+    # The labels the environment's Prometheus selects PrometheusRules, ServiceMonitors and PodMonitors by
+    # (its ruleSelector, serviceMonitorSelector, podMonitorSelector; kube-prometheus-stack: `release: <its release>`).
+    prometheus_selector: Labels = {}
+    grafana: Grafana = Grafana()
+    # Device utilisation alerts (FleetGPUUtilisationLow, FleetNPUUtilisationLow): under this, for that long.
     gpu_utilisation_low_percent: Annotated[int, Field(ge=1, le=100)] = 30
     gpu_utilisation_for_minutes: Positive = 30
     quota_exhaustion_percent: Annotated[int, Field(ge=1, le=100)] = 90
+    # A ClusterQueue with workloads pending this long (Kueue's oldest wait) is alerted on.
+    kueue_pending_minutes: Positive = 30
+
+
+class Devices(Model):
+    """What one replica of a service asks for: `count` units of one device resource."""
+
+    resource: ResourceName
+    count: Positive
+
+
+# A HorizontalPodAutoscaler's replica counts are int32; its minReplicas is at least 1 unless the alpha
+# HPAScaleToZero gate is on, which fleetops does not assume.
+Replica = Annotated[int, Field(ge=1, le=2**31 - 1)]
+
+
+class Replicas(Model):
+    min: Replica
+    max: Replica
+
+
+class Server(str, enum.Enum):
+    """The inference server a service runs: it chooses the Prometheus series of its queue (modules/autoscaling.QUEUES)."""
+
+    VLLM = "vllm"
+    TRITON = "triton"
+
+
+class Targets(Model):
+    """What the HorizontalPodAutoscaler holds each replica at: at least one is declared (cross_checks)."""
+
+    gpu_utilisation_percent: Annotated[int, Field(ge=1, le=100)] | None = None
+    requests_waiting_per_replica: Positive | None = None
+
+
+class Service(Model):
+    """An inference service the tenant runs as Deployment `name` in its namespace, scaled by a HorizontalPodAutoscaler."""
+
+    name: Name
+    tenant: Name
+    cluster: Name
+    pools: list[Name] = Field(min_length=1)
+    devices: Devices
+    replicas: Replicas
+    server: Annotated[Server, Field(strict=False)] | None = None  # written as its value: 'vllm'
+    targets: Targets
+    # The HorizontalPodAutoscaler's behavior.scaleDown.stabilizationWindowSeconds, which the API server bounds to an hour.
+    scale_down_stabilisation_seconds: Annotated[int, Field(ge=0, le=3600)] = 300
 
 
 class Budget(Model):
@@ -411,6 +503,7 @@ class Environment(Model):
     environment: Name
     clusters: list[Cluster] = Field(min_length=1, max_length=LIMITS.clusters)
     tenants: list[Tenant] = Field(default=[], max_length=LIMITS.tenants)
+    services: list[Service] = Field(default=[], max_length=LIMITS.services)
     priority_classes: list[PriorityClass] = []
     scheduler: Scheduler = Scheduler()
     network: Network = Network()
@@ -1052,7 +1145,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     endpoints = {e.name for e in env.network.center_endpoints}
     tenant_names = {t.name for t in env.tenants}
     yield from _unused_spot_pools(env)
-    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace}
+    reserved = {*SYSTEM_NAMESPACES, env.reconciler.namespace, env.monitoring.namespace, env.monitoring.dcgm_namespace,
+                env.monitoring.npu_exporter_namespace, env.monitoring.jetson_exporter_namespace}
     for ti, tenant in enumerate(env.tenants):
         loc = ("tenants", ti)
         if tenant.name in reserved:
@@ -1072,6 +1166,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         for k, name in enumerate(tenant.network.allow_to_endpoints):
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
+        yield from _billing_checks(loc + ("billing",), tenant.billing)
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
         # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
         offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
@@ -1103,6 +1198,56 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         yield ("scheduler", "backend"), ("volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; "
                                          "use backend: kueue")
     yield from _kueue_checks(env, clusters)
+    yield from _service_checks(env, clusters, where)
+
+
+def _service_checks(env: Environment, clusters: dict[str, Cluster], where: Callable[[Loc], str]) -> Iterator[tuple[Loc, str]]:
+    """What no HorizontalPodAutoscaler could honour: a service of no tenant, on pools its tenant may not
+    use or that lack its device, replicas the wrong way round, nothing to scale on. Whether its max fits
+    the tenant's burst and the budget is the policies' to judge (policies/autoscaling.rego)."""
+    # Each is Deployment and HorizontalPodAutoscaler `name` in its tenant's namespace on its cluster.
+    yield from _duplicates(((("services", i), f"{s.tenant}/{s.cluster}/{s.name}") for i, s in enumerate(env.services)), "service", where)
+    tenants: dict[str, Tenant] = {}
+    for t in env.tenants:
+        tenants.setdefault(t.name, t)
+    for si, service in enumerate(env.services):
+        loc: Loc = ("services", si)
+        tenant = tenants.get(service.tenant)
+        if tenant is None:
+            yield loc + ("tenant",), f"unknown tenant {service.tenant!r}"
+            continue
+        if "inference" not in tenant.workloads:
+            yield loc + ("tenant",), f"tenant {tenant.name} does not run inference (its workloads: {', '.join(tenant.workloads)}): add inference to them"
+        if service.cluster not in tenant.clusters or service.cluster not in clusters:
+            yield loc + ("cluster",), f"{service.cluster!r} is not a cluster of tenant {tenant.name} (its clusters: {', '.join(tenant.clusters)})"
+        else:
+            open_to = {g.name: g for g in eligible_groups(tenant, [clusters[service.cluster]])}
+            for k, name in enumerate(service.pools):
+                group = open_to.get(name)
+                if group is None:
+                    yield loc + ("pools", k), f"{name} is no pool of {service.cluster} open to tenant {tenant.name} (open: {', '.join(open_to) or 'none'})"
+                elif service.devices.resource not in group_capacity(group):
+                    yield loc + ("pools", k), f"{name} offers no {service.devices.resource} (it offers {', '.join(group_capacity(group))})"
+        if service.devices.resource not in tenant.quota:
+            yield loc + ("devices", "resource"), f"tenant {tenant.name} has no quota for {service.devices.resource}, so Kueue admits none of its replicas: add it to the tenant's quota"
+        if service.replicas.min > service.replicas.max:
+            yield loc + ("replicas", "min"), f"must be <= max ({service.replicas.max}), got {service.replicas.min}"
+        targets = service.targets
+        if targets.gpu_utilisation_percent is None and targets.requests_waiting_per_replica is None:
+            yield loc + ("targets",), "declare gpu_utilisation_percent or requests_waiting_per_replica (or both): the autoscaler needs a metric"
+        if targets.requests_waiting_per_replica is not None and service.server is None:
+            yield loc + ("server",), f"requests_waiting_per_replica needs the inference server (one of {', '.join(s.value for s in Server)}): it chooses the queue's series"
+
+
+def _billing_checks(loc: Loc, billing: Billing) -> Iterator[tuple[Loc, str]]:
+    """Top-ups and a low-balance threshold mean something for prepaid tenants only, and prepaid needs money in."""
+    if billing.mode == "postpaid":
+        if billing.top_ups:
+            yield loc + ("top_ups",), "top-ups are for prepaid tenants; this one is postpaid (set mode: prepaid, or remove them)"
+        if billing.low_balance_at is not None:
+            yield loc + ("low_balance_at",), "a low-balance alert is for prepaid tenants; this one is postpaid"
+    elif not billing.top_ups:
+        yield loc + ("top_ups",), "a prepaid tenant needs at least one top-up (top_ups: [{date: 2026-11-01, amount: ...}])"
 
 
 def _within_kueue(resources: int, flavors: int) -> bool:
@@ -1507,3 +1652,22 @@ def matches_node(group: Group, name: str, labels: dict[str, str]) -> bool:
     if match.name_pattern is not None and not fnmatch.fnmatchcase(name, match.name_pattern):
         return False
     return all(labels.get(k) == v for k, v in match.labels.items())
+
+
+def service_pools(env: Environment, service: Service) -> list[Pool]:
+    """The declared pools a service names on its cluster (validation refuses one that is not there)."""
+    cluster = next((c for c in env.clusters if c.name == service.cluster), None)
+    return _named(group_names(cluster).pool, service.pools) if cluster is not None else []
+
+
+def unit_hour_price(env: Environment, group: Group, resource: str) -> float:
+    """What one schedulable unit of `resource` costs per hour on the group: its device's price times the
+    share of a device the unit is (a quarter on a 4-way time-sliced GPU, a seventh of a 1g.10gb MIG slice)."""
+    units = group_capacity(group).get(resource, 0)
+    return device_hour_price(env, group) * physical_shares(group).get(resource, 0) / units if units else 0.0
+
+
+def replica_monthly_cost(env: Environment, service: Service) -> float:
+    """One replica's devices for a 730-hour month, on the dearest of its pools (where the scheduler may put it)."""
+    price = max((unit_hour_price(env, p, service.devices.resource) for p in service_pools(env, service)), default=0.0)
+    return service.devices.count * price * HOURS_PER_MONTH

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetops import spec
+from modules.autoscaling import autoscaling
 from modules.device_plugin import device_plugin
 from modules.edge_group import edge_group
 from modules.kube import Part, Target
+from modules.metering import metering
 from modules.monitoring import monitoring
 from modules.node_pool import node_pool
 from modules.priorities import priorities
@@ -33,6 +35,8 @@ def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
     parts += [edge_group(target, cluster, group) for group in cluster.edge_groups]
     parts += [tenant_part(target, tenant, env) for tenant in env.tenants if cluster.name in tenant.clusters]
     parts.append(monitoring(target, cluster, env))
+    parts.append(autoscaling(target, cluster, env))
+    parts.append(metering(target, cluster, env))
     parts.append(reconciler(target, env))  # last: its RBAC covers the kinds declared above
     return Part(
         CLUSTER, cluster.name, target,

@@ -1,60 +1,178 @@
-"""Monitoring of one cluster: alert rules, the DCGM exporter scrape and a Grafana dashboard."""
+"""Monitoring of one cluster, as the exporters publish their series: scrapes, alert rules, dashboards.
+
+What is scraped, and by what upstream publishes:
+- NVIDIA data-center GPUs: DCGM exporter (GPU operator's `nvidia-dcgm-exporter` Service, port
+  `gpu-metrics`), never on Jetson nodes (DCGM does not run on Tegra).
+- Jetson: the jetson-stats based jetson_stats_node_exporter, scraped as pods (it ships no Kubernetes
+  manifest: the site runs it as a DaemonSet with the labels below).
+- Ascend NPUs: MindCluster's npu-exporter (DaemonSet `app: npu-exporter`, port 8082).
+- Kueue: its controller-manager metrics Service (kubebuilder's `control-plane: controller-manager`,
+  HTTPS port `https`, the scraper's service-account token), as Kueue's config/prometheus ships it.
+- FPGAs: nothing. Intel's FPGA device plugin serves no metrics, and no exporter for these cards is published.
+
+Every device series gets `cluster` (static) and `pool` (the node's fleetops.io/pool or
+fleetops.io/edge-group label, read with attachMetadata.node), and `tenant` where the exporter maps
+the device to a pod: its `namespace` is the tenant's. Targets on nodes of other groups are dropped.
+Every PrometheusRule, ServiceMonitor and PodMonitor carries the environment's Prometheus selector labels.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from fleetops import spec
+from fleetops import kube, spec
+from modules import dashboards
 from modules.kube import Part, Target
+from modules.scheduler import NAMESPACE as KUEUE_NAMESPACE
+
+MONITORING_API = "monitoring.coreos.com/v1"
+JETSON_MODEL_PREFIX = "Jetson"
+SCRAPE_INTERVAL = "30s"
 
 
-def _alert(name: str, expr: str, duration: str, severity: str, summary: str) -> dict[str, Any]:
+class Exporter(StrEnum):
+    DCGM = "dcgm"
+    JETSON = "jetson"
+    NPU = "npu"
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """A device utilisation series (0-100 per device) as its exporter names it."""
+
+    alert: str
+    metric: str
+    device: str
+
+
+# Upstream names: DCGM_FI_DEV_GPU_UTIL (dcgm-exporter default-counters.csv); npu_chip_info_utilization
+# (MindCluster npu-exporter collector: "the ai core utilization"), labelled id, model_name, namespace, pod_name.
+UTILISATION = {
+    Exporter.DCGM: Utilisation("FleetGPUUtilisationLow", "DCGM_FI_DEV_GPU_UTIL", "GPU"),
+    Exporter.NPU: Utilisation("FleetNPUUtilisationLow", "npu_chip_info_utilization", "NPU"),
+}
+
+
+def exporter_of(group: spec.Group) -> Exporter | None:
+    match spec.plugin_kind(group.device.resource):
+        case "nvidia":
+            return Exporter.JETSON if group.device.model.startswith(JETSON_MODEL_PREFIX) else Exporter.DCGM
+        case "ascend":
+            return Exporter.NPU
+        case _:
+            return None  # FPGA: no exporter publishes its devices
+
+
+def groups_of(cluster: spec.Cluster, exporter: Exporter) -> list[str]:
+    return [g.name for g in (*cluster.pools, *cluster.edge_groups) if exporter_of(g) is exporter]
+
+
+def tenants_on(cluster: spec.Cluster, env: spec.Environment) -> list[str]:
+    return [t.name for t in env.tenants if cluster.name in t.clusters]
+
+
+def _alternation(names: list[str]) -> str:
+    # Names are DNS labels: nothing in them is special to a regex but '.', which they cannot hold.
+    return "|".join(names)
+
+
+def _node_label(key: str) -> str:
+    """The meta label Prometheus gives a node label with attachMetadata.node."""
+    return "__meta_kubernetes_node_label_" + "".join(c if c.isalnum() else "_" for c in key)
+
+
+def placement_relabelings(cluster: spec.Cluster, groups: list[str]) -> list[dict[str, Any]]:
+    """Target relabelings: `pool` from the node's pool or edge-group label, only the given groups' nodes
+    kept, `cluster` and `node` set, so every series of the target carries them."""
+    return [
+        # A node carries one of the two labels: their concatenation is its group's name.
+        {"sourceLabels": [_node_label(kube.POOL_LABEL), _node_label(kube.EDGE_GROUP_LABEL)], "separator": "",
+         "targetLabel": "pool", "action": "replace"},
+        {"sourceLabels": ["pool"], "regex": _alternation(groups), "action": "keep"},
+        {"targetLabel": "cluster", "replacement": cluster.name, "action": "replace"},
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"},
+    ]
+
+
+def tenant_relabelings(tenants: list[str]) -> list[dict[str, Any]]:
+    """Series relabelings: `tenant` from the exporter's pod-mapping `namespace` (a tenant's namespace is its name)."""
+    if not tenants:
+        return []
+    return [{"sourceLabels": ["namespace"], "regex": f"({_alternation(tenants)})", "targetLabel": "tenant",
+             "replacement": "$1", "action": "replace"}]
+
+
+def _alert(name: str, expr: str, duration: str, severity: str, summary: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
         "for": duration,
-        "labels": {"severity": severity},
+        "labels": {"severity": severity, **(labels or {})},
         "annotations": {"summary": summary},
     }
+
+
+def _utilisation_alert(cluster: spec.Cluster, mon: spec.Monitoring, series: Utilisation) -> dict[str, Any]:
+    return _alert(
+        series.alert,
+        f'avg by (cluster, pool) ({series.metric}{{cluster="{cluster.name}"}}) < {mon.gpu_utilisation_low_percent}',
+        f"{mon.gpu_utilisation_for_minutes}m",
+        "warning",
+        f"{series.device} utilisation of pool {{{{ $labels.pool }}}} on {{{{ $labels.cluster }}}} under "
+        f"{mon.gpu_utilisation_low_percent}% for {mon.gpu_utilisation_for_minutes} minutes",
+    )
+
+
+def _edge_offline(cluster: spec.Cluster, group: spec.EdgeGroup) -> dict[str, Any]:
+    # The node-name glob as a regex; a backslash doubled for the PromQL string it is written into.
+    glob = group.match.name_pattern or group.name + "-*"
+    nodes = glob.replace(".", "\\\\.").replace("*", ".*").replace("?", ".").replace("[!", "[^")
+    return _alert(
+        "FleetEdgeNodeOffline",
+        f'kube_node_status_condition{{condition="Ready",status="true",node=~"{nodes}"}} == 0',
+        f"{group.offline_grace_seconds}s",
+        "critical",
+        f"Edge node {{{{ $labels.node }}}} of {group.name} on {cluster.name} offline longer than {group.offline_grace_seconds}s",
+        {"cluster": cluster.name, "pool": group.name},
+    )
+
+
+def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str, Any]]:
+    # Kueue pkg/metrics: kueue_pending_workloads{cluster_queue,status} (gauge) and
+    # kueue_admission_wait_time_seconds{cluster_queue} (histogram, creation to admission).
+    minutes = mon.kueue_pending_minutes
+    return [
+        _alert(
+            "FleetKueueWorkloadsPending",
+            'sum by (cluster, cluster_queue) (kueue_pending_workloads) > 0',
+            f"{minutes}m",
+            "warning",
+            f"ClusterQueue {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} has had workloads pending for {minutes} minutes",
+        ),
+        _alert(
+            "FleetKueueAdmissionSlow",
+            "histogram_quantile(0.9, sum by (cluster, cluster_queue, le) (rate(kueue_admission_wait_time_seconds_bucket[30m])))"
+            f" > {minutes * 60}",
+            "15m",
+            "warning",
+            f"90% of the workloads admitted by {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} in the last 30 minutes "
+            f"waited up to {{{{ $value | humanizeDuration }}}} (over {minutes} minutes)",
+        ),
+    ]
 
 
 def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
     mon = env.monitoring
     groups = []
-    if any(spec.plugin_kind(g.device.resource) == "nvidia" for g in (*cluster.pools, *cluster.edge_groups)):
-        groups.append(
-            {
-                "name": "fleetops.gpu",
-                "rules": [
-                    _alert(
-                        "FleetGPUUtilisationLow",
-                        f'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{{cluster="{cluster.name}"}}) < {mon.gpu_utilisation_low_percent}',
-                        f"{mon.gpu_utilisation_for_minutes}m",
-                        "warning",
-                        f"GPU utilisation under {mon.gpu_utilisation_low_percent}% for {mon.gpu_utilisation_for_minutes} minutes on {{{{ $labels.Hostname }}}}",
-                    )
-                ],
-            }
-        )
+    device_rules = [_utilisation_alert(cluster, mon, series) for exporter, series in UTILISATION.items() if groups_of(cluster, exporter)]
+    if device_rules:
+        groups.append({"name": "fleetops.devices", "rules": device_rules})
     if cluster.edge_groups:
-        groups.append(
-            {
-                "name": "fleetops.edge",
-                "rules": [
-                    _alert(
-                        f"FleetEdgeNodeOffline-{group.name}",
-                        f'kube_node_status_condition{{condition="Ready",status="true",node=~"{(group.match.name_pattern or group.name + "-*").replace("*", ".*")}"}} == 0',
-                        f"{group.offline_grace_seconds}s",
-                        "critical",
-                        f"Edge node {{{{ $labels.node }}}} of {group.name} offline longer than {group.offline_grace_seconds}s",
-                    )
-                    for group in cluster.edge_groups
-                ],
-            }
-        )
-    if any(cluster.name in t.clusters for t in env.tenants):
+        groups.append({"name": "fleetops.edge", "rules": [_edge_offline(cluster, g) for g in cluster.edge_groups]})
+    if tenants_on(cluster, env):
         ratio = mon.quota_exhaustion_percent / 100
         groups.append(
             {
@@ -71,55 +189,117 @@ def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, 
                 ],
             }
         )
+        if env.scheduler.backend == "kueue":
+            groups.append({"name": "fleetops.kueue", "rules": _kueue_alerts(cluster, mon)})
     return groups
 
 
-def dashboard(cluster: spec.Cluster) -> dict[str, Any]:
-    panels = [
-        ("GPU utilisation by pool", "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"),
-        ("Device quota used / hard", 'kube_resourcequota{type="used"} / ignoring(type) kube_resourcequota{type="hard"}'),
-        ("Ready nodes", 'sum(kube_node_status_condition{condition="Ready",status="true"})'),
-    ]
+def prometheus_rule(target: Target, name: str, env: spec.Environment, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """A PrometheusRule in the monitoring namespace, labelled so the environment's Prometheus loads it."""
     return {
-        "title": f"fleetops / {cluster.name}",
-        "uid": f"fleetops-{cluster.name}"[:40],
-        "schemaVersion": 39,
-        "panels": [
-            {"id": i + 1, "type": "timeseries", "title": title, "targets": [{"expr": expr}], "gridPos": {"x": 0, "y": 8 * i, "w": 24, "h": 8}}
-            for i, (title, expr) in enumerate(panels)
-        ],
+        "apiVersion": MONITORING_API,
+        "kind": "PrometheusRule",
+        "metadata": target.metadata(name, env.monitoring.namespace, labels=dict(env.monitoring.prometheus_selector)),
+        "spec": {"groups": groups},
+    }
+
+
+def _monitor(target: Target, env: spec.Environment, kind: str, name: str, namespace: str, selector: dict[str, str],
+             endpoint: dict[str, Any], relabelings: list[dict[str, Any]], metric_relabelings: list[dict[str, Any]]) -> dict[str, Any]:
+    endpoints_key = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": kind,
+        "metadata": target.metadata(name, env.monitoring.namespace, labels=dict(env.monitoring.prometheus_selector)),
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "namespaceSelector": {"matchNames": [namespace]},
+            # The node's labels (its pool) on every target: Prometheus >= 2.37 and list/watch on nodes.
+            "attachMetadata": {"node": True},
+            endpoints_key: [
+                {
+                    **endpoint,
+                    "interval": SCRAPE_INTERVAL,
+                    "path": "/metrics",
+                    # The exporter's own `namespace`/`pod` name the workload's pod, not the exporter's.
+                    "honorLabels": True,
+                    "relabelings": relabelings,
+                    **({"metricRelabelings": metric_relabelings} if metric_relabelings else {}),
+                }
+            ],
+        },
+    }
+
+
+def device_monitors(target: Target, cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
+    """The scrape of every exporter whose devices the cluster has, limited to those groups' nodes."""
+    mon = env.monitoring
+    tenants = tenant_relabelings(tenants_on(cluster, env))
+    # (kind, name, namespace, selector, endpoint): how each exporter's upstream deployment is found.
+    scrapes = {
+        Exporter.DCGM: ("ServiceMonitor", "dcgm-exporter", mon.dcgm_namespace, {"app": "nvidia-dcgm-exporter"}, {"port": "gpu-metrics"}),
+        Exporter.NPU: ("PodMonitor", "npu-exporter", mon.npu_exporter_namespace, {"app": "npu-exporter"}, {"portNumber": 8082}),
+        Exporter.JETSON: ("PodMonitor", "jetson-exporter", mon.jetson_exporter_namespace,
+                          {"app.kubernetes.io/name": "jetson-stats-node-exporter"}, {"port": "metrics"}),
+    }
+    out = []
+    for exporter, (kind, name, namespace, selector, endpoint) in scrapes.items():
+        groups = groups_of(cluster, exporter)
+        if groups:
+            # Jetson's exporter maps nothing to pods (jetson-stats reads the whole board): no tenant.
+            series = [] if exporter is Exporter.JETSON else tenants
+            out.append(_monitor(target, env, kind, name, namespace, selector, endpoint, placement_relabelings(cluster, groups), series))
+    return out
+
+
+def kueue_monitor(target: Target, cluster: spec.Cluster, env: spec.Environment) -> dict[str, Any]:
+    """Kueue's metrics Service, as Kueue's config/prometheus/monitor.yaml scrapes it, with `cluster` added."""
+    tenants = tenants_on(cluster, env)
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "ServiceMonitor",
+        "metadata": target.metadata("kueue-controller-manager", env.monitoring.namespace, labels=dict(env.monitoring.prometheus_selector)),
+        "spec": {
+            "selector": {"matchLabels": {"control-plane": "controller-manager"}},
+            "namespaceSelector": {"matchNames": [KUEUE_NAMESPACE]},
+            "endpoints": [
+                {
+                    "port": "https",
+                    "scheme": "https",
+                    "path": "/metrics",
+                    "interval": SCRAPE_INTERVAL,
+                    "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                    "tlsConfig": {"insecureSkipVerify": True},
+                    "relabelings": [{"targetLabel": "cluster", "replacement": cluster.name, "action": "replace"}],
+                    # A tenant's ClusterQueues are named after it (modules/tenant.py): `tenant` from `cluster_queue`.
+                    **({"metricRelabelings": [{"sourceLabels": ["cluster_queue"], "regex": f"({_alternation(tenants)})(-{spec.NON_PREEMPTING})?",
+                                                "targetLabel": "tenant", "replacement": "$1", "action": "replace"}]} if tenants else {}),
+                }
+            ],
+        },
     }
 
 
 def monitoring(target: Target, cluster: spec.Cluster, env: spec.Environment) -> Part:
-    ns = env.monitoring.namespace
+    mon = env.monitoring
     groups = rule_groups(cluster, env)
 
     def objects() -> Iterator[dict[str, Any]]:
-        yield {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(ns)}
+        yield {"apiVersion": "v1", "kind": "Namespace", "metadata": target.metadata(mon.namespace)}
         if groups:
-            yield {
-                "apiVersion": "monitoring.coreos.com/v1",
-                "kind": "PrometheusRule",
-                "metadata": target.metadata("fleetops-fleet", ns),
-                "spec": {"groups": groups},
-            }
-        if any(g["name"] == "fleetops.gpu" for g in groups):
-            yield {
-                "apiVersion": "monitoring.coreos.com/v1",
-                "kind": "ServiceMonitor",
-                "metadata": target.metadata("dcgm-exporter", ns),
-                "spec": {
-                    "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
-                    "namespaceSelector": {"matchNames": [env.monitoring.dcgm_namespace]},
-                    "endpoints": [{"port": "gpu-metrics", "interval": "30s", "path": "/metrics"}],
-                },
-            }
+            yield prometheus_rule(target, "fleetops-fleet", env, groups)
+        yield from device_monitors(target, cluster, env)
+        if any(g["name"] == "fleetops.kueue" for g in groups):
+            yield kueue_monitor(target, cluster, env)
         yield {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": target.metadata("fleetops-dashboard", ns, labels={"grafana_dashboard": "1"}),
-            "data": {"fleetops.json": json.dumps(dashboard(cluster), sort_keys=True, indent=2)},
+            "metadata": target.metadata(
+                "fleetops-dashboards", mon.namespace,
+                labels={mon.grafana.label: mon.grafana.label_value},
+                annotations={mon.grafana.folder_annotation: mon.grafana.folder},
+            ),
+            "data": dict(dashboards.configmap_data()),
         }
 
     return Part("fleetops:fleet:Monitoring", target.cluster, target, objects,

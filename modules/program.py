@@ -28,6 +28,7 @@ _CORE: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("v1", "Service"): k8s.core.v1.Service,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,

@@ -165,7 +165,8 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "ServiceMonitor",
-            "metadata": target.metadata(NAME, ns, labels=labels),
+            # The environment's Prometheus selects it by these labels (spec.Monitoring.prometheus_selector).
+            "metadata": target.metadata(NAME, ns, labels={**labels, **env.monitoring.prometheus_selector}),
             "spec": {
                 "selector": {"matchLabels": labels},
                 "namespaceSelector": {"matchNames": [ns]},

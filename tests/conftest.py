@@ -13,7 +13,7 @@ from fleetops import render, spec
 from tests.fakes import MemoryCluster
 from tests import servers
 from tests.backends import RealCluster
-from tests.helpers import TIMINGS, render_env, small_env
+from tests.helpers import render_env, small_env
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +108,11 @@ def kueue(api_servers: ApiServers, tmp_path: Path) -> Iterator[KueueClusters]:
         kueue.stop()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The figures tests recorded as `timings` (e.g. how long after its declared seconds an edge pod
-    was evicted): a section of their own in the run's output, also under xdist."""
-    lines = [f"{r.nodeid}: {value}" for r in terminalreporter.stats.get("passed", []) if r.when == "call"
-             for key, value in r.user_properties if key == TIMINGS]
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The timings a passing test recorded (`record_property("timings", ...)`), after the run, so that CI's
+    log shows them (xdist passes recorded properties back; a test's own output it keeps)."""
+    lines = [f"{report.nodeid}: {value}" for report in terminalreporter.stats.get("passed", [])
+             for name, value in report.user_properties if name == "timings"]
     if lines:
         terminalreporter.write_sep("-", "timings")
         for line in lines:

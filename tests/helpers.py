@@ -11,7 +11,6 @@ import yaml
 from fleetops import render
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMINGS = "timings"  # a test's measured figures (record_property): conftest prints them at the end of the run, in CI too
 FINGERPRINT = "sha256:" + "ab" * 32
 
 SMALL: dict[str, Any] = {

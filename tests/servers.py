@@ -2,8 +2,9 @@
 kube-scheduler where a test needs them), Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
-server listens on 127.0.0.1 only, on a free port, with its own folder for data and logs, and is
-stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
+server listens on 127.0.0.1 only (or, where a server in the test's network namespace must reach it,
+on that test host's address: tests/netns.py), on a free port, with its own folder for data and logs,
+and is stopped when its fixture ends. A test that needs a missing binary is skipped with the reason, except
 when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test instead.
 
 The API servers are run the way controller-runtime's envtest runs them: no controllers, no
@@ -26,7 +27,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -208,17 +209,19 @@ class ApiServer:
     name: str
     directory: Path
     etcd: Etcd
+    # A test host's address (tests/netns.py) when a server in a network namespace must call it.
+    address: str = "127.0.0.1"
+    extra_args: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     prefix: str = field(default_factory=lambda: f"/registry-{uuid.uuid4().hex[:12]}")
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    args: list[str] = field(default_factory=list)  # more kube-apiserver flags, e.g. the default toleration seconds
     process: Process | None = None
     controllers: Process | None = None
     scheduler: Process | None = None
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def ca_file(self) -> Path:
@@ -239,14 +242,14 @@ class ApiServer:
         d = self.directory
         self.process = Process("kube-apiserver", [
             str(binary),
-            "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--advertise-address={self.address}", f"--bind-address={self.address}", f"--secure-port={self.port}",
             f"--cert-dir={d / 'certs'}", f"--etcd-servers={self.etcd.url}", f"--etcd-prefix={self.prefix}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
             f"--service-account-issuer={self.url}", f"--service-account-key-file={d / 'sa.pub'}",
             f"--service-account-signing-key-file={d / 'sa.key'}",
             "--endpoint-reconciler-type=none",  # its endpoints may not be loopback addresses
-            "--v=0", *self.args,
+            "--v=0", *self.extra_args,
         ], d).start()
         wait_until(self.ready, f"kube-apiserver {self.name}", self.process)
         return self
@@ -254,10 +257,9 @@ class ApiServer:
     def ready(self) -> bool:
         return self.ca_file.exists() and http_ok(f"{self.url}/readyz", self.admin_token, self.ca_file)
 
-    def start_controllers(self, *controllers: str, flags: Sequence[str] = ()) -> Process:
+    def start_controllers(self, *controllers: str, flags: tuple[str, ...] = ()) -> Process:
         """kube-controller-manager with only these controllers (e.g. resourcequota, which fills in
-        ResourceQuota status: what `pulumi up` waits for), and `flags` (e.g. the node lifecycle
-        controller's periods). No serving port, no leader election."""
+        ResourceQuota status: what `pulumi up` waits for), and `flags`. No serving port, no leader election."""
         binary = tool("kube-controller-manager")
         self.controllers = Process("kube-controller-manager", [
             str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'controllers.kubeconfig')}",
@@ -385,8 +387,9 @@ def kueue_assets() -> Path:
     return tool("kueue").resolve().parent
 
 
-def _tls_pair(directory: Path) -> bytes:
-    """A test CA and a serving certificate for 127.0.0.1 signed by it (tls.crt, tls.key); the CA's PEM."""
+def tls_pair(directory: Path, subject: str = "127.0.0.1", ips: tuple[str, ...] = ("127.0.0.1",), dns: tuple[str, ...] = ()) -> bytes:
+    """A test CA (ca.crt) and a certificate for `subject`, valid for `ips` and `dns`, signed by it
+    (tls.crt, tls.key); the CA's PEM."""
     import datetime
 
     from cryptography import x509
@@ -402,16 +405,18 @@ def _tls_pair(directory: Path) -> bytes:
                    .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(life[0]).not_valid_after(life[1])
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if not ca:
+        if not ca and (ips or dns):  # a client certificate names no address
             import ipaddress
-            builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return builder.sign(signer, hashes.SHA256())
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetops test CA")])
     ca = certificate("fleetops test CA", ca_key, ca_name, ca_key, ca=True)
-    serving = certificate("127.0.0.1", key, ca_name, ca_key, ca=False)
+    serving = certificate(subject, key, ca_name, ca_key, ca=False)
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (directory / "tls.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
@@ -471,7 +476,7 @@ class KueueServer:
         if shutil.which("unshare") is None:
             missing("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
         d = self.directory
-        ca = _tls_pair(d / "webhook-certs")
+        ca = tls_pair(d / "webhook-certs")
         upper = d / "etc-upper"
         shutil.copytree(d / "webhook-certs", upper / "kueue" / "metrics" / "certs", dirs_exist_ok=True)
         (d / "etc-work").mkdir(parents=True, exist_ok=True)
@@ -651,3 +656,72 @@ class Kubelets:
 def condition(obj: Any, kind: str) -> Any:
     """The condition of `kind` on a Node or Pod read with the client, or None."""
     return next((c for c in (obj.status.conditions or []) if c.type == kind), None)
+
+
+# --- Prometheus -------------------------------------------------------------------------------------
+
+# Debian's `prometheus` package (also promtool): CI installs it (.ci/run), as `make tools` builds the others.
+PROMETHEUS = Path("/usr/bin/prometheus")
+
+
+def debian_tool(path: Path) -> Path:
+    if not path.exists():
+        missing(f"no {path}: `apt-get install prometheus` (Debian) provides it")
+    return path
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: Process
+
+
+def openmetrics_blocks(text: str, directory: Path) -> Path:
+    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory / "series.om"
+    source.write_text(text)
+    blocks = directory / "blocks"
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+                    str(source), str(blocks)], check=True, capture_output=True, timeout=600)
+    source.unlink()
+    return blocks
+
+
+def rule_blocks(url: str, rule_file: Path, start: int, end: int, directory: Path) -> Path:
+    """Blocks of the recording rules in `rule_file` over [start, end], evaluated by the real
+    `promtool tsdb create-blocks-from rules` against the Prometheus at `url` (rules are evaluated live
+    by a server, never over backfilled history: this is how history gets them)."""
+    blocks = directory / "rule-blocks"
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "rules", "--quiet",
+                    f"--url={url}", f"--start={start}", f"--end={end}", f"--output-dir={blocks}", str(rule_file)],
+                   check=True, capture_output=True, timeout=1200)
+    return blocks
+
+
+@contextlib.contextmanager
+def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
+                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m") -> Iterator[Prometheus]:
+    """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
+    and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
+    its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
+    binary = debian_tool(PROMETHEUS)
+    data = directory / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for source in [*([openmetrics_blocks(openmetrics, directory / "import")] if openmetrics is not None else []), *blocks]:
+        for block in source.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), data / block.name)
+    config = directory / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or []}))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = Process("prometheus", [
+        str(binary), f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d", f"--query.lookback-delta={lookback}", "--log.level=warn",
+    ], directory).start()
+    try:
+        wait_until(lambda: http_ok(f"{url}/-/ready"), "prometheus", process)
+        yield Prometheus(url, process)
+    finally:
+        process.stop()

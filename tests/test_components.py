@@ -377,13 +377,13 @@ def test_priority_classes_in_every_cluster_for_pods_and_kueue(small_state: rende
 def test_monitoring_rules_scrape_and_dashboard(small_state: render.DesiredState) -> None:
     rule = one(small_state, "edge-b", "PrometheusRule", "fleetops-fleet", "monitoring")
     groups = {g["name"]: g["rules"] for g in rule["spec"]["groups"]}
-    assert set(groups) == {"fleetops.gpu", "fleetops.edge", "fleetops.quota"}
-    assert [(r["alert"], r["for"]) for r in groups["fleetops.edge"]] == [("FleetEdgeNodeOffline-jetson", "240s")]
+    assert set(groups) == {"fleetops.edge", "fleetops.quota", "fleetops.kueue"}  # Jetson only: no DCGM utilisation
+    assert [(r["alert"], r["for"], r["labels"]["pool"]) for r in groups["fleetops.edge"]] == [("FleetEdgeNodeOffline", "240s", "jetson")]
     monitor = one(small_state, "center-a", "ServiceMonitor", "dcgm-exporter", "monitoring")
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-monitoring"]}
-    dashboard = one(small_state, "center-a", "ConfigMap", "fleetops-dashboard", "monitoring")
-    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(dashboard["data"]["fleetops.json"])["title"] == "fleetops / center-a"
+    dashboards = one(small_state, "center-a", "ConfigMap", "fleetops-dashboards", "monitoring")
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboards["data"]["fleetops-pools.json"])["title"] == "fleetops / pools"
 
 
 # --- the metadata contract ---------------------------------------------------------------------

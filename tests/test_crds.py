@@ -47,5 +47,6 @@ def test_every_custom_kind_rendered_has_a_schema() -> None:
         ("apps.openyurt.io/v1beta2", "NodePool"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PodMonitor"),
     ]:
         assert needed in kinds, needed

@@ -143,12 +143,15 @@ def test_pool_removed_removes_its_objects(repo: Path) -> None:
     assert result["cost"]["delta"] == pytest.approx(-8 * 0.9 * 730)
 
 
-def test_price_change_moves_cost_only(repo: Path) -> None:
+def test_price_change_moves_cost_and_the_metering_price_only(repo: Path) -> None:
     edit(repo, "H100-SXM-80GB: 2.9", "H100-SXM-80GB: 3.1")
     commit(repo, "new H100 price")
     code, result = plan_json(repo)
     assert code == 0
-    assert result["objects"] == {"added": [], "removed": [], "changed": [], "per_cluster": {}}
+    assert result["objects"]["added"] == result["objects"]["removed"] == []
+    # Only the metering rule of the cluster with H100s: it prices the spend Prometheus records at run time.
+    changed = {(o["cluster"], o["kind"], o["name"]) for o in result["objects"]["changed"]}
+    assert changed == {("center-bj", "PrometheusRule", "fleetops-metering")}
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
     md = plan(repo, "--env", "prod").stdout
     assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**)" in md

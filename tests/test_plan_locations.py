@@ -140,6 +140,8 @@ CASES: dict[str, Case] = {
                                      "[inference, training]", "workloads"),
     "edge.missing_fingerprints": EnvEdit("        fingerprints:\n          - sha256:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00\n",
                                          "        fingerprints: []\n", "fingerprints: []", "fingerprints"),
+    "autoscaling.max_beyond_burst": EnvEdit("replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 900}", "max: 900", "max"),
+    "autoscaling.spend_over_budget": EnvEdit("replicas: {min: 2, max: 12}", "replicas: {min: 2, max: 100000}", "max: 100000", "max"),
     "edge.disconnect_blip": EnvEdit("after_seconds: 60}", "after_seconds: 20}", "after_seconds: 20", "after_seconds"),
     "edge.disconnect_after_cordon": EnvEdit("after_seconds: 60}", "after_seconds: 400}", "after_seconds: 400", "after_seconds"),
     "edge.offline_priority": EnvEdit("priority_classes: [batch-low], devices", "priority_classes: [inference-standard], devices",

@@ -31,7 +31,6 @@ from modules.tenant import QUEUE_LABEL, queue_names
 from tests import servers
 from tests.backends import RealCluster
 from tests.cli import fleetops_command
-from tests.helpers import TIMINGS
 from tests.reconcile_support import DEV, allow, options
 from tests.test_real_kube import fleet_repo
 
@@ -141,7 +140,7 @@ def taint(node: Any, key: str) -> Any:
 
 @pytest.fixture
 def edge_fleet(etcd: servers.Etcd, tmp_path: Path) -> Iterator[EdgeFleet]:
-    server = servers.ApiServer(CLUSTER, tmp_path / "kube", etcd, args=[
+    server = servers.ApiServer(CLUSTER, tmp_path / "kube", etcd, extra_args=[
         f"--default-not-ready-toleration-seconds={DEFAULT_TOLERATION}", f"--default-unreachable-toleration-seconds={DEFAULT_TOLERATION}"])
     try:
         server.start()
@@ -149,8 +148,7 @@ def edge_fleet(etcd: servers.Etcd, tmp_path: Path) -> Iterator[EdgeFleet]:
         server.start_controllers(
             "node-lifecycle-controller", "taint-eviction-controller", "replicaset-controller", "deployment-controller",
             "resourcequota-controller", "serviceaccount-controller",
-            flags=["--node-monitor-period=1s", f"--node-monitor-grace-period={MONITOR_GRACE}s",
-                   "--node-eviction-rate=10"])
+            flags=("--node-monitor-period=1s", f"--node-monitor-grace-period={MONITOR_GRACE}s", "--node-eviction-rate=10"))
         server.start_scheduler()
         env_file = tmp_path / "fleet" / "environments" / "dev.yaml"
         repo = fleet_repo(tmp_path / "fleet", environment_text())  # with the policies the reconciler's gate reads
@@ -268,7 +266,7 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     # The stay group's pods outlived the API server's 15 s default, the move group's 30 s and the grace: still bound, none taken.
     still = fleet.pods("stayer")
     assert bound(still) == stayers and not any(evicted_at(p) for p in still)
-    record_property(TIMINGS, f"move pods evicted {min(took):.0f}-{max(took):.0f} s after the taint (declared {MOVE_AFTER} s, default {DEFAULT_TOLERATION} s); "
+    record_property("timings", f"move pods evicted {min(took):.0f}-{max(took):.0f} s after the taint (declared {MOVE_AFTER} s, default {DEFAULT_TOLERATION} s); "
                     f"cordoned {cordoned_after:.0f} s after NotReady (grace {GRACE} s); stay pods still bound {seconds_since(tainted):.0f} s after their taint")
 
 
@@ -317,7 +315,7 @@ def test_restarting_the_scheduler_and_the_reconciler_mid_incident_loses_nothing_
         cordoned = time.monotonic() - restarted
     finally:
         reconciler.stop()
-    record_property(TIMINGS, f"evicted {(evicted - tainted).total_seconds():.0f} s after the taint with the scheduler down (declared {MOVE_AFTER} s); "
+    record_property("timings", f"evicted {(evicted - tainted).total_seconds():.0f} s after the taint with the scheduler down (declared {MOVE_AFTER} s); "
                     f"after the restarts, replacements bound in {rebound:.1f} s, node cordoned in {cordoned:.1f} s")
     # Converged: a pass finds every rendered object as Git has it and nothing left to write.
     final = fleet.reconcile()

@@ -38,7 +38,8 @@ def test_adding_nodes_is_said_in_fleet_terms_first(repo: Path) -> None:
     # Physical devices and schedulable units apart: a100-infer's time-slicing makes 480 units of 192 GPUs.
     assert "| center-bj | `nvidia.com/gpu` | 192 → 256 | 480 → 544 | ×2.5 → ×2.12 | 272 | 472 | 43.3 → 50.0 |" in text
     # Over prod's budget: the denial names the budget's line and the way out.
-    assert "- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:220`" in text
+    line = next(n for n, text_line in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if text_line.startswith("budget:"))
+    assert f"- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:{line}`" in text
 
 
 def test_a_new_tenant_is_one_line_with_its_quota(repo: Path) -> None:

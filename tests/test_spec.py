@@ -500,3 +500,27 @@ def test_the_volcano_backend_is_refused_with_the_fix(tmp_path: Path) -> None:
     line = next(n for n, text in enumerate(write_env(tmp_path, env).read_text().splitlines(), start=1) if "backend: volcano" in text)
     assert problem.startswith(f"{tmp_path / 'test.yaml'}:{line}:") and problem.endswith(
         "scheduler.backend: volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; use backend: kueue"), problem
+
+
+def test_billing_that_contradicts_its_mode_is_refused_at_its_field(tmp_path: Path) -> None:
+    import datetime
+
+    env = small_env()
+    env["tenants"][0]["billing"] = {"mode": "postpaid", "top_ups": [{"date": datetime.date(2026, 11, 1), "amount": 10}], "low_balance_at": 5}
+    env["tenants"][1]["billing"] = {"mode": "prepaid"}
+    assert _problems(tmp_path, env) == [
+        "tenants[vision].billing.top_ups: top-ups are for prepaid tenants; this one is postpaid (set mode: prepaid, or remove them)",
+        "tenants[vision].billing.low_balance_at: a low-balance alert is for prepaid tenants; this one is postpaid",
+        "tenants[factory].billing.top_ups: a prepaid tenant needs at least one top-up (top_ups: [{date: 2026-11-01, amount: ...}])",
+    ]
+
+
+def test_a_prepaid_tenant_carries_its_dated_top_ups(tmp_path: Path) -> None:
+    import datetime
+
+    env = small_env()
+    env["tenants"][0]["billing"] = {"mode": "prepaid", "top_ups": [{"date": datetime.date(2026, 11, 15), "amount": 500.5}], "low_balance_at": 50}
+    billing = spec.load_environment(write_env(tmp_path, env)).tenants[0].billing
+    assert (billing.mode, billing.top_ups[0].date, billing.top_ups[0].amount, billing.low_balance_at) == ("prepaid", datetime.date(2026, 11, 15), 500.5, 50)
+    env["tenants"][0]["billing"]["top_ups"].append({"date": datetime.date(2026, 12, 1), "amount": 0})
+    assert _problems(tmp_path, env) == ["tenants[vision].billing.top_ups[1].amount: must be > 0.0, got 0"]

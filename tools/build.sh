@@ -87,7 +87,15 @@ kueue() {
   fi
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue)
+# prometheus-adapter: the custom and external metrics APIs the HPA controller reads, from Prometheus
+# (tests/test_real_autoscaling.py). Its version is compiled in through the apiserver's version package.
+prometheus-adapter() {
+  local v; v=$(version prometheus-adapter sigs.k8s.io/prometheus-adapter)
+  build_tool prometheus-adapter "$v" prometheus-adapter -- -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v" \
+    sigs.k8s.io/prometheus-adapter/cmd/adapter
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done

@@ -186,6 +186,7 @@ def build_input(
     if change is not None and not isinstance(change, dict):
         raise PolicyError(f"the change under review must be an object, got {type(change).__name__}")
     entries = list(resources)
+    granted = grants.of_entries(entries)
     by_kind: dict[str, list[int]] = {}
     for i, entry in enumerate(entries):
         by_kind.setdefault(entry["kind"], []).append(i)
@@ -195,7 +196,7 @@ def build_input(
         "spec": env.model_dump(mode="json"),
         "resources": entries,
         "by_kind": by_kind,
-        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": grants.of_entries(entries)},
+        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": granted, "services": grants.services(env, granted)},
         "live": live.model_dump(mode="json") if live is not None else None,
         "change": change,
     }

@@ -1,0 +1,1 @@
+"""Metering read back: per-tenant statements for a period from what Prometheus recorded (statements.py)."""

@@ -1,0 +1,168 @@
+"""Metering: what each tenant's running pods hold of the fleet's devices, and what that costs.
+
+One PrometheusRule, `fleetops-metering`, per cluster in the monitoring namespace. Its recording
+rules are the metric contract the statements (`fleetops statements`) and plan's utilisation read:
+
+- `fleetops:tenant_devices:physical{cluster, pool, tenant, resource}`: the devices a tenant's running
+  pods request on a pool's nodes, divided by the pool's sharing factor (time-slicing replicas, MIG
+  instances per GPU), so it counts physical devices; `resource` is the pool's declared device resource.
+- `fleetops:tenant_spend:per_hour{cluster, pool, tenant, currency}`: the above x the price per
+  device-hour (`prices`, or a spot pool's own).
+
+They are built from kube-state-metrics series, which must carry the pool and tenant labels:
+`--metric-labels-allowlist=nodes=[fleetops.io/pool,fleetops.io/edge-group],namespaces=[fleetops.io/tenant]`.
+
+The first cluster's rule also holds the run-time budget: month-to-date spend against each
+`budget.alert_at` and prepaid balances against `low_balance_at`. They sum every cluster's spend, so
+that cluster's Prometheus must receive the others' `fleetops:tenant_spend:per_hour` (federation or
+remote write); a Prometheus per cluster without that would compare one cluster's spend to the whole
+budget.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from fleetops import kube, spec
+from modules.kube import Part, Target
+from modules.monitoring import prometheus_rule
+
+DEVICES = "fleetops:tenant_devices:physical"
+SPEND = "fleetops:tenant_spend:per_hour"
+SPEND_BY_MONTH = "fleetops:tenant_spend_by_month:per_hour"
+MONTH_TO_DATE = "fleetops:tenant_spend:month_to_date"
+PREPAID_SPEND = "fleetops:tenant_spend_prepaid:per_hour"
+BALANCE = "fleetops:tenant_balance:remaining"
+RULE_NAME = "fleetops-metering"
+METERING_INTERVAL = "1m"
+# The budget group sums its own samples (no subquery: a month of 1m steps for every tenant, every
+# evaluation, would be the most expensive rule on the server): each sample stands for this many minutes.
+BUDGET_MINUTES = 5
+BALANCE_RANGE = "366d"  # prepaid spend counted back this far: Prometheus's retention must cover it
+MONTH_RANGE = "31d"  # the longest month; samples of other months are dropped by their month label
+
+
+def ksm_name(name: str) -> str:
+    """A Kubernetes name as kube-state-metrics writes it into a label name or a `resource` value."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def sharing_factors(group: spec.Group) -> dict[str, float]:
+    """Schedulable units per physical device, for each resource the group offers: 4 for time-slicing
+    with 4 replicas, 7 for MIG 1g.10gb x7, 2 and 4 for a GPU cut into one 3g and two 2g instances."""
+    shares = spec.physical_shares(group)
+    return {resource: units / shares[resource] for resource, units in spec.group_capacity(group).items() if shares[resource]}
+
+
+def _number(value: float) -> str:
+    return f"{value:.12g}"
+
+
+def devices_expr(group: spec.Group) -> str:
+    """Physical devices held per tenant on `group`: running pods' requests over the sharing factor."""
+    node_label = "label_" + ksm_name(kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL)
+    tenant_label = "label_" + ksm_name(kube.TENANT_LABEL)
+    requests = " or ".join(
+        f'kube_pod_container_resource_requests{{resource="{ksm_name(resource)}"}}' + ("" if factor == 1 else f" / {_number(factor)}")
+        for resource, factor in sorted(sharing_factors(group).items())
+    )
+    # kube_pod_status_phase is 1 for the pod's phase and 0 for the others: a pending pod counts 0, and
+    # a tenant's series stays continuous while its pods exist.
+    return (
+        f"sum by (tenant) (\n"
+        f"  ({requests})\n"
+        f'  * on (namespace, pod) group_left () kube_pod_status_phase{{phase="Running"}}\n'
+        f'  * on (node) group_left () kube_node_labels{{{node_label}="{group.name}"}}\n'
+        f'  * on (namespace) group_left (tenant) label_replace(kube_namespace_labels{{{tenant_label}!=""}}, "tenant", "$1", "{tenant_label}", "(.+)")\n'
+        f")"
+    )
+
+
+def metering_rules(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
+    """Per pool and edge group: its tenants' physical devices and their spend per hour."""
+    rules: list[dict[str, Any]] = []
+    for group in (*cluster.pools, *cluster.edge_groups):
+        where = {"cluster": cluster.name, "pool": group.name}
+        rules.append({"record": DEVICES, "expr": devices_expr(group), "labels": {**where, "resource": group.device.resource}})
+        rules.append({
+            "record": SPEND,
+            "expr": f'sum without (resource) ({DEVICES}{{cluster="{cluster.name}", pool="{group.name}"}}) * {_number(spec.device_hour_price(env, group))}',
+            "labels": {"currency": env.budget.currency},
+        })
+    return rules
+
+
+def _this_month() -> str:
+    """The evaluation's month as a one-series vector {month="11"}: a label a sample can be matched on."""
+    return 'count_values ("month", month())'
+
+
+def _unix(day: datetime.date) -> int:
+    return int(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc).timestamp())
+
+
+def budget_rules(env: spec.Environment) -> list[dict[str, Any]]:
+    """Month-to-date spend against the budget, and prepaid balances against their thresholds.
+
+    PromQL has no "since the first of the month" range. Each spend sample is labelled with the month
+    it was taken in; month-to-date sums the last 31 days of samples of the evaluation's month only.
+    So it resets at 00:00 UTC on the first, whatever the month's length."""
+    budget = env.budget
+    slot = f"{BUDGET_MINUTES} / 60"
+    rules: list[dict[str, Any]] = [
+        {"record": SPEND_BY_MONTH, "expr": f"{SPEND} * on () group_left (month) {_this_month()}"},
+        {"record": MONTH_TO_DATE,
+         "expr": f"sum without (month) (sum_over_time({SPEND_BY_MONTH}[{MONTH_RANGE}]) * on (month) group_left () {_this_month()}) * {slot}"},
+    ]
+    for k, fraction in enumerate(sorted(budget.alert_at)):
+        limit = fraction * budget.monthly
+        rules.append({
+            "alert": "FleetopsBudgetMonthToDate",
+            "expr": f'sum({MONTH_TO_DATE}{{currency="{budget.currency}"}}) > {_number(limit)}',
+            "labels": {"severity": "critical" if k == len(budget.alert_at) - 1 else "warning", "threshold": _number(fraction)},
+            "annotations": {"summary": f"Month-to-date spend {{{{ $value | humanize }}}} {budget.currency} passed {fraction:.0%} "
+                                       f"of the monthly budget ({_number(budget.monthly)} {budget.currency})"},
+        })
+    for tenant in env.tenants:
+        billing = tenant.billing
+        if billing.mode != "prepaid":
+            continue
+        first = min(_unix(t.date) for t in billing.top_ups)
+        # Top-ups count from their day on: each term is its amount once time() has reached that day.
+        top_ups = " + ".join(f"{_number(t.amount)} * (time() >= bool {_unix(t.date)})" for t in billing.top_ups)
+        who = {"tenant": tenant.name, "currency": budget.currency}
+        rules.append({"record": PREPAID_SPEND, "labels": dict(who),
+                      "expr": f'sum({SPEND}{{tenant="{tenant.name}"}}) and on () (vector(time()) >= {first})'})
+        rules.append({"record": BALANCE, "labels": dict(who),
+                      "expr": f'({top_ups}) - (sum(sum_over_time({PREPAID_SPEND}{{tenant="{tenant.name}"}}[{BALANCE_RANGE}])) * {slot} or vector(0))'})
+        if billing.low_balance_at is not None:
+            rules.append({
+                "alert": "FleetopsPrepaidBalanceLow",
+                "expr": f'{BALANCE}{{tenant="{tenant.name}"}} < {_number(billing.low_balance_at)}',
+                "labels": {"severity": "warning", "tenant": tenant.name},
+                "annotations": {"summary": f"{tenant.name}'s prepaid balance is {{{{ $value | humanize }}}} {budget.currency}, "
+                                           f"under {_number(billing.low_balance_at)}: top up"},
+            })
+    return rules
+
+
+def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
+    groups = []
+    if cluster.pools or cluster.edge_groups:
+        groups.append({"name": "fleetops.metering", "interval": METERING_INTERVAL, "rules": metering_rules(cluster, env)})
+    if cluster.name == env.clusters[0].name:
+        groups.append({"name": "fleetops.budget", "interval": f"{BUDGET_MINUTES}m", "rules": budget_rules(env)})
+    return groups
+
+
+def metering(target: Target, cluster: spec.Cluster, env: spec.Environment) -> Part:
+    groups = rule_groups(cluster, env)
+
+    def objects() -> Iterator[dict[str, Any]]:
+        # With the labels the environment's Prometheus selects rules by, as every rule fleetops renders.
+        yield prometheus_rule(target, RULE_NAME, env, groups)
+
+    return Part("fleetops:fleet:Metering", target.cluster, target, objects, outputs={"rule_groups": [g["name"] for g in groups]})
