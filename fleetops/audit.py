@@ -82,11 +82,12 @@ class Enforcer(str, Enum):
 
 # The parts of the policy input (policy.build_input) that are null unless a gate fills them, and
 # which gate fills which: plan judges the change under review (plan.py: build_input(change=...)) with
-# no live nodes; the Pulumi pack judges the stack about to deploy (policy.validate_stack) with neither;
+# no live nodes, and with the measured use of what it touches (plan.py: build_input(usage=...)); the
+# Pulumi pack judges the stack about to deploy (policy.validate_stack) with none of them;
 # the reconciler judges the revision with the live node inventory (reconcile.default_gate: live=...).
-OPTIONAL_INPUTS = ("change", "live")
+OPTIONAL_INPUTS = ("change", "live", "usage")
 ENFORCER_INPUTS: dict[Enforcer, frozenset[str]] = {
-    Enforcer.review: frozenset({"change"}),
+    Enforcer.review: frozenset({"change", "usage"}),
     Enforcer.pack: frozenset(),
     Enforcer.reconciler: frozenset({"live"}),
 }

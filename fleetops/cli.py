@@ -390,6 +390,15 @@ class PlanFormat(str, Enum):
     github = "github"
 
 
+def _usage_window(text: str) -> str:
+    from fleetops import usage
+
+    try:
+        return usage.parse_window(text).text
+    except ValueError as exc:
+        fail(f"--usage-window: {exc}")
+
+
 @app.command("plan")  # named apart from the module it runs
 def plan_command(
     env: EnvOpt,
@@ -404,24 +413,31 @@ def plan_command(
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),
     decision_log: Annotated[Path | None, typer.Option("--decision-log", help="JSONL decision log (default: $FLEETOPS_DECISION_LOG or .fleetops/decisions.jsonl)")] = None,
     require_base_program: Annotated[bool, typer.Option(help="Exit 2 unless the fleetops running is the base revision's program (CI's gate)")] = False,
+    prometheus: Annotated[str | None, typer.Option(envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus to measure the use of what the change touches (the judge's own, never the revision's)")] = None,
+    usage_window: Annotated[str, typer.Option(callback=_usage_window, help="How far back use is measured: 30d, 12h, 2w")] = "30d",
+    prometheus_token_file: Annotated[Path | None, typer.Option(help="A file holding the bearer token for --prometheus (never printed)")] = None,
 ) -> None:
-    """What a change does to the fleet, objects, capacity, quota and cost, judged by the base revision's policies.
+    """What a change does to the fleet, objects, capacity, quota, cost and measured use, judged by the base revision's policies.
 
     Exit 1 when denied or when it needs more approvals, 2 on bad input."""
-    from fleetops import git, policy, review
+    from fleetops import git, policy, prometheus as prom, review, usage
     from fleetops import plan
 
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
+        source = prom.Prometheus(prometheus, token_file=prometheus_token_file) if prometheus else None
+        meter = plan.Meter(source, usage.parse_window(usage_window))
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
-            result = plan.build(top, env, base, head, approvals)
+            result = plan.build(top, env, base, head, approvals, meter)
         if require_base_program and not result["policy"]["judge_program_is_base"]:
             fail(f"plan: the fleetops running is not the program of the base revision {result['base']['revision'][:12]}: "
                  "install the base's checkout and run it there (--require-base-program)")
         policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
-            "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals))
+            "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals, result["usage"]))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
+    except prom.PrometheusError as exc:  # a URL or token file that cannot be used: bad input, before anything is judged
+        fail(str(exc))
     except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
         invalid = plan.cannot_judge(env, base, head, str(exc).splitlines())

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, git, grants, isolate, output, spec
+from fleetops import diff, git, grants, isolate, output, spec, usage
 from fleetops.errors import PlanError
+from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
 # What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
@@ -443,7 +444,28 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
     }
 
 
-def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Meter:
+    """Where the judge reads what the fleet used: its own Prometheus, from its command line, never from
+    the revision under review; `source` None when none was given."""
+
+    source: usage.Source | None = None
+    window: usage.Window = usage.parse_window("30d")
+
+
+def measured(meter: Meter, before: spec.Environment | None, after: spec.Environment | None,
+             quota: list[dict[str, Any]]) -> usage.Usage:
+    """The use of what the change touches, or why it is unknown: no answer is never zero use."""
+    if meter.source is None:
+        return usage.unavailable(meter.window, "no --prometheus given", before, after, quota)
+    try:
+        return usage.measure(meter.source, meter.window, before, after, quota, dt.datetime.now(dt.timezone.utc))
+    except PrometheusError as exc:
+        return usage.unavailable(meter.window, f"Prometheus did not answer: {exc}", before, after, quota)
+
+
+def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int,
+          meter: Meter = Meter()) -> dict[str, Any]:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = spec.environment_path(env_name).as_posix()
     head = resolve(repo, head_rev) if head_rev else WORKTREE
@@ -465,11 +487,12 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
             raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
         policy_files, program_files = policy_files_changed(), program_files_changed()
         return assess(env_name, env_rel, before, after, base_tree, (policy_files, program_files), first_lines(), approvals,
-                      revisions[0].runs_here, stamp(repo, head))
+                      revisions[0].runs_here, stamp(repo, head), meter)
 
 
 def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Path, files_changed: tuple[list[str], list[str]],
-           lines: dict[str, int], approvals: int, judge_program_is_base: bool, head_revision: str) -> dict[str, Any]:
+           lines: dict[str, int], approvals: int, judge_program_is_base: bool, head_revision: str,
+           meter: Meter = Meter()) -> dict[str, Any]:
     """A change of the environment from `before` to `after`, both rendered: compared, costed and judged by
     `base_tree`'s policies. `plan` gives it two revisions; the fleet API's quotes a revision and that
     revision edited in memory, so that a quote and a plan of the same change decide alike."""
@@ -482,7 +505,8 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
                          approvals, (cost_before, cost_after))
     check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
-    rows, verdict = judge(after, env_name, facts, policies)
+    used = measured(meter, before.env, after.env, quota).model_dump(mode="json")
+    rows, verdict = judge(after, env_name, facts, policies, used)
     granted = grants.review(after.env, after.clusters)
     services = service_rows(before, after)
     changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
@@ -529,6 +553,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
             "owners": owners,
             "needs_policy_owner_review": bool(policy_files),
         },
+        "usage": used,
         "decisions": decisions,
         "counts": counts,
         "judgement": verdict.judgement(),
@@ -775,17 +800,18 @@ def junit(plan: dict[str, Any]) -> str:
     return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
 
 
-def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path) -> tuple[list[dict[str, Any]], Any]:
+def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
+          used: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
     the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
     from fleetops import policy
 
     if head.env is not None:
         resources = (policy.resource_entry(cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
-        document = policy.build_input(head.env, resources, head.revision, change=facts)
+        document = policy.build_input(head.env, resources, head.revision, change=facts, usage=used)
     else:  # the environment is deleted at head: only the change rules have anything to judge
         document = {"environment": environment, "revision": head.revision, "spec": None,
-                    "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts}
+                    "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts, "usage": used}
     try:
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary

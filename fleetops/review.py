@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from fleetops import spec
+from fleetops import spec, usage
 from fleetops.changes import SECURITY_FIELDS
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
@@ -44,14 +44,14 @@ def _arrow(before: Any, after: Any) -> str:
 
 def _line(value: Any) -> str:
     """One line of a table or list: `|` would end a table cell, a newline the item."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as ISO text
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as written
     return text.replace("|", "\\|").replace("\n", "⏎")
 
 
 def _text(value: Any) -> str:
     """Markdown text that shows `value` as written: HTML escaped; backslashes, backticks and the
     brackets of links and images made inert."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as ISO text
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date (billing top-ups) as written
     return _line(html.escape(re.sub(r"([\\`\[\]])", r"\\\1", text), quote=False))
 
 
@@ -205,6 +205,24 @@ def blocking(plan: dict[str, Any]) -> list[str]:
     if waiting:
         lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan['approvals']['have']})", "", *_grouped(waiting)]
     return lines
+
+
+USAGE_LINES = 20  # of utilisation in the comment; the full plan has every one
+
+
+def utilisation(plan: dict[str, Any], top: int | None = USAGE_LINES) -> list[str]:
+    """Measured use of each tenant quota and pool the change touches, or why it is unknown (never zero)."""
+    used = plan.get("usage")
+    rows = usage.lines(used) if used else []
+    if not rows:
+        return []
+    window = usage.parse_window(used["window"]).spoken()
+    title = f"**Utilisation** over the last {window}" + ("" if used["status"] == usage.Status.measured.value else " (unknown is not zero use)")
+    shown = rows if top is None else rows[:top]
+    items = [f"- {_text(line)}" for line in shown]
+    if len(shown) < len(rows):
+        items.append(f"- … and {len(rows) - len(shown):,} more, in the full plan")
+    return ["", title, "", *items]
 
 
 CAPACITY_ROWS = 12  # past this many moved rows, the top says totals per device resource; each cluster is folded
@@ -402,7 +420,7 @@ def _folds(plan: dict[str, Any]) -> list[Fold]:
 
 def full(plan: dict[str, Any]) -> str:
     """The whole plan as markdown, without a size limit: the CI artifact the comment points to."""
-    lines = header(plan) + what_changes(plan, top=None) + autoscaling(plan, top=None) + blocking(plan) + capacity_moves(plan)
+    lines = header(plan) + what_changes(plan, top=None) + autoscaling(plan, top=None) + blocking(plan) + utilisation(plan, top=None) + capacity_moves(plan)
     return _join(lines + [line for fold in _folds(plan) for line in fold.lines()], [])
 
 
@@ -459,7 +477,7 @@ def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts:
     What does not fit is counted and left to the full plan in `artifacts`."""
     pointer = f"see the full plan ({artifacts})" if artifacts else "see the full plan (`fleetops plan --output json`, or the CI artifact)"
     note = ["", f"_Comment shortened to {max_chars:,} characters: {pointer}._"]
-    lines = header(plan) + what_changes(plan) + autoscaling(plan) + blocking(plan) + capacity_moves(plan)
+    lines = header(plan) + what_changes(plan) + autoscaling(plan) + blocking(plan) + utilisation(plan) + capacity_moves(plan)
     folds = [fold for fold in _folds(plan) if fold.rows]
     left = max_chars - len(_join(lines, note))
     for index, fold in enumerate(folds):

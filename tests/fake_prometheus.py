@@ -1,7 +1,9 @@
-"""A tiny local HTTP server that answers as Prometheus's API does: what it answers is scripted by the test."""
+"""A tiny local HTTP server that answers as Prometheus's API does: either scripted body by body (`Script`,
+the `server` fixture) or by metric name, as the metering recording rules would hold them (`Fake`, `serve`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -11,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
+
+Answer = list[tuple[dict[str, str], float]]  # (labels, value) per series
 
 
 @dataclass
@@ -22,22 +26,42 @@ class Script:
     answer: Callable[[dict[str, str]], bytes] | None = None  # the body for each request's form, in place of `body`
     asked: list[tuple[str, dict[str, str], Message]] = field(default_factory=list)
 
+    def respond(self, form: dict[str, str]) -> tuple[int, bytes]:
+        return self.status, self.answer(form) if self.answer else self.body
+
+
+@dataclass
+class Fake:
+    """What the server answers (`answers`: metric name -> series; or `status` with `error`) and what it was asked."""
+
+    answers: dict[str, Answer] = field(default_factory=dict)
+    status: int = 200
+    error: str = ""
+    asked: list[tuple[str, dict[str, str], Message]] = field(default_factory=list)  # path, form, headers
+    url: str = ""
+
+    def respond(self, form: dict[str, str]) -> tuple[int, bytes]:
+        if self.status != 200:
+            return self.status, json.dumps({"status": "error", "errorType": "bad_data", "error": self.error}).encode()
+        expr = form.get("query", "")
+        series = next((s for metric, s in self.answers.items() if metric in expr), [])
+        result = [{"metric": labels, "value": [float(form.get("time", 0)), repr(value)]} for labels, value in series]
+        return 200, success({"resultType": "vector", "result": result})
+
 
 def success(data: dict) -> bytes:
     return json.dumps({"status": "success", "data": data}).encode()
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[str, Script]]:
-    script = Script()
-
+@contextlib.contextmanager
+def _listening(script: Script | Fake) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the http.server API
             length = int(self.headers.get("Content-Length", "0"))
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
             script.asked.append((self.path, form, self.headers))  # case-insensitive, as HTTP headers are
-            body = script.answer(form) if script.answer else script.body
-            self.send_response(script.status)
+            status, body = script.respond(form)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -50,9 +74,20 @@ def server() -> Iterator[tuple[str, Script]]:
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_port}", script
+        yield f"http://127.0.0.1:{httpd.server_port}"
     finally:
         httpd.shutdown()
         httpd.server_close()
 
 
+@pytest.fixture
+def server() -> Iterator[tuple[str, Script]]:
+    script = Script()
+    with _listening(script) as url:
+        yield url, script
+
+
+@contextlib.contextmanager
+def serve(fake: Fake) -> Iterator[Fake]:
+    with _listening(fake) as fake.url:
+        yield fake

@@ -1,4 +1,5 @@
-"""The real servers the suite runs against: OPA, etcd + kube-apiserver, Kueue, and the Pulumi CLI.
+"""The real servers the suite runs against: OPA, etcd + kube-apiserver (with kube-controller-manager and
+kube-scheduler where a test needs them), Kueue, and the Pulumi CLI.
 
 `make tools` builds them from their pinned Go modules into `.tools/bin` (tools/build.sh). Every
 server listens on 127.0.0.1 only (or, where a server in the test's network namespace must reach it,
@@ -8,7 +9,9 @@ when FLEETOPS_REAL_SERVERS=required (CI), where a missing binary fails the test 
 
 The API servers are run the way controller-runtime's envtest runs them: no controllers, no
 kubelet, RBAC on, a static admin token, service-account signing keys for TokenRequest, and no
-webhook or APIService that would make the server dial a ClusterIP.
+webhook or APIService that would make the server dial a ClusterIP. A test that needs controllers or
+the scheduler starts them (`start_controllers`, `start_scheduler`); `Kubelets` stands in for the
+kubelets of its Node objects.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -213,6 +217,7 @@ class ApiServer:
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     process: Process | None = None
     controllers: Process | None = None
+    scheduler: Process | None = None
 
     @property
     def url(self) -> str:
@@ -262,8 +267,18 @@ class ApiServer:
         ], self.directory).start()
         return self.controllers
 
+    def start_scheduler(self) -> Process:
+        """The real kube-scheduler (default profile) for this server; no serving port, no leader
+        election. Started again after a stop, it rebuilds its view from the server alone."""
+        binary = tool("kube-scheduler")
+        self.scheduler = Process("kube-scheduler", [
+            str(binary), f"--kubeconfig={self.kubeconfig(self.directory / 'scheduler.kubeconfig')}",
+            "--leader-elect=false", "--secure-port=0", "--v=0",
+        ], self.directory).start()
+        return self.scheduler
+
     def stop(self) -> None:
-        for process in (self.controllers, self.process):
+        for process in (self.scheduler, self.controllers, self.process):
             if process is not None:
                 process.stop()
 
@@ -573,6 +588,76 @@ def refused_job(server: ApiServer, namespace: str) -> bool:
     return False
 
 
+# --- nodes without kubelets -----------------------------------------------------------------------
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Kubelets:
+    """What kubelets do for Node objects that have none: register each node Ready with its Lease in
+    kube-node-lease, and renew the Leases every `period` seconds, as a kubelet does (the node
+    lifecycle controller reads a renewed Lease as the node's heartbeat). `disconnect` stops renewing
+    one node's Lease, as a lost uplink does; the controller then marks it Unknown and taints it.
+    Pods bound to these nodes never run: they stay Pending, which is all the scheduler and the
+    eviction controllers read."""
+
+    def __init__(self, server: ApiServer, period: float = 1.0):
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(server.client())
+        self.leases = client.CoordinationV1Api(server.client())
+        self.period = period
+        self.alive: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> Kubelets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def register(self, name: str, allocatable: dict[str, str]) -> None:
+        """A Node Ready now, with its Lease, renewed from here on (what a kubelet does when it joins)."""
+        now = _now()
+        self.core.create_node({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": allocatable, "allocatable": allocatable, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]},
+        })
+        self.leases.create_namespaced_lease(NODE_LEASE_NAMESPACE, {
+            "metadata": {"name": name}, "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}})
+        self.alive.add(name)
+
+    def disconnect(self, name: str) -> None:
+        self.alive.discard(name)
+
+    def renew(self, name: str) -> None:
+        self.leases.patch_namespaced_lease(name, NODE_LEASE_NAMESPACE, {"spec": {"renewTime": _now()}})
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):  # a kubelet's renew interval, not a wait for an outcome
+            for name in sorted(self.alive):
+                try:
+                    self.renew(name)
+                except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the test reads the errors
+                    self.errors.append(f"{name}: {exc}")
+
+
+def condition(obj: Any, kind: str) -> Any:
+    """The condition of `kind` on a Node or Pod read with the client, or None."""
+    return next((c for c in (obj.status.conditions or []) if c.type == kind), None)
+
+
 # --- Prometheus -------------------------------------------------------------------------------------
 
 # Debian's `prometheus` package (also promtool): CI installs it (.ci/run), as `make tools` builds the others.
@@ -591,13 +676,16 @@ class Prometheus:
     process: Process
 
 
-def openmetrics_blocks(text: str, directory: Path) -> Path:
-    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`."""
+def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | None = None) -> Path:
+    """TSDB blocks of `text` (OpenMetrics, ending in `# EOF`), made by the real `promtool tsdb create-blocks-from openmetrics`.
+    A month in promtool's default 2h blocks is ~370 of them and minutes of CPU; `max_block_duration`
+    (e.g. "768h") makes it a few blocks in about a second."""
     directory.mkdir(parents=True, exist_ok=True)
     source = directory / "series.om"
     source.write_text(text)
     blocks = directory / "blocks"
-    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+    longer = [f"--max-block-duration={max_block_duration}"] if max_block_duration else []
+    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet", *longer,
                     str(source), str(blocks)], check=True, capture_output=True, timeout=600)
     source.unlink()
     return blocks
@@ -605,14 +693,15 @@ def openmetrics_blocks(text: str, directory: Path) -> Path:
 
 @contextlib.contextmanager
 def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
-                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m") -> Iterator[Prometheus]:
+                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m",
+                      max_block_duration: str | None = None) -> Iterator[Prometheus]:
     """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
     and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
     its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
     binary = debian_tool(PROMETHEUS)
     data = directory / "data"
     data.mkdir(parents=True, exist_ok=True)
-    for source in [*([openmetrics_blocks(openmetrics, directory / "import")] if openmetrics is not None else []), *blocks]:
+    for source in [*([openmetrics_blocks(openmetrics, directory / "import", max_block_duration)] if openmetrics is not None else []), *blocks]:
         for block in source.iterdir():
             if block.is_dir():
                 shutil.move(str(block), data / block.name)

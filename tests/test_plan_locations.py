@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from fleetops import audit, isolate, policy
+from fleetops import usage
+from tests.fake_prometheus import Answer, Fake, serve
 from tests.test_plan import ROOT, commit, make_repo, plan_json
 
 
@@ -28,6 +30,7 @@ class EnvEdit:
     line: str
     key: str
     also: tuple[tuple[str, str], ...] = ()
+    prometheus: dict[str, Answer] | None = None  # what a Prometheus holds, for the rules over measured use
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ PRIVILEGED_POD = '"spec": {"containers": [{"name": "c", "image": "busybox", "sec
 RBAC = "rbac.authorization.k8s.io"
 
 VISION_GPU = "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}"
+
+VISION_RAISED = VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("h100-train: 48", "h100-train: 92")
+# A center-bj where vision and h100-train sat nearly idle over the window.
+IDLE = {usage.DEVICES: [({"cluster": "center-bj", "pool": "h100-train", "tenant": "vision"}, 2.0)], usage.SPEND: []}
 
 ASCEND_POOL = """      - name: ascend-910b
         device: {resource: huawei.com/Ascend910, model: Ascend910B, per_node: 8}
@@ -148,11 +155,13 @@ CASES: dict[str, Case] = {
                                      "[inference-standard], devices", "priority_classes"),
     "edge.cache_source": EnvEdit("source: https://models.prod", "source: http://models.prod", "source: http://", "source"),
     "budget.over_budget": EnvEdit("monthly: 600000", "monthly: 1000", "monthly: 1000", "monthly"),
-    "change.quota_raise_approvals": EnvEdit(VISION_GPU, VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("h100-train: 48", "h100-train: 92"),
-                                            "guaranteed: 140", "guaranteed"),
+    "change.quota_raise_approvals": EnvEdit(VISION_GPU, VISION_RAISED, "guaranteed: 140", "guaranteed"),
     "change.cost_increase_approvals": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes"),
+    "usage.unmeasured": EnvEdit(VISION_GPU, VISION_RAISED, "guaranteed: 140", "guaranteed"),  # no Prometheus given
     "change.environment_removed_approvals": RemoveEnvironment(),
     "change.program_approvals": ProgramEdit("return objects"),
+    "usage.guarantee_raise_underused": EnvEdit(VISION_GPU, VISION_RAISED, "guaranteed: 140", "guaranteed", prometheus=IDLE),
+    "usage.pool_growth_idle": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes", prometheus=IDLE),
     "change.price_decrease_approvals": EnvEdit("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.5\n", "H100-SXM-80GB: 2.5", "H100-SXM-80GB"),
     # warn rules
     "quota.unbounded_device": EnvEdit("pools: [h100-train, a100-train]", "pools: [h100-train, a100-train, ascend-910b]",
@@ -251,9 +260,14 @@ def program_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[s
 @pytest.mark.parametrize("rule", [r for r, c in CASES.items() if isinstance(c, EnvEdit | RemoveEnvironment | PolicyEdit)])
 def test_each_rule_is_located_at_the_field_the_change_edited(rule: str, tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
-    expected = apply(repo, CASES[rule])
+    case = CASES[rule]
+    expected = apply(repo, case)
     commit(repo, f"fire {rule}")
-    _, result = plan_json(repo, "--approvals", "0")
+    if isinstance(case, EnvEdit) and case.prometheus is not None:
+        with serve(Fake(case.prometheus)) as fake:
+            _, result = plan_json(repo, "--approvals", "0", "--prometheus", fake.url)
+    else:
+        _, result = plan_json(repo, "--approvals", "0")
     decisions = fired(result, rule)
     assert [d.get("location") for d in decisions] == [expected] * len(decisions), [d["msg"] for d in decisions]
 

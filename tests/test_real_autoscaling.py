@@ -270,7 +270,10 @@ def test_load_scales_up_to_max_never_beyond_and_down_only_after_the_window(pipel
     # It scales down once every recommendation in the window is low; the last high one was at most one
     # sync before the load fell.
     assert at_min - low >= window - SYNC_PERIOD, f"scaled down {at_min - low:.1f}s after the load fell, inside the {window}s window"
-    assert [n for t, n in replicas.seen if t < at_min][-1] == highest, f"it left the maximum before the window: {replicas.values}"
+    # It may step down (6 -> 5 -> 2: a recommendation in the window made while a pod had no metric yet),
+    # but its first step below the maximum comes no earlier than the window either.
+    left = next(t for t, n in replicas.seen if t > at_max and n < highest)
+    assert left - low >= window - SYNC_PERIOD, f"it left the maximum {left - low:.1f}s after the load fell, inside the {window}s window: {replicas.values}"
 
 
 def test_the_test_host_is_removed_even_when_the_test_inside_it_fails() -> None:

@@ -201,6 +201,9 @@ def test_each_journeys_comment_renders_as_github_renders_markdown(journey: Journ
         assert '<pre lang="diff">' in html and "\n-      replicas: 4\n+      replicas: 2\n" in html
     if journey.name == "fingerprint-added":
         assert "🔒" in html
+    if journey.name == "plan-utilisation":  # measured by the real Prometheus over a month of metering series
+        assert "<li>vision on center-bj: 96 → 140 nvidia.com/gpu guaranteed, 31% used over 30 days; 34,9" in html  # USD spent, to the minute
+        assert "<li>pool h100-train on center-bj: 128 → 144 devices, 43% used over 30 days</li>" in html
 
 
 def test_no_string_from_the_environment_or_the_policies_becomes_markup_in_the_comment(repo: Path) -> None:

@@ -40,7 +40,7 @@ etcd() {
   build_tool etcd "$v" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
 }
 
-# kube-apiserver and kube-controller-manager: one module, k8s.io/kubernetes with its staging modules.
+# kube-apiserver, kube-controller-manager and kube-scheduler: one module, k8s.io/kubernetes with its staging modules.
 kubernetes() {
   local binary=$1 v minor pkg=k8s.io/component-base/version
   v=$(version kubernetes k8s.io/kubernetes)
@@ -50,6 +50,7 @@ kubernetes() {
 }
 kube-apiserver() { kubernetes kube-apiserver; }
 kube-controller-manager() { kubernetes kube-controller-manager; }
+kube-scheduler() { kubernetes kube-scheduler; }
 
 pulumi() {
   local v; v=$(version pulumi github.com/pulumi/pulumi/pkg/v3)
@@ -94,7 +95,7 @@ prometheus-adapter() {
     sigs.k8s.io/prometheus-adapter/cmd/adapter
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager pulumi pulumi-kubernetes kueue prometheus-adapter)
+ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done

@@ -11,6 +11,7 @@ prod is screenshotted beside them (audit-capacity.png), as a browser draws that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from cmarkgfm.cmark import Options
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is beside fleetops/
 from benchmarks.generate import synthetic_yaml  # noqa: E402
+from tests.metering_month import BLOCK, SCRAPE, series  # noqa: E402
+from tests.servers import prometheus_server  # noqa: E402
 PARTS = ("environments", "policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
 PROD = "environments/prod.yaml"
 TODAY = dt.date.today()
@@ -51,6 +54,7 @@ class Journey:
     env: str = "prod"
     codes: tuple[int, ...] = (0, 1)  # what `plan` may exit with: 2 for a change that cannot be judged
     height: int = 2600  # of the screenshot, in pixels
+    prometheus: bool = False  # planned with --prometheus: the real one, over a month of metering series (tests/metering_month.py)
 
 
 JOURNEYS = [
@@ -67,6 +71,10 @@ JOURNEYS = [
             ["--approvals", "2"], on_main=[("policies/waivers.yaml", "", WAIVER)]),
     # The generated large fleet (benchmarks/generate.py) as a new environment: 20 clusters, 1,000 tenants, 15,348 objects.
     Journey("new-environment", "a new large environment", [("environments/large.yaml", "", synthetic_yaml(1.0))], env="large"),
+    Journey("plan-utilisation", "more guarantee and nodes for a tenant and pool that sit idle", [
+        (PROD, "guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}",
+         "guaranteed: 140, burst: 160, guaranteed_per_pool: {h100-train: 92, a100-infer: 48}"), (PROD, "        nodes: 16", "        nodes: 18")],
+            prometheus=True, height=1300),
     Journey("invalid-head", "a quota whose burst is below its guarantee", [(PROD, "nvidia.com/gpu: {guaranteed: 48, burst: 64}",
                                                                            "nvidia.com/gpu: {guaranteed: 80, burst: 64}")], codes=(2,), height=400),
 ]
@@ -100,8 +108,13 @@ def comment(journey: Journey, workdir: Path) -> str:
     _apply(repo, journey.edits)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", journey.title)
-    done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", journey.env, *journey.args], cwd=repo,
-                          capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
+    with contextlib.ExitStack() as stack:
+        args = journey.args
+        if journey.prometheus:
+            now = int(dt.datetime.now(dt.timezone.utc).timestamp()) // SCRAPE * SCRAPE
+            args = [*args, "--prometheus", stack.enter_context(prometheus_server(workdir / f"{journey.name}-prometheus", series(now)[0], max_block_duration=BLOCK)).url]
+        done = subprocess.run([sys.executable, "-m", "fleetops.cli", "plan", "--env", journey.env, *args], cwd=repo,
+                              capture_output=True, text=True, check=False, env={**_env(), "FLEETOPS_DECISION_LOG": str(workdir / "decisions.jsonl")})
     if done.returncode not in journey.codes:
         raise SystemExit(f"{journey.name}: fleetops plan failed: {done.stderr}")
     return done.stdout

@@ -52,6 +52,7 @@ class PolicyInput(BaseModel):
     facts: dict[str, Any]
     live: Inventory | None = None
     change: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None  # fleetops.usage.Usage: measured use of what a plan's change touches
 
 
 def load_inventory(path: Path) -> Inventory:
@@ -181,6 +182,7 @@ def build_input(
     revision: str,
     live: Inventory | None = None,
     change: dict[str, Any] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The policy input as plain data. Spec and resources are already validated upstream."""
     if change is not None and not isinstance(change, dict):
@@ -199,6 +201,7 @@ def build_input(
         "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": granted, "services": grants.services(env, granted)},
         "live": live.model_dump(mode="json") if live is not None else None,
         "change": change,
+        "usage": usage,
     }
 
 

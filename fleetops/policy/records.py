@@ -60,7 +60,7 @@ def ci_context() -> dict[str, Any]:
 
 
 def decision_record(source: str, environment: str, revision: str, judgement: dict[str, Any], decisions: list[dict[str, Any]],
-                    outcome: str, approvals: int | None = None) -> dict[str, Any]:
+                    outcome: str, approvals: int | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one record every gate writes (check, plan, reconcile, the Pulumi policy pack) and audit reads:
     who judged what, with which policies, and what came out. Decisions and digests only, never the input."""
     return {
@@ -76,6 +76,8 @@ def decision_record(source: str, environment: str, revision: str, judgement: dic
         "verdict": outcome,
         "summary": decision_counts(decisions),
         "decisions": decisions,
+        # A plan's measured use, or why it is unknown: a gate that could not measure says so.
+        **({"usage": {k: usage[k] for k in ("status", "reason", "window")}} if usage is not None else {}),
     }
 
 
