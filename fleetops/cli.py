@@ -216,6 +216,9 @@ def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     return emit.documents(manifests) if fmt is Format.yaml else emit.json_text(manifests)
 
 
+PrometheusTokenOpt = Annotated[Path | None, typer.Option("--prometheus-token-file", envvar="FLEETOPS_PROMETHEUS_TOKEN_FILE", help="A bearer token for Prometheus, read from this file (never printed)")]
+
+
 @app.command()
 def validate(
     env: Annotated[str | None, typer.Option("--env", "-e", help="One environment; default: all of them", callback=_env_name)] = None,
@@ -415,7 +418,7 @@ def plan_command(
     require_base_program: Annotated[bool, typer.Option(help="Exit 2 unless the fleetops running is the base revision's program (CI's gate)")] = False,
     prometheus: Annotated[str | None, typer.Option(envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus to measure the use of what the change touches (the judge's own, never the revision's)")] = None,
     usage_window: Annotated[str, typer.Option(callback=_usage_window, help="How far back use is measured: 30d, 12h, 2w")] = "30d",
-    prometheus_token_file: Annotated[Path | None, typer.Option(help="A file holding the bearer token for --prometheus (never printed)")] = None,
+    prometheus_token_file: PrometheusTokenOpt = None,
 ) -> None:
     """What a change does to the fleet, objects, capacity, quota, cost and measured use, judged by the base revision's policies.
 
@@ -555,7 +558,6 @@ class StatementFormat(str, Enum):
     csv = "csv"
 
 
-PrometheusTokenOpt = Annotated[Path | None, typer.Option("--prometheus-token-file", envvar="FLEETOPS_PROMETHEUS_TOKEN_FILE", help="A bearer token for Prometheus, read from this file (never printed)")]
 
 
 @app.command("statements")
