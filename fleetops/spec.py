@@ -508,6 +508,9 @@ class Api(Model):
     tokens_secret: Name = "fleetops-api-tokens"  # key `tokens.json`: the bearer tokens and their scopes
     tls_secret: Name = "fleetops-api-tls"  # a kubernetes.io/tls Secret
     allow_from: list[Cidr] = Field(default=[], max_length=64)  # the platforms that may call it; none: no one outside the cluster
+    # The Prometheus holding the metering series (in `monitoring.namespace`): with it the API answers each
+    # tenant's use and statements (`fleetops serve --prometheus`); without it, "metering not configured".
+    prometheus: Url | None = None
 
 
 class Environment(Model):

@@ -8,6 +8,7 @@ permission is to read that cluster's reconcile status ConfigMap; everything else
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
     args = ["serve", "--env", env.environment, "--rev", "main", "--refresh", f"{env.reconciler.interval_seconds}s",
             "--listen", f"0.0.0.0:{api.port}", "--in-cluster",
             "--tokens", f"{TOKENS}/tokens.json", "--tls-cert", f"{TLS}/tls.crt", "--tls-key", f"{TLS}/tls.key",
-            "--cache-dir", f"{CACHE}/repos"]
+            "--cache-dir", f"{CACHE}/repos", *(["--prometheus", api.prometheus] if api.prometheus else [])]
     probe = {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}}
     container = {
         "name": "api",
@@ -67,8 +68,18 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
             "metadata": target.metadata(NAME, ns, labels=SELECTOR),
             "spec": {"selector": SELECTOR, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]},
         },
-        network_policy(target, NAME, ns, ingress),
+        network_policy(target, NAME, ns, ingress, prometheus_egress(env, api)),
     ]
+
+
+def prometheus_egress(env: spec.Environment, api: spec.Api) -> list[dict[str, Any]]:
+    """Out to the metering Prometheus, on its port, in the monitoring namespace: nothing more."""
+    if not api.prometheus:
+        return []
+    url = urllib.parse.urlsplit(api.prometheus)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    to = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}]
+    return [{"to": to, "ports": [{"port": port, "protocol": "TCP"}]}]
 
 
 def api_part(target: Target, env: spec.Environment, api: spec.Api) -> Part:

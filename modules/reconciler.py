@@ -11,7 +11,7 @@ fleet: repository URLs often carry a token, which does not belong in Git.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fleetops import identity, kube, spec
@@ -82,14 +82,15 @@ def deployment(target: Target, name: str, namespace: str, replicas: int, contain
     }
 
 
-def network_policy(target: Target, name: str, namespace: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pods of `name`: in, what `ingress` allows; out, DNS, the API server and the Git host only."""
+def network_policy(target: Target, name: str, namespace: str, ingress: list[dict[str, Any]],
+                   egress: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The pods of `name`: in, what `ingress` allows; out, DNS, the API server and the Git host, and what `egress` adds."""
     selector = {kube.NAME_LABEL: name}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": target.metadata(name, namespace, labels=selector),
-        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": EGRESS},
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": [*EGRESS, *egress]},
     }
 
 

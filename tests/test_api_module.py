@@ -68,3 +68,26 @@ def test_an_api_on_an_undeclared_cluster_is_one_line_at_its_field(tmp_path) -> N
     result = run("validate", "--env", "prod", "--environments", folder)
     assert result.returncode == 2
     assert f"prod.yaml:{line}:" in result.stderr and "api.cluster" in result.stderr and "center-nowhere" in result.stderr
+
+
+def test_the_api_reads_its_declared_prometheus_and_may_reach_it_only() -> None:
+    env = spec.load_environment(PROD)
+    assert env.api is not None and env.api.prometheus
+    objects = api_objects(env.api.cluster)
+    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--prometheus") + 1] == env.api.prometheus
+    to_prometheus = [rule for rule in objects["NetworkPolicy"]["spec"]["egress"] if "to" in rule and rule["ports"][0]["port"] == 9090]
+    assert to_prometheus == [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}],
+                              "ports": [{"port": 9090, "protocol": "TCP"}]}]
+
+
+def test_without_a_prometheus_the_api_is_not_metered_and_reaches_no_monitoring(tmp_path) -> None:
+    text = PROD.read_text()
+    line = next(l for l in text.splitlines(True) if l.startswith("  prometheus: http://prometheus-operated"))
+    (tmp_path / "prod.yaml").write_text(text.replace(line, ""))
+    env = spec.load_environment(tmp_path / "prod.yaml")
+    assert env.api is not None and env.api.prometheus is None
+    objects = {m["kind"]: m for m in render.render(tmp_path / "prod.yaml", revision="r").clusters[env.api.cluster] if m["metadata"]["name"] == NAME}
+    assert "--prometheus" not in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert all(rule.get("to", [{}])[0].get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") != env.monitoring.namespace
+               for rule in objects["NetworkPolicy"]["spec"]["egress"])
