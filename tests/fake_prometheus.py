@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs
 
 import pytest
+
+from tests import servers
 
 Answer = list[tuple[dict[str, str], float]]  # (labels, value) per series
 
@@ -70,14 +71,8 @@ def _listening(script: Script | Fake) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with servers.serving(Handler) as address:
+        yield f"http://{address}"
 
 
 @pytest.fixture

@@ -16,9 +16,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import shutil
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,8 @@ def exporter(samples: Callable[[], Iterable[Sample]]) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:  # a line a scrape: not worth a log
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with servers.serving(Handler) as address:
+        yield address
 
 
 # --- Prometheus -----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -54,6 +55,19 @@ def missing(reason: str) -> NoReturn:
     if os.environ.get("FLEETOPS_REAL_SERVERS") == "required":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[str]:
+    """A test's own HTTP server on `host` (a free port), answering with `handler` from a thread; its host:port."""
+    server = ThreadingHTTPServer((host, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def free_port() -> int:

@@ -9,11 +9,10 @@ relabelling unchanged."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +45,8 @@ def exporter() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with servers.serving(Handler) as address:
+        yield address
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
