@@ -511,7 +511,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     rows, verdict = judge(after, env_name, facts, policies, used, kueue.facts)
     granted = grants.review(after.env, kueue)
     services = service_rows(before, after, kueue.facts)
-    changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
+    changes = diff.compare(before.clusters, after.clusters)
     fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
