@@ -83,3 +83,23 @@ def test_an_integer_that_becomes_a_float_is_a_change() -> None:
     changes = diff.compare({"c": [{**config, "data": {"n": 1}}]}, {"c": [{**config, "data": {"n": 1.0}}]})
     assert [(c.path, c.old, c.new) for c in changes.changed[("c", "v1", "ConfigMap", "ns", "a")]] == [("/data/n", 1, 1.0)]
 
+
+
+def test_field_changes_leave_both_objects_as_they_were_and_replay_old_into_new() -> None:
+    """The patch is applied in place to a copy of `old`: neither object, nor a value a change reports,
+    is changed by a later operation (added list items and mappings changed again further on)."""
+    import copy
+
+    import jsonpatch
+
+    old = {"a": [1, {"x": [1]}], "b": {"c": 1, "gone": {"y": 1}}, "s": "k"}
+    new = {"a": [{"x": [2, 3]}, 1, {"z": {}}], "b": {"c": 2, "d": {"e": [1]}}, "s": 1.0}
+    before, after = copy.deepcopy(old), copy.deepcopy(new)
+    changes = diff.field_changes(old, new)
+    assert (old, new) == (before, after)
+    doc = copy.deepcopy(old)
+    for change in changes:  # each reports the value its path held just before it, and together they make `new`
+        if change.op != "add":
+            assert jsonpatch.JsonPointer(change.path).resolve(doc) == change.old
+        doc = jsonpatch.apply_patch(doc, [{"op": change.op, "path": change.path, **({"value": change.new} if change.op != "remove" else {})}])
+    assert doc == new
