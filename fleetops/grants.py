@@ -251,6 +251,7 @@ class Granted:
 
 
 def of_fleet(clusters: dict[str, list[dict[str, Any]]]) -> Granted:
+    """`Granted` of every cluster's rendered objects (cluster -> its objects)."""
     facts: dict[str, Any] = {}
     totals: dict[str, dict[str, dict[str, int]]] = {}
     for cluster, objects in sorted(clusters.items()):

@@ -366,10 +366,10 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any]) -> list[dic
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
     what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
     `granted` is the head's `grants.facts`, read once by the plan."""
-    def rows(side: Side, granted: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+    def rows(side: Side, known: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
         if side.env is None or not side.env.services:
             return {}
-        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters) if granted is None else granted)}
+        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters) if known is None else known)}
 
     old, new = rows(before, None), rows(after, granted)
     currency = after.env.budget.currency if after.env else ""
