@@ -42,6 +42,13 @@ def exponent(sizes: list[float], seconds: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def cpu_seconds() -> float:
+    """User and system time of this process and its finished children: on a shared machine the wall
+    time measures the neighbours too (benchmarks/README.md, "What pays"), printed beside it."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 

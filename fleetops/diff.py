@@ -53,7 +53,11 @@ class Changes:
 
 def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The object without what the server sets or what changes on every revision."""
-    out = copy.deepcopy(dict(manifest))
+    return _stripped(copy.deepcopy(dict(manifest)))
+
+
+def _stripped(out: dict[str, Any]) -> dict[str, Any]:
+    """`normalize` of an object of the caller's own, in place."""
     out.pop("status", None)
     meta = out.get("metadata")
     if isinstance(meta, dict):
@@ -92,7 +96,10 @@ def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldC
     for op in ops:
         before = jsonpatch.JsonPointer(op["path"]).resolve(doc, None) if op["op"] in ("remove", "replace") else None
         changes.append(FieldChange(op["op"], op["path"], before, op.get("value")))
-        doc = jsonpatch.apply_patch(doc, [op])
+        # In place, with a copy of the operation: a later operation changes neither its value nor
+        # `new`, as a copy of the whole document for each operation (what `in_place=False` does) kept
+        # it; a value read as `before` is out of the document once its operation is applied.
+        doc = jsonpatch.apply_patch(doc, [copy.deepcopy(op)], in_place=True)
     return changes
 
 
@@ -113,32 +120,25 @@ def drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChan
     return [] if have == want else field_changes(have, want)
 
 
-def encode(clusters: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bytes]:
-    """Each cluster's objects as one JSON text, in their order, their keys in their own order:
-    equal texts are equal clusters (and 1 and 1.0 differ, as in the manifest sent). A change
-    usually touches few clusters; only theirs are decoded (`compare`)."""
-    import orjson
-
-    return {cluster: orjson.dumps(manifests) for cluster, manifests in clusters.items()}
-
-
-def compare(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> Changes:
+def compare(before: Mapping[str, Sequence[Mapping[str, Any]]], after: Mapping[str, Sequence[Mapping[str, Any]]]) -> Changes:
     """Objects added, removed and changed (with their fields, in the order a reader meets them)
-    between two desired states, `encode`d."""
+    between two desired states, each cluster -> its objects.
+
+    Each object is compared as its JSON text (1 and 1.0 differ, as in the manifest sent), once per
+    side; only a changed object is decoded from its text for the field diff. (Each cluster as one
+    text, decoded again whole when it differed, cost three times as much: a price changes 16 of the
+    large fleet's 20 clusters.)"""
     import orjson
 
-    old: dict[ObjectKey, dict[str, Any]] = {}
-    new: dict[ObjectKey, dict[str, Any]] = {}
-    for cluster in before.keys() | after.keys():
-        if before.get(cluster) != after.get(cluster):
-            for side, text in ((old, before.get(cluster)), (new, after.get(cluster))):
-                side.update((object_key(cluster, m), m) for m in orjson.loads(text or b"[]"))
+    old = {object_key(cluster, m): m for cluster, manifests in before.items() for m in manifests}
+    new = {object_key(cluster, m): m for cluster, manifests in after.items() for m in manifests}
     changes = Changes(added=sorted(new.keys() - old.keys()), removed=sorted(old.keys() - new.keys()))
     for key in sorted(new.keys() & old.keys()):
         # Not `==`: 1 == 1.0 in Python, but the manifest sent says one or the other.
-        if orjson.dumps(old[key]) == orjson.dumps(new[key]):
+        was, now = orjson.dumps(old[key]), orjson.dumps(new[key])
+        if was == now:
             continue
-        fields = field_changes(normalize(old[key]), normalize(new[key]))
+        fields = field_changes(_stripped(orjson.loads(was)), _stripped(orjson.loads(now)))  # decoded: already copies
         if fields:
             changes.changed[key] = fields
     return changes

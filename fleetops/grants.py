@@ -240,6 +240,28 @@ def of_entries(entries: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return facts(clusters)
 
 
+@dataclass(frozen=True)
+class Granted:
+    """What Kueue grants on each cluster that renders its queues, read once from a rendered fleet: a plan
+    hands it to the policy input (`facts`, as `of_entries` reads it), its `grants` (`review`) and its
+    `services`, where each read the same objects again."""
+
+    facts: dict[str, Any]  # `facts` of the clusters with Kueue's objects, as `of_entries` gives them
+    totals: dict[str, dict[str, dict[str, int]]]  # cluster -> `cluster_totals`
+
+
+def of_fleet(clusters: dict[str, list[dict[str, Any]]]) -> Granted:
+    """`Granted` of every cluster's rendered objects (cluster -> its objects)."""
+    facts: dict[str, Any] = {}
+    totals: dict[str, dict[str, dict[str, int]]] = {}
+    for cluster, objects in sorted(clusters.items()):
+        kueue = [o for o in objects if o.get("kind") in KINDS]
+        if kueue:  # as in the policy input: a cluster with none of Kueue's objects is not there
+            nodes = tree(kueue)
+            facts[cluster], totals[cluster] = _as_facts(_per_tenant(nodes)), cluster_totals(nodes)
+    return Granted(facts, totals)
+
+
 class Shortfall(NamedTuple):
     """A declared guarantee or burst that Kueue will not grant on one cluster."""
 
@@ -286,24 +308,23 @@ def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]])
     return out
 
 
-def review(env: spec.Environment | None, clusters: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+def review(env: spec.Environment | None, granted: Granted) -> dict[str, list[dict[str, Any]]]:
     """plan's `grants`, the most units first: per tenant, cluster and resource what Kueue grants beside the
     declared burst, and the most one job (one flavor) may hold; per cluster and resource every unit of
     quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
     declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
     tenants: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
-    for cluster, objects in sorted(clusters.items()):
-        nodes = tree(objects)
+    for cluster, per_tenant in granted.facts.items():
         guaranteed: dict[str, int] = {}
-        for tenant, resources in _as_facts(_per_tenant(nodes)).items():
+        for tenant, resources in per_tenant.items():
             for resource, g in resources.items():
                 guaranteed[resource] = guaranteed.get(resource, 0) + g["guaranteed"]
                 tenants.append({"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"],
                                 "reachable": g["reachable"], "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
                                 "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]})
         totals += [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get(resource, 0), "shared": t["shared"]}
-                   for resource, t in sorted(cluster_totals(nodes).items())]
+                   for resource, t in sorted(granted.totals[cluster].items())]
     return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
             "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
 

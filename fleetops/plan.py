@@ -362,15 +362,16 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
-def service_rows(before: Side, after: Side) -> list[dict[str, Any]]:
+def service_rows(before: Side, after: Side, granted: dict[str, Any]) -> list[dict[str, Any]]:
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
-    what it adds at max to the month against the base and one sentence (`text`) a reviewer reads."""
-    def rows(side: Side) -> dict[tuple[str, str, str], dict[str, Any]]:
+    what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
+    `granted` is the head's `grants.facts`, read once by the plan."""
+    def rows(side: Side, known: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
         if side.env is None or not side.env.services:
             return {}
-        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters))}
+        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters) if known is None else known)}
 
-    old, new = rows(before), rows(after)
+    old, new = rows(before, None), rows(after, granted)
     currency = after.env.budget.currency if after.env else ""
     out = []
     for key, row in new.items():
@@ -506,10 +507,11 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
                          approvals, (cost_before, cost_after))
     check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
     used = measured(meter, before.env, after.env, quota).model_dump(mode="json")
-    rows, verdict = judge(after, env_name, facts, policies, used)
-    granted = grants.review(after.env, after.clusters)
-    services = service_rows(before, after)
-    changes = diff.compare(diff.encode(before.clusters), diff.encode(after.clusters))
+    kueue = grants.of_fleet(after.clusters)  # read once: the policy input, `grants` and `services` share it
+    rows, verdict = judge(after, env_name, facts, policies, used, kueue.facts)
+    granted = grants.review(after.env, kueue)
+    services = service_rows(before, after, kueue.facts)
+    changes = diff.compare(before.clusters, after.clusters)
     fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
@@ -801,14 +803,15 @@ def junit(plan: dict[str, Any]) -> str:
 
 
 def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
-          used: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
+          used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
-    the decisions as rows, and the verdict they come from (for its digests and the decision record)."""
+    the decisions as rows, and the verdict they come from (for its digests and the decision record).
+    `granted`: head's `grants.of_fleet(...).facts`, when the caller has read it."""
     from fleetops import policy
 
     if head.env is not None:
         resources = (policy.resource_entry(cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
-        document = policy.build_input(head.env, resources, head.revision, change=facts, usage=used)
+        document = policy.build_input(head.env, resources, head.revision, change=facts, usage=used, granted=granted)
     else:  # the environment is deleted at head: only the change rules have anything to judge
         document = {"environment": environment, "revision": head.revision, "spec": None,
                     "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts, "usage": used}

@@ -63,23 +63,43 @@ def namespace(name: str) -> dict:
 def test_compare_sorts_objects_into_added_removed_and_changed() -> None:
     key = ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")
     raised = {**QUOTA, "spec": {"hard": {"requests.nvidia.com/gpu": "176"}}}
-    changes = diff.compare(diff.encode({"c": [namespace("vision"), QUOTA], "same": [namespace("a")]}),
-                           diff.encode({"c": [raised, namespace("new")], "same": [namespace("a")], "new": [namespace("b")]}))
+    changes = diff.compare({"c": [namespace("vision"), QUOTA], "same": [namespace("a")]},
+                           {"c": [raised, namespace("new")], "same": [namespace("a")], "new": [namespace("b")]})
     assert changes.added == [("c", "v1", "Namespace", "", "new"), ("new", "v1", "Namespace", "", "b")]
     assert changes.removed == [("c", "v1", "Namespace", "", "vision")]
     assert [c.new for c in changes.changed[key]] == ["176"]
     volatile = {**QUOTA, "metadata": {**QUOTA["metadata"], "annotations": {**QUOTA["metadata"]["annotations"], "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}
-    assert diff.compare(diff.encode({"c": [QUOTA]}), diff.encode({"c": [volatile]})).empty
+    assert diff.compare({"c": [QUOTA]}, {"c": [volatile]}).empty
 
 
 def test_a_cluster_gone_removes_each_of_its_objects() -> None:
-    changes = diff.compare(diff.encode({"c": [namespace("a"), QUOTA]}), {})
+    changes = diff.compare({"c": [namespace("a"), QUOTA]}, {})
     assert changes.removed == [("c", "v1", "Namespace", "", "a"), ("c", "v1", "ResourceQuota", "vision", "device-nvidia-com-gpu")]
 
 
 def test_an_integer_that_becomes_a_float_is_a_change() -> None:
     # 1 == 1.0 in Python, but the manifest sent (and the file written) says 1 or 1.0: the plan shows it.
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}
-    changes = diff.compare(diff.encode({"c": [{**config, "data": {"n": 1}}]}), diff.encode({"c": [{**config, "data": {"n": 1.0}}]}))
+    changes = diff.compare({"c": [{**config, "data": {"n": 1}}]}, {"c": [{**config, "data": {"n": 1.0}}]})
     assert [(c.path, c.old, c.new) for c in changes.changed[("c", "v1", "ConfigMap", "ns", "a")]] == [("/data/n", 1, 1.0)]
 
+
+
+def test_field_changes_leave_both_objects_as_they_were_and_replay_old_into_new() -> None:
+    """The patch is applied in place to a copy of `old`: neither object, nor a value a change reports,
+    is changed by a later operation (added list items and mappings changed again further on)."""
+    import copy
+
+    import jsonpatch
+
+    old = {"a": [1, {"x": [1]}], "b": {"c": 1, "gone": {"y": 1}}, "s": "k"}
+    new = {"a": [{"x": [2, 3]}, 1, {"z": {}}], "b": {"c": 2, "d": {"e": [1]}}, "s": 1.0}
+    before, after = copy.deepcopy(old), copy.deepcopy(new)
+    changes = diff.field_changes(old, new)
+    assert (old, new) == (before, after)
+    doc = copy.deepcopy(old)
+    for change in changes:  # each reports the value its path held just before it, and together they make `new`
+        if change.op != "add":
+            assert jsonpatch.JsonPointer(change.path).resolve(doc) == change.old
+        doc = jsonpatch.apply_patch(doc, [{"op": change.op, "path": change.path, **({"value": change.new} if change.op != "remove" else {})}])
+    assert doc == new

@@ -122,3 +122,24 @@ def test_a_chain_of_cohorts_deeper_than_python_recursion_is_read_to_its_end() ->
     """A program may nest cohorts as deep as the object limit allows: no RecursionError, no traceback."""
     chain = [cohort(f"c{i}", f"c{i + 1}" if i < 5000 else None, "pool", 1) for i in range(5001)]
     assert grants.total(grants.of_cluster([FLAVOR, *chain, queue("a", "c0", "pool", 2, "a")])["a"]["gpu"]) == grants.Grant(2, 5003, 2)
+
+
+def test_a_plan_reads_each_clusters_kueue_tree_once_for_its_policies_grants_and_services(monkeypatch: Any) -> None:
+    """prod (with a service): the policy input (`quota.burst_unreachable`, `autoscaling.*`), plan's `grants`
+    and its `services` come from one reading of head's Cohorts and ClusterQueues per cluster (a plan
+    read them three times), the base's services from one of the base's; and the policy input's grants
+    are those it reads for itself (`of_entries`)."""
+    from fleetops import plan, policy
+
+    env_rel = "environments/prod.yaml"
+    before, after = (plan.rendered_side(rev, ROOT, env_rel) for rev in ("base", "head"))
+    kueue_clusters = {c for c, objects in after.clusters.items() if any(o["kind"] in grants.KINDS for o in objects)}
+    reads: list[int] = []
+    tree = grants.tree
+    monkeypatch.setattr(grants, "tree", lambda objects: reads.append(1) or tree(objects))
+    result = plan.assess("prod", env_rel, before, after, ROOT, ([], []), {}, 0, True, "head")
+    assert len(reads) == 2 * len(kueue_clusters) > 0  # head's and the base's, each once
+    assert [s["name"] for s in result["services"]] == ["asr"] and result["grants"]["tenants"]
+    monkeypatch.undo()
+    entries = [policy.resource_entry(c, m) for c, ms in after.clusters.items() for m in ms]
+    assert grants.of_fleet(after.clusters).facts == grants.of_entries(entries)

@@ -183,12 +183,14 @@ def build_input(
     live: Inventory | None = None,
     change: dict[str, Any] | None = None,
     usage: dict[str, Any] | None = None,
+    granted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The policy input as plain data. Spec and resources are already validated upstream."""
+    """The policy input as plain data. Spec and resources are already validated upstream. `granted` is
+    `grants.of_entries(resources)` when the caller has it already (a plan reads Kueue's grants once)."""
     if change is not None and not isinstance(change, dict):
         raise PolicyError(f"the change under review must be an object, got {type(change).__name__}")
     entries = list(resources)
-    granted = grants.of_entries(entries)
+    granted = grants.of_entries(entries) if granted is None else granted
     by_kind: dict[str, list[int]] = {}
     for i, entry in enumerate(entries):
         by_kind.setdefault(entry["kind"], []).append(i)
