@@ -11,15 +11,17 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["cli_bench.py", "render_bench.py", "scale_bench.py", "plan_bench.py", "policy_bench.py", "reconcile_bench.py", "api_bench.py"]
+BENCHMARKS = [["cli_bench.py"], ["render_bench.py"], ["scale_bench.py"], ["plan_bench.py"], ["policy_bench.py"], ["reconcile_bench.py"],
+              ["reconcile_bench.py", "--scales", "0.5", "1", "2", "4"], ["api_bench.py"]]
 
 
 def main() -> int:
     failed = []
-    for name in BENCHMARKS:
-        print(f"== {name}", flush=True)
-        if subprocess.run([sys.executable, str(HERE / name)], check=False).returncode != 0:
-            failed.append(name)
+    for name, *args in BENCHMARKS:
+        title = " ".join([name, *args])
+        print(f"== {title}", flush=True)
+        if subprocess.run([sys.executable, str(HERE / name), *args], check=False).returncode != 0:
+            failed.append(title)
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0
