@@ -53,11 +53,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.goals import Goal, report  # noqa: E402
 from fleetops import render, spec  # noqa: E402
-from modules.tenant import non_preempting_classes, queue_names  # noqa: E402
+from tests.kueue_jobs import queue_for, suspended_job, tolerating  # noqa: E402
 
 ENVIRONMENT = ROOT / "environments" / "prod.yaml"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 SIZES = (1, 2, 4, 8)
 # A job takes at most this share of its tenant's guarantee, so that the jobs admitted and not yet
@@ -96,16 +95,8 @@ class Job:
     tolerations: tuple[spec.Taint, ...] = ()
 
     def manifest(self) -> dict[str, Any]:
-        pod: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "priorityClassName": self.priority,
-            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {self.resource: str(self.size)}}}],
-        }
-        if self.tolerations:
-            pod["tolerations"] = [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in self.tolerations]
-        return {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": {QUEUE_LABEL: self.queue}},
-                "spec": {"suspend": True, "template": {"spec": pod}}}
+        return suspended_job(self.namespace, self.name, self.queue, {self.resource: self.size}, self.priority,
+                             tolerating(self.tolerations))
 
 
 def generate(env: spec.Environment, cluster: spec.Cluster, count: int) -> list[Job]:
@@ -119,11 +110,10 @@ def generate(env: spec.Environment, cluster: spec.Cluster, count: int) -> list[J
         turn = i // len(slots)
         classes = tenant.priority_classes or [pc.name for pc in env.priority_classes]
         priority = classes[turn % len(classes)]
-        preempting, non_preempting = queue_names(tenant)
         pools = [g for g in spec.eligible_groups(tenant, [cluster]) if resource in spec.group_capacity(g)]
         jobs.append(Job(
             namespace=tenant.name, name=f"{tenant.name}-{i:05d}",
-            queue=non_preempting if priority in non_preempting_classes(tenant, env) else preempting,
+            queue=queue_for(tenant, env, priority),
             priority=priority, resource=resource,
             size=min(SIZES[(turn // len(classes)) % len(SIZES)], max(1, tenant.quota[resource].guaranteed // SHARE)),
             tolerations=tuple(dict.fromkeys(t for g in pools for t in g.taints)),

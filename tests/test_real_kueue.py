@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes import client
 
-from fleetops import grants, kube, render
-from tests import servers
+from fleetops import grants, kube, render, spec
+from modules.kube import quantity_name
+from modules.tenant import queue_names
+from tests import kueue_jobs, servers
 
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def cluster_objects(env: str, cluster: str) -> list[dict[str, Any]]:
@@ -37,7 +38,7 @@ class Tenants:
         self.jobs = client.BatchV1Api(kueue.api.client())
         self.objects = client.CustomObjectsApi(kueue.api.client())
 
-    def submit(self, tenant: str, name: str, devices: dict[str, int], priority: str, queue: str | None = None,
+    def submit(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str | None = None,
                tolerations: list[dict[str, str]] | None = None) -> str:
         """A suspended Job of one pod requesting `devices`, in the tenant's queue; its uid."""
         return self.jobs.create_namespaced_job(tenant, self._job(tenant, name, devices, priority, queue, tolerations)).metadata.uid
@@ -45,17 +46,7 @@ class Tenants:
     @staticmethod
     def _job(tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str | None,
              tolerations: list[dict[str, str]] | None) -> dict[str, Any]:
-        pod: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {r: str(n) for r, n in devices.items()}}}],
-        }
-        if priority:
-            pod["priorityClassName"] = priority
-        if tolerations:
-            pod["tolerations"] = tolerations
-        return {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name, "namespace": tenant, "labels": {QUEUE_LABEL: queue or f"{tenant}-queue"}},
-                "spec": {"suspend": True, "template": {"spec": pod}}}
+        return kueue_jobs.suspended_job(tenant, name, queue or f"{tenant}-queue", devices, priority, tolerations or ())
 
     def refusal(self, tenant: str, name: str, devices: dict[str, int], priority: str | None, queue: str,
                 tolerations: list[dict[str, str]] | None = None) -> str | None:
@@ -112,9 +103,10 @@ class Tenants:
         servers.wait_until(ready, f"admission of job {uid} of {tenant}", self.kueue.process, timeout=60)
         return seen["wl"]
 
-    def one_more_gpu_waits(self, tenant: str, priority: str, tolerations: list[dict[str, str]] | None = None) -> None:
-        """A job of one more GPU than the tenant may reach is left pending for want of quota, not admitted."""
-        uid = self.submit(tenant, "beyond", {"nvidia.com/gpu": 1}, priority, tolerations=tolerations)
+    def one_more_waits(self, tenant: str, priority: str, tolerations: list[dict[str, str]] | None = None,
+                       resource: str = "nvidia.com/gpu", queue: str | None = None, name: str = "beyond") -> None:
+        """A job of one more unit than the tenant may reach is left pending for want of quota, not admitted."""
+        uid = self.submit(tenant, name, {resource: 1}, priority, queue, tolerations)
         waiting = condition(self.decided(tenant, uid), "QuotaReserved")
         assert waiting is not None and waiting["status"] == "False" and "insufficient" in waiting["message"], waiting
 
@@ -163,6 +155,66 @@ def flavors(wl: dict[str, Any]) -> dict[str, str]:
     return assignment["flavors"]
 
 
+# --- what an environment declares for one cluster, as a tenant's user submits it --------------------
+
+
+class Stage(NamedTuple):
+    """One cluster of a bundled environment: its model and the objects fleetops renders for it."""
+
+    env: spec.Environment
+    cluster: spec.Cluster
+    objects: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, env: str, cluster: str) -> Stage:
+        model = spec.load_environment(ROOT / "environments" / f"{env}.yaml")
+        return cls(model, spec.cluster_by_name(model, cluster), cluster_objects(env, cluster))
+
+    def tenant(self, name: str) -> spec.Tenant:
+        return next(t for t in self.env.tenants if t.name == name)
+
+    def groups(self, *names: str) -> list[spec.Group]:
+        """The cluster's pools and edge groups of these names (every one when none is named)."""
+        return [g for g in (*self.cluster.pools, *self.cluster.edge_groups) if not names or g.name in names]
+
+    def work(self, tenant: spec.Tenant, *pools: str) -> Work:
+        """How a user of `tenant` submits work meant for `pools`: in a class the tenant may use (one that
+        preempts where it has one, since only such work reclaims a guarantee; a preemptible one for a spot
+        pool), through the queue its admission policy requires for that class, tolerating the pools' taints."""
+        groups = self.groups(*pools)
+        classes = tenant.priority_classes or [pc.name for pc in self.env.priority_classes]
+        if any(spec.is_spot(g) for g in groups):
+            classes = spec.preemptible_classes(tenant, self.env)
+        never = spec.non_preempting_classes(tenant, self.env)
+        priority = next((c for c in classes if c not in never), classes[0])
+        return Work(priority, kueue_jobs.queue_for(tenant, self.env, priority),
+                    kueue_jobs.tolerating(t for g in groups for t in spec.taints(g)))
+
+    def guarantees(self) -> list[tuple[spec.Tenant, str, str, int]]:
+        """(tenant, resource, pool, units) of every share of a guarantee on the cluster, where
+        spec.guarantee_placement holds it (Kueue's nominalQuota)."""
+        held = spec.guarantee_placement(self.env, self.cluster).held
+        return [(t, resource, pool, units) for t in self.env.tenants if self.cluster.name in t.clusters
+                for resource in sorted(t.quota) for pool, units in held.get((t.name, resource), {}).items() if units]
+
+
+def reachable(granted: dict[str, Any], tenant: str, resource: str, flavor: str) -> int:
+    """What grants.facts says `tenant` may hold of `resource` on `flavor` on an idle cluster."""
+    return granted.get(tenant, {}).get(resource, {}).get("flavors", {}).get(flavor, {}).get("reachable", 0)
+
+
+def pool_shares(grant: dict[str, Any]) -> list[tuple[str, int]]:
+    """(flavor, units) a tenant may hold of one resource on each pool (grants.facts), the largest first:
+    a job of the larger share fits only its own pool, so each lands where its share is."""
+    return sorted(((f, g["reachable"]) for f, g in grant["flavors"].items() if g["reachable"]), key=lambda s: -s[1])
+
+
+class Work(NamedTuple):
+    priority: str
+    queue: str
+    tolerations: list[dict[str, str]]
+
+
 def test_the_rendered_configuration_sets_every_field_upstreams_install_sets() -> None:
     """modules/scheduler.py: fleetops owns Kueue's ConfigMap, so what Kueue's own install sets must be
     set there too. The reconcilers' workers (`controller.groupKindConcurrency`) were left out, and Kueue
@@ -178,25 +230,51 @@ def test_the_rendered_configuration_sets_every_field_upstreams_install_sets() ->
 # --- defect 1: every tenant job stayed pending ("resource cpu unavailable in ClusterQueue") -------------
 
 
-def test_a_tenant_job_within_its_guarantee_is_admitted(kueue) -> None:
-    """environments/dev.yaml:39-51, tenants platform-dev (nvidia.com/gpu guaranteed 16, huawei.com/Ascend910
-    guaranteed 4) and ml-sandbox (guaranteed 8) on pools dev-a100 and dev-ascend (lines 9-17): a job
-    within the guarantee is admitted although the tenant's LimitRange gives its containers cpu and
-    memory requests."""
-    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    gpu = tenants.submit("platform-dev", "train", {"nvidia.com/gpu": 16}, "training-standard")
-    npu = tenants.submit("platform-dev", "npu", {"huawei.com/Ascend910": 4}, "training-standard")
-    sandbox = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 8}, "training-standard")
-    assert flavors(tenants.admitted("platform-dev", gpu)) == {"nvidia.com/gpu": "dev-a100"}
-    assert flavors(tenants.admitted("platform-dev", npu)) == {"huawei.com/Ascend910": "dev-ascend"}
-    assert flavors(tenants.admitted("ml-sandbox", sandbox)) == {"nvidia.com/gpu": "dev-a100"}
+@pytest.mark.parametrize("env, cluster", [("dev", "dev-center"), ("staging", "stg-center"), ("staging", "stg-edge")])
+def test_a_job_of_each_guarantee_is_admitted_on_the_pool_that_holds_it_without_borrowing(kueue, env: str, cluster: str) -> None:
+    """Every tenant of the cluster submits, at once, one job per share of each guarantee, in a class it
+    may use and tolerating the taints of the pool that holds the share (spec.guarantee_placement): each
+    is admitted on that pool, although the tenant's LimitRange gives its containers cpu and memory
+    requests, and a preempting queue holds it without borrowing (so it cannot be reclaimed).
+    environments/dev.yaml:53 `nvidia.com/gpu: {guaranteed: 16, burst: 32}` and line 54
+    `huawei.com/Ascend910: {guaranteed: 4, burst: 8}` (platform-dev), line 60 `{guaranteed: 8, burst: 32}`
+    (ml-sandbox), on dev-a100 and dev-ascend (lines 9-17 `name: dev-a100 ... name: dev-ascend`).
+    environments/staging.yaml:51 `guaranteed: 16, burst: 32, guaranteed_per_pool: {stg-h100: 8, stg-a100-infer: 8}`
+    (vision: 8 on the H100 pool, tainted by line 12 `taints: [{key: dedicated, value: training,
+    effect: NoSchedule}]`, and 8 on stg-a100-infer, line 24 `sharing: {mode: time-slicing, replicas: 2}`),
+    line 52 `huawei.com/Ascend910: {guaranteed: 4, burst: 8}` on stg-ascend; line 58 `pools:
+    [stg-a100-infer, stg-a100-mig]` and line 60 `nvidia.com/gpu: {guaranteed: 8, burst: 16}` (speech, on the
+    MIG pool of line 19 `mig: {strategy: single, profiles: {1g.5gb: 7}}` as placed); line 64
+    `priority_classes: [batch-low]` and line 66 `nvidia.com/gpu: {guaranteed: 4, burst: 16}` (research,
+    through its non-preempting queue); on stg-edge, line 73 `nvidia.com/gpu: {guaranteed: 4, burst: 6}`
+    (factory-vision) on line 35 `name: stg-jetson`."""
+    stage = Stage.of(env, cluster)
+    shares = stage.guarantees()
+    assert shares, f"no guarantee on {cluster}"
+    tenants = Tenants(kueue(stage.objects))
+    submitted = []
+    for i, (tenant, resource, pool, units) in enumerate(shares):
+        work = stage.work(tenant, pool)
+        uid = tenants.submit(tenant.name, f"guarantee-{i}", {resource: units}, work.priority, work.queue, work.tolerations)
+        submitted.append((tenant.name, resource, pool, units, work.queue, uid))
+    held: dict[str, dict[str, int]] = {}  # preempting ClusterQueue -> pool -> units its jobs hold
+    for tenant_name, resource, pool, units, queue, uid in submitted:
+        assert flavors(tenants.admitted(tenant_name, uid)) == {resource: pool}
+        if queue == queue_names(stage.tenant(tenant_name))[0]:  # the non-preempting queue holds none: it borrows its tenant's
+            held.setdefault(tenant_name, {})[pool] = held.get(tenant_name, {}).get(pool, 0) + units
+    for queue, pools in held.items():
+        used = tenants.usage(queue, sum(pools.values()))
+        assert {pool: sum(int(r["total"]) for r in used[pool].values()) for pool in used} == pools, used
+        assert all(r["borrowed"] == "0" for pool in used.values() for r in pool.values()), used
 
 
 def test_prod_jobs_within_guarantee_are_admitted_on_mig_profiles_and_a_tainted_fpga_pool(kueue) -> None:
-    """environments/prod.yaml:132-140, tenant recsys on center-sh, `pools: [a100-mig, fpga-arria10]`:
-    nvidia.com/mig-3g.20gb guaranteed 16 and mig-2g.10gb 32 (line 47: a100-mig, mixed profiles
-    {3g.20gb: 1, 2g.10gb: 2} on 4x8 GPUs) in one job, and FPGA regions guaranteed 4 on fpga-arria10,
-    whose taint `fpga.intel.com/region` (line 53) the job tolerates."""
+    """environments/prod.yaml:141-145 `name: recsys ... clusters: [center-sh] ... pools: [a100-mig,
+    fpga-arria10]`: line 147 `nvidia.com/mig-3g.20gb: {guaranteed: 16, burst: 24}` and line 148
+    `nvidia.com/mig-2g.10gb: {guaranteed: 32, burst: 48}` on a100-mig (line 48 `mig: {strategy: mixed,
+    profiles: {3g.20gb: 1, 2g.10gb: 2}}`, on 4x8 GPUs) in one job, and line 149 `{guaranteed: 4, burst: 8}`
+    FPGA regions on fpga-arria10, whose taint (line 53 `taints: [{key: fpga.intel.com/region, value:
+    present, effect: NoSchedule}]`) the job tolerates."""
     tenants = Tenants(kueue(cluster_objects("prod", "center-sh")))
     mig = tenants.submit("recsys", "mig", {"nvidia.com/mig-3g.20gb": 16, "nvidia.com/mig-2g.10gb": 32}, "training-standard")
     fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
@@ -210,10 +288,11 @@ def test_prod_jobs_within_guarantee_are_admitted_on_mig_profiles_and_a_tainted_f
 
 
 def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) -> None:
-    """environments/dev.yaml:74 `batch-low ... preemption: Never`, line 51 ml-sandbox nvidia.com/gpu
-    guaranteed 8 / burst 32, line 44 platform-dev guaranteed 16, line 76 `scheduler: {backend: kueue}`
-    (reclaim_within_cohort Any, the default): with ml-sandbox borrowing platform-dev's idle guarantee,
-    platform-dev's batch-low job waits rather than evict; its inference-critical job reclaims."""
+    """environments/dev.yaml:95 `{name: batch-low, value: 100, workload: batch, preemption: Never`, line 60
+    `nvidia.com/gpu: {guaranteed: 8, burst: 32}` (ml-sandbox), line 53 `nvidia.com/gpu: {guaranteed: 16,
+    burst: 32}` (platform-dev), line 97 `scheduler: {backend: kueue}` (reclaim_within_cohort Any, the
+    default): with ml-sandbox borrowing platform-dev's idle guarantee, platform-dev's batch-low job waits
+    rather than evict; its inference-critical job reclaims."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     borrower = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 24}, "training-standard")
     tenants.admitted("ml-sandbox", borrower)  # its 8, and 16 borrowed
@@ -234,8 +313,10 @@ def test_a_non_preempting_class_never_evicts_and_a_lender_still_reclaims(kueue) 
 
 
 def test_work_of_a_non_preempting_class_gives_way_to_guarantees_in_its_tenant_and_beyond(kueue) -> None:
-    """environments/dev.yaml:74 batch-low never preempts but may be preempted; lines 44 and 51: the
-    guarantees of platform-dev (16) and ml-sandbox (8) on dev-a100 (32 units, lines 9-13). platform-dev's
+    """environments/dev.yaml:95 `preemption: Never`: batch-low never preempts but may be preempted; line 53
+    `nvidia.com/gpu: {guaranteed: 16, burst: 32}` and line 60 `nvidia.com/gpu: {guaranteed: 8, burst: 32}`:
+    the guarantees of platform-dev (16) and ml-sandbox (8) on dev-a100 (32 units, lines 9-12 `name:
+    dev-a100 ... per_node: 4} ... nodes: 2 ... replicas: 4}`). platform-dev's
     batch-low job borrows the whole idle pool through its non-preempting queue; platform-dev's own
     inference-critical job and ml-sandbox's job, each within its guarantee, take theirs back."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
@@ -249,13 +330,93 @@ def test_work_of_a_non_preempting_class_gives_way_to_guarantees_in_its_tenant_an
     assert flavors(tenants.admitted("ml-sandbox", other)) == {"nvidia.com/gpu": "dev-a100"}
 
 
+def test_a_tenant_whose_only_class_never_preempts_works_through_its_non_preempting_queue_even_naming_no_class(kueue) -> None:
+    """environments/staging.yaml:79 `{name: batch-low, value: 100, workload: batch, preemption: Never,
+    global_default: true}` and line 64 `priority_classes: [batch-low]` (research): every job of research
+    goes through its non-preempting queue, one naming no class too (Kueue gives it the default,
+    batch-low), and the admission policy refuses the preempting one naming that queue; within line 66
+    `nvidia.com/gpu: {guaranteed: 4, burst: 16}` such a job is admitted on the pool that holds the
+    guarantee (spec.guarantee_placement), which the tenant's preempting queue lends it. vision (line 49
+    `priority_classes: [training-high, inference-critical]`) may not use the default at all."""
+    stage = Stage.of("staging", "stg-center")
+    research = stage.tenant("research")
+    preempting, never = queue_names(research)
+    ((pool, units),) = spec.guarantee_placement(stage.env, stage.cluster).held[("research", "nvidia.com/gpu")].items()
+    tolerations = stage.work(research, pool).tolerations
+    tenants = Tenants(kueue(stage.objects))
+    for priority in ("batch-low", None):
+        refused = tenants.refusal("research", "probe", {"nvidia.com/gpu": units}, priority, preempting, tolerations)
+        assert refused and f"set the label kueue.x-k8s.io/queue-name: {never}" in refused, refused
+    classless = tenants.submit("research", "classless", {"nvidia.com/gpu": units}, None, never, tolerations)
+    wl = tenants.admitted("research", classless)
+    assert flavors(wl) == {"nvidia.com/gpu": pool}
+    assert (wl["spec"]["priorityClassRef"]["name"], wl["spec"]["priority"]) == ("batch-low", 100)
+    refused = tenants.refusal("vision", "classless", {"nvidia.com/gpu": 1}, None, "vision-queue")
+    assert refused and "the default, batch-low, is not allowed for tenant vision" in refused, refused
+
+
+LENDERS = [("dev", "dev-center", "platform-dev"), ("staging", "stg-center", "vision"), ("staging", "stg-center", "speech"),
+           ("staging", "stg-center", "research")]
+
+
+@pytest.mark.parametrize("env, cluster, lender", LENDERS, ids=["-".join(b) for b in LENDERS])
+def test_a_guarantee_is_admitted_however_the_other_tenants_burst_reclaiming_it_where_they_could_borrow_it(
+        kueue, env: str, cluster: str, lender: str) -> None:
+    """The lender idle, every other tenant of the cluster bursts: one job of each pool's share of its
+    burst (as grants reads it), the larger first. Then the lender's guarantee, one job per share where
+    spec.guarantee_placement holds it, is admitted on that pool. Where the others may hold more of a
+    pool than its guarantees leave them, Kueue took the guarantee back from a borrower (its Workload
+    Preempted, InCohortReclamation, by the lender's job); where they may not, nobody was evicted.
+    environments/dev.yaml:97 `scheduler: {backend: kueue}` (reclaim_within_cohort Any, the default);
+    line 53 `nvidia.com/gpu: {guaranteed: 16, burst: 32}` (platform-dev, the lender), line 60
+    `nvidia.com/gpu: {guaranteed: 8, burst: 32}` (ml-sandbox) and line 78 `nvidia.com/gpu: {guaranteed: 0,
+    burst: 16}` (data-prep) on dev-a100's 32 units (lines 9-13 `name: dev-a100 ... nodes: 2`): ml-sandbox
+    alone may take all 32, so platform-dev reclaims.
+    environments/staging.yaml:81 `scheduler: {backend: kueue}`; line 51 `guaranteed: 16, burst: 32,
+    guaranteed_per_pool: {stg-h100: 8, stg-a100-infer: 8}` (vision), line 60 `nvidia.com/gpu:
+    {guaranteed: 8, burst: 16}` (speech), line 66 `nvidia.com/gpu: {guaranteed: 4, burst: 16}` (research,
+    line 64 `priority_classes: [batch-low]`: it never preempts, line 79 `preemption: Never`): what each
+    may borrow is split over the pools by their capacity, and no pool's borrowers may reach another's
+    guarantee, so nobody is evicted there (had they, research could never take its back)."""
+    stage = Stage.of(env, cluster)
+    granted = grants.facts({cluster: stage.objects})[cluster]
+    capacity = {(g.name, r): units for g in stage.groups() for r, units in spec.group_capacity(g).items()}
+    others = [t for t in stage.env.tenants if cluster in t.clusters and t.name != lender]
+    shares = [(resource, pool, units) for t, resource, pool, units in stage.guarantees() if t.name == lender]
+    # What the others may hold of each pool of the lender's guarantee, however the lender lends it.
+    reach = {(pool, resource): sum(reachable(granted, t.name, resource, pool) for t in others) for resource, pool, _ in shares}
+    reclaims = any(reach[(pool, resource)] > capacity[(pool, resource)] - units for resource, pool, units in shares)
+    tenants = Tenants(kueue(stage.objects))
+    bursts = []
+    for tenant in others:
+        for resource, grant in sorted(granted.get(tenant.name, {}).items()):
+            for flavor, share in pool_shares(grant):
+                work = stage.work(tenant, flavor)
+                uid = tenants.submit(tenant.name, f"burst-{len(bursts)}", {resource: share}, work.priority, work.queue, work.tolerations)
+                bursts.append((tenant.name, uid))
+                tenants.decided(tenant.name, uid)
+    mine = []
+    for i, (resource, pool, units) in enumerate(shares):
+        work = stage.work(stage.tenant(lender), pool)
+        uid = tenants.submit(lender, f"guarantee-{i}", {resource: units}, work.priority, work.queue, work.tolerations)
+        mine.append((uid, resource, pool))
+    for uid, resource, pool in mine:
+        assert flavors(tenants.admitted(lender, uid)) == {resource: pool}
+    preempted = {uid: condition(wl, "Preempted") for tenant, uid in bursts
+                 if (wl := tenants.workload(tenant, uid)) is not None and is_true(wl, "Preempted")}
+    assert bool(preempted) == reclaims, (reach, preempted)
+    for found in preempted.values():
+        assert found["reason"] == "InCohortReclamation" and any(f"JobUID: {uid}" in found["message"] for uid, _, _ in mine), found
+
+
 # --- defect 5: each flavor tolerated its own taints -----------------------------------------------------
 
 
 def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
-    """environments/prod.yaml:14 h100-train `taints: [{key: dedicated, value: training, effect:
-    NoSchedule}]`, line 23 a100-infer untainted, line 31 ascend-910b tainted by its own device resource;
-    line 103 tenant vision `pools: [h100-train, a100-infer, ascend-910b]`: an inference job goes to
+    """environments/prod.yaml:14 `taints: [{key: dedicated, value: training, effect: NoSchedule}]`
+    (h100-train), line 23 `name: a100-infer` untainted, line 31 `taints: [{key: huawei.com/Ascend910,
+    value: present, effect: NoSchedule}]` (ascend-910b, tainted by its own device resource); line 112
+    `pools: [h100-train, a100-infer, ascend-910b]` (tenant vision): an inference job goes to
     a100-infer, only a job that tolerates dedicated=training to h100-train, and Ascend jobs to
     ascend-910b without asking."""
     tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
@@ -278,27 +439,15 @@ def test_tenants_land_only_on_pools_whose_taints_they_tolerate(kueue) -> None:
 # --- defect 2: burst stopped at what the other tenants' guarantees lend ---------------------------------
 
 
-def test_burst_is_reachable_exactly_up_to_the_declared_burst_on_an_idle_cluster(kueue) -> None:
-    """environments/dev.yaml:9-17, dev-center: dev-a100 (2 nodes x 4 GPUs, time-slicing x4: 32 units)
-    and dev-ascend (8); lines 44-45 platform-dev nvidia.com/gpu {guaranteed: 16, burst: 32} and
-    huawei.com/Ascend910 {guaranteed: 4, burst: 8}: on an idle cluster it reaches 32 and 8, and one
-    unit more waits."""
-    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    gpu = tenants.submit("platform-dev", "burst", {"nvidia.com/gpu": 32}, "training-standard")
-    npu = tenants.submit("platform-dev", "npu-burst", {"huawei.com/Ascend910": 8}, "training-standard")
-    assert flavors(tenants.admitted("platform-dev", gpu)) == {"nvidia.com/gpu": "dev-a100"}
-    assert flavors(tenants.admitted("platform-dev", npu)) == {"huawei.com/Ascend910": "dev-ascend"}
-    tenants.one_more_gpu_waits("platform-dev", "training-standard")
-
-
 def test_an_edge_tenant_reaches_its_burst_on_its_edge_group_and_its_offline_work_has_its_own_device(kueue) -> None:
-    """environments/dev.yaml, dev-edge: edge group dev-jetson, 4 nodes x 1 GPU, `offline_work: {tenants:
-    [edge-dev], priority_classes: [batch-low], devices: 1}`; tenant edge-dev nvidia.com/gpu {guaranteed: 2,
-    burst: 3}: 3 in one job and one more waits; the offline queue's device is still there for batch-low."""
+    """environments/dev.yaml:28-30 `name: dev-jetson ... per_node: 1} ... nodes: 4` (dev-edge), line 36
+    `offline_work: {tenants: [edge-dev], priority_classes: [batch-low], devices: 1}`; line 69
+    `nvidia.com/gpu: {guaranteed: 2, burst: 3}` (edge-dev): 3 in one job and one more waits; the offline
+    queue's device is still there for batch-low."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
     burst = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 3}, "inference-critical")
     assert flavors(tenants.admitted("edge-dev", burst)) == {"nvidia.com/gpu": "dev-jetson"}
-    tenants.one_more_gpu_waits("edge-dev", "inference-critical")
+    tenants.one_more_waits("edge-dev", "inference-critical")
     offline = tenants.submit("edge-dev", "reindex", {"nvidia.com/gpu": 1}, "batch-low", queue="dev-jetson-offline")
     assert flavors(tenants.admitted("edge-dev", offline)) == {"nvidia.com/gpu": "dev-jetson"}
 
@@ -318,12 +467,14 @@ def tolerated(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -
 
 
 def test_spot_capacity_takes_preemptible_work_only(kueue) -> None:
-    """environments/dev.yaml:18-22 pool dev-spot `spot: {price: 0.5}` (2 nodes x 4 GPUs); line 74 batch-low
-    `preemptible: true`, training-standard (line 73) not; lines 63-69 tenant data-prep `pools: [dev-a100,
-    dev-spot]`, nvidia.com/gpu {guaranteed: 0, burst: 16}; lines 39-44 platform-dev bursting to 32 on
-    dev-a100 (lines 9-13). data-prep's training-standard job lands on dev-a100 and could not be scheduled
-    on a spot node; with dev-a100 full, its batch-low job lands on dev-spot, its only room, while its
-    training-standard job waits with Kueue's reason and may not tolerate the spot taint at all."""
+    """environments/dev.yaml:18-22 `name: dev-spot ... per_node: 4} ... nodes: 2 ... spot: {price: 0.5}`;
+    line 95 `preemptible: true` (batch-low), training-standard (line 94 `{name: training-standard, value:
+    5000, workload: training}`) not; lines 76-78 `pools: [dev-a100, dev-spot] ... nvidia.com/gpu:
+    {guaranteed: 0, burst: 16}` (data-prep); line 53 `nvidia.com/gpu: {guaranteed: 16, burst: 32}`
+    (platform-dev bursting to 32 on dev-a100, lines 9-13 `name: dev-a100 ... nodes: 2`). data-prep's
+    training-standard job lands on dev-a100 and could not be scheduled on a spot node; with dev-a100 full,
+    its batch-low job lands on dev-spot, its only room, while its training-standard job waits with
+    Kueue's reason and may not tolerate the spot taint at all."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     elsewhere = tenants.submit("data-prep", "train", {"nvidia.com/gpu": 1}, "training-standard")
     assert flavors(tenants.admitted("data-prep", elsewhere)) == {"nvidia.com/gpu": "dev-a100"}
@@ -352,10 +503,12 @@ TRAINING = [{"key": "dedicated", "operator": "Equal", "value": "training", "effe
 
 
 def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(kueue, tmp_path: Path) -> None:
-    """environments/prod.yaml with line 181 `lend_fraction: 0.5` (as it was before validate refused it):
-    on center-sh, a100-train (lines 38-40: 8 nodes x 8 GPUs) holds llm-pretrain's guarantee of 48 (line
-    117) and research's 8 (line 148), each keeping half of it from lending. grants computes that
-    llm-pretrain can hold 60 of its declared burst of 64: Kueue admits 60 and leaves one more GPU pending."""
+    """environments/prod.yaml with line 202 `lend_fraction: 1.0` made 0.5 (as it was before validate refused
+    it): on center-sh, a100-train (lines 38-40 `name: a100-train ... per_node: 8} ... nodes: 8`) holds
+    llm-pretrain's guarantee of 48 (line 126 `nvidia.com/gpu: {guaranteed: 48, burst: 64}`) and research's
+    8 (line 157 `nvidia.com/gpu: {guaranteed: 8, burst: 48}`), each keeping half of it from lending.
+    grants computes that llm-pretrain can hold 60 of its declared burst of 64: Kueue admits 60 and leaves
+    one more GPU pending."""
     folder = tmp_path / "environments"
     folder.mkdir()
     (folder / "prod.yaml").write_text((ROOT / "environments" / "prod.yaml").read_text().replace("lend_fraction: 1.0", "lend_fraction: 0.5"))
@@ -365,34 +518,59 @@ def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(
     tenants = Tenants(kueue(objects))
     burst = tenants.submit("llm-pretrain", "burst", {"nvidia.com/gpu": granted["reachable"]}, "training-high", tolerations=TRAINING)
     assert flavors(tenants.admitted("llm-pretrain", burst)) == {"nvidia.com/gpu": "a100-train"}
-    tenants.one_more_gpu_waits("llm-pretrain", "training-high", tolerations=TRAINING)
+    tenants.one_more_waits("llm-pretrain", "training-high", tolerations=TRAINING)
 
 
-def test_a_burst_split_over_two_pools_is_reached_over_both_and_one_job_holds_one_pools_share(kueue) -> None:
-    """environments/prod.yaml:142-148, research on center-bj: `pools: [h100-mig, a100-infer, a100-train]`,
-    nvidia.com/gpu {guaranteed: 8, burst: 48}, split over h100-mig (lines 16-22) and a100-infer (lines
-    23-27) as grants reads the rendered queues: one job of each pool's reach is admitted there, and
-    one GPU more waits, so the tenant holds its 48 but no single job more than the larger share."""
-    objects = cluster_objects("prod", "center-bj")
-    granted = grants.facts({"center-bj": objects})["center-bj"]["research"]["nvidia.com/gpu"]
-    shares = {flavor: g["reachable"] for flavor, g in granted["flavors"].items()}
-    assert sum(shares.values()) == granted["reachable"] == 48 and len(shares) == 2
-    tenants = Tenants(kueue(objects))
-    landed = {}
-    for flavor, share in sorted(shares.items(), key=lambda s: -s[1]):  # the larger first: it fits only its own pool
-        uid = tenants.submit("research", f"share-{flavor}", {"nvidia.com/gpu": share}, "training-standard")
-        landed[flavor] = flavors(tenants.admitted("research", uid))["nvidia.com/gpu"]
-    assert landed == {flavor: flavor for flavor in shares}
-    tenants.one_more_gpu_waits("research", "training-standard")
+BURSTS = [("dev", "dev-center", "platform-dev"), ("prod", "center-bj", "research"), ("staging", "stg-center", "vision"),
+          ("staging", "stg-center", "speech"), ("staging", "stg-center", "research"), ("staging", "stg-edge", "factory-vision")]
+
+
+@pytest.mark.parametrize("env, cluster, tenant", BURSTS, ids=["-".join(b) for b in BURSTS])
+def test_on_an_idle_cluster_a_tenant_reaches_its_declared_burst_one_job_per_pool_and_one_unit_more_waits(
+        kueue, env: str, cluster: str, tenant: str) -> None:
+    """What grants reads from the rendered queues as the most the tenant may hold on each pool (its
+    guarantee there and its share of what it may borrow) adds up to the declared burst; one job of each
+    pool's share, tolerating that pool's taints, is admitted there, the larger first (it fits only its
+    own pool); then one unit more of each resource waits: the tenant holds its burst, no single job more
+    than one pool's share.
+    environments/dev.yaml:53 `nvidia.com/gpu: {guaranteed: 16, burst: 32}` and line 54
+    `huawei.com/Ascend910: {guaranteed: 4, burst: 8}` (platform-dev) on an idle dev-a100 (32 units, lines
+    9-13 `name: dev-a100 ... nodes: 2 ... replicas: 4}`) and dev-ascend (8, lines 14-16 `name: dev-ascend
+    ... per_node: 8} ... nodes: 1`).
+    environments/prod.yaml:155 `pools: [h100-mig, a100-infer, a100-train]` and line 157
+    `nvidia.com/gpu: {guaranteed: 8, burst: 48}` (research, on center-bj: h100-mig and a100-infer).
+    environments/staging.yaml:51 `guaranteed: 16, burst: 32` and line 52 `huawei.com/Ascend910:
+    {guaranteed: 4, burst: 8}` (vision, on every pool of stg-center; stg-h100 tainted, line 12 `taints: [{key: dedicated`); line 60
+    `nvidia.com/gpu: {guaranteed: 8, burst: 16}` (speech, on its two pools, line 58 `pools: [stg-a100-infer, stg-a100-mig]`); line 66
+    `nvidia.com/gpu: {guaranteed: 4, burst: 16}` (research, whose only class, line 64 `priority_classes:
+    [batch-low]`, goes through its non-preempting queue); on stg-edge line 73 `nvidia.com/gpu:
+    {guaranteed: 4, burst: 6}` (factory-vision) on stg-jetson's 6 devices (line 37 `nodes: 6`)."""
+    stage = Stage.of(env, cluster)
+    declared = stage.tenant(tenant)
+    granted = grants.facts({cluster: stage.objects})[cluster][tenant]
+    assert {r: g["reachable"] for r, g in granted.items()} == {r: q.burst for r, q in declared.quota.items()}
+    tenants = Tenants(kueue(stage.objects))
+    for resource, grant in sorted(granted.items()):
+        shares = dict(pool_shares(grant))
+        landed = {}
+        for flavor, share in shares.items():
+            work = stage.work(declared, flavor)
+            uid = tenants.submit(tenant, f"burst-{len(landed)}-{quantity_name(resource)}", {resource: share},
+                                 work.priority, work.queue, work.tolerations)
+            landed[flavor] = flavors(tenants.admitted(tenant, uid))[resource]
+        assert landed == {flavor: flavor for flavor in shares}
+        work = stage.work(declared, *shares)
+        tenants.one_more_waits(tenant, work.priority, work.tolerations, resource, work.queue, f"beyond-{quantity_name(resource)}")
 
 
 # --- defect 4: a guarantee split over pools could not be used by one job --------------------------------
 
 
 def test_a_guarantee_held_by_one_pool_admits_a_job_of_all_of_it_without_borrowing(kueue) -> None:
-    """environments/prod.yaml:144-150, tenant research on center-bj, `pools: [h100-mig, a100-infer, ...]`,
-    nvidia.com/gpu guaranteed 8: held whole by h100-mig (line 16: 224 units, 104 left after speech's 120,
-    lines 123-130), not split 5 + 3 by capacity, so a job of 8 is admitted without borrowing (and so
+    """environments/prod.yaml:151-157 `name: research ... pools: [h100-mig, a100-infer, a100-train] ...
+    nvidia.com/gpu: {guaranteed: 8, burst: 48}` (on center-bj): held whole by h100-mig (lines 16-21 `name:
+    h100-mig ... nodes: 4 ... profiles: {1g.10gb: 7}}`: 224 units, 104 left after speech's 120, line 136
+    `nvidia.com/gpu: {guaranteed: 120, burst: 200}`), not split 5 + 3 by capacity, so a job of 8 is admitted without borrowing (and so
     cannot be reclaimed)."""
     tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
     job = tenants.submit("research", "train", {"nvidia.com/gpu": 8}, "training-standard")
