@@ -73,8 +73,8 @@ def main() -> int:
             result = plan.build(repo, "large", "main", None, 0)
             plan_times.append(time.perf_counter() - started)
     b, p = statistics.median(base_times), statistics.median(plan_times)
-    print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result['cost']['delta']:,.0f}, "
-          f"{len(result['objects']['changed'])} objects changed, {len(result['decisions'])} decisions")
+    print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result.cost.delta:,.0f}, "
+          f"{len(result.objects.changed)} objects changed, {len(result.decisions)} decisions")
     print(f"  build manifests {b:.2f} s ({', '.join(f'{t:.2f}' for t in base_times)}), plan {p:.2f} s ({', '.join(f'{t:.2f}' for t in plan_times)})")
     return report("", [
         Goal("plan of a one-line change, wall", p, GOAL_SECONDS, "s"),

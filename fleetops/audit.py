@@ -22,7 +22,7 @@ import jinja2
 from pydantic import BaseModel, ValidationError
 
 from fleetops import git, policy, render, spec
-from fleetops.output import VERDICT_STATUSES, DecisionStatus, decision_counts
+from fleetops.envelope import VERDICT_STATUSES, DecisionStatus, decision_counts
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

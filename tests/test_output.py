@@ -8,12 +8,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fleetops import __version__, output
+from fleetops import __version__, envelope
 from tests.cli import run
 from tests.helpers import ROOT
 from tests.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
 
-VALIDATOR = jsonschema.Draft202012Validator(output.json_schema())
+VALIDATOR = jsonschema.Draft202012Validator(envelope.json_schema())
 
 
 def conforms(document: dict, command: str) -> dict:
@@ -24,9 +24,9 @@ def conforms(document: dict, command: str) -> dict:
 
 
 def test_the_schema_itself_is_valid_and_published_by_the_cli() -> None:
-    jsonschema.Draft202012Validator.check_schema(output.json_schema())
+    jsonschema.Draft202012Validator.check_schema(envelope.json_schema())
     printed = run("schema")
-    assert printed.returncode == 0 and json.loads(printed.stdout) == output.json_schema()
+    assert printed.returncode == 0 and json.loads(printed.stdout) == envelope.json_schema()
 
 
 def test_version() -> None:
@@ -64,6 +64,17 @@ def test_plan_output_conforms(repo: Path) -> None:  # noqa: F811 - the fixture
     assert document["ok"] is False and document["verdict"] == "needs-approval" and document["counts"]["approval"] == 2
 
 
+@pytest.mark.parametrize("form, artifact", [("markdown", "comment.md"), ("json", "plan.json"), ("junit", "plan-junit.xml"),
+                                            ("github", "annotations.txt")])
+def test_each_form_of_a_plan_is_one_function_for_output_and_artifacts(repo: Path, tmp_path: Path, form: str, artifact: str) -> None:  # noqa: F811
+    # CI posts comment.md and uploads the rest: what it keeps must be what a person running --output sees.
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
+    commit(repo, "vision: a lot more GPUs")
+    out = plan(repo, "--env", "prod", "--output", form, "--artifacts", tmp_path / "artifacts", "--max-chars", "6000")
+    assert out.returncode == 1 and out.stdout == (tmp_path / "artifacts" / artifact).read_text()
+    assert len((tmp_path / "artifacts" / "comment.md").read_text()) <= 6000 < len((tmp_path / "artifacts" / "plan.md").read_text())
+
+
 def test_audit_output_conforms() -> None:
     done = run("audit", "--env", "dev", "--output", "json")
     document = conforms(json.loads(done.stdout), "audit")
@@ -78,4 +89,4 @@ def test_audit_output_conforms() -> None:
     ("no place at all", {"file": None, "line": None, "column": None, "path": None, "message": "no place at all"}),
 ])
 def test_problem_lines_become_fields(text: str, expected: dict) -> None:
-    assert output.problem(text) == expected
+    assert envelope.parse(text).fields() == expected

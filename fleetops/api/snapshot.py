@@ -20,6 +20,7 @@ from typing import Any
 
 from fleetops import __version__, git, grants, plan, spec
 from fleetops.errors import FleetopsError, PlanError
+from fleetops.plan_result import PlanResult
 
 log = logging.getLogger("fleetops.api")
 
@@ -34,7 +35,7 @@ class Snapshot:
     capacity: list[dict[str, Any]]
     grants: dict[str, Any]  # cluster -> tenant -> resource -> what Kueue grants (grants.facts)
     decisions: list[dict[str, Any]]
-    latest_plan: dict[str, Any]  # the plan of the commit that made this revision (its first parent as base)
+    latest_plan: PlanResult  # the plan of the commit that made this revision (its first parent as base)
 
     @property
     def env(self) -> spec.Environment:
@@ -75,7 +76,7 @@ def load(repo: Path, environment: str, rev: str, stack: contextlib.ExitStack) ->
                     _latest_plan(top, environment, revision))
 
 
-def _latest_plan(repo: Path, environment: str, revision: str) -> dict[str, Any]:
+def _latest_plan(repo: Path, environment: str, revision: str) -> PlanResult:
     """The plan of the commit that made `revision`, as `plan --base REV^ --head REV` prints it; a root
     commit or a parent that cannot be judged gives the plan `invalid` with its problems, as plan does."""
     try:

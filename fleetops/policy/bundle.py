@@ -56,7 +56,7 @@ def parse_yaml(text: str, file: str) -> Any:
     try:
         return spec.parse_yaml(text, file)[0]
     except spec.SpecError as exc:
-        raise PolicyError(exc.problems[0]) from None
+        raise PolicyError(problems=exc.problems[:1]) from None
 
 
 def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
