@@ -108,7 +108,7 @@ def read_waivers(path: Path) -> tuple[list[WaiverEntry], spec.Positions | None]:
         return [], positions
     entries = tree.get("waivers") if isinstance(tree, dict) else None
     if not isinstance(entries, list):
-        raise PolicyError(positions.error((), "want a mapping with a 'waivers' list"))
+        raise PolicyError(problems=[positions.error((), "want a mapping with a 'waivers' list")])
     out = []
     for i, entry in enumerate(entries):
         try:
