@@ -32,8 +32,8 @@ from fleetops import changes as changes_mod
 from fleetops import diff, git, grants, isolate, spec, usage
 from fleetops.envelope import decision_counts, parse
 from fleetops.errors import PlanError, Problem
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, Groups, PlanResult, PolicyFileChange,
-                                  PolicyReview, QuotaChange, Verdict)
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, FleetChange, Groups, PlanResult,
+                                  PolicyFileChange, PolicyReview, QuotaChange, SpecChange, Verdict)
 from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
@@ -525,9 +525,9 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         head=ChangeSide(head_revision, after.exists),
         decisions=decisions,
         no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
-        spec_changes=edits,
+        spec_changes=[SpecChange.of(e) for e in edits],
         approvals=Approvals(approvals, sorted({d["rule"] for d in decisions if d["status"] == "approval"})),
-        fleet_changes=fleet_changes,
+        fleet_changes=[FleetChange(**c) for c in fleet_changes],
         policy_file_changes=files,
         program_file_changes=program_files,
         objects=changes,

@@ -146,6 +146,45 @@ class Groups:
     removed: list[str]
 
 
+class Side(StrEnum):
+    BASE = "base"
+    HEAD = "head"
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """One edited field of the environment file: its value on each side and its line (head's; base's
+    for a removed field)."""
+
+    path: str  # as `spec.format_loc` writes it, list items by name
+    old: Any  # None: not in base
+    new: Any  # None: not in head
+    file: str
+    line: int
+    side: Side  # the side whose file holds `line`
+    security: bool  # it decides who or what is let in: fingerprints, allow lists, node matches, ...
+
+    @classmethod
+    def of(cls, row: Row) -> SpecChange:
+        """From `changes.spec_changes_and_fields`' row."""
+        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security"])
+
+    def to_json(self) -> Row:
+        return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
+                "side": self.side.value, "security": self.security}
+
+
+@dataclass(frozen=True)
+class FleetChange:
+    """One change in fleet terms (`changes.fleet_changes`): a sentence, and what it moves."""
+
+    subject: str  # `cluster/pool`, `tenants/name`, `environment/name`, ...
+    text: str
+    security: bool
+    devices: int
+    cost: float  # monthly
+
+
 def _key(key: ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
@@ -171,10 +210,10 @@ class PlanResult:
     head: ChangeSide
     decisions: list[Row]  # each policy decision, with where it comes from and its fix ($defs/decision)
     no_effect: bool = False  # no object, field, policy or cost changes
-    spec_changes: list[Row] = field(default_factory=list)  # every edited field of the environment file
+    spec_changes: list[SpecChange] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     approvals: Approvals = Approvals(0, [])
-    fleet_changes: list[Row] = field(default_factory=list)  # the change in fleet terms, largest first
+    fleet_changes: list[FleetChange] = field(default_factory=list)  # largest first
     policy_file_changes: list[PolicyFileChange] = field(default_factory=list)
     program_file_changes: list[str] = field(default_factory=list)
     objects: Changes = field(default_factory=Changes)
@@ -199,7 +238,7 @@ class PlanResult:
     @property
     def security_changes(self) -> int:
         """Security-relevant edits of the environment file and the policies, and every program file changed."""
-        return (sum(c["security"] for c in self.spec_changes) + sum(f.security for f in self.policy_file_changes)
+        return (sum(c.security for c in self.spec_changes) + sum(f.security for f in self.policy_file_changes)
                 + len(self.program_file_changes))
 
     def to_json(self) -> Row:
@@ -207,13 +246,13 @@ class PlanResult:
         common = {"environment": self.environment, "base": self.base.to_json(), "head": self.head.to_json(), "verdict": self.verdict.value}
         if not self.judged:
             return {**common, "problems": self.problems, "decisions": self.decisions, "counts": self.counts,
-                    "no_effect": self.no_effect, "spec_changes": self.spec_changes}
+                    "no_effect": self.no_effect, "spec_changes": [c.to_json() for c in self.spec_changes]}
         return {
             **common,
             "approvals": {"have": self.approvals.have, "needed_by": self.approvals.needed_by},
             "no_effect": self.no_effect,
-            "fleet_changes": self.fleet_changes,
-            "spec_changes": self.spec_changes,
+            "fleet_changes": [asdict(c) for c in self.fleet_changes],
+            "spec_changes": [c.to_json() for c in self.spec_changes],
             "policy_file_changes": [{"file": f.file, "security": f.security, "diff": f.diff} for f in self.policy_file_changes],
             "program_file_changes": self.program_file_changes,
             "security_changes": self.security_changes,

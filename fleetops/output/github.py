@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleetops import spec
 from fleetops.output.markdown import GROUP_OVER, security_kind
-from fleetops.plan_result import PlanResult, Row
+from fleetops.plan_result import PlanResult, Side, SpecChange
 
 LEVEL = {"deny": "error", "approval": "warning", "warn": "warning", "waived": "notice"}
 
@@ -23,15 +23,15 @@ def render(plan: PlanResult) -> str:
         message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
         out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
                    f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
-    kinds: dict[str, list[Row]] = {}
+    kinds: dict[str, list[SpecChange]] = {}
     for e in plan.spec_changes:
-        if e["security"] and e["side"] == "head":
-            kinds.setdefault(security_kind(e["path"]), []).append(e)
+        if e.security and e.side is Side.HEAD:
+            kinds.setdefault(security_kind(e.path), []).append(e)
     for kind, edits in kinds.items():
         # A new environment's hundreds of node matches are one notice at the first, not one per line.
         many = len(edits) > GROUP_OVER
         for e in edits[:1] if many else edits:
-            what = f"{len(edits):,} {kind} fields changed, the first here" if many else f"{e['path']} changed"
-            out.append(f"::notice file={_escape(e['file'], True)},line={e['line']},title={_escape('security-relevant change', True)}::"
+            what = f"{len(edits):,} {kind} fields changed, the first here" if many else f"{e.path} changed"
+            out.append(f"::notice file={_escape(e.file, True)},line={e.line},title={_escape('security-relevant change', True)}::"
                        f"{_escape(what + ': review who it lets in')}")
     return "\n".join(out) + ("\n" if out else "")

@@ -21,7 +21,7 @@ from fleetops.changes import SECURITY_FIELDS
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
-from fleetops.plan_result import Capacity, CapacityRow, PlanResult, Verdict
+from fleetops.plan_result import Capacity, CapacityRow, PlanResult, Side, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -128,7 +128,7 @@ def security_kind(path: str) -> str:
 def _security_kinds(plan: PlanResult) -> str:
     """What the security-relevant changes are, by kind: a new environment's hundreds of fingerprints and
     node matches read as a few counts, not as one alarming number."""
-    kinds = Counter(security_kind(e["path"]) for e in plan.spec_changes if e["security"])
+    kinds = Counter(security_kind(e.path) for e in plan.spec_changes if e.security)
     kinds.update({"policy file(s)": sum(f.security for f in plan.policy_file_changes), "program file(s)": len(plan.program_file_changes)})
     named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
     return f" ({', '.join(named)})" if named else ""
@@ -141,15 +141,15 @@ def what_changes(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
     """The change in fleet terms, largest first (`fleet_changes` come ordered by cost and devices moved):
     the `top` largest security-relevant ones and the `top` largest of the others (all when `top` is None)."""
     changes = plan.fleet_changes
-    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c["security"] is flag)}
+    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c.security is flag)}
     shown = [c for c in changes if top is None or ranks[id(c)] < top]
-    items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in shown]
+    items = [f"- {SECURITY + ' ' if c.security else ''}{_text(c.text)}" for c in shown]
     if len(shown) < len(changes):
         items.append(f"- … and {len(changes) - len(shown):,} smaller change(s), in the full plan")
     edits = plan.spec_changes
     if edits:
-        flagged = sum(e["security"] for e in edits)
-        items.append(f"- {len(edits):,} field(s) of {_code(edits[0]['file'])} changed"
+        flagged = sum(e.security for e in edits)
+        items.append(f"- {len(edits):,} field(s) of {_code(edits[0].file)} changed"
                      + (f", {SECURITY} {flagged:,} security-relevant" if flagged else "") + " (listed below)")
     return ["", "**What changes**", "", *items] if items else []
 
@@ -316,9 +316,9 @@ class Fold(NamedTuple):
 
 def spec_fields(plan: PlanResult) -> Fold:
     # What decides who may run where first, then down the file.
-    edits = sorted(plan.spec_changes, key=lambda e: (not e["security"], e["side"] != "head", e["line"]))
+    edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not Side.HEAD, e.line))
     return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
-        [f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |"] for e in edits])
+        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {e.line} |"] for e in edits])
 
 
 def _values(old: Any, new: Any) -> tuple[str, str]:
