@@ -32,8 +32,8 @@ from fleetops import changes as changes_mod
 from fleetops import diff, git, grants, isolate, spec, usage
 from fleetops.envelope import decision_counts, parse
 from fleetops.errors import PlanError, Problem
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, FleetChange, Groups, PlanResult,
-                                  PolicyFileChange, PolicyReview, QuotaChange, SpecChange, Verdict)
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, FleetChange, Grants, Groups,
+                                  PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
 from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
@@ -533,8 +533,8 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         objects=changes,
         capacity=capacity,
         quota_changes=[QuotaChange.of(q) for q in quota],
-        grants=granted,
-        services=services,
+        grants=Grants.of(granted),
+        services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
         groups=Groups(groups["added"], groups["removed"]),
         cost=Cost(cost_before, cost_after, currency),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),

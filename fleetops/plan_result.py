@@ -185,6 +185,71 @@ class FleetChange:
     cost: float  # monthly
 
 
+class ServiceChange(StrEnum):
+    ADDED = "added"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Service:
+    """An inference service of the head in fleet terms (`grants.services`, what the policies judge): its
+    replicas and devices, what Kueue grants its tenant there, what it costs at max, against the base."""
+
+    tenant: str
+    name: str
+    cluster: str
+    pools: list[str]
+    resource: str
+    devices: int  # per replica
+    min: int
+    max: int
+    at_max: int  # devices at max replicas
+    reachable: int  # of its tenant's burst on its pools, on an idle cluster
+    replica_monthly: float
+    monthly_at_max: float
+    change: ServiceChange
+    monthly_at_max_delta: float
+    text: str  # one sentence a reviewer reads
+
+
+@dataclass(frozen=True)
+class TenantGrant:
+    """What Kueue grants one tenant of one device resource on one cluster, beside its declared burst."""
+
+    cluster: str
+    tenant: str
+    resource: str
+    guaranteed: int
+    reachable: int
+    burst: int | None  # declared; None: not declared
+    lends: int
+    largest_job: int  # the most one job (one flavor) may hold
+    flavors: Row  # per flavor, as `grants` computes it
+
+
+@dataclass(frozen=True)
+class ClusterGrant:
+    """Every unit of quota a cluster's tree holds of one device resource, the guarantees, and what its cohort shares."""
+
+    cluster: str
+    resource: str
+    quota: int
+    guaranteed: int
+    shared: int
+
+
+@dataclass(frozen=True)
+class Grants:
+    tenants: list[TenantGrant]
+    clusters: list[ClusterGrant]
+
+    @classmethod
+    def of(cls, review: dict[str, list[Row]]) -> Grants:
+        """From `grants.review`."""
+        return cls([TenantGrant(**r) for r in review["tenants"]], [ClusterGrant(**c) for c in review["clusters"]])
+
+
 def _key(key: ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
@@ -219,8 +284,8 @@ class PlanResult:
     objects: Changes = field(default_factory=Changes)
     capacity: list[CapacityRow] = field(default_factory=list)
     quota_changes: list[QuotaChange] = field(default_factory=list)
-    grants: Row = field(default_factory=lambda: {"tenants": [], "clusters": []})  # what Kueue grants ($defs/grants)
-    services: list[Row] = field(default_factory=list)  # inference services at head ($defs/service)
+    grants: Grants = Grants([], [])  # what Kueue grants on an idle cluster
+    services: list[Service] = field(default_factory=list)  # the head's inference services
     groups: Groups = Groups([], [])
     cost: Cost = Cost(0.0, 0.0, "")
     policy: PolicyReview = PolicyReview("", True, [], [])
@@ -260,8 +325,8 @@ class PlanResult:
             "capacity": [{"cluster": r.cluster, "resource": r.resource, "before": asdict(r.before), "after": asdict(r.after)} for r in self.capacity],
             "quota_changes": [{"tenant": q.tenant, "cluster": q.cluster, "resource": q.resource, "before": asdict(q.before), "after": asdict(q.after)}
                               for q in self.quota_changes],
-            "grants": self.grants,
-            "services": self.services,
+            "grants": {"tenants": [asdict(r) for r in self.grants.tenants], "clusters": [asdict(c) for c in self.grants.clusters]},
+            "services": [{**asdict(s), "change": s.change.value} for s in self.services],
             "groups": {"added": self.groups.added, "removed": self.groups.removed},
             "cost": self.cost.to_json(),
             "policy": self.policy.to_json(),

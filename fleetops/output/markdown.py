@@ -21,7 +21,7 @@ from fleetops.changes import SECURITY_FIELDS
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
-from fleetops.plan_result import Capacity, CapacityRow, PlanResult, Side, Verdict
+from fleetops.plan_result import Capacity, CapacityRow, PlanResult, ServiceChange, Side, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -157,9 +157,9 @@ def what_changes(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
 def autoscaling(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
     """The inference services the change adds or changes, in fleet terms, the most spend at max first
     (the others are in their fold)."""
-    moved = sorted((s for s in plan.services if s["change"] != "unchanged"), key=lambda s: -abs(s["monthly_at_max_delta"]))
+    moved = sorted((s for s in plan.services if s.change is not ServiceChange.UNCHANGED), key=lambda s: -abs(s.monthly_at_max_delta))
     shown = moved if top is None else moved[:top]
-    items = [f"- {_text(s['text'])}" for s in shown]
+    items = [f"- {_text(s.text)}" for s in shown]
     if len(shown) < len(moved):
         items.append(f"- … and {len(moved) - len(shown):,} more service(s), in the full plan")
     return ["", "**Inference autoscaling**", "", *items] if items else []
@@ -359,12 +359,12 @@ def grants_table(plan: PlanResult) -> Fold:
     """What Kueue will grant on an idle cluster (fleetops.grants), per tenant and per cluster, the most
     units first; ⚠️ where a tenant cannot reach its declared burst."""
     granted = plan.grants
-    rows = [(r["reachable"], f"| {_text(r['cluster'])} | {_text(r['tenant'])} | {_code(r['resource'])} | {_cell(r['guaranteed'])} "
-                             f"| {'⚠️ ' if r['burst'] is not None and r['reachable'] < r['burst'] else ''}{_cell(r['reachable'])} "
-                             f"| {_cell(r['burst']) if r['burst'] is not None else '—'} | {_cell(r['largest_job'])} | {_cell(r['lends'])} |")
-            for r in granted["tenants"]]
-    rows += [(c["quota"], f"| {_text(c['cluster'])} | all tenants | {_code(c['resource'])} | {_cell(c['guaranteed'])} | {_cell(c['quota'])} "
-                          f"| — | — | {_cell(c['shared'])} |") for c in granted["clusters"]]
+    rows = [(r.reachable, f"| {_text(r.cluster)} | {_text(r.tenant)} | {_code(r.resource)} | {_cell(r.guaranteed)} "
+                          f"| {'⚠️ ' if r.burst is not None and r.reachable < r.burst else ''}{_cell(r.reachable)} "
+                          f"| {_cell(r.burst) if r.burst is not None else '—'} | {_cell(r.largest_job)} | {_cell(r.lends)} |")
+            for r in granted.tenants]
+    rows += [(c.quota, f"| {_text(c.cluster)} | all tenants | {_code(c.resource)} | {_cell(c.guaranteed)} | {_cell(c.quota)} "
+                       f"| — | — | {_cell(c.shared)} |") for c in granted.clusters]
     return Fold("What Kueue will grant on an idle cluster",
                 ["| cluster | tenant | resource | guaranteed | reachable burst | declared burst | largest job | lends |",
                  "|---|---|---|---:|---:|---:|---:|---:|"],
@@ -373,9 +373,9 @@ def grants_table(plan: PlanResult) -> Fold:
 
 def services_table(plan: PlanResult) -> Fold:
     """Every inference service of the head: its replicas, what they take at max of what Kueue grants, what they cost at max."""
-    rows = [[f"| {_text(s['tenant'])}/{_text(s['name'])} | {_text(s['cluster'])} | {s['min']:,}–{s['max']:,} × {s['devices']:,} {_code(s['resource'])} "
-             f"| {'⚠️ ' if s['at_max'] > s['reachable'] else ''}{s['at_max']:,} of {s['reachable']:,} | {_num(s['monthly_at_max'])} |"]
-            for s in sorted(plan.services, key=lambda s: -s["monthly_at_max"])]
+    rows = [[f"| {_text(s.tenant)}/{_text(s.name)} | {_text(s.cluster)} | {s.min:,}–{s.max:,} × {s.devices:,} {_code(s.resource)} "
+             f"| {'⚠️ ' if s.at_max > s.reachable else ''}{s.at_max:,} of {s.reachable:,} | {_num(s.monthly_at_max)} |"]
+            for s in sorted(plan.services, key=lambda s: -s.monthly_at_max)]
     return Fold("Inference services at max replicas",
                 ["| service | cluster | replicas × devices | at max of reachable burst | spend at max /mo |", "|---|---|---|---:|---:|"], rows)
 
