@@ -422,7 +422,7 @@ def plan_command(
             fail(f"plan: the fleetops running is not the program of the base revision {result.base.revision[:12]}: "
                  "install the base's checkout and run it there (--require-base-program)")
         policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
-            "plan", env, result.head.revision, result.judgement, result.decisions, result.verdict.value, approvals,
+            "plan", env, result.head.revision, result.judgement, result.decision_rows(), result.verdict.value, approvals,
             result.usage.model_dump(mode="json") if result.usage else None))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")

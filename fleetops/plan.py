@@ -30,10 +30,10 @@ from typing import Any
 
 from fleetops import changes as changes_mod
 from fleetops import diff, git, grants, isolate, spec, usage
-from fleetops.envelope import decision_counts, parse
+from fleetops.envelope import DecisionStatus, decision_counts, parse
 from fleetops.errors import PlanError, Problem
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, FleetChange, Grants, Groups,
-                                  PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
 from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
@@ -523,7 +523,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         verdict=Verdict.of(counts),
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
-        decisions=decisions,
+        decisions=[PlanDecision.of(d) for d in decisions],
         no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
         spec_changes=[SpecChange.of(e) for e in edits],
         approvals=Approvals(approvals, sorted({d["rule"] for d in decisions if d["status"] == "approval"})),
@@ -564,9 +564,8 @@ def cannot_judge(environment: str, base: str | None, head: str | None, problems:
     "invalid", each problem a blocking decision at the file and line it names, so that every form
     of the plan (comment, annotations, JUnit, JSON) says so and replaces an earlier verdict."""
     found = [parse(text) for text in problems]
-    decisions = [{"status": "deny", "rule": "plan.cannot_judge", "severity": "high", "msg": text, "resource": "",
-                  "subject": {}, "package": "fleetops.plan", "waived_by": None, "fix": "",
-                  **({"location": {"file": p.file, "line": p.line, "column": p.column or 1}} if p.file and p.line else {})}
+    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", "high", text, "", {}, "fleetops.plan",
+                          location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
                  for text, p in zip(problems, found)]
     return PlanResult(environment, Verdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
                       problems=found)

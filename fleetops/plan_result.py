@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 from fleetops import usage
 from fleetops.diff import Changes
-from fleetops.envelope import decision_counts
+from fleetops.envelope import DecisionStatus, decision_counts
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 
@@ -146,6 +146,46 @@ class Groups:
     removed: list[str]
 
 
+@dataclass(frozen=True)
+class Location:
+    """Where a decision is about: the field of the environment file, or the first changed line of a policy or program file."""
+
+    file: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """One policy decision on the change, with where it comes from and how to fix it ($defs/decision)."""
+
+    status: DecisionStatus  # a deny that more approvals resolve is an approval
+    rule: str
+    severity: str
+    msg: str
+    resource: str  # `cluster:Kind/namespace/name`
+    subject: Row  # the resource as the rule names it: kind, name, cluster, tenant, ...
+    package: str
+    waived_by: str | None = None  # file:line of the waiver
+    fix: str = ""
+    figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
+    location: Location | None = None
+    waiver: Row | None = None  # owner, ticket, expiry and reason of the waiver that waives it
+
+    @classmethod
+    def of(cls, row: Row) -> PlanDecision:
+        """From the row `plan.explain` makes of a policy's decision."""
+        loc = row.get("location")
+        return cls(DecisionStatus(row["status"]), row["rule"], row["severity"], row["msg"], row["resource"], row["subject"], row["package"],
+                   row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, row.get("waiver"))
+
+    def to_json(self) -> Row:
+        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": self.waiver}
+        return {"status": self.status.value, "rule": self.rule, "severity": self.severity, "msg": self.msg, "resource": self.resource,
+                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
+                **{k: v for k, v in optional.items() if v is not None}}
+
+
 class Side(StrEnum):
     BASE = "base"
     HEAD = "head"
@@ -273,7 +313,7 @@ class PlanResult:
     verdict: Verdict
     base: ChangeSide
     head: ChangeSide
-    decisions: list[Row]  # each policy decision, with where it comes from and its fix ($defs/decision)
+    decisions: list[PlanDecision]
     no_effect: bool = False  # no object, field, policy or cost changes
     spec_changes: list[SpecChange] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -294,7 +334,11 @@ class PlanResult:
 
     @property
     def counts(self) -> dict[str, int]:
-        return decision_counts(self.decisions)
+        return decision_counts(self.decision_rows())
+
+    def decision_rows(self) -> list[Row]:
+        """The decisions as the decision log and JUnit take them: the published rows."""
+        return [d.to_json() for d in self.decisions]
 
     @property
     def judged(self) -> bool:
@@ -310,7 +354,7 @@ class PlanResult:
         """The published `plan` fields (the envelope adds schema, command, version, ok and problems)."""
         common = {"environment": self.environment, "base": self.base.to_json(), "head": self.head.to_json(), "verdict": self.verdict.value}
         if not self.judged:
-            return {**common, "problems": self.problems, "decisions": self.decisions, "counts": self.counts,
+            return {**common, "problems": self.problems, "decisions": self.decision_rows(), "counts": self.counts,
                     "no_effect": self.no_effect, "spec_changes": [c.to_json() for c in self.spec_changes]}
         return {
             **common,
@@ -331,7 +375,7 @@ class PlanResult:
             "cost": self.cost.to_json(),
             "policy": self.policy.to_json(),
             "usage": self.usage.model_dump(mode="json") if self.usage is not None else None,
-            "decisions": self.decisions,
+            "decisions": self.decision_rows(),
             "counts": self.counts,
             "judgement": self.judgement,
         }

@@ -4,10 +4,11 @@ security-relevant edit, on the line of the file it comes from."""
 from __future__ import annotations
 
 from fleetops import spec
+from fleetops.envelope import DecisionStatus
 from fleetops.output.markdown import GROUP_OVER, security_kind
 from fleetops.plan_result import PlanResult, Side, SpecChange
 
-LEVEL = {"deny": "error", "approval": "warning", "warn": "warning", "waived": "notice"}
+LEVEL = {DecisionStatus.DENY: "error", DecisionStatus.APPROVAL: "warning", DecisionStatus.WARN: "warning", DecisionStatus.WAIVED: "notice"}
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -19,10 +20,10 @@ def render(plan: PlanResult) -> str:
     """Workflow commands that put each decision on the line of the environment file it comes from."""
     out = []
     for d in plan.decisions:
-        loc = d.get("location") or {"file": spec.environment_path(plan.environment).as_posix(), "line": 1}
-        message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
-        out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
-                   f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
+        file, line = (d.location.file, d.location.line) if d.location else (spec.environment_path(plan.environment).as_posix(), 1)
+        message = d.msg + (f" Fix: {d.fix}" if d.fix and d.status is DecisionStatus.DENY else "")
+        out.append(f"::{LEVEL[d.status]} file={_escape(file, True)},line={line},"
+                   f"title={_escape(d.status.value + ': ' + d.rule, True)}::{_escape(message)}")
     kinds: dict[str, list[SpecChange]] = {}
     for e in plan.spec_changes:
         if e.security and e.side is Side.HEAD:

@@ -8,4 +8,4 @@ from fleetops.plan_result import PlanResult
 def render(plan: PlanResult) -> str:
     from fleetops import policy  # the policy engine only when JUnit is asked for
 
-    return policy.junit_report(f"fleetops plan {plan.environment}", f"fleetops.plan.{plan.environment}", plan.decisions)
+    return policy.junit_report(f"fleetops plan {plan.environment}", f"fleetops.plan.{plan.environment}", plan.decision_rows())

@@ -21,7 +21,8 @@ from fleetops.changes import SECURITY_FIELDS
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
-from fleetops.plan_result import Capacity, CapacityRow, PlanResult, ServiceChange, Side, Verdict
+from fleetops.envelope import DecisionStatus
+from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -75,12 +76,11 @@ def _fenced(lines: list[str], info: str = "diff") -> list[str]:
     return [fence + info, *lines, fence]
 
 
-def _where(d: dict[str, Any]) -> str:
-    loc = d.get("location")
-    if not loc:
+def _where(d: PlanDecision) -> str:
+    loc = d.location
+    if loc is None:
         return ""
-    place = f"{loc['file']}:{loc['line']}"
-    return f" — {_code(place)}"
+    return f" — {_code(f'{loc.file}:{loc.line}')}"
 
 
 # --- sections, most important first ------------------------------------------------------------
@@ -101,12 +101,12 @@ def header(plan: PlanResult) -> list[str]:
     if not plan.head.exists:
         deleted = spec.environment_path(plan.environment).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
-    waived = [d for d in plan.decisions if d["status"] == "waived" and d.get("severity") == "high"]
+    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity == "high"]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
-        lines += [f"> - {_code(d['rule'])} {_text(d['msg'])} — owner {_text(d['waiver']['owner'])}, {_text(d['waiver']['ticket'])}, "
-                  f"expires {_text(d['waiver']['expires'])}"
-                  if d.get("waiver") else f"> - {_code(d['rule'])} {_text(d['msg'])} (waiver {_text(d.get('waived_by'))})" for d in waived]
+        lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver['owner'])}, {_text(d.waiver['ticket'])}, "
+                  f"expires {_text(d.waiver['expires'])}"
+                  if d.waiver else f"> - {_code(d.rule)} {_text(d.msg)} (waiver {_text(d.waived_by)})" for d in waived]
     if plan.program_file_changes:
         files = ", ".join(_code(f) for f in plan.program_file_changes[:10]) + (" …" if len(plan.program_file_changes) > 10 else "")
         lines += ["", f"> {SECURITY} **Program change** ({len(plan.program_file_changes)} file(s): {files}): the objects below are "
@@ -168,31 +168,31 @@ def autoscaling(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
 GROUP_OVER = 3  # a rule with more decisions than this is one line with counts, not one line per decision
 
 
-def _grouped(decisions: list[dict[str, Any]]) -> list[str]:
+def _grouped(decisions: list[PlanDecision]) -> list[str]:
     """Decisions of one rule together, most numerous first; a rule with many is one line: how many, over
     how many tenants and clusters, the first as an example, and the fix they share."""
-    by_rule: dict[str, list[dict[str, Any]]] = {}
+    by_rule: dict[str, list[PlanDecision]] = {}
     for d in decisions:
-        by_rule.setdefault(d["rule"], []).append(d)
+        by_rule.setdefault(d.rule, []).append(d)
     lines: list[str] = []
     for rule, ds in sorted(by_rule.items(), key=lambda item: (-len(item[1]), item[0])):
         if len(ds) <= GROUP_OVER:
             for d in ds:
-                lines.append(f"- {_code(rule)} {_text(d['msg'])}{_where(d)}")
-                if d.get("fix"):
-                    lines.append(f"  - **Fix:** {_text(d['fix'])}")
+                lines.append(f"- {_code(rule)} {_text(d.msg)}{_where(d)}")
+                if d.fix:
+                    lines.append(f"  - **Fix:** {_text(d.fix)}")
             continue
-        lines += [f"- {_code(rule)} × {len(ds):,}{_spread(ds)}", f"  - e.g. {_text(ds[0]['msg'])}{_where(ds[0])}"]
-        fixes = {d.get("fix") for d in ds} - {None, ""}
+        lines += [f"- {_code(rule)} × {len(ds):,}{_spread(ds)}", f"  - e.g. {_text(ds[0].msg)}{_where(ds[0])}"]
+        fixes = {d.fix for d in ds} - {""}
         if len(fixes) == 1:
             lines.append(f"  - **Fix:** {_text(fixes.pop())}")
     return lines
 
 
-def _spread(decisions: list[dict[str, Any]]) -> str:
+def _spread(decisions: list[PlanDecision]) -> str:
     """`: 1,000 tenant(s) on 20 cluster(s) (tenant-0, tenant-1, …)` of one rule's decisions."""
     def named(key: str) -> list[str]:
-        return list(dict.fromkeys(str(s[key]) for d in decisions if (s := d.get("subject") or {}).get(key)))
+        return list(dict.fromkeys(str(d.subject[key]) for d in decisions if d.subject.get(key)))
 
     tenants, clusters = named("tenant"), named("cluster")
     parts = ([f"{len(tenants):,} tenant(s)"] if tenants else []) + ([f"{len(clusters):,} cluster(s)"] if clusters else [])
@@ -203,10 +203,10 @@ def _spread(decisions: list[dict[str, Any]]) -> str:
 
 def blocking(plan: PlanResult) -> list[str]:
     lines: list[str] = []
-    denied = [d for d in plan.decisions if d["status"] == "deny"]
+    denied = [d for d in plan.decisions if d.status is DecisionStatus.DENY]
     if denied:
         lines += ["", "**Denied by**", "", *_grouped(denied)]
-    waiting = [d for d in plan.decisions if d["status"] == "approval"]
+    waiting = [d for d in plan.decisions if d.status is DecisionStatus.APPROVAL]
     if waiting:
         lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan.approvals.have})", "", *_grouped(waiting)]
     return lines
@@ -335,16 +335,15 @@ def policy_files(plan: PlanResult) -> Fold:
         for f in plan.policy_file_changes])
 
 
-STATUS_ORDER = {"deny": 0, "approval": 1, "warn": 2, "waived": 3}
+STATUS_ORDER = {DecisionStatus.DENY: 0, DecisionStatus.APPROVAL: 1, DecisionStatus.WARN: 2, DecisionStatus.WAIVED: 3}
 
 
 def decision_table(plan: PlanResult) -> Fold:
     rows = []
-    for d in sorted(plan.decisions, key=lambda d: STATUS_ORDER.get(d["status"], len(STATUS_ORDER))):
-        loc = d.get("location")
-        where = _text(f"{loc['file']}:{loc['line']}") if loc else ""
-        rows.append([f"| {_text(d['status'])} | {_code(d['rule'])} | {_text(d.get('severity', ''))} | {_text(d.get('resource') or '')} "
-                     f"| {_text(d['msg'])} | {where} |"])
+    for d in sorted(plan.decisions, key=lambda d: STATUS_ORDER[d.status]):
+        where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
+        rows.append([f"| {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity)} | {_text(d.resource)} "
+                     f"| {_text(d.msg)} | {where} |"])
     return Fold("Policy decisions", ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"], rows)
 
 
