@@ -449,7 +449,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
             "ticket": str(raw.get("ticket", "")),
             "expires": str(raw.get("expires", "")),
             "days_left": None,
-            "where": positions.error(("waivers", entry.index), "").split(": ")[0],
+            "where": positions.error(("waivers", entry.index), "").place,
         }
         if entry.waiver is None:
             loc, msg = entry.errors[0]

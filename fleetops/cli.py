@@ -430,7 +430,7 @@ def plan_command(
         fail(str(exc))
     except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
-        invalid = plan.cannot_judge(env, base, head, str(exc).splitlines())
+        invalid = plan.cannot_judge(env, base, head, exc.problems)
         if artifacts is not None:
             write_files(forms.forms(invalid, artifacts, max_chars), "the plan")
         sys.stdout.write(forms.render(invalid, output, max_chars))

@@ -9,7 +9,6 @@ retyping one raises SCHEMA.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -18,23 +17,11 @@ from fleetops import __version__
 from fleetops.errors import Problem
 
 SCHEMA = "fleetops/v1"
-# `file:line:col: path: message` (environment files) or `file:line: message` (waivers, policies). A
-# path is names, [index] or [item name] and ["key"], the key quoted as JSON (spec.format_loc): any character, escaped.
-_PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+)(?::(?P<column>\d+))?: "
-                      r'(?:(?P<path>(?:[\w./-]|\[(?:[^\s\[\]":]+|"(?:[^"\\]|\\.)*")\])+): )?(?P<message>.*)$', re.DOTALL)
 
 
-def parse(text: str) -> Problem:
-    """A problem line as fields; a line without a place keeps the whole text as its message."""
-    match = _PROBLEM.match(text)
-    if match is None:
-        return Problem(text)
-    return Problem(match["message"], match["file"], int(match["line"]), int(match["column"]) if match["column"] else None, match["path"])
-
-
-def envelope(command: str, ok: bool, counts: dict[str, int], problems: Sequence[Problem | str] = (), **fields: Any) -> dict[str, Any]:
+def envelope(command: str, ok: bool, counts: dict[str, int], problems: Sequence[Problem] = (), **fields: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "command": command, "fleetops_version": __version__, "ok": ok, "counts": counts,
-            "problems": [(p if isinstance(p, Problem) else parse(p)).fields() for p in problems], **fields}
+            "problems": [p.fields() for p in problems], **fields}
 
 
 def as_json(document: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from fleetops import changes as changes_mod
 from fleetops import diff, git, grants, isolate, spec, usage
-from fleetops.envelope import DecisionStatus, decision_counts, parse
+from fleetops.envelope import DecisionStatus, decision_counts
 from fleetops.errors import PlanError, Problem
 from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
@@ -559,16 +559,15 @@ def check_schema(head: Side, env_rel: str) -> None:
         raise PlanError(problems=exc.problems) from None
 
 
-def cannot_judge(environment: str, base: str | None, head: str | None, problems: list[str]) -> PlanResult:
+def cannot_judge(environment: str, base: str | None, head: str | None, problems: Sequence[Problem]) -> PlanResult:
     """The plan of a change that cannot be judged (an invalid side, no policy engine): verdict
     "invalid", each problem a blocking decision at the file and line it names, so that every form
     of the plan (comment, annotations, JUnit, JSON) says so and replaces an earlier verdict."""
-    found = [parse(text) for text in problems]
-    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", "high", text, "", {}, "fleetops.plan",
-                          location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
-                 for text, p in zip(problems, found)]
+    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", "high", str(p), "", {}, "fleetops.plan",
+                              location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
+                 for p in problems]
     return PlanResult(environment, Verdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
-                      problems=found)
+                      problems=list(problems))
 
 
 def _read(path: Path) -> str | None:

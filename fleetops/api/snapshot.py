@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import __version__, git, grants, plan, spec
-from fleetops.errors import FleetopsError, PlanError
+from fleetops.errors import FleetopsError, PlanError, Problem
 from fleetops.plan_result import PlanResult
 
 log = logging.getLogger("fleetops.api")
@@ -82,11 +82,11 @@ def _latest_plan(repo: Path, environment: str, revision: str) -> PlanResult:
     try:
         parent = git.run(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}^").strip()
     except git.GitError:
-        return plan.cannot_judge(environment, None, revision, [f"revision {revision[:12]} has no parent to plan against"])
+        return plan.cannot_judge(environment, None, revision, [Problem(f"revision {revision[:12]} has no parent to plan against")])
     try:
         return plan.build(repo, environment, parent, revision, 0)
     except PlanError as exc:
-        return plan.cannot_judge(environment, parent, revision, str(exc).splitlines())
+        return plan.cannot_judge(environment, parent, revision, exc.problems)
 
 
 def capacity(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
