@@ -75,8 +75,8 @@ def main() -> int:
     result = results[-1]
     b, b_cpu = (statistics.median(t) for t in zip(*base_times))
     p, p_cpu = (statistics.median(t) for t in zip(*plan_times))
-    print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result['cost']['delta']:,.0f}, "
-          f"{len(result['objects']['changed'])} objects changed, {len(result['decisions'])} decisions")
+    print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result.cost.delta:,.0f}, "
+          f"{len(result.objects.changed)} objects changed, {len(result.decisions)} decisions")
     print(f"  build manifests {b:.2f} s ({', '.join(f'{t:.2f}' for t, _ in base_times)}), plan {p:.2f} s ({', '.join(f'{t:.2f}' for t, _ in plan_times)})")
     print(f"  CPU (user+sys): build manifests {b_cpu:.2f} s, plan {p_cpu:.2f} s ({p_cpu / b_cpu:.2f}x)")
     return report("", [

@@ -22,7 +22,7 @@ import jinja2
 from pydantic import BaseModel, ValidationError
 
 from fleetops import git, policy, render, spec
-from fleetops.output import VERDICT_STATUSES, DecisionStatus, decision_counts
+from fleetops.envelope import VERDICT_STATUSES, DecisionStatus, decision_counts
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -449,7 +449,7 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
             "ticket": str(raw.get("ticket", "")),
             "expires": str(raw.get("expires", "")),
             "days_left": None,
-            "where": positions.error(("waivers", entry.index), "").split(": ")[0],
+            "where": positions.error(("waivers", entry.index), "").place,
         }
         if entry.waiver is None:
             loc, msg = entry.errors[0]

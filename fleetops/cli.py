@@ -21,7 +21,8 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from fleetops import __version__, errors, spec  # noqa: E402
-from fleetops.output import decision_counts, envelope  # noqa: E402
+from fleetops.envelope import as_json, decision_counts, envelope  # noqa: E402
+from fleetops.output import Format as PlanFormat  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the policy engine or JSON Schema
     from rich.table import Table
@@ -128,21 +129,21 @@ def env_file(directory: Path, name: str) -> Path:
 
 
 def checked_or_problems(path: Path, revision: str | None = None, engine: str = "direct",
-                        each_cluster: "render.Each | None" = None) -> "render.Checked | list[str]":
+                        each_cluster: "render.Each | None" = None) -> "render.Checked | list[errors.Problem]":
     """`render.load_checked`, the validation every command shares, or its problems, one line each."""
     from fleetops import render
 
     try:
         return render.load_checked(path, revision=revision, engine=engine, each_cluster=each_cluster)
     except errors.FleetopsError as exc:
-        return exc.lines
+        return exc.problems
 
 
 # The revision is only stamped on objects; a command that prints none need not ask Git for it.
 UNSTAMPED = "unstamped"
 
 
-def problems_of(path: Path) -> list[str]:
+def problems_of(path: Path) -> list[errors.Problem]:
     """Everything `checked_or_problems` refuses, and a promise the rendered Kueue queues cannot keep
     (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line)."""
     checked = checked_or_problems(path, revision=UNSTAMPED)
@@ -159,7 +160,7 @@ def render_or_fail(path: Path, revision: str | None = None, engine: str = "direc
     with progress(f"rendering {path}"):
         checked = checked_or_problems(path, revision, engine, each_cluster)
     if isinstance(checked, list):
-        fail("\n".join(checked))
+        fail("\n".join(map(str, checked)))
     return checked.env, checked.state
 
 
@@ -201,14 +202,6 @@ def write_files(files: dict[Path, str], what: str) -> None:
         fail(str(exc))
 
 
-def as_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
-
-
-def plan_document(result: dict[str, Any]) -> dict[str, Any]:
-    return envelope("plan", result["verdict"] == "allowed", result["counts"], **{k: v for k, v in result.items() if k != "counts"})
-
-
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
     """A cluster's manifests as text in `fmt`: on stdout, and in the files of `render -o`."""
     from fleetops import emit
@@ -230,7 +223,7 @@ def validate(
     paths = [env_file(environments, env)] if env else sorted(environments.glob("*.yaml"))
     if not paths:
         fail(f"{environments}: no environment files")
-    problems: list[str] = []
+    problems: list[errors.Problem] = []
     for path in paths:
         problems += problems_of(path)
     if output is Output.json:
@@ -239,7 +232,7 @@ def validate(
         sys.stdout.write(f"ok: {len(paths)} environment file(s) valid: {', '.join(str(p) for p in paths)}\n")
     if problems:
         if output is Output.table:
-            fail("\n".join(problems))
+            fail("\n".join(map(str, problems)))
         raise typer.Exit(errors.ExitCode.BAD_INPUT)
 
 
@@ -386,13 +379,6 @@ def policy_test(
 # --- plan ---------------------------------------------------------------------------------------
 
 
-class PlanFormat(str, Enum):
-    markdown = "markdown"
-    json = "json"
-    junit = "junit"
-    github = "github"
-
-
 def _usage_window(text: str) -> str:
     from fleetops import usage
 
@@ -423,7 +409,7 @@ def plan_command(
     """What a change does to the fleet, objects, capacity, quota, cost and measured use, judged by the base revision's policies.
 
     Exit 1 when denied or when it needs more approvals, 2 on bad input."""
-    from fleetops import git, policy, prometheus as prom, review, usage
+    from fleetops import git, output as forms, policy, prometheus as prom, usage
     from fleetops import plan
 
     try:
@@ -432,57 +418,36 @@ def plan_command(
         meter = plan.Meter(source, usage.parse_window(usage_window))
         with progress(f"planning {env}: rendering base and head, diffing, judging"):
             result = plan.build(top, env, base, head, approvals, meter)
-        if require_base_program and not result["policy"]["judge_program_is_base"]:
-            fail(f"plan: the fleetops running is not the program of the base revision {result['base']['revision'][:12]}: "
+        if require_base_program and not result.policy.judge_program_is_base:
+            fail(f"plan: the fleetops running is not the program of the base revision {result.base.revision[:12]}: "
                  "install the base's checkout and run it there (--require-base-program)")
         policy.log_decisions(policy.decision_log_path(decision_log), policy.decision_record(
-            "plan", env, result["head"]["revision"], result["judgement"], result["decisions"], result["verdict"], approvals, result["usage"]))
+            "plan", env, result.head.revision, result.judgement, result.decision_rows(), result.verdict.value, approvals,
+            result.usage.model_dump(mode="json") if result.usage else None))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
     except prom.PrometheusError as exc:  # a URL or token file that cannot be used: bad input, before anything is judged
         fail(str(exc))
     except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
-        invalid = plan.cannot_judge(env, base, head, str(exc).splitlines())
+        invalid = plan.cannot_judge(env, base, head, exc.problems)
         if artifacts is not None:
-            write_files(_plan_forms(invalid, artifacts, review.cannot_judge(invalid, max_chars), review.cannot_judge(invalid, 10**12)), "the plan")
-        sys.stdout.write(_plan_form(invalid, output, review.cannot_judge(invalid, max_chars)))
+            write_files(forms.forms(invalid, artifacts, max_chars), "the plan")
+        sys.stdout.write(forms.render(invalid, output, max_chars))
         fail(str(exc))
-    code = errors.ExitCode.OK if result["verdict"] == "allowed" else errors.ExitCode.DENIED
+    code = errors.ExitCode.OK if result.verdict is plan.Verdict.ALLOWED else errors.ExitCode.DENIED
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
-        write_files(_plan_forms(result, artifacts, review.comment(result, max_chars, where), review.full(result)), "the full plan")
-    if only_on_change and result["no_effect"]:
+        write_files(forms.forms(result, artifacts, max_chars, where), "the full plan")
+    if only_on_change and result.no_effect:
         raise typer.Exit(code)
-    sys.stdout.write(_plan_form(result, output, review.comment(result, max_chars, where)))
-    if result["no_effect"]:
+    sys.stdout.write(forms.render(result, output, max_chars, where))
+    if result.no_effect:
         # A first plan on a fresh clone compares the working tree with itself: say what to try.
-        err.print(f"plan: no change between base {result['base']['revision'][:12]} and head: nothing to review. To see a plan, edit "
+        err.print(f"plan: no change between base {result.base.revision[:12]} and head: nothing to review. To see a plan, edit "
                   f"{spec.environment_path(env)} (raise a tenant's nvidia.com/gpu quota, or a pool's nodes) and run plan again, "
                   "or compare two revisions with --base and --head.", markup=False, highlight=False)
     raise typer.Exit(code)
-
-
-def _plan_form(result: dict[str, Any], output: PlanFormat, markdown: str) -> str:
-    from fleetops import plan
-    from fleetops import review
-
-    if output is PlanFormat.json:
-        return as_json(plan_document(result))
-    if output is PlanFormat.junit:
-        return plan.junit(result)
-    if output is PlanFormat.github:
-        return review.github_annotations(result)
-    return markdown
-
-
-def _plan_forms(result: dict[str, Any], artifacts: Path, comment: str, full: str) -> dict[Path, str]:
-    """Every form of the one plan, for a CI job that plans once per environment."""
-    from fleetops import plan
-    from fleetops import review
-
-    return {artifacts / "plan.json": as_json(plan_document(result)), artifacts / "plan.md": full, artifacts / "comment.md": comment,
-            artifacts / "plan-junit.xml": plan.junit(result), artifacts / "annotations.txt": review.github_annotations(result)}
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -515,9 +480,9 @@ def audit_command(
         fail(f"{environments}: no environment files")
     # An environment the other commands refuse is refused here too, before a report says anything of it.
     checked = {path.stem: checked_or_problems(path) for path in paths}
-    problems = [line for c in checked.values() if isinstance(c, list) for line in c]
+    problems = [p for c in checked.values() if isinstance(c, list) for p in c]
     if problems:
-        fail("\n".join(problems))
+        fail("\n".join(map(str, problems)))
     try:
         repo = Path(git.run(policies, "rev-parse", "--show-toplevel").strip())
     except git.GitError:
@@ -724,7 +689,7 @@ def reconcile_command(
         if output is Output.json:
             body = result.to_dict()
             sys.stdout.write(as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
-                                              result.errors, **body)))
+                                              [errors.Problem(e) for e in result.errors], **body)))  # a cluster's, not a file's
         else:
             print_pass(result)
         raise typer.Exit(result.exit_code())
@@ -931,9 +896,9 @@ def serve(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of every command's --output json (versioned: the `schema` field of each output)."""
-    from fleetops import output
+    from fleetops import envelope
 
-    sys.stdout.write(json.dumps(output.json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(envelope.json_schema(), indent=2) + "\n")
 
 
 def main() -> None:

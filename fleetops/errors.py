@@ -10,8 +10,10 @@ kopf's `APINotFoundError`, `APIConflictError`, ... are): `except NotFound`, not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class ExitCode(IntEnum):
@@ -20,27 +22,60 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # the command could not judge: bad input or usage, or no decision could be made
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input and where it is, made where it is found: its fields travel as
+    fields (the JSON envelope, annotations) and `str` gives the line a person reads,
+    `file:line:col: path: message` (`file:line: message` without a column or path, `file: message` without
+    a line; the message alone without a file)."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    path: str | None = None  # the field in the file, as `spec.format_loc` writes it
+
+    @property
+    def place(self) -> str | None:
+        """`file:line:col`, as much of it as is known; None without a file."""
+        return None if self.file is None else self.file + "".join(f":{n}" for n in (self.line, self.column) if n)
+
+    def __str__(self) -> str:
+        if self.place is None:
+            return self.message
+        return f"{self.place}: {self.path + ': ' if self.path else ''}{self.message}"
+
+    def fields(self) -> dict[str, Any]:
+        """The published shape of a problem (`$defs/problem` of fleetops/schemas/output.schema.json)."""
+        return {"file": self.file, "line": self.line, "column": self.column, "path": self.path, "message": self.message}
+
+
 class FleetopsError(Exception):
-    """An error a command reports as its problems, one line each, and ends with `exit_code`."""
+    """An error a command reports as its problems, one line each, and ends with `exit_code`. An error
+    made of problems found in a file carries them (`problems=`), their places as fields; any other's
+    problems are its lines, each without a place."""
 
     exit_code: ClassVar[ExitCode] = ExitCode.BAD_INPUT
+
+    def __init__(self, *args: object, problems: Sequence[Problem] = ()) -> None:
+        super().__init__(*(args or ("\n".join(map(str, problems)),)))
+        self._problems = list(problems)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self._problems or [Problem(line) for line in self.lines]
 
     @property
     def lines(self) -> list[str]:
         """What a command prints of it: one line per problem."""
-        return str(self).splitlines() or [type(self).__name__]
+        return [str(p) for p in self._problems] or str(self).splitlines() or [type(self).__name__]
 
 
 class SpecError(FleetopsError):
-    """One or more problems in an environment file, each already formatted as `file:line:col: path: msg`."""
+    """One or more problems in an environment file, each where it was found."""
 
-    def __init__(self, problems: list[str]):
-        super().__init__(problems[0] if problems else "invalid environment")
-        self.problems = problems
-
-    @property
-    def lines(self) -> list[str]:
-        return self.problems
+    def __init__(self, problems: Sequence[Problem]):
+        super().__init__(str(problems[0]) if problems else "invalid environment", problems=problems)
 
 
 class RenderError(FleetopsError):

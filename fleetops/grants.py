@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fleetops import spec
+from fleetops.errors import Problem
 from fleetops.kube import TENANT_LABEL
 
 
@@ -291,7 +292,7 @@ def shortfalls(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]])
                     yield Shortfall(ti, cluster, resource, "burst", quota.burst, grant)
 
 
-def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]]) -> list[str]:
+def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]]) -> list[Problem]:
     """validate's line for each shortfall, at the tenant's `guaranteed:` or `burst:`, with the way out."""
     out = []
     for s in shortfalls(document.env, clusters):

@@ -29,8 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import changes as changes_mod
-from fleetops import diff, git, grants, isolate, output, spec, usage
-from fleetops.errors import PlanError
+from fleetops import diff, git, grants, isolate, spec, usage
+from fleetops.envelope import DecisionStatus, decision_counts
+from fleetops.errors import PlanError, Problem
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
 from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
@@ -165,12 +168,13 @@ class Sides:
 
     def _side(self, i: int) -> Side:
         if self.sides[i] is None:
+            # Its file is read by the model running here first, while the confined render works: the
+            # problems of an invalid file are found here, at their places, whatever the program answers.
+            side = _load_side(self.revs[i], self.trees[i], self.env_rel)
             try:
-                clusters = self.procs.pop(i).finish()
+                side.clusters = self.procs.pop(i).finish()
             except isolate.IsolationError as exc:
                 raise PlanError(str(exc)) from None
-            side = _load_side(self.revs[i], self.trees[i], self.env_rel)
-            side.clusters = clusters
             self.sides[i] = side
         return self.sides[i]  # type: ignore[return-value]
 
@@ -190,7 +194,7 @@ def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
     try:
         document = spec.read_environment(tree / env_rel, display=env_rel)
     except spec.SpecError as exc:
-        raise PlanError("\n".join(exc.problems)) from None
+        raise PlanError(problems=exc.problems) from None
     return Side(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
 
 
@@ -271,23 +275,19 @@ def stamp(repo: Path, rev: str) -> str:
 # --- what changed ---------------------------------------------------------------------------
 
 
-def capacity_rows(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
+def capacity_rows(before: spec.Environment | None, after: spec.Environment | None) -> list[CapacityRow]:
     """Per cluster x device resource: declared units, guaranteed and burst sums, headroom, before and after."""
 
-    def facts(env: spec.Environment | None) -> dict[tuple[str, str], dict[str, float]]:
+    def facts(env: spec.Environment | None) -> dict[tuple[str, str], Capacity]:
         rows = spec.capacity_rows(env) if env is not None else []
         return {
-            (r["cluster"], r["resource"]): {"physical": r["physical"], "schedulable": r["capacity"], "sharing_factor": r["sharing_factor"],
-                                            "guaranteed": r["guaranteed"], "burst": r["burst"], "headroom_percent": r["headroom_percent"]}
+            (r["cluster"], r["resource"]): Capacity(physical=r["physical"], schedulable=r["capacity"], sharing_factor=r["sharing_factor"],
+                                                    guaranteed=r["guaranteed"], burst=r["burst"], headroom_percent=r["headroom_percent"])
             for r in rows
         }
 
     b, a = facts(before), facts(after)
-    empty = {"physical": 0, "schedulable": 0, "sharing_factor": 0.0, "guaranteed": 0, "burst": 0, "headroom_percent": 0.0}
-    return [
-        {"cluster": key[0], "resource": key[1], "before": b.get(key, empty), "after": a.get(key, empty)}
-        for key in sorted(set(b) | set(a))
-    ]
+    return [CapacityRow(key[0], key[1], b.get(key, NO_CAPACITY), a.get(key, NO_CAPACITY)) for key in sorted(set(b) | set(a))]
 
 
 def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
@@ -419,10 +419,6 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def _key_dict(key: diff.ObjectKey) -> dict[str, str]:
-    return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
-
-
 def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]],
                  files: dict[str, list[str]], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
@@ -466,7 +462,7 @@ def measured(meter: Meter, before: spec.Environment | None, after: spec.Environm
 
 
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int,
-          meter: Meter = Meter()) -> dict[str, Any]:
+          meter: Meter = Meter()) -> PlanResult:
     """Render both sides, compare them, and judge head (and the change) by the base revision's policies."""
     env_rel = spec.environment_path(env_name).as_posix()
     head = resolve(repo, head_rev) if head_rev else WORKTREE
@@ -493,7 +489,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
 
 def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Path, files_changed: tuple[list[str], list[str]],
            lines: dict[str, int], approvals: int, judge_program_is_base: bool, head_revision: str,
-           meter: Meter = Meter()) -> dict[str, Any]:
+           meter: Meter = Meter()) -> PlanResult:
     """A change of the environment from `before` to `after`, both rendered: compared, costed and judged by
     `base_tree`'s policies. `plan` gives it two revisions; the fleet API's quotes a revision and that
     revision edited in memory, so that a quote and a plan of the same change decide alike."""
@@ -506,60 +502,47 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
                          approvals, (cost_before, cost_after))
     check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
-    used = measured(meter, before.env, after.env, quota).model_dump(mode="json")
+    used = measured(meter, before.env, after.env, quota)
     kueue = grants.of_fleet(after.clusters)  # read once: the policy input, `grants` and `services` share it
-    rows, verdict = judge(after, env_name, facts, policies, used, kueue.facts)
+    rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     granted = grants.review(after.env, kueue)
     services = service_rows(before, after, kueue.facts)
     changes = diff.compare(before.clusters, after.clusters)
     fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
-    files = [{"file": f, "security": f in changes_mod.SECURITY_FILES,
-              "diff": changes_mod.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)} for f in policy_files]
+    files = [PolicyFileChange(f, f in changes_mod.SECURITY_FILES,
+                              changes_mod.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)) for f in policy_files]
     base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
                             for side in (before, after))
     (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain(rows, after.env, positions, policies, edited)
-    counts = output.decision_counts(decisions)
-    return {
-        "environment": env_name,
-        "base": {"revision": base, "exists": before.exists},
-        "head": {"revision": head_revision, "exists": after.exists},
-        "verdict": "denied" if counts["deny"] else "needs-approval" if counts["approval"] else "allowed",
-        "approvals": {"have": approvals, "needed_by": sorted({d["rule"] for d in decisions if d["status"] == "approval"})},
-        "no_effect": changes.empty and not policy_files and not edits and cost_before == cost_after,
-        "fleet_changes": fleet_changes,
-        "spec_changes": edits,
-        "policy_file_changes": files,
-        "program_file_changes": program_files,
-        "security_changes": sum(c["security"] for c in edits) + sum(f["security"] for f in files) + len(program_files),
-        "objects": {
-            "added": [_key_dict(k) for k in changes.added],
-            "removed": [_key_dict(k) for k in changes.removed],
-            "changed": [{**_key_dict(k), "fields": [f.to_dict() for f in fs]} for k, fs in changes.changed.items()],
-            "per_cluster": _per_cluster(changes),
-        },
-        "capacity": capacity,
-        "quota_changes": quota,
-        "grants": granted,
-        "services": services,
-        "groups": groups,
-        "cost": {"before": cost_before, "after": cost_after, "delta": round(cost_after - cost_before, 2), "currency": currency},
-        "policy": {
-            "judged_by": base,
-            "judge_program_is_base": judge_program_is_base,
-            "policy_files_changed": policy_files,
-            "owners": owners,
-            "needs_policy_owner_review": bool(policy_files),
-        },
-        "usage": used,
-        "decisions": decisions,
-        "counts": counts,
-        "judgement": verdict.judgement(),
-    }
+    counts = decision_counts(decisions)
+    return PlanResult(
+        environment=env_name,
+        verdict=Verdict.of(counts),
+        base=ChangeSide(base, before.exists),
+        head=ChangeSide(head_revision, after.exists),
+        decisions=[PlanDecision.of(d) for d in decisions],
+        no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
+        spec_changes=[SpecChange.of(e) for e in edits],
+        approvals=Approvals(approvals, sorted({d["rule"] for d in decisions if d["status"] == "approval"})),
+        fleet_changes=[FleetChange(**c) for c in fleet_changes],
+        policy_file_changes=files,
+        program_file_changes=program_files,
+        objects=changes,
+        capacity=capacity,
+        quota_changes=[QuotaChange.of(q) for q in quota],
+        grants=Grants.of(granted),
+        services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
+        groups=Groups(groups["added"], groups["removed"]),
+        cost=Cost(cost_before, cost_after, currency),
+        policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
+        usage=used,
+        judgement=verdict.judgement(),
+    )
 
 
 def check_schema(head: Side, env_rel: str) -> None:
@@ -575,23 +558,18 @@ def check_schema(head: Side, env_rel: str) -> None:
     except render.RenderError as exc:
         raise PlanError(str(exc)) from None
     except spec.SpecError as exc:
-        raise PlanError("\n".join(exc.problems)) from None
+        raise PlanError(problems=exc.problems) from None
 
 
-def cannot_judge(environment: str, base: str | None, head: str | None, problems: list[str]) -> dict[str, Any]:
+def cannot_judge(environment: str, base: str | None, head: str | None, problems: Sequence[Problem]) -> PlanResult:
     """The plan of a change that cannot be judged (an invalid side, no policy engine): verdict
     "invalid", each problem a blocking decision at the file and line it names, so that every form
     of the plan (comment, annotations, JUnit, JSON) says so and replaces an earlier verdict."""
-    decisions = []
-    for text in problems:
-        where = output.problem(text)
-        decisions.append({"status": "deny", "rule": "plan.cannot_judge", "severity": "high", "msg": text, "resource": "",
-                          "subject": {}, "package": "fleetops.plan", "waived_by": None, "fix": "",
-                          **({"location": {"file": where["file"], "line": where["line"], "column": where["column"] or 1}}
-                             if where["file"] and where["line"] else {})})
-    return {"environment": environment, "verdict": "invalid", "base": {"revision": base or "default branch"},
-            "head": {"revision": head or "working tree"}, "problems": problems, "decisions": decisions,
-            "counts": output.decision_counts(decisions), "no_effect": False, "spec_changes": []}
+    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", "high", str(p), "", {}, "fleetops.plan",
+                              location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
+                 for p in problems]
+    return PlanResult(environment, Verdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
+                      problems=list(problems))
 
 
 def _read(path: Path) -> str | None:
@@ -784,24 +762,6 @@ def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
     return ", or ".join(fixes + ["merge a waiver first in its own PR"])
 
 
-def _per_cluster(changes: diff.Changes) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for what, keys in (("added", changes.added), ("removed", changes.removed), ("changed", list(changes.changed))):
-        for key in keys:
-            slot = out.setdefault(key[0], {"added": 0, "removed": 0, "changed": 0})
-            slot[what] += 1
-    return dict(sorted(out.items()))
-
-
-# --- report formats ---------------------------------------------------------------------------
-
-
-def junit(plan: dict[str, Any]) -> str:
-    from fleetops import policy
-
-    return policy.junit_report(f"fleetops plan {plan['environment']}", f"fleetops.plan.{plan['environment']}", plan["decisions"])
-
-
 def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
           used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
@@ -820,7 +780,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     rows = policy.report_rows(verdict) + [
-        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": problem, "resource": "", "subject": {},
+        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
          "package": "fleet.waivers", "waived_by": None}
         for problem in verdict.waiver_problems
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fleetops import git, schema, spec
-from fleetops.errors import RenderError
+from fleetops.errors import Problem, RenderError
 from fleetops.kube import apply_order, object_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,4 +134,4 @@ def check_schemas(objects: Iterable[tuple[str, dict[str, Any]]], display: str) -
     with one line per problem, naming the environment file as `display`."""
     problems = schema.validate_objects(objects)
     if problems:
-        raise spec.SpecError([f"{display}: rendered object fails its schema: {p}" for p in problems])
+        raise spec.SpecError([Problem(f"rendered object fails its schema: {p}", display) for p in problems])

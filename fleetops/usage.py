@@ -254,24 +254,24 @@ def _arrow(before: int, after: int) -> str:
     return f"{before:,}" if before == after else f"{before:,} → {after:,}"
 
 
-def lines(usage: dict[str, Any]) -> list[str]:
+def lines(usage: Usage) -> list[str]:
     """One plain line per tenant quota and pool, as the review shows them (the caller escapes them)."""
-    window = parse_window(usage["window"]).spoken()
+    window = parse_window(usage.window).spoken()
     out = []
-    for t in usage["tenants"]:
-        head = f"{t['tenant']} on {t['cluster']}: {_arrow(t['guaranteed'], t['guaranteed_after'])} {t['resource']} guaranteed, "
-        if t["status"] != Status.measured.value:
-            out.append(head + f"utilisation unknown: {t['reason']}")
-        elif t["utilisation"] is None:
-            out.append(head + f"{_num(t['used_devices'])} devices held on average over {window}; {t['spend']:,.0f} {t['currency']} spent")
+    for t in usage.tenants:
+        head = f"{t.tenant} on {t.cluster}: {_arrow(t.guaranteed, t.guaranteed_after)} {t.resource} guaranteed, "
+        if t.status is not Status.measured:
+            out.append(head + f"utilisation unknown: {t.reason}")
+        elif t.utilisation is None:
+            out.append(head + f"{_num(t.used_devices)} devices held on average over {window}; {t.spend:,.0f} {t.currency} spent")
         else:
-            out.append(head + f"{t['utilisation']:.0%} used over {window}; {t['spend']:,.0f} {t['currency']} spent")
-    for p in usage["pools"]:
-        head = f"pool {p['pool']} on {p['cluster']}: {_arrow(p['physical_devices'], p['physical_devices_after'])} devices, "
-        if p["status"] != Status.measured.value:
-            out.append(head + f"utilisation unknown: {p['reason']}")
-        elif p["utilisation"] is None:
+            out.append(head + f"{t.utilisation:.0%} used over {window}; {t.spend:,.0f} {t.currency} spent")
+    for p in usage.pools:
+        head = f"pool {p.pool} on {p.cluster}: {_arrow(p.physical_devices, p.physical_devices_after)} devices, "
+        if p.status is not Status.measured:
+            out.append(head + f"utilisation unknown: {p.reason}")
+        elif p.utilisation is None:
             out.append(head + "none at base to use")
         else:
-            out.append(head + f"{p['utilisation']:.0%} used over {window}")
+            out.append(head + f"{p.utilisation:.0%} used over {window}")
     return out

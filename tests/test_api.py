@@ -546,7 +546,7 @@ def test_the_openapi_document_is_3_1_and_reuses_the_cli_json_schema(client: Test
     document = client.get("/openapi.json").json()
     assert document["openapi"].startswith("3.1")
     schemas = document["components"]["schemas"]
-    assert schemas["decision"] == json.loads(json.dumps(__import__("fleetops.output").output.json_schema()["$defs"]["decision"]).replace(
+    assert schemas["decision"] == json.loads(json.dumps(__import__("fleetops.envelope").envelope.json_schema()["$defs"]["decision"]).replace(
         '"#/$defs/', '"#/components/schemas/'))
     decisions = document["paths"]["/v1/decisions"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert decisions == {"$ref": "#/components/schemas/Decisions"}

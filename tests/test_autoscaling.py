@@ -115,7 +115,7 @@ def test_a_service_no_autoscaler_could_honour_is_refused_at_its_line(case: str, 
     path = write_env(tmp_path, env)
     with pytest.raises(SpecError) as caught:
         spec.load_environment(path)
-    line = next(p for p in caught.value.problems if f"services[asr].{field}" in p or f"services[0].{field}" in p)
+    line = next(p for p in caught.value.lines if f"services[asr].{field}" in p or f"services[0].{field}" in p)
     assert message in line
     written = path.read_text().splitlines()
     number = int(line.split(":")[1])

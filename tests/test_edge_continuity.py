@@ -45,7 +45,7 @@ def continuity_env() -> dict[str, Any]:
 def problems(tmp_path: Path, env: dict[str, Any]) -> list[str]:
     with pytest.raises(spec.SpecError) as caught:
         render_env(tmp_path, env)
-    return caught.value.problems
+    return caught.value.lines
 
 
 # --- validation ------------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def test_an_invalid_head_replaces_the_last_verdict_in_every_form(repo: Path, tmp
     # The workflow posts comment.md whenever plan.json has an effect: an earlier "allowed" must not stand.
     import jsonschema
 
-    from fleetops import output
+    from fleetops import envelope
 
     edit(repo, "  - name: vision\n", "  - name: vision\n   bad: [\n")
     commit(repo, "broken")
@@ -230,7 +230,7 @@ def test_an_invalid_head_replaces_the_last_verdict_in_every_form(repo: Path, tmp
     comment = (tmp_path / "out" / "comment.md").read_text()
     assert "cannot be judged" in comment and f"environments/prod.yaml:{line}" in comment and "✅" not in comment
     document = json.loads((tmp_path / "out" / "plan.json").read_text())
-    jsonschema.Draft202012Validator(output.json_schema()).validate(document)
+    jsonschema.Draft202012Validator(envelope.json_schema()).validate(document)
     assert (document["verdict"], document["ok"], document["no_effect"]) == ("invalid", False, False)
     assert document["problems"][0]["line"] == line
     assert 'failures="2"' in (tmp_path / "out" / "plan-junit.xml").read_text()

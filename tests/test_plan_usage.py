@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fleetops import output, spec, usage
+from fleetops import envelope, spec, usage
 from fleetops.prometheus import Prometheus
 from tests.fake_prometheus import Fake, serve
 from tests.test_plan import ROOT, commit, edit, make_repo, plan
@@ -90,7 +90,7 @@ def test_the_comment_and_json_show_each_touched_tenant_and_pool_and_the_policy_a
     assert "- vision on center-bj: 96 → 140 nvidia.com/gpu guaranteed, 31% used over 30 days; 41,210 USD spent" in comment
     assert "- pool h100-train on center-bj: 128 → 160 devices, 43% used over 30 days" in comment
     assert result["usage"]["status"] == "measured" and result["usage"]["window"] == "30d"
-    jsonschema.Draft202012Validator(output.json_schema()).validate(result)
+    jsonschema.Draft202012Validator(envelope.json_schema()).validate(result)
     assert {"usage.guarantee_raise_underused", "usage.pool_growth_idle"} <= rules(result, "approval")
     assert "usage.unmeasured" not in rules(result, "warn")
     assert code == 1

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from fleetops import output, render
+from fleetops import envelope, render
 from fleetops.cluster import KubeCluster
 from tests import pulumi_stack, servers
 from tests.cli import run
@@ -101,7 +101,7 @@ def test_a_stack_that_breaks_a_deny_rule_fails_preview_naming_the_rule(api_serve
               "--output", "json", cwd=repo, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl")})
     assert out.returncode == 1, out.stdout + out.stderr
     document = json.loads(out.stdout)
-    jsonschema.Draft202012Validator(output.json_schema()).validate(document)
+    jsonschema.Draft202012Validator(envelope.json_schema()).validate(document)
     assert document["denied"] and not document["ok"] and document["operation"] == "preview"
     text = "\n".join(document["messages"])
     assert "[mandatory]  fleetops-deny" in text and "[budget.over_budget]" in text

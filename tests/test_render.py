@@ -260,7 +260,7 @@ def test_load_checked_is_the_file_its_objects_and_their_schema_check(tmp_path: P
     env["clusters"][0]["pools"][0]["taints"] *= 9  # a Kueue ResourceFlavor takes at most 8
     with pytest.raises(spec.SpecError) as raised:
         render.load_checked(write_env(tmp_path, env), display="environments/test.yaml", revision="rev-x")
-    assert [p.split(": [")[0] for p in raised.value.problems] == [
+    assert [p.split(": [")[0] for p in raised.value.lines] == [
         "environments/test.yaml: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.nodeTaints"]
 
 

@@ -317,12 +317,12 @@ def test_what_changes_is_bounded_even_when_every_change_is_security_relevant(rep
 def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: Path) -> None:
     import jsonschema
 
-    from fleetops import output
+    from fleetops import envelope
 
     edit(repo, "nvidia.com/gpu: {guaranteed: 8, burst: 48}", "nvidia.com/gpu: {guaranteed: 8, burst: 40}")
     commit(repo, "research: burst 40")
     code, result = plan_json(repo)
-    jsonschema.Draft202012Validator(output.json_schema()).validate(result)
+    jsonschema.Draft202012Validator(envelope.json_schema()).validate(result)
     rows = {(r["cluster"], r["tenant"], r["resource"]): r for r in result["grants"]["tenants"]}
     # research on center-bj: 8 guaranteed, held whole by h100-mig, 40 reachable over two pools, no one job above h100-mig's share.
     research = rows[("center-bj", "research", "nvidia.com/gpu")]

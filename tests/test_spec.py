@@ -116,7 +116,7 @@ def test_every_node_has_its_place_and_a_field_points_at_its_key() -> None:
 def test_a_duplicate_key_is_refused_at_its_second_place(text: str) -> None:
     with pytest.raises(spec.SpecError) as raised:
         spec.parse_yaml(text, "f.yaml")
-    assert raised.value.problems == ["f.yaml:4:3: b.c: duplicate key"]
+    assert raised.value.lines == ["f.yaml:4:3: b.c: duplicate key"]
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_what_pyyaml_cannot_build_is_refused_with_pyyamls_reason(text: str) -> N
         pyyaml(text)
     with pytest.raises(spec.SpecError) as raised:
         spec.parse_yaml(text, "f.yaml")
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     reason = getattr(reference.value, "problem", None) or str(reference.value).strip("'")
     assert problem.startswith("f.yaml:") and reason in problem, (problem, reason)
 
@@ -158,7 +158,7 @@ def test_deep_nesting_is_read_and_deeper_nesting_is_one_line() -> None:
                            (1001, "f.yaml:1:1003: invalid YAML: while increasing flow level: exceeded maximum nesting depth")):
         with pytest.raises(spec.SpecError) as raised:
             spec.parse_yaml("a: " + "[" * depth + "]" * depth + "\n", "f.yaml")
-        [line] = raised.value.problems
+        [line] = raised.value.lines
         assert line.startswith(problem)
 
 
@@ -179,7 +179,7 @@ def test_a_collection_key_full_of_aliases_is_refused_without_expanding_them() ->
     lines = ["x0: &x0 [a, b]"] + [f"x{i}: &x{i} [*x{i - 1}, *x{i - 1}]" for i in range(1, 40)] + ["? *x39", ": 1"]
     with pytest.raises(spec.SpecError) as raised:  # its text is 2^40 nodes long
         spec.parse_yaml("\n".join(lines) + "\n", "f.yaml")
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     assert "found unhashable key" in problem
 
 
@@ -218,7 +218,7 @@ def test_a_value_ending_in_a_newline_matches_no_pattern(field: str, tmp_path: Pa
     _set(path, value)(env)
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(write_env(tmp_path, env))
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     assert "\n" not in problem and "\\n'" in problem, problem  # one line, naming the value as written
 
 
@@ -235,7 +235,7 @@ def test_free_strings_that_reach_objects_hold_to_what_their_readers_take(path: t
     _set(path, value)(env)
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(write_env(tmp_path, env))
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     assert message in problem, problem
 
 
@@ -245,7 +245,7 @@ def test_an_environment_is_read_from_a_regular_file_only(tmp_path: Path) -> None
     (tmp_path / "zero.yaml").symlink_to("/dev/zero")
     with pytest.raises(spec.SpecError) as raised:
         spec.read_environment(tmp_path / "zero.yaml", display="environments/zero.yaml")
-    assert raised.value.problems == [
+    assert raised.value.lines == [
         "environments/zero.yaml:1:1: is a character device, not a regular file: an environment is read from a regular file only"]
 
 
@@ -256,7 +256,7 @@ def test_a_file_longer_than_its_reported_size_is_read_only_to_the_limit(tmp_path
     assert (tmp_path / "maps.yaml").stat().st_size == 0
     with pytest.raises(spec.SpecError) as raised:
         spec.read_environment(tmp_path / "maps.yaml")
-    assert raised.value.problems == [f"{tmp_path / 'maps.yaml'}:1:1: more than the 64 byte limit for an environment"]
+    assert raised.value.lines == [f"{tmp_path / 'maps.yaml'}:1:1: more than the 64 byte limit for an environment"]
 
 
 def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def _written(directory: Path, text: str) -> Path:
 def _problems(tmp_path: Path, env: dict[str, Any]) -> list[str]:
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(write_env(tmp_path, env))
-    return [p.split(": ", 1)[1] for p in raised.value.problems]  # without file:line:col
+    return [p.split(": ", 1)[1] for p in raised.value.lines]  # without file:line:col
 
 
 def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
@@ -325,7 +325,7 @@ def test_a_file_naming_another_environment_is_told_so_with_its_other_problems(tm
     path.write_text(yaml.safe_dump(env))
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(path)
-    problems = [p.split(": ", 1)[1] for p in raised.value.problems]
+    problems = [p.split(": ", 1)[1] for p in raised.value.lines]
     assert problems == ["environment: must equal the file name 'test', got 'prod'",
                         'tenants[vision].quota["nvidia.com/gpu"].burst: must be >= guaranteed (20), got 1']
 
@@ -350,7 +350,7 @@ def _spot_problems(tmp_path: Path, change: Any) -> list[str]:
     try:
         spec.load_environment(write_env(tmp_path, env))
     except spec.SpecError as exc:
-        return [p.split(": ", 1)[1] for p in exc.problems]
+        return [p.split(": ", 1)[1] for p in exc.lines]
     return []
 
 
@@ -413,7 +413,7 @@ def test_a_guarantee_no_one_pool_has_room_for_is_refused_unless_its_split_is_dec
     env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 60, "burst": 80}
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(write_env(tmp_path, env))
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     assert re.match(r".*/test\.yaml:\d+:\d+: ", problem), problem
     assert problem.split(": ", 1)[1] == (
         'tenants[vision].quota["nvidia.com/gpu"].guaranteed: 60 nvidia.com/gpu on center-a fits no one pool\'s room '
@@ -496,7 +496,7 @@ def test_the_volcano_backend_is_refused_with_the_fix(tmp_path: Path) -> None:
     env["scheduler"] = {"backend": "volcano"}
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(write_env(tmp_path, env))
-    [problem] = raised.value.problems
+    [problem] = raised.value.lines
     line = next(n for n, text in enumerate(write_env(tmp_path, env).read_text().splitlines(), start=1) if "backend: volcano" in text)
     assert problem.startswith(f"{tmp_path / 'test.yaml'}:{line}:") and problem.endswith(
         "scheduler.backend: volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; use backend: kueue"), problem

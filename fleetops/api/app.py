@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 
-from fleetops import __version__, output, spec
+from fleetops import __version__, envelope, spec
 from fleetops.api import models, quote as quote_mod
 from fleetops.api.auth import Principal, Tokens
 from fleetops.api.metering import TTL_SECONDS, Meter, this_month
@@ -33,6 +33,7 @@ from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
 from fleetops.metering.statements import Period, Statement, StatementError
+from fleetops.output import json as plan_json
 from fleetops.prometheus import PrometheusError
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.status import read_status
@@ -329,14 +330,12 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         """The policies' decisions on the revision, as `fleetops check` makes them, with where each comes from and its fix."""
         snapshot = seen.snapshot
         return models.Decisions(environment=snapshot.environment, revision=snapshot.revision,
-                                counts=output.decision_counts(snapshot.decisions), decisions=snapshot.decisions)
+                                counts=envelope.decision_counts(snapshot.decisions), decisions=snapshot.decisions)
 
     @app.get("/v1/plan", response_model=models.PlanDocument)
     def latest_plan(seen: Tagged, _: Operator) -> dict[str, Any]:
         """The plan of the commit that made the revision, as `fleetops plan --output json` prints it."""
-        result = seen.snapshot.latest_plan
-        return output.envelope("plan", result["verdict"] == "allowed", result["counts"],
-                               **{k: v for k, v in result.items() if k != "counts"})
+        return plan_json.document(seen.snapshot.latest_plan)
 
     @app.get("/v1/status", response_model=list[models.ClusterStatus])
     def reconcile_status(_: Operator, response: Response) -> list[models.ClusterStatus]:

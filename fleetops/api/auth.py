@@ -84,7 +84,7 @@ def load(path: Path, tenants: set[str]) -> Tokens:
         raw = spec.read_bounded(path, MAX_TOKENS_BYTES, str(path), "the tokens file")
         document = TokensFile.model_validate(json.loads(raw))
     except spec.SpecError as exc:
-        raise TokenError(exc.problems[0]) from None
+        raise TokenError(problems=exc.problems[:1]) from None
     except json.JSONDecodeError as exc:
         raise TokenError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
     except ValidationError as exc:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from fleetops import output, spec
+from fleetops import envelope, spec
 from fleetops.metering.statements import Statement
 
 PROBLEM_TYPE = "https://fleetops.dev/problems/"  # + a slug: the kind of error, for programs to branch on
@@ -27,7 +27,7 @@ def _ref(name: str) -> dict[str, str]:
 
 def components() -> dict[str, Any]:
     """output.schema.json as OpenAPI components: each of its $defs, and the envelope, refs rewritten."""
-    text = json.dumps(output.json_schema()).replace('"#/$defs/', '"#/components/schemas/')
+    text = json.dumps(envelope.json_schema()).replace('"#/$defs/', '"#/components/schemas/')
     schema = json.loads(text)
     defs = schema.pop("$defs")
     for key in ("$schema", "$id"):

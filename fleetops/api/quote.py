@@ -83,10 +83,9 @@ def quote(snapshot: Snapshot, request: models.QuoteRequest) -> dict[str, Any]:
         head.tree = None  # its folder goes now; the plan reads nothing more of it
         result = plan.assess(snapshot.environment, snapshot.env_rel, snapshot.side, head, snapshot.tree, ([], []), {},
                              request.approvals, True, QUOTE)
-    objects = result["objects"]
-    return {"environment": snapshot.environment, "revision": snapshot.revision, "verdict": result["verdict"],
-            "counts": result["counts"], "decisions": result["decisions"], "capacity": result["capacity"],
-            "quota_changes": result["quota_changes"], "cost": result["cost"],
-            "objects": {"added": len(objects["added"]), "removed": len(objects["removed"]), "changed": len(objects["changed"])},
+    fields, objects = result.to_json(), result.objects
+    return {"environment": snapshot.environment, "revision": snapshot.revision,
+            **{k: fields[k] for k in ("verdict", "counts", "decisions", "capacity", "quota_changes", "cost")},
+            "objects": {"added": len(objects.added), "removed": len(objects.removed), "changed": len(objects.changed)},
             "environment_file": edited}
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import __version__, git, grants, plan, spec
-from fleetops.errors import FleetopsError, PlanError
+from fleetops.errors import FleetopsError, PlanError, Problem
+from fleetops.plan_result import PlanResult
 
 log = logging.getLogger("fleetops.api")
 
@@ -34,7 +35,7 @@ class Snapshot:
     capacity: list[dict[str, Any]]
     grants: dict[str, Any]  # cluster -> tenant -> resource -> what Kueue grants (grants.facts)
     decisions: list[dict[str, Any]]
-    latest_plan: dict[str, Any]  # the plan of the commit that made this revision (its first parent as base)
+    latest_plan: PlanResult  # the plan of the commit that made this revision (its first parent as base)
 
     @property
     def env(self) -> spec.Environment:
@@ -75,17 +76,17 @@ def load(repo: Path, environment: str, rev: str, stack: contextlib.ExitStack) ->
                     _latest_plan(top, environment, revision))
 
 
-def _latest_plan(repo: Path, environment: str, revision: str) -> dict[str, Any]:
+def _latest_plan(repo: Path, environment: str, revision: str) -> PlanResult:
     """The plan of the commit that made `revision`, as `plan --base REV^ --head REV` prints it; a root
     commit or a parent that cannot be judged gives the plan `invalid` with its problems, as plan does."""
     try:
         parent = git.run(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}^").strip()
     except git.GitError:
-        return plan.cannot_judge(environment, None, revision, [f"revision {revision[:12]} has no parent to plan against"])
+        return plan.cannot_judge(environment, None, revision, [Problem(f"revision {revision[:12]} has no parent to plan against")])
     try:
         return plan.build(repo, environment, parent, revision, 0)
     except PlanError as exc:
-        return plan.cannot_judge(environment, parent, revision, str(exc).splitlines())
+        return plan.cannot_judge(environment, parent, revision, exc.problems)
 
 
 def capacity(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

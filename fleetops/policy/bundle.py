@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def parse_yaml(text: str, file: str) -> Any:
     try:
         return spec.parse_yaml(text, file)[0]
     except spec.SpecError as exc:
-        raise PolicyError(exc.problems[0]) from None
+        raise PolicyError(problems=exc.problems[:1]) from None
 
 
 def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
@@ -125,7 +125,8 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             try:
                 meta = spec.parse_yaml("\n" * first + body, display_path(bundle.directory / name))[0] or {}
             except spec.SpecError as exc:
-                raise PolicyError(f"{exc.problems[0]} (METADATA of the rule at line {line})") from None
+                first = exc.problems[0]
+                raise PolicyError(problems=[replace(first, message=f"{first.message} (METADATA of the rule at line {line})")]) from None
             if not isinstance(meta, dict):
                 raise PolicyError(f"{display_path(bundle.directory / name)}:{line}: METADATA must be a mapping")
             if meta.get("scope") == "package" or match.group(2) == "package":

@@ -34,7 +34,7 @@ class Decision:
         return f"{r['cluster']}:{ref}" if with_cluster and r.get("cluster") else ref
 
     def as_dict(self) -> dict[str, Any]:
-        """The one decision shape of every command's output (fleetops/output.schema.json)."""
+        """The one decision shape of every command's output (fleetops/schemas/output.schema.json)."""
         return {
             "status": self.status,
             "rule": self.rule,

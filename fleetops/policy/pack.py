@@ -91,7 +91,7 @@ def stack_input(resources: Iterable[Any], environments: Path) -> tuple[dict[str,
     try:
         env = spec.load_environment(spec.environment_path(name, environments))
     except spec.SpecError as exc:
-        raise PolicyError(exc.problems[0]) from None
+        raise PolicyError(problems=exc.problems[:1]) from None
     # The pack runs in the checkout Pulumi deploys from: its commit is the revision under review.
     return build_input(env, (o.entry for o in objects), git.revision(environments.parent)), objects
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops.errors import PolicyError
-from fleetops.output import decision_counts
+from fleetops.envelope import decision_counts
 from fleetops.policy.verdict import Verdict, report_rows
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:

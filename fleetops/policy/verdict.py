@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import spec
-from fleetops.errors import PolicyError
-from fleetops.output import VERDICT_STATUSES, decision_counts
+from fleetops.errors import PolicyError, Problem
+from fleetops.envelope import VERDICT_STATUSES, decision_counts
 from fleetops.policy.bundle import POLICIES_DIR, WAIVERS_FILE, load_bundle, rule_metadata
 from fleetops.policy.decisions import Decision, Status, to_decisions
 from fleetops.policy.engine import EmbeddedEngine, Engine
@@ -36,7 +36,7 @@ class Verdict:
     input_digest: str
     duration_seconds: float
     decisions: list[Decision]
-    waiver_problems: list[str] = field(default_factory=list)
+    waiver_problems: list[Problem] = field(default_factory=list)
 
     @property
     def denied(self) -> list[Decision]:
@@ -60,7 +60,7 @@ class Verdict:
     def judgement(self) -> dict[str, Any]:
         """How the decisions were reached: engine, policy and input digests, time, unusable waivers."""
         return {"engine": self.engine, "policy_digest": self.policy_digest, "input_digest": self.input_digest,
-                "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": self.waiver_problems}
+                "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": list(map(str, self.waiver_problems))}
 
     def as_dict(self) -> dict[str, Any]:
         rows = [d.as_dict() for d in self.decisions]
@@ -74,7 +74,7 @@ class Verdict:
             "passed": self.ok,
             "summary": decision_counts(rows, VERDICT_STATUSES),
             "decisions": rows,
-            "waiver_problems": self.waiver_problems,
+            "waiver_problems": list(map(str, self.waiver_problems)),
         }
 
 
@@ -100,7 +100,7 @@ def evaluate_input(
     known = {m.rule_id for m in rule_metadata(bundle)}
     unknown = [w for w in waivers.active if w.waiver.rule not in known]
     # A waiver of a rule that does not exist waives nothing; say so, as it usually is a typo.
-    problems = waivers.problems + [f"{w.where}: waiver of {w.waiver.rule}: no policy has this rule" for w in unknown]
+    problems = waivers.problems + [Problem(f"waiver of {w.waiver.rule}: no policy has this rule", w.file, w.line) for w in unknown]
     active = [w for w in waivers.active if w not in unknown]
     text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
     if len(text) > max_input_bytes:

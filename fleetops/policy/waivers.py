@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fleetops import spec
-from fleetops.errors import PolicyError
+from fleetops.errors import PolicyError, Problem
 from fleetops.policy.bundle import read_text
 from fleetops.policy.decisions import Decision
 from fleetops.policy.facts import _Edge
@@ -69,13 +69,19 @@ class Waiver(_Edge):
 @dataclass(frozen=True)
 class LoadedWaiver:
     waiver: Waiver
-    where: str  # file:line
+    file: str
+    line: int
+
+    @property
+    def where(self) -> str:
+        """`file:line`: what a decision it waives says (`waived_by`)."""
+        return f"{self.file}:{self.line}"
 
 
 @dataclass(frozen=True)
 class Waivers:
     active: list[LoadedWaiver]
-    problems: list[str]  # expired or malformed entries, each `file:line: ...`; they waive nothing
+    problems: list[Problem]  # expired or malformed entries, each at its place; they waive nothing
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,12 @@ def read_waivers(path: Path) -> tuple[list[WaiverEntry], spec.Positions | None]:
         # Named as in the repository (policies/waivers.yaml), whatever the working folder: decisions cite it.
         tree, positions = spec.parse_yaml(read_text(path), f"{path.parent.name}/{path.name}")
     except spec.SpecError as exc:
-        raise PolicyError(exc.problems[0]) from None
+        raise PolicyError(problems=exc.problems[:1]) from None
     if tree is None:
         return [], positions
     entries = tree.get("waivers") if isinstance(tree, dict) else None
     if not isinstance(entries, list):
-        raise PolicyError(positions.error((), "want a mapping with a 'waivers' list"))
+        raise PolicyError(problems=[positions.error((), "want a mapping with a 'waivers' list")])
     out = []
     for i, entry in enumerate(entries):
         try:
@@ -131,7 +137,7 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
             problems.append(positions.error(at, f"waiver of {waiver.rule} expired on {waiver.expires} (owner {waiver.owner}, {waiver.ticket})"))
         else:
             line, _ = positions.at(at)
-            active.append(LoadedWaiver(waiver, f"{positions.file}:{line}"))
+            active.append(LoadedWaiver(waiver, positions.file, line))
     return Waivers(active, problems)
 
 

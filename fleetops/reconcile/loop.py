@@ -76,7 +76,7 @@ class Reconciler:
                 checked = render.load_checked(checkout / display, display=display, revision=revision)
                 self._rendered[revision] = (checked.env, checked.state)
             except spec.SpecError as exc:
-                self._rendered[revision] = exc.problems
+                self._rendered[revision] = exc.lines
             except render.RenderError as exc:
                 self._rendered[revision] = [str(exc)]
         return self._rendered[revision]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fleetops.errors import SpecError
+from fleetops.errors import Problem, SpecError
 from fleetops.spec.checks import cross_checks, over_limits
 from fleetops.spec.fields import LIMITS, Environment
 from fleetops.spec.positions import Loc, Positions, format_loc, parse_yaml
@@ -92,7 +92,7 @@ def _model_fields(loc: Loc) -> list[str]:
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _pydantic_problems(exc: ValidationError, pos: Positions) -> list[str]:
+def _pydantic_problems(exc: ValidationError, pos: Positions) -> list[Problem]:
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if p != "[key]")
@@ -117,7 +117,7 @@ def parse_environment(text: str, file: str, name: str | None = None) -> Document
     passed the schema."""
     data, pos = parse_yaml(text, file)
     if data is None:
-        raise SpecError([f"{file}:1:1: the file is empty; an environment needs at least 'environment', 'clusters' and 'budget'"])
+        raise SpecError([Problem("the file is empty; an environment needs at least 'environment', 'clusters' and 'budget'", file, 1, 1)])
     if not isinstance(data, dict):
         raise SpecError([pos.error((), f"the document must be a mapping, got {type(data).__name__}")])
     pos = dataclasses.replace(pos, data=data)
@@ -223,23 +223,23 @@ def read_bounded(path: Path, limit: int, file: str, what: str) -> bytes:
         # O_NONBLOCK: opening a named pipe must not wait for a writer; a regular file reads as ever.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
-        raise SpecError([f"{file}:1:1: no such file"]) from None
+        raise SpecError([Problem("no such file", file, 1, 1)]) from None
     except OSError as exc:  # no permission, a dangling link, a loop of links
-        raise SpecError([f"{file}:1:1: cannot read {what}: {exc.strerror}"]) from None
+        raise SpecError([Problem(f"cannot read {what}: {exc.strerror}", file, 1, 1)]) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
         if stat.S_ISREG(info.st_mode):
-            raise SpecError([f"{file}:1:1: file is {info.st_size} bytes, more than the {limit} byte limit for {what}"])
+            raise SpecError([Problem(f"file is {info.st_size} bytes, more than the {limit} byte limit for {what}", file, 1, 1)])
         kind = next((name for test, name in _FILE_TYPES if test(info.st_mode)), "of another kind")
-        raise SpecError([f"{file}:1:1: is {kind}, not a regular file: {what} is read from a regular file only"])
+        raise SpecError([Problem(f"is {kind}, not a regular file: {what} is read from a regular file only", file, 1, 1)])
     with os.fdopen(fd, "rb") as stream:
         try:
             data = stream.read(limit + 1)
         except OSError as exc:
-            raise SpecError([f"{file}:1:1: cannot read {what}: {exc.strerror}"]) from None
+            raise SpecError([Problem(f"cannot read {what}: {exc.strerror}", file, 1, 1)]) from None
     if len(data) > limit:
-        raise SpecError([f"{file}:1:1: more than the {limit} byte limit for {what}"])
+        raise SpecError([Problem(f"more than the {limit} byte limit for {what}", file, 1, 1)])
     return data
 
 
@@ -266,5 +266,5 @@ def read_environment(path: str | Path, display: str | None = None) -> Document:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise SpecError([f"{file}:{line}:{col}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+        raise SpecError([Problem(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file, line, col)]) from None
     return parse_environment(text, file, path.stem)

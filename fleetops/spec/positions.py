@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from fleetops.errors import SpecError
+from fleetops.errors import Problem, SpecError
 
 Loc = tuple[str | int, ...]
 
@@ -35,10 +35,9 @@ class Positions:
                 return self.nodes[loc[:end]]
         return (1, 1)
 
-    def error(self, loc: Loc, msg: str) -> str:
+    def error(self, loc: Loc, msg: str) -> Problem:
         line, col = self.at(loc)
-        path = format_loc(loc, self.item_name)
-        return f"{self.file}:{line}:{col}: {path + ': ' if path else ''}{msg}"
+        return Problem(msg, self.file, line, col, format_loc(loc, self.item_name) or None)
 
     def item_name(self, loc: Loc) -> str | int:
         """The last part of `loc`, a list index, as the name of the item there: kept as the index when
@@ -166,7 +165,7 @@ class _Tree:
         return name
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     """`file:line:col: invalid YAML: what`, at the place the parser stopped, naming where the construct began."""
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -177,7 +176,7 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> str:
         what = f"{problem} ({context} at line {start.line + 1}, column {start.column + 1})"
     else:
         what = ": ".join(p for p in (context, problem) if p) or "unreadable"
-    return f"{file}:{line}:{col}: invalid YAML: {what}"
+    return Problem(f"invalid YAML: {what}", file, line, col)
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
@@ -198,12 +197,12 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
     except yaml.MarkedYAMLError as exc:
         raise SpecError([_yaml_problem(exc, file)]) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:  # e.g. an unreadable timestamp scalar
-        raise SpecError([f"{file}:1:1: invalid YAML: {exc}"]) from None
+        raise SpecError([Problem(f"invalid YAML: {exc}", file, 1, 1)]) from None
     except (KeyError, IndexError, AttributeError) as exc:  # PyYAML's builders on a tagged scalar they cannot read: `!!bool maybe`
-        raise SpecError([f"{file}:1:1: invalid YAML: a tagged value cannot be read ({type(exc).__name__}: {exc})"]) from None
+        raise SpecError([Problem(f"invalid YAML: a tagged value cannot be read ({type(exc).__name__}: {exc})", file, 1, 1)]) from None
     finally:
         loader.dispose()
     if tree.duplicate is not None:
         mark, loc = tree.duplicate
-        raise SpecError([f"{file}:{mark.line + 1}:{mark.column + 1}: {format_loc(loc)}: duplicate key"])
+        raise SpecError([Problem("duplicate key", file, mark.line + 1, mark.column + 1, format_loc(loc))])
     return data, Positions(file, tree.nodes)

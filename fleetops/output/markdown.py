@@ -1,4 +1,4 @@
-"""What a reviewer reads: the plan as a bounded pull-request comment, and as GitHub check annotations.
+"""What a reviewer reads: the plan as a bounded pull-request comment (`comment`), and whole (`full`).
 
 The comment leads with the verdict, the cost and the change in fleet terms, then what blocks it and
 how to fix it; object-level detail follows, folded. A pull-request comment holds at most 65,536
@@ -18,9 +18,15 @@ from typing import Any, NamedTuple
 
 from fleetops import spec, usage
 from fleetops.changes import SECURITY_FIELDS
+from fleetops.diff import FieldChange
+from fleetops.errors import Problem
+from fleetops.kube import ObjectKey
+from fleetops.envelope import DecisionStatus
+from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
-VERDICT = {"denied": "❌ denied", "needs-approval": "⏳ needs approval", "allowed": "✅ allowed", "invalid": "⛔ cannot be judged"}
+VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
+           Verdict.INVALID: "⛔ cannot be judged"}
 SECURITY = "🔒"
 
 
@@ -70,61 +76,60 @@ def _fenced(lines: list[str], info: str = "diff") -> list[str]:
     return [fence + info, *lines, fence]
 
 
-def _where(d: dict[str, Any]) -> str:
-    loc = d.get("location")
-    if not loc:
+def _where(d: PlanDecision) -> str:
+    loc = d.location
+    if loc is None:
         return ""
-    place = f"{loc['file']}:{loc['line']}"
-    return f" — {_code(place)}"
+    return f" — {_code(f'{loc.file}:{loc.line}')}"
 
 
 # --- sections, most important first ------------------------------------------------------------
 
 
-def header(plan: dict[str, Any]) -> list[str]:
-    c, n, objs = plan["cost"], plan["counts"], plan["objects"]
-    flags = f" · {SECURITY} **{plan['security_changes']:,} security-relevant change(s)**{_security_kinds(plan)}" if plan.get("security_changes") else ""
+def header(plan: PlanResult) -> list[str]:
+    c, n, objs = plan.cost, plan.counts, plan.objects
+    flags = f" · {SECURITY} **{plan.security_changes:,} security-relevant change(s)**{_security_kinds(plan)}" if plan.security_changes else ""
     lines = [
-        f"### fleetops plan {_code(plan['environment'])}: {VERDICT[plan['verdict']]}",
+        f"### fleetops plan {_code(plan.environment)}: {VERDICT[plan.verdict]}",
         "",
-        f"**Monthly cost** {_num(c['before'])} → {_num(c['after'])} {_text(c['currency'])} (**{_signed(c['delta'])}**) · "
-        f"**Objects** +{len(objs['added']):,} ~{len(objs['changed']):,} −{len(objs['removed']):,} · "
+        f"**Monthly cost** {_num(c.before)} → {_num(c.after)} {_text(c.currency)} (**{_signed(c.delta)}**) · "
+        f"**Objects** +{len(objs.added):,} ~{len(objs.changed):,} −{len(objs.removed):,} · "
         f"**Decisions** {n['deny']:,} deny, {n['approval']:,} need approval, {n['warn']:,} warn, {n['waived']:,} waived{flags}",
         "",
-        f"Judged by the policies of the base revision {_code(plan['base']['revision'][:12])}.",
+        f"Judged by the policies of the base revision {_code(plan.base.revision[:12])}.",
     ]
-    if not plan["head"]["exists"]:
-        deleted = spec.environment_path(plan["environment"]).as_posix()
+    if not plan.head.exists:
+        deleted = spec.environment_path(plan.environment).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
-    waived = [d for d in plan["decisions"] if d["status"] == "waived" and d.get("severity") == "high"]
+    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity == "high"]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
-        lines += [f"> - {_code(d['rule'])} {_text(d['msg'])} — owner {_text(d['waiver']['owner'])}, {_text(d['waiver']['ticket'])}, "
-                  f"expires {_text(d['waiver']['expires'])}"
-                  if d.get("waiver") else f"> - {_code(d['rule'])} {_text(d['msg'])} (waiver {_text(d.get('waived_by'))})" for d in waived]
-    if plan.get("program_file_changes"):
-        files = ", ".join(_code(f) for f in plan["program_file_changes"][:10]) + (" …" if len(plan["program_file_changes"]) > 10 else "")
-        lines += ["", f"> {SECURITY} **Program change** ({len(plan['program_file_changes'])} file(s): {files}): the objects below are "
+        lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver['owner'])}, {_text(d.waiver['ticket'])}, "
+                  f"expires {_text(d.waiver['expires'])}"
+                  if d.waiver else f"> - {_code(d.rule)} {_text(d.msg)} (waiver {_text(d.waived_by)})" for d in waived]
+    if plan.program_file_changes:
+        files = ", ".join(_code(f) for f in plan.program_file_changes[:10]) + (" …" if len(plan.program_file_changes) > 10 else "")
+        lines += ["", f"> {SECURITY} **Program change** ({len(plan.program_file_changes)} file(s): {files}): the objects below are "
                       "what the head's own program renders (confined, without tokens); it needs the code owners' approval."]
-    if not plan["policy"].get("judge_program_is_base", True):
+    if not plan.policy.judge_program_is_base:
         lines += ["", "> ⚠️ Judged by a program other than the base revision's: CI runs the base's `fleetops` (docs/ci/)."]
-    if plan["policy"]["needs_policy_owner_review"]:
-        owners = ", ".join(_text(o) for o in plan["policy"]["owners"]) or "(no policies/owners.yaml)"
-        files = ", ".join(_code(f) for f in plan["policy"]["policy_files_changed"])
+    if plan.policy.needs_policy_owner_review:
+        owners = ", ".join(_text(o) for o in plan.policy.owners) or "(no policies/owners.yaml)"
+        files = ", ".join(_code(f) for f in plan.policy.policy_files_changed)
         lines += ["", f"> ⚠️ **Policy change** ({files}): needs review by the policy owners: {owners}. It takes effect only after merge."]
     return lines
 
 
-def _security_kind(path: str) -> str:
+def security_kind(path: str) -> str:
     """The security-relevant key a field's path ends in: `fingerprints`, `name_pattern`, …"""
     return next((part for part in reversed(re.split(r"[.\[]", path)) if part in SECURITY_FIELDS), "field")
 
 
-def _security_kinds(plan: dict[str, Any]) -> str:
+def _security_kinds(plan: PlanResult) -> str:
     """What the security-relevant changes are, by kind: a new environment's hundreds of fingerprints and
     node matches read as a few counts, not as one alarming number."""
-    kinds = Counter(_security_kind(e["path"]) for e in plan["spec_changes"] if e["security"])
-    kinds.update({"policy file(s)": sum(f["security"] for f in plan["policy_file_changes"]), "program file(s)": len(plan["program_file_changes"])})
+    kinds = Counter(security_kind(e.path) for e in plan.spec_changes if e.security)
+    kinds.update({"policy file(s)": sum(f.security for f in plan.policy_file_changes), "program file(s)": len(plan.program_file_changes)})
     named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
     return f" ({', '.join(named)})" if named else ""
 
@@ -132,29 +137,29 @@ def _security_kinds(plan: dict[str, Any]) -> str:
 TOP_CHANGES = 20  # of "What changes" in the comment, largest first; the full plan lists every one
 
 
-def what_changes(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str]:
+def what_changes(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
     """The change in fleet terms, largest first (`fleet_changes` come ordered by cost and devices moved):
     the `top` largest security-relevant ones and the `top` largest of the others (all when `top` is None)."""
-    changes = plan["fleet_changes"]
-    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c["security"] is flag)}
+    changes = plan.fleet_changes
+    ranks = {id(c): rank for flag in (True, False) for rank, c in enumerate(c for c in changes if c.security is flag)}
     shown = [c for c in changes if top is None or ranks[id(c)] < top]
-    items = [f"- {SECURITY + ' ' if c['security'] else ''}{_text(c['text'])}" for c in shown]
+    items = [f"- {SECURITY + ' ' if c.security else ''}{_text(c.text)}" for c in shown]
     if len(shown) < len(changes):
         items.append(f"- … and {len(changes) - len(shown):,} smaller change(s), in the full plan")
-    edits = plan["spec_changes"]
+    edits = plan.spec_changes
     if edits:
-        flagged = sum(e["security"] for e in edits)
-        items.append(f"- {len(edits):,} field(s) of {_code(edits[0]['file'])} changed"
+        flagged = sum(e.security for e in edits)
+        items.append(f"- {len(edits):,} field(s) of {_code(edits[0].file)} changed"
                      + (f", {SECURITY} {flagged:,} security-relevant" if flagged else "") + " (listed below)")
     return ["", "**What changes**", "", *items] if items else []
 
 
-def autoscaling(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str]:
+def autoscaling(plan: PlanResult, top: int | None = TOP_CHANGES) -> list[str]:
     """The inference services the change adds or changes, in fleet terms, the most spend at max first
     (the others are in their fold)."""
-    moved = sorted((s for s in plan.get("services", []) if s["change"] != "unchanged"), key=lambda s: -abs(s["monthly_at_max_delta"]))
+    moved = sorted((s for s in plan.services if s.change is not ServiceChange.UNCHANGED), key=lambda s: -abs(s.monthly_at_max_delta))
     shown = moved if top is None else moved[:top]
-    items = [f"- {_text(s['text'])}" for s in shown]
+    items = [f"- {_text(s.text)}" for s in shown]
     if len(shown) < len(moved):
         items.append(f"- … and {len(moved) - len(shown):,} more service(s), in the full plan")
     return ["", "**Inference autoscaling**", "", *items] if items else []
@@ -163,31 +168,31 @@ def autoscaling(plan: dict[str, Any], top: int | None = TOP_CHANGES) -> list[str
 GROUP_OVER = 3  # a rule with more decisions than this is one line with counts, not one line per decision
 
 
-def _grouped(decisions: list[dict[str, Any]]) -> list[str]:
+def _grouped(decisions: list[PlanDecision]) -> list[str]:
     """Decisions of one rule together, most numerous first; a rule with many is one line: how many, over
     how many tenants and clusters, the first as an example, and the fix they share."""
-    by_rule: dict[str, list[dict[str, Any]]] = {}
+    by_rule: dict[str, list[PlanDecision]] = {}
     for d in decisions:
-        by_rule.setdefault(d["rule"], []).append(d)
+        by_rule.setdefault(d.rule, []).append(d)
     lines: list[str] = []
     for rule, ds in sorted(by_rule.items(), key=lambda item: (-len(item[1]), item[0])):
         if len(ds) <= GROUP_OVER:
             for d in ds:
-                lines.append(f"- {_code(rule)} {_text(d['msg'])}{_where(d)}")
-                if d.get("fix"):
-                    lines.append(f"  - **Fix:** {_text(d['fix'])}")
+                lines.append(f"- {_code(rule)} {_text(d.msg)}{_where(d)}")
+                if d.fix:
+                    lines.append(f"  - **Fix:** {_text(d.fix)}")
             continue
-        lines += [f"- {_code(rule)} × {len(ds):,}{_spread(ds)}", f"  - e.g. {_text(ds[0]['msg'])}{_where(ds[0])}"]
-        fixes = {d.get("fix") for d in ds} - {None, ""}
+        lines += [f"- {_code(rule)} × {len(ds):,}{_spread(ds)}", f"  - e.g. {_text(ds[0].msg)}{_where(ds[0])}"]
+        fixes = {d.fix for d in ds} - {""}
         if len(fixes) == 1:
             lines.append(f"  - **Fix:** {_text(fixes.pop())}")
     return lines
 
 
-def _spread(decisions: list[dict[str, Any]]) -> str:
+def _spread(decisions: list[PlanDecision]) -> str:
     """`: 1,000 tenant(s) on 20 cluster(s) (tenant-0, tenant-1, …)` of one rule's decisions."""
     def named(key: str) -> list[str]:
-        return list(dict.fromkeys(str(s[key]) for d in decisions if (s := d.get("subject") or {}).get(key)))
+        return list(dict.fromkeys(str(d.subject[key]) for d in decisions if d.subject.get(key)))
 
     tenants, clusters = named("tenant"), named("cluster")
     parts = ([f"{len(tenants):,} tenant(s)"] if tenants else []) + ([f"{len(clusters):,} cluster(s)"] if clusters else [])
@@ -196,28 +201,28 @@ def _spread(decisions: list[dict[str, Any]]) -> str:
     return f": {' on '.join(parts)}{examples}" if parts else ""
 
 
-def blocking(plan: dict[str, Any]) -> list[str]:
+def blocking(plan: PlanResult) -> list[str]:
     lines: list[str] = []
-    denied = [d for d in plan["decisions"] if d["status"] == "deny"]
+    denied = [d for d in plan.decisions if d.status is DecisionStatus.DENY]
     if denied:
         lines += ["", "**Denied by**", "", *_grouped(denied)]
-    waiting = [d for d in plan["decisions"] if d["status"] == "approval"]
+    waiting = [d for d in plan.decisions if d.status is DecisionStatus.APPROVAL]
     if waiting:
-        lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan['approvals']['have']})", "", *_grouped(waiting)]
+        lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan.approvals.have})", "", *_grouped(waiting)]
     return lines
 
 
 USAGE_LINES = 20  # of utilisation in the comment; the full plan has every one
 
 
-def utilisation(plan: dict[str, Any], top: int | None = USAGE_LINES) -> list[str]:
+def utilisation(plan: PlanResult, top: int | None = USAGE_LINES) -> list[str]:
     """Measured use of each tenant quota and pool the change touches, or why it is unknown (never zero)."""
-    used = plan.get("usage")
+    used = plan.usage
     rows = usage.lines(used) if used else []
-    if not rows:
+    if not used or not rows:
         return []
-    window = usage.parse_window(used["window"]).spoken()
-    title = f"**Utilisation** over the last {window}" + ("" if used["status"] == usage.Status.measured.value else " (unknown is not zero use)")
+    window = usage.parse_window(used.window).spoken()
+    title = f"**Utilisation** over the last {window}" + ("" if used.status is usage.Status.measured else " (unknown is not zero use)")
     shown = rows if top is None else rows[:top]
     items = [f"- {_text(line)}" for line in shown]
     if len(shown) < len(rows):
@@ -228,45 +233,49 @@ def utilisation(plan: dict[str, Any], top: int | None = USAGE_LINES) -> list[str
 CAPACITY_ROWS = 12  # past this many moved rows, the top says totals per device resource; each cluster is folded
 
 
-def capacity_moves(plan: dict[str, Any]) -> list[str]:
+def capacity_moves(plan: PlanResult) -> list[str]:
     """The capacity the change moves, next to the verdict; of a new environment only what it will have."""
-    moved = [r for r in plan["capacity"] if r["before"] != r["after"]]
+    moved = [r for r in plan.capacity if r.moved]
     shown = _fleet_totals(moved) if len(moved) > CAPACITY_ROWS else moved
-    return ["", *_capacity_table(shown, changed=plan["base"]["exists"])] if moved else []
+    return ["", *_capacity_table(shown, changed=bool(plan.base.exists))] if moved else []
 
 
-def _fleet_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+SUMMED = ("physical", "schedulable", "guaranteed", "burst")
+
+
+def _fleet_totals(rows: list[CapacityRow]) -> list[CapacityRow]:
     """Capacity rows summed over their clusters, one per device resource, the most devices first."""
-    sums: dict[str, dict[str, Counter[str]]] = {}
+    sums: dict[str, tuple[Counter[str], Counter[str]]] = {}
     for r in rows:
-        sides = sums.setdefault(r["resource"], {"before": Counter(), "after": Counter()})
-        for side, counts in sides.items():
-            counts.update({k: r[side][k] for k in ("physical", "schedulable", "guaranteed", "burst")})
-    where = f"all {len({r['cluster'] for r in rows}):,} clusters"
-    totals = [{"cluster": where, "resource": resource, **{side: _derived(c) for side, c in sides.items()}} for resource, sides in sums.items()]
-    return sorted(totals, key=lambda r: -r["after"]["physical"])
+        before, after = sums.setdefault(r.resource, (Counter(), Counter()))
+        before.update({k: getattr(r.before, k) for k in SUMMED})
+        after.update({k: getattr(r.after, k) for k in SUMMED})
+    where = f"all {len({r.cluster for r in rows}):,} clusters"
+    totals = [CapacityRow(where, resource, _derived(before), _derived(after)) for resource, (before, after) in sums.items()]
+    return sorted(totals, key=lambda r: -r.after.physical)
 
 
-def _derived(c: Counter[str]) -> dict[str, float]:
+def _derived(c: Counter[str]) -> Capacity:
     """Sharing factor and headroom of summed capacity, as `spec.capacity_rows` derives them per cluster."""
     units = c["schedulable"]
-    return {**c, "sharing_factor": round(units / c["physical"], 2) if c["physical"] else 0.0,
-            "headroom_percent": round(100 * (units - c["guaranteed"]) / units, 1) if units else 0.0}
+    return Capacity(physical=c["physical"], schedulable=units, guaranteed=c["guaranteed"], burst=c["burst"],
+                    sharing_factor=round(units / c["physical"], 2) if c["physical"] else 0.0,
+                    headroom_percent=round(100 * (units - c["guaranteed"]) / units, 1) if units else 0.0)
 
 
 def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _capacity_table(rows: list[dict[str, Any]], changed: bool) -> list[str]:
+def _capacity_table(rows: list[CapacityRow], changed: bool) -> list[str]:
     out = ["| cluster | resource | physical | schedulable | sharing | guaranteed | burst | headroom % |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        b, a = r["before"], r["after"]
+        b, a = r.before, r.after
         cols = ("physical", "schedulable", "sharing_factor", "guaranteed", "burst", "headroom_percent")
-        cells = [_arrow(_cell(b[k]), _cell(a[k])) if changed else _cell(a[k]) for k in cols]
+        cells = [_arrow(_cell(getattr(b, k)), _cell(getattr(a, k))) if changed else _cell(getattr(a, k)) for k in cols]
         cells[2] = "×" + cells[2].replace(" → ", " → ×")
-        out.append(f"| {_text(r['cluster'])} | {_code(r['resource'])} | " + " | ".join(cells) + " |")
+        out.append(f"| {_text(r.cluster)} | {_code(r.resource)} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -305,11 +314,11 @@ class Fold(NamedTuple):
         return _details(f"{self.title} ({count})", body)
 
 
-def spec_fields(plan: dict[str, Any]) -> Fold:
+def spec_fields(plan: PlanResult) -> Fold:
     # What decides who may run where first, then down the file.
-    edits = sorted(plan["spec_changes"], key=lambda e: (not e["security"], e["side"] != "head", e["line"]))
+    edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not Side.HEAD, e.line))
     return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
-        [f"| {SECURITY if e['security'] else ''} | {_code(e['path'])} | {' | '.join(_values(e['old'], e['new']))} | {e['line']} |"] for e in edits])
+        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {e.line} |"] for e in edits])
 
 
 def _values(old: Any, new: Any) -> tuple[str, str]:
@@ -320,106 +329,109 @@ def _values(old: Any, new: Any) -> tuple[str, str]:
     return (_text(old) if old is not None else "—", _text(new) if new is not None else "—")
 
 
-def policy_files(plan: dict[str, Any]) -> Fold:
+def policy_files(plan: PlanResult) -> Fold:
     return Fold("Policy file changes", [], noun="file(s)", rows=[
-        [f"{SECURITY + ' ' if f['security'] else ''}{_code(f['file'])}", "", *_fenced(f["diff"].rstrip("\n").split("\n")), ""]
-        for f in plan["policy_file_changes"]])
+        [f"{SECURITY + ' ' if f.security else ''}{_code(f.file)}", "", *_fenced(f.diff.rstrip("\n").split("\n")), ""]
+        for f in plan.policy_file_changes])
 
 
-STATUS_ORDER = {"deny": 0, "approval": 1, "warn": 2, "waived": 3}
+STATUS_ORDER = {DecisionStatus.DENY: 0, DecisionStatus.APPROVAL: 1, DecisionStatus.WARN: 2, DecisionStatus.WAIVED: 3}
 
 
-def decision_table(plan: dict[str, Any]) -> Fold:
+def decision_table(plan: PlanResult) -> Fold:
     rows = []
-    for d in sorted(plan["decisions"], key=lambda d: STATUS_ORDER.get(d["status"], len(STATUS_ORDER))):
-        loc = d.get("location")
-        where = _text(f"{loc['file']}:{loc['line']}") if loc else ""
-        rows.append([f"| {_text(d['status'])} | {_code(d['rule'])} | {_text(d.get('severity', ''))} | {_text(d.get('resource') or '')} "
-                     f"| {_text(d['msg'])} | {where} |"])
+    for d in sorted(plan.decisions, key=lambda d: STATUS_ORDER[d.status]):
+        where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
+        rows.append([f"| {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity)} | {_text(d.resource)} "
+                     f"| {_text(d.msg)} | {where} |"])
     return Fold("Policy decisions", ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"], rows)
 
 
-def quota_table(plan: dict[str, Any]) -> Fold:
-    moved = sorted(plan["quota_changes"], key=lambda q: -abs(q["after"]["guaranteed"] - q["before"]["guaranteed"]))
+def quota_table(plan: PlanResult) -> Fold:
+    moved = sorted(plan.quota_changes, key=lambda q: -abs(q.after.guaranteed - q.before.guaranteed))
     return Fold("Quota changes", ["| tenant | cluster | resource | guaranteed | burst |", "|---|---|---|---:|---:|"], [
-        [f"| {_text(q['tenant'])} | {_text(q['cluster'])} | {_code(q['resource'])} | {_arrow(q['before']['guaranteed'], q['after']['guaranteed'])} "
-         f"| {_arrow(q['before']['burst'], q['after']['burst'])} |"] for q in moved])
+        [f"| {_text(q.tenant)} | {_text(q.cluster)} | {_code(q.resource)} | {_arrow(q.before.guaranteed, q.after.guaranteed)} "
+         f"| {_arrow(q.before.burst, q.after.burst)} |"] for q in moved])
 
 
-def grants_table(plan: dict[str, Any]) -> Fold:
+def grants_table(plan: PlanResult) -> Fold:
     """What Kueue will grant on an idle cluster (fleetops.grants), per tenant and per cluster, the most
     units first; ⚠️ where a tenant cannot reach its declared burst."""
-    granted = plan.get("grants") or {"tenants": [], "clusters": []}
-    rows = [(r["reachable"], f"| {_text(r['cluster'])} | {_text(r['tenant'])} | {_code(r['resource'])} | {_cell(r['guaranteed'])} "
-                             f"| {'⚠️ ' if r['burst'] is not None and r['reachable'] < r['burst'] else ''}{_cell(r['reachable'])} "
-                             f"| {_cell(r['burst']) if r['burst'] is not None else '—'} | {_cell(r['largest_job'])} | {_cell(r['lends'])} |")
-            for r in granted["tenants"]]
-    rows += [(c["quota"], f"| {_text(c['cluster'])} | all tenants | {_code(c['resource'])} | {_cell(c['guaranteed'])} | {_cell(c['quota'])} "
-                          f"| — | — | {_cell(c['shared'])} |") for c in granted["clusters"]]
+    granted = plan.grants
+    rows = [(r.reachable, f"| {_text(r.cluster)} | {_text(r.tenant)} | {_code(r.resource)} | {_cell(r.guaranteed)} "
+                          f"| {'⚠️ ' if r.burst is not None and r.reachable < r.burst else ''}{_cell(r.reachable)} "
+                          f"| {_cell(r.burst) if r.burst is not None else '—'} | {_cell(r.largest_job)} | {_cell(r.lends)} |")
+            for r in granted.tenants]
+    rows += [(c.quota, f"| {_text(c.cluster)} | all tenants | {_code(c.resource)} | {_cell(c.guaranteed)} | {_cell(c.quota)} "
+                       f"| — | — | {_cell(c.shared)} |") for c in granted.clusters]
     return Fold("What Kueue will grant on an idle cluster",
                 ["| cluster | tenant | resource | guaranteed | reachable burst | declared burst | largest job | lends |",
                  "|---|---|---|---:|---:|---:|---:|---:|"],
                 [[line] for _, line in sorted(rows, key=lambda r: -r[0])])
 
 
-def services_table(plan: dict[str, Any]) -> Fold:
+def services_table(plan: PlanResult) -> Fold:
     """Every inference service of the head: its replicas, what they take at max of what Kueue grants, what they cost at max."""
-    rows = [[f"| {_text(s['tenant'])}/{_text(s['name'])} | {_text(s['cluster'])} | {s['min']:,}–{s['max']:,} × {s['devices']:,} {_code(s['resource'])} "
-             f"| {'⚠️ ' if s['at_max'] > s['reachable'] else ''}{s['at_max']:,} of {s['reachable']:,} | {_num(s['monthly_at_max'])} |"]
-            for s in sorted(plan.get("services", []), key=lambda s: -s["monthly_at_max"])]
+    rows = [[f"| {_text(s.tenant)}/{_text(s.name)} | {_text(s.cluster)} | {s.min:,}–{s.max:,} × {s.devices:,} {_code(s.resource)} "
+             f"| {'⚠️ ' if s.at_max > s.reachable else ''}{s.at_max:,} of {s.reachable:,} | {_num(s.monthly_at_max)} |"]
+            for s in sorted(plan.services, key=lambda s: -s.monthly_at_max)]
     return Fold("Inference services at max replicas",
                 ["| service | cluster | replicas × devices | at max of reachable burst | spend at max /mo |", "|---|---|---|---:|---:|"], rows)
 
 
-def object_summary(plan: dict[str, Any]) -> Fold:
+def object_summary(plan: PlanResult) -> Fold:
     """Objects added, changed and removed per cluster and kind: bounded whatever the change's size."""
     counts: Counter[tuple[str, str, str]] = Counter()
-    for what in ("added", "changed", "removed"):
-        for o in plan["objects"][what]:
-            counts[(o["cluster"], o["kind"], what)] += 1
+    objs = plan.objects
+    for what, keys in (("added", objs.added), ("changed", list(objs.changed)), ("removed", objs.removed)):
+        for cluster, _, kind, _, _ in keys:
+            counts[(cluster, kind, what)] += 1
     keys = sorted({(c, k) for c, k, _ in counts})
     return Fold("Objects per cluster and kind", ["| cluster | kind | + | ~ | − |", "|---|---|---:|---:|---:|"], [
         [f"| {_text(c)} | {_text(k)} | {counts[(c, k, 'added')]} | {counts[(c, k, 'changed')]} | {counts[(c, k, 'removed')]} |"] for c, k in keys])
 
 
-def _name(o: dict[str, Any]) -> str:
-    ns = f"{o['namespace']}/" if o["namespace"] else ""
-    return f"{o['cluster']}: {o['kind']} {ns}{o['name']}"
+def _name(key: ObjectKey) -> str:
+    cluster, _, kind, namespace, name = key
+    ns = f"{namespace}/" if namespace else ""
+    return f"{cluster}: {kind} {ns}{name}"
 
 
-def _field_lines(f: dict[str, Any]) -> list[str]:
-    old, new = f.get("old"), f.get("new")
+def _field_lines(f: FieldChange) -> list[str]:
+    old, new = f.old, f.new
     if isinstance(old, str) and isinstance(new, str) and ("\n" in old or "\n" in new):
         # Unindented: GitHub colours a ```diff line by its first character.
-        return list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{f['path']} (base)", f"{f['path']} (head)", n=2, lineterm=""))
-    return [f"    {f['op']} {f['path']}: {json.dumps(old)} → {json.dumps(new)}"]
+        return list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{f.path} (base)", f"{f.path} (head)", n=2, lineterm=""))
+    return [f"    {f.op} {f.path}: {json.dumps(old)} → {json.dumps(new)}"]
 
 
-def object_changes(plan: dict[str, Any]) -> Fold:
+def object_changes(plan: PlanResult) -> Fold:
     """One block of ```diff lines per object, so that a bounded comment can stop between objects."""
-    objs = plan["objects"]
-    blocks = [[f"+ {_name(o)}"] for o in objs["added"]] + [[f"- {_name(o)}"] for o in objs["removed"]]
-    for o in objs["changed"]:
-        blocks.append([f"~ {_name(o)}", *(line for f in o["fields"] for line in _field_lines(f))])
+    objs = plan.objects
+    blocks = [[f"+ {_name(o)}"] for o in objs.added] + [[f"- {_name(o)}"] for o in objs.removed]
+    for o, fields in objs.changed.items():
+        blocks.append([f"~ {_name(o)}", *(line for f in fields for line in _field_lines(f))])
     return Fold("Object changes", [], blocks, fenced=True, noun="object(s)")
 
 
-def with_capacity(plan: dict[str, Any]) -> Fold:
+def with_capacity(plan: PlanResult) -> Fold:
     """Every cluster's capacity; none when the capacity table above has every row."""
-    table = _capacity_table(plan["capacity"], changed=False)
-    moved = sum(r["before"] != r["after"] for r in plan["capacity"])
-    whole = moved < len(plan["capacity"]) or moved > CAPACITY_ROWS
+    table = _capacity_table(plan.capacity, changed=False)
+    moved = sum(r.moved for r in plan.capacity)
+    whole = moved < len(plan.capacity) or moved > CAPACITY_ROWS
     return Fold("Capacity per cluster and device resource", table[:2], [[row] for row in table[2:]] if whole else [])
 
 
-def _folds(plan: dict[str, Any]) -> list[Fold]:
+def _folds(plan: PlanResult) -> list[Fold]:
     """The folded sections, most important first."""
     return [spec_fields(plan), decision_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
             object_summary(plan), object_changes(plan)]
 
 
-def full(plan: dict[str, Any]) -> str:
+def full(plan: PlanResult) -> str:
     """The whole plan as markdown, without a size limit: the CI artifact the comment points to."""
+    if not plan.judged:
+        return cannot_judge(plan, None)
     lines = header(plan) + what_changes(plan, top=None) + autoscaling(plan, top=None) + blocking(plan) + utilisation(plan, top=None) + capacity_moves(plan)
     return _join(lines + [line for fold in _folds(plan) for line in fold.lines()], [])
 
@@ -433,35 +445,32 @@ def _revision(name: str) -> str:
     return name[:12] if re.fullmatch(r"[0-9a-f]{40}", name) else name
 
 
-def _problem(d: dict[str, Any]) -> str:
+def _problem(p: Problem) -> str:
     """One problem: its place first, then what is wrong, the place said once."""
-    from fleetops.output import problem
-
-    p = problem(d["msg"])
-    if not p["file"]:
-        return f"- {_text(d['msg'])}"
-    place = ":".join(str(x) for x in (p["file"], p["line"], p["column"]) if x)
-    return f"- {_code(place)} {_text(': '.join(x for x in (p['path'], p['message']) if x))}"
+    if p.place is None:
+        return f"- {_text(p.message)}"
+    return f"- {_code(p.place)} {_text(': '.join(x for x in (p.path, p.message) if x))}"
 
 
-def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> str:
+def cannot_judge(plan: PlanResult, max_chars: int | None = DEFAULT_MAX_CHARS) -> str:
     """The comment for a change that cannot be judged (an invalid side, no policy engine): it replaces
-    any earlier verdict on the pull request, and says why, each problem on its line."""
+    any earlier verdict on the pull request, and says why, each problem on its line (all of them
+    without `max_chars`)."""
     shown, body = [], 0
-    for d in plan["decisions"]:
-        line = _problem(d)
-        if body + len(line) > max_chars - 2000:
-            shown.append(f"- … and {len(plan['decisions']) - len(shown):,} more (see the full plan)")
+    for p in plan.problems:
+        line = _problem(p)
+        if max_chars is not None and body + len(line) > max_chars - 2000:
+            shown.append(f"- … and {len(plan.problems) - len(shown):,} more (see the full plan)")
             break
         shown.append(line)
         body += len(line) + 1
     lines = [
-        f"### fleetops plan {_code(plan['environment'])}: {VERDICT['invalid']}",
+        f"### fleetops plan {_code(plan.environment)}: {VERDICT[Verdict.INVALID]}",
         "",
-        f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan['base']['revision']))}, "
-        f"head {_code(_revision(plan['head']['revision']))}. Any earlier verdict on this pull request no longer holds.",
+        f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan.base.revision))}, "
+        f"head {_code(_revision(plan.head.revision))}. Any earlier verdict on this pull request no longer holds.",
         "",
-        f"**What is wrong** ({len(plan['decisions']):,})",
+        f"**What is wrong** ({len(plan.problems):,})",
         "",
         *shown,
         "",
@@ -470,11 +479,14 @@ def cannot_judge(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS) -> st
     return _join(lines, [])
 
 
-def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts: str = "") -> str:
+def comment(plan: PlanResult, max_chars: int = DEFAULT_MAX_CHARS, artifacts: str = "") -> str:
     """The pull-request comment, at most `max_chars` characters, chosen by importance: the verdict and
     totals, what changes (largest first), what blocks it (grouped per rule), the capacity it moves; then
     each folded section, most important first, as many of its rows as its share of what is left holds.
-    What does not fit is counted and left to the full plan in `artifacts`."""
+    What does not fit is counted and left to the full plan in `artifacts`. Of a plan that cannot be
+    judged, why (`cannot_judge`)."""
+    if not plan.judged:
+        return cannot_judge(plan, max_chars)
     pointer = f"see the full plan ({artifacts})" if artifacts else "see the full plan (`fleetops plan --output json`, or the CI artifact)"
     note = ["", f"_Comment shortened to {max_chars:,} characters: {pointer}._"]
     lines = header(plan) + what_changes(plan) + autoscaling(plan) + blocking(plan) + utilisation(plan) + capacity_moves(plan)
@@ -489,35 +501,3 @@ def comment(plan: dict[str, Any], max_chars: int = DEFAULT_MAX_CHARS, artifacts:
     if len(text) > max_chars:  # the essentials alone are too long: cut at a line
         text = _join([text[: max_chars - 200].rsplit("\n", 1)[0]], note)
     return text
-
-
-# --- GitHub check annotations ----------------------------------------------------------------
-
-LEVEL = {"deny": "error", "approval": "warning", "warn": "warning", "waived": "notice"}
-
-
-def _escape(text: str, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
-
-
-def github_annotations(plan: dict[str, Any]) -> str:
-    """Workflow commands that put each decision on the line of the environment file it comes from."""
-    out = []
-    for d in plan["decisions"]:
-        loc = d.get("location") or {"file": spec.environment_path(plan["environment"]).as_posix(), "line": 1}
-        message = d["msg"] + (f" Fix: {d['fix']}" if d.get("fix") and d["status"] == "deny" else "")
-        out.append(f"::{LEVEL.get(d['status'], 'notice')} file={_escape(loc['file'], True)},line={loc['line']},"
-                   f"title={_escape(d['status'] + ': ' + d['rule'], True)}::{_escape(message)}")
-    kinds: dict[str, list[dict[str, Any]]] = {}
-    for e in plan["spec_changes"]:
-        if e["security"] and e["side"] == "head":
-            kinds.setdefault(_security_kind(e["path"]), []).append(e)
-    for kind, edits in kinds.items():
-        # A new environment's hundreds of node matches are one notice at the first, not one per line.
-        many = len(edits) > GROUP_OVER
-        for e in edits[:1] if many else edits:
-            what = f"{len(edits):,} {kind} fields changed, the first here" if many else f"{e['path']} changed"
-            out.append(f"::notice file={_escape(e['file'], True)},line={e['line']},title={_escape('security-relevant change', True)}::"
-                       f"{_escape(what + ': review who it lets in')}")
-    return "\n".join(out) + ("\n" if out else "")

@@ -9,32 +9,24 @@ retyping one raises SCHEMA.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
 
 from fleetops import __version__
+from fleetops.errors import Problem
 
 SCHEMA = "fleetops/v1"
-# `file:line:col: path: message` (environment files) or `file:line: message` (waivers, policies). A
-# path is names, [index] or [item name] and ["key"], the key quoted as JSON (spec.format_loc): any character, escaped.
-_PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+)(?::(?P<column>\d+))?: "
-                      r'(?:(?P<path>(?:[\w./-]|\[(?:[^\s\[\]":]+|"(?:[^"\\]|\\.)*")\])+): )?(?P<message>.*)$', re.DOTALL)
 
 
-def problem(text: str) -> dict[str, Any]:
-    """A problem line as fields; a line without a place keeps the whole text as its message."""
-    match = _PROBLEM.match(text)
-    if match is None:
-        return {"file": None, "line": None, "column": None, "path": None, "message": text}
-    return {"file": match["file"], "line": int(match["line"]), "column": int(match["column"]) if match["column"] else None,
-            "path": match["path"], "message": match["message"]}
-
-
-def envelope(command: str, ok: bool, counts: dict[str, int], problems: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+def envelope(command: str, ok: bool, counts: dict[str, int], problems: Sequence[Problem] = (), **fields: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "command": command, "fleetops_version": __version__, "ok": ok, "counts": counts,
-            "problems": [problem(p) for p in problems or []], **fields}
+            "problems": [p.fields() for p in problems], **fields}
+
+
+def as_json(document: dict[str, Any]) -> str:
+    """A document as every command prints it: indented, keys sorted, one newline at the end."""
+    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
 
 
 class DecisionStatus(StrEnum):

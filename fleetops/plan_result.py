@@ -1,0 +1,381 @@
+"""The plan of a change, typed: what `plan.build` and `plan.assess` return, and what every form of the
+plan reads (fleetops.output: markdown, json, junit, github) and the fleet API serves.
+
+`to_json()` is the published `plan` shape (fleetops/schemas/output.schema.json), field for field; the
+rows the policies, `changes` and `grants` make (decisions, fleet and file changes, grants, services)
+stay the published rows their modules build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+from fleetops import usage
+from fleetops.diff import Changes
+from fleetops.envelope import DecisionStatus, decision_counts
+from fleetops.errors import Problem
+from fleetops.kube import ObjectKey
+
+Row: TypeAlias = dict[str, Any]  # one row of the published JSON, built by the module that owns its shape
+
+
+class Verdict(StrEnum):
+    ALLOWED = "allowed"
+    NEEDS_APPROVAL = "needs-approval"
+    DENIED = "denied"
+    INVALID = "invalid"  # the change cannot be judged: an invalid side, no policy engine
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> Verdict:
+        return cls.DENIED if counts["deny"] else cls.NEEDS_APPROVAL if counts["approval"] else cls.ALLOWED
+
+
+@dataclass(frozen=True)
+class ChangeSide:
+    """One side of the change; whether its environment file exists there is unknown (None) when it could not be read."""
+
+    revision: str
+    exists: bool | None = None
+
+    def to_json(self) -> Row:
+        return {"revision": self.revision} if self.exists is None else {"revision": self.revision, "exists": self.exists}
+
+
+@dataclass(frozen=True)
+class Approvals:
+    have: int
+    needed_by: list[str]  # the rules whose decisions more approvals resolve
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Monthly cost of the fleet at base and at head, in the environment's currency."""
+
+    before: float
+    after: float
+    currency: str
+
+    @property
+    def delta(self) -> float:
+        return round(self.after - self.before, 2)
+
+    def to_json(self) -> Row:
+        return {"before": self.before, "after": self.after, "delta": self.delta, "currency": self.currency}
+
+
+@dataclass(frozen=True)
+class PolicyReview:
+    """Who judged the change, and what of the policies it changes."""
+
+    judged_by: str  # the base revision: its policies judge
+    judge_program_is_base: bool
+    policy_files_changed: list[str]
+    owners: list[str]  # policies/owners.yaml of the base
+
+    def to_json(self) -> Row:
+        return {"judged_by": self.judged_by, "judge_program_is_base": self.judge_program_is_base,
+                "policy_files_changed": self.policy_files_changed, "owners": self.owners,
+                "needs_policy_owner_review": self.needs_policy_owner_review}
+
+    @property
+    def needs_policy_owner_review(self) -> bool:
+        return bool(self.policy_files_changed)
+
+
+@dataclass(frozen=True)
+class PolicyFileChange:
+    file: str
+    security: bool  # a file that decides who may do what (waivers, owners, data)
+    diff: str  # unified diff, base to head
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """One cluster's device resource on one side: devices, schedulable units, quota sums, headroom."""
+
+    physical: float
+    schedulable: float
+    sharing_factor: float
+    guaranteed: int
+    burst: int
+    headroom_percent: float
+
+
+NO_CAPACITY = Capacity(physical=0, schedulable=0, sharing_factor=0.0, guaranteed=0, burst=0, headroom_percent=0.0)
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    cluster: str
+    resource: str
+    before: Capacity
+    after: Capacity
+
+    @property
+    def moved(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True)
+class Quota:
+    guaranteed: int
+    burst: int
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    tenant: str
+    cluster: str
+    resource: str
+    before: Quota
+    after: Quota
+
+    @classmethod
+    def of(cls, row: Row) -> QuotaChange:
+        """From the row the `fleet.change` policies read (`plan.quota_changes`)."""
+        return cls(row["tenant"], row["cluster"], row["resource"], Quota(**row["before"]), Quota(**row["after"]))
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Pools and edge groups (`cluster/group`) the change adds and removes."""
+
+    added: list[str]
+    removed: list[str]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a decision is about: the field of the environment file, or the first changed line of a policy or program file."""
+
+    file: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """One policy decision on the change, with where it comes from and how to fix it ($defs/decision)."""
+
+    status: DecisionStatus  # a deny that more approvals resolve is an approval
+    rule: str
+    severity: str
+    msg: str
+    resource: str  # `cluster:Kind/namespace/name`
+    subject: Row  # the resource as the rule names it: kind, name, cluster, tenant, ...
+    package: str
+    waived_by: str | None = None  # file:line of the waiver
+    fix: str = ""
+    figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
+    location: Location | None = None
+    waiver: Row | None = None  # owner, ticket, expiry and reason of the waiver that waives it
+
+    @classmethod
+    def of(cls, row: Row) -> PlanDecision:
+        """From the row `plan.explain` makes of a policy's decision."""
+        loc = row.get("location")
+        return cls(DecisionStatus(row["status"]), row["rule"], row["severity"], row["msg"], row["resource"], row["subject"], row["package"],
+                   row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, row.get("waiver"))
+
+    def to_json(self) -> Row:
+        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": self.waiver}
+        return {"status": self.status.value, "rule": self.rule, "severity": self.severity, "msg": self.msg, "resource": self.resource,
+                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
+                **{k: v for k, v in optional.items() if v is not None}}
+
+
+class Side(StrEnum):
+    BASE = "base"
+    HEAD = "head"
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """One edited field of the environment file: its value on each side and its line (head's; base's
+    for a removed field)."""
+
+    path: str  # as `spec.format_loc` writes it, list items by name
+    old: Any  # None: not in base
+    new: Any  # None: not in head
+    file: str
+    line: int
+    side: Side  # the side whose file holds `line`
+    security: bool  # it decides who or what is let in: fingerprints, allow lists, node matches, ...
+
+    @classmethod
+    def of(cls, row: Row) -> SpecChange:
+        """From `changes.spec_changes_and_fields`' row."""
+        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security"])
+
+    def to_json(self) -> Row:
+        return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
+                "side": self.side.value, "security": self.security}
+
+
+@dataclass(frozen=True)
+class FleetChange:
+    """One change in fleet terms (`changes.fleet_changes`): a sentence, and what it moves."""
+
+    subject: str  # `cluster/pool`, `tenants/name`, `environment/name`, ...
+    text: str
+    security: bool
+    devices: int
+    cost: float  # monthly
+
+
+class ServiceChange(StrEnum):
+    ADDED = "added"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Service:
+    """An inference service of the head in fleet terms (`grants.services`, what the policies judge): its
+    replicas and devices, what Kueue grants its tenant there, what it costs at max, against the base."""
+
+    tenant: str
+    name: str
+    cluster: str
+    pools: list[str]
+    resource: str
+    devices: int  # per replica
+    min: int
+    max: int
+    at_max: int  # devices at max replicas
+    reachable: int  # of its tenant's burst on its pools, on an idle cluster
+    replica_monthly: float
+    monthly_at_max: float
+    change: ServiceChange
+    monthly_at_max_delta: float
+    text: str  # one sentence a reviewer reads
+
+
+@dataclass(frozen=True)
+class TenantGrant:
+    """What Kueue grants one tenant of one device resource on one cluster, beside its declared burst."""
+
+    cluster: str
+    tenant: str
+    resource: str
+    guaranteed: int
+    reachable: int
+    burst: int | None  # declared; None: not declared
+    lends: int
+    largest_job: int  # the most one job (one flavor) may hold
+    flavors: Row  # per flavor, as `grants` computes it
+
+
+@dataclass(frozen=True)
+class ClusterGrant:
+    """Every unit of quota a cluster's tree holds of one device resource, the guarantees, and what its cohort shares."""
+
+    cluster: str
+    resource: str
+    quota: int
+    guaranteed: int
+    shared: int
+
+
+@dataclass(frozen=True)
+class Grants:
+    tenants: list[TenantGrant]
+    clusters: list[ClusterGrant]
+
+    @classmethod
+    def of(cls, review: dict[str, list[Row]]) -> Grants:
+        """From `grants.review`."""
+        return cls([TenantGrant(**r) for r in review["tenants"]], [ClusterGrant(**c) for c in review["clusters"]])
+
+
+def _key(key: ObjectKey) -> dict[str, str]:
+    return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
+
+
+def _objects_json(changes: Changes) -> Row:
+    per_cluster: dict[str, dict[str, int]] = {}
+    for what, keys in (("added", changes.added), ("removed", changes.removed), ("changed", list(changes.changed))):
+        for key in keys:
+            per_cluster.setdefault(key[0], {"added": 0, "removed": 0, "changed": 0})[what] += 1
+    return {"added": [_key(k) for k in changes.added], "removed": [_key(k) for k in changes.removed],
+            "changed": [{**_key(k), "fields": [f.to_dict() for f in fs]} for k, fs in changes.changed.items()],
+            "per_cluster": dict(sorted(per_cluster.items()))}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A change judged (or why it cannot be): a plan that cannot be judged has its `problems`, each a
+    blocking decision, and none of the parts after `problems`."""
+
+    environment: str
+    verdict: Verdict
+    base: ChangeSide
+    head: ChangeSide
+    decisions: list[PlanDecision]
+    no_effect: bool = False  # no object, field, policy or cost changes
+    spec_changes: list[SpecChange] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    approvals: Approvals = Approvals(0, [])
+    fleet_changes: list[FleetChange] = field(default_factory=list)  # largest first
+    policy_file_changes: list[PolicyFileChange] = field(default_factory=list)
+    program_file_changes: list[str] = field(default_factory=list)
+    objects: Changes = field(default_factory=Changes)
+    capacity: list[CapacityRow] = field(default_factory=list)
+    quota_changes: list[QuotaChange] = field(default_factory=list)
+    grants: Grants = Grants([], [])  # what Kueue grants on an idle cluster
+    services: list[Service] = field(default_factory=list)  # the head's inference services
+    groups: Groups = Groups([], [])
+    cost: Cost = Cost(0.0, 0.0, "")
+    policy: PolicyReview = PolicyReview("", True, [], [])
+    usage: usage.Usage | None = None
+    judgement: Row = field(default_factory=dict)  # engine, digests, time, unusable waivers (the decision record's)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return decision_counts(self.decision_rows())
+
+    def decision_rows(self) -> list[Row]:
+        """The decisions as the decision log and JUnit take them: the published rows."""
+        return [d.to_json() for d in self.decisions]
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict is not Verdict.INVALID
+
+    @property
+    def security_changes(self) -> int:
+        """Security-relevant edits of the environment file and the policies, and every program file changed."""
+        return (sum(c.security for c in self.spec_changes) + sum(f.security for f in self.policy_file_changes)
+                + len(self.program_file_changes))
+
+    def to_json(self) -> Row:
+        """The published `plan` fields (the envelope adds schema, command, version, ok and problems)."""
+        common = {"environment": self.environment, "base": self.base.to_json(), "head": self.head.to_json(), "verdict": self.verdict.value}
+        if not self.judged:
+            return {**common, "problems": self.problems, "decisions": self.decision_rows(), "counts": self.counts,
+                    "no_effect": self.no_effect, "spec_changes": [c.to_json() for c in self.spec_changes]}
+        return {
+            **common,
+            "approvals": {"have": self.approvals.have, "needed_by": self.approvals.needed_by},
+            "no_effect": self.no_effect,
+            "fleet_changes": [asdict(c) for c in self.fleet_changes],
+            "spec_changes": [c.to_json() for c in self.spec_changes],
+            "policy_file_changes": [{"file": f.file, "security": f.security, "diff": f.diff} for f in self.policy_file_changes],
+            "program_file_changes": self.program_file_changes,
+            "security_changes": self.security_changes,
+            "objects": _objects_json(self.objects),
+            "capacity": [{"cluster": r.cluster, "resource": r.resource, "before": asdict(r.before), "after": asdict(r.after)} for r in self.capacity],
+            "quota_changes": [{"tenant": q.tenant, "cluster": q.cluster, "resource": q.resource, "before": asdict(q.before), "after": asdict(q.after)}
+                              for q in self.quota_changes],
+            "grants": {"tenants": [asdict(r) for r in self.grants.tenants], "clusters": [asdict(c) for c in self.grants.clusters]},
+            "services": [{**asdict(s), "change": s.change.value} for s in self.services],
+            "groups": {"added": self.groups.added, "removed": self.groups.removed},
+            "cost": self.cost.to_json(),
+            "policy": self.policy.to_json(),
+            "usage": self.usage.model_dump(mode="json") if self.usage is not None else None,
+            "decisions": self.decision_rows(),
+            "counts": self.counts,
+            "judgement": self.judgement,
+        }
