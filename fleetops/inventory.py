@@ -4,6 +4,10 @@ Node labels, annotations and capacity strings are written by kubelets, device pl
 so they are untrusted input: each node is validated with a pydantic model and normalised into
 `NodeInfo` (quantities as numbers, conditions as a Ready flag and a transition time). A malformed
 node is reported and left out: the reconciler neither counts nor touches what it cannot read.
+
+What a live node is to the policies (`input.live.nodes`) is `LiveNode`: the reconciler projects each
+node it read into one (`LiveNode.of`), and `fleetops check --live FILE` reads them from a file, by
+the same rules for names, labels and quantities as a node read from the API server.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 
 from fleetops import spec
 # The node contract (fleetops.kube), also read through here by the reconciler (`inventory.QUARANTINE_TAINT`).
@@ -120,20 +124,42 @@ class NodeInfo:
     allocatable: dict[str, Decimal]
     resource_version: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "labels": self.labels,
-            "annotations": {k: v for k, v in self.annotations.items() if k.startswith("fleetops.io/")},
-            "taints": self.taints,
-            "unschedulable": self.unschedulable,
-            "ready": self.ready,
-            "allocatable": {k: _number(v) for k, v in sorted(self.allocatable.items())},
-        }
+
+def _written(value: Decimal) -> int | str:
+    """A quantity as the policy input writes it: a whole count as a number, any other as its decimal text."""
+    return int(value) if value == value.to_integral_value() else str(float(value))
 
 
-def _number(value: Decimal) -> int | float:
-    return int(value) if value == value.to_integral_value() else float(value)
+def _count_or_quantity(value: str) -> str:
+    if _quantity(value) < 0:
+        raise ValueError(f"a negative quantity: {value!r}"[:100])
+    return value
+
+
+# As a --live file writes it: a count, or a Kubernetes quantity string (read as a node's own are).
+WrittenQuantity = Annotated[int, Field(ge=0)] | Annotated[str, AfterValidator(_count_or_quantity)]
+
+
+class LiveNode(BaseModel):
+    """A live node as the policies read it (`input.live.nodes`; policies/README.md): built from a node
+    read from the API server by `of`, or read from `fleetops check --live FILE`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str = Field(min_length=1)
+    name: Annotated[str, AfterValidator(_node_name)]
+    labels: spec.Labels = {}
+    capacity: dict[str, WrittenQuantity] = {}
+    allocatable: dict[str, WrittenQuantity] = {}
+    ready: StrictBool
+
+    @classmethod
+    def of(cls, cluster: str, node: NodeInfo) -> LiveNode:
+        """A node read from the API server (already validated: not validated again): its allocatable
+        quantities stand for its capacity too, and it is ready when Ready and not cordoned."""
+        allocatable = {k: _written(v) for k, v in sorted(node.allocatable.items())}
+        return cls.model_construct(cluster=cluster, name=node.name, labels=node.labels, capacity=allocatable,
+                                   allocatable=allocatable, ready=node.ready and not node.unschedulable)
 
 
 PROBLEMS_SHOWN = 5  # of one node: a node broken everywhere is one bounded line, not hundreds

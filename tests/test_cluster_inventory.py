@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from fleetops import inventory
+from fleetops import inventory, policy
 from tests.reconcile_support import node
 
 
@@ -24,7 +26,25 @@ def test_not_quantities(text: str) -> None:
 def test_a_good_node_is_normalised() -> None:
     info = inventory.read_node(node("gpu-1", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, allocatable={"nvidia.com/gpu": "8", "memory": "16Gi"}))
     assert info.ready and info.allocatable["nvidia.com/gpu"] == 8 and info.allocatable["memory"] == 16 * 2**30
-    assert info.to_dict()["allocatable"]["nvidia.com/gpu"] == 8
+
+
+def test_the_policies_see_a_read_node_as_its_live_node() -> None:
+    # The policy input's node is a projection of the node read (`input.live.nodes`, policies/README.md):
+    # whole counts as numbers, others as decimal text; a cordoned node's devices are not ready ones.
+    cordoned = node("gpu-1", {"fleetops.io/pool": "a100"}, allocatable={"nvidia.com/gpu": "8", "cpu": "500m"})
+    cordoned["spec"]["unschedulable"] = True
+    live = inventory.LiveNode.of("c1", inventory.read_node(cordoned))
+    quantities = {"cpu": "0.5", "nvidia.com/gpu": 8}
+    assert live.model_dump(mode="json") == {"cluster": "c1", "name": "gpu-1", "labels": {"fleetops.io/pool": "a100"},
+                                            "capacity": quantities, "allocatable": quantities, "ready": False}
+
+
+def test_a_live_file_holds_the_nodes_the_reconciler_would_give_the_policies(tmp_path: Path) -> None:
+    nodes = [inventory.LiveNode.of("c1", inventory.read_node(node(f"gpu-{i}", allocatable={"nvidia.com/gpu": "1e3", "memory": "16Gi"})))
+             for i in range(2)]
+    written = tmp_path / "live.json"
+    written.write_text(json.dumps([n.model_dump(mode="json") for n in nodes]))
+    assert policy.load_inventory(written).nodes == nodes
 
 
 def _broken() -> list:

@@ -139,7 +139,7 @@ def test_a_plan_reads_each_clusters_kueue_tree_once_for_its_policies_grants_and_
     monkeypatch.setattr(grants, "tree", lambda objects: reads.append(1) or tree(objects))
     result = plan.assess("prod", env_rel, before, after, ROOT, ([], []), {}, 0, True, "head")
     assert len(reads) == 2 * len(kueue_clusters) > 0  # head's and the base's, each once
-    assert [s["name"] for s in result["services"]] == ["asr"] and result["grants"]["tenants"]
+    assert [s.name for s in result.services] == ["asr"] and result.grants.tenants
     monkeypatch.undo()
     entries = [policy.resource_entry(c, m) for c, ms in after.clusters.items() for m in ms]
     assert grants.of_fleet(after.clusters).facts == grants.of_entries(entries)

@@ -222,6 +222,10 @@ def test_live_capacity_below_guaranteed_is_a_warning(tmp_path):
         ('[{"cluster": "c", "name": "n"}]', r"inventory\.json:1:1: nodes\.0\.ready: Field required"),
         ('[{"cluster": "c", "name": "n", "ready": "yes"}]', r"inventory\.json:1:1: nodes\.0\.ready: Input should be a valid boolean"),
         ('[{"cluster": "c", "name": "n", "ready": true, "allocatable": {"nvidia.com/gpu": "abc"}}]', r"inventory\.json:1:1: nodes\.0\.allocatable\.nvidia\.com/gpu"),
+        # A node named or labelled as the API server would refuse is no live node (fleetops.inventory), here either.
+        ('[{"cluster": "c", "name": "Node_1", "ready": true}]', r"inventory\.json:1:1: nodes\.0\.name: .*not a node name"),
+        ('[{"cluster": "c", "name": "n", "ready": true, "labels": {"not a key!": "x"}}]', r"inventory\.json:1:1: nodes\.0\.labels: .*not a valid Kubernetes label key"),
+        ('[{"cluster": "c", "name": "n", "ready": true, "allocatable": {"nvidia.com/gpu": "-1"}}]', r"inventory\.json:1:1: nodes\.0\.allocatable\.nvidia\.com/gpu"),
         ("\udcff", r"inventory\.json:1:1: the live inventory is not UTF-8"),
     ],
 )

@@ -6,12 +6,13 @@ import ipaddress
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fleetops import grants, spec
 from fleetops.errors import PolicyError
+from fleetops.inventory import LiveNode
 from fleetops.kube import object_key
 from fleetops.render import DesiredState
 
@@ -20,22 +21,9 @@ class _Edge(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# A Kubernetes quantity ("8", "500m", "16Gi") or a plain count.
-Quantity = Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?([munkMGTPE]|[KMGTPE]i)?$")]
-
-
-class LiveNode(_Edge):
-    """One live node as the reconciler lists it: device quantities are Kubernetes quantity strings or ints."""
-
-    cluster: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    labels: dict[str, str] = {}
-    capacity: dict[str, Quantity] = {}
-    allocatable: dict[str, Quantity] = {}
-    ready: StrictBool
-
-
 class Inventory(_Edge):
+    """The live nodes the policies read (`input.live`): fleetops.inventory says what a live node is."""
+
     nodes: list[LiveNode]
 
 

@@ -50,21 +50,4 @@ def policy_inventory(live: dict[str, Any]) -> Any:
     """The reconciler's live facts as the policy input's node inventory (clusters whose nodes were read)."""
     from fleetops import policy
 
-    def quantity(value: int | float) -> int | str:
-        return value if isinstance(value, int) else str(value)
-
-    return policy.Inventory(
-        nodes=[
-            policy.LiveNode(
-                cluster=cluster,
-                name=node["name"],
-                labels=node["labels"],
-                capacity={k: quantity(v) for k, v in node["allocatable"].items()},
-                allocatable={k: quantity(v) for k, v in node["allocatable"].items()},
-                ready=node["ready"] and not node["unschedulable"],
-            )
-            for cluster, facts in sorted(live["clusters"].items())
-            if facts["nodes_read"]
-            for node in facts["nodes"]
-        ]
-    )
+    return policy.Inventory(nodes=[node for _, facts in sorted(live["clusters"].items()) if facts["nodes_read"] for node in facts["nodes"]])

@@ -172,7 +172,7 @@ def live_input(env: spec.Environment, inventories: dict[str, inventory.Inventory
     return {
         "clusters": {
             name: {
-                "nodes": [n.to_dict() for n in inv.nodes],
+                "nodes": [inventory.LiveNode.of(name, n) for n in inv.nodes],
                 "nodes_read": results[name].nodes_read,
                 "problems": inv.problems,
                 "capacity": [r.to_dict() for r in results[name].capacity],

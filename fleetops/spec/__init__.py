@@ -1,12 +1,13 @@
 """The environment model: what `environments/<env>.yaml` may say, and the facts derived from it.
 
-A module per job, each below the next (.importlinter holds the order): `fields` (the pydantic models,
-their field types and name patterns, LIMITS), `positions` (the YAML walk that keeps every node's line
-and column), `devices` (physical devices and schedulable units, per group and cluster), `nodes` (what a group's nodes carry, which
-live node is whose), `cost` (prices), `placement` (the groups open to a tenant, Kueue's resource groups
-and limits, where each guarantee is held), `checks` (validate's refusals across fields) and `document`
-(reading and validating a file, problems at file:line:col). This module names them all, so that
-`spec.Environment`, `spec.load_environment`, ... read the same wherever they are defined.
+A module per job, each reading only those named before it (.importlinter holds it): `fields` (the
+pydantic models, their field types and name patterns, LIMITS), `positions` (the YAML walk that keeps
+every node's line and column), `devices` (physical devices and schedulable units, per group and
+cluster), `nodes` (what a group's nodes carry, which live node is whose), `cost` (prices), `placement`
+(the groups open to a tenant, Kueue's resource groups and limits, where each guarantee is held),
+`checks` (validate's refusals across fields) and `document` (reading and validating a file, problems
+at file:line:col). This module names them all, so that `spec.Environment`, `spec.load_environment`,
+... read the same wherever they are defined.
 """
 
 from fleetops.errors import SpecError
