@@ -12,7 +12,7 @@ import pulumi.runtime
 import pytest
 
 from fleetops import render, sdk_render
-from tests.helpers import small_env, write_env
+from tests.test_render import run_custom
 
 # The one name taken from outside the SDK's `__all__`: `Mocks.new_resource` is told a resource's type
 # and name but not its parent, so only the monitor (set_mocks' `monitor` argument) knows its URN.
@@ -86,44 +86,25 @@ del pulumi_resource._get_stack_trace
 
 # --- the mock monitor, the one class beyond the documented mocks: its URN check still runs -------
 
+# After test_render's PROVIDER, which declares `opts` with the center-a provider.
 COMPONENTS = '''
-import pulumi
-import pulumi_kubernetes as k8s
-
-provider = k8s.Provider("center-a", context="ctx-a")
-
-
-class Tenant(pulumi.ComponentResource):
-    def __init__(self, name, objects):
-        super().__init__("test:fleet:Tenant", name)
+class Part(pulumi.ComponentResource):
+    def __init__(self, type_, name, objects):
+        super().__init__(type_, name)
         for resource, config_map in objects:
             k8s.core.v1.ConfigMap(resource, metadata={"name": config_map, "namespace": name},
-                                  opts=pulumi.ResourceOptions(parent=self, provider=provider))
-
-
-class Pool(pulumi.ComponentResource):
-    def __init__(self, name, objects):
-        super().__init__("test:fleet:Pool", name)
-        for resource, config_map in objects:
-            k8s.core.v1.ConfigMap(resource, metadata={"name": config_map, "namespace": name},
-                                  opts=pulumi.ResourceOptions(parent=self, provider=provider))
+                                  opts=pulumi.ResourceOptions(parent=self, provider=opts.provider))
 '''
 
 
-def run_components(tmp_path: Path, body: str) -> render.DesiredState:
-    program = tmp_path / "program.py"
-    program.write_text(COMPONENTS + body)
-    return render.render(write_env(tmp_path, small_env()), revision="rev", engine="pulumi", program=program)
-
-
 def test_two_resources_of_one_name_under_one_component_type_are_refused_with_their_urn(tmp_path: Path) -> None:
-    body = 'Tenant("ml", [("cfg", "a")])\nTenant("vision", [("cfg", "b")])\n'
+    body = 'Part("test:fleet:Tenant", "ml", [("cfg", "a")])\nPart("test:fleet:Tenant", "vision", [("cfg", "b")])\n'
     urn = r"urn:pulumi:test::fleetops::test:fleet:Tenant\$kubernetes:core/v1:ConfigMap::cfg"
     with pytest.raises(render.RenderError, match=f"two resources share the URN {urn}$"):
-        run_components(tmp_path, body)
+        run_custom(tmp_path, COMPONENTS + body)
 
 
 def test_one_name_under_two_component_types_is_two_urns(tmp_path: Path) -> None:
-    state = run_components(tmp_path, 'Tenant("ml", [("cfg", "a")])\nPool("h100", [("cfg", "b")])\n')
+    state = run_custom(tmp_path, COMPONENTS + 'Part("test:fleet:Tenant", "ml", [("cfg", "a")])\nPart("test:fleet:Pool", "h100", [("cfg", "b")])\n')
     assert sorted(m["metadata"]["namespace"] for m in state.clusters["center-a"]) == ["h100", "ml"]
     assert state.resources == 5  # the provider, two components, two objects
