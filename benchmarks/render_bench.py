@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/render_bench.py [--scale 1] [--repeat 5] [--json]
 
 Each figure comes from a fresh subprocess, so its peak RSS (ru_maxrss) is that measurement's own;
-medians of `--repeat` runs (the SDK render, ~20 s, runs once).
+medians of `--repeat` runs (the SDK render, ~40 s of CPU, runs once).
 - render: `fleetops.render.render()`, the direct walk of the fleet's parts that plan, check and the
   reconciler use: load and validate the environment, build every object, engine checks, sorting.
 - render under the SDK: the same with `engine="pulumi"`: `stacks/__main__.py` under the SDK's mocks,

@@ -9,13 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi.resource
 import pytest
 import yaml
-from pulumi.runtime import resource as pulumi_resource
-from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime import stack as pulumi_stack
-from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from benchmarks.generate import synthetic_yaml
 from fleetops import cli, emit, render, sdk_render, spec
@@ -88,13 +83,6 @@ def test_a_failing_program_is_one_render_error(tmp_path: Path) -> None:
         run_custom(tmp_path, "1 / 0\n")
 
 
-def test_render_restores_the_sdk_for_a_real_run_in_the_same_process(tmp_path: Path) -> None:
-    run_custom(tmp_path, "")
-    assert pulumi.resource.register_resource is pulumi_resource.register_resource
-    assert pulumi_resource._get_stack_trace.__name__ == "_get_stack_trace"
-    assert "run_in_executor" not in vars(_ensure_event_loop())
-
-
 # --- the optimised render against the stock SDK mocks -------------------------------------------
 
 
@@ -121,13 +109,17 @@ def _integers(text: str) -> float | int:
 
 
 def stock_render(env_file: Path, revision: str) -> dict[str, list[dict[str, Any]]]:
-    """The stack program under unpatched SDK mocks (not a preview, thread pool, stack traces on)."""
+    """The stack program under the SDK's documented mocks as they come: not a preview, outputs echoed."""
     mocks = _Echo()
-    pulumi_settings.set_root_resource(None)
+    pulumi.runtime.reset_options(project="fleetops", stack="prod", preview=False)
     pulumi.runtime.set_mocks(mocks, project="fleetops", stack="prod", preview=False)
     pulumi.runtime.set_all_config({"fleetops:specFile": str(env_file), "fleetops:revision": revision})
-    runpy.run_path(str(render.STACK_PROGRAM), run_name="__main__")
-    _sync_await(pulumi_stack.wait_for_rpcs())
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(render.STACK_PROGRAM), run_name="__main__")
+
+    program()
     clusters: dict[str, list[dict[str, Any]]] = {}
     for cluster, inputs in mocks.objects:
         clusters.setdefault(cluster, []).append(json.loads(json.dumps(inputs), parse_float=_integers))
