@@ -346,11 +346,18 @@ def quota_table(plan: dict[str, Any]) -> Fold:
          f"| {_arrow(q['before']['burst'], q['after']['burst'])} |"] for q in moved])
 
 
+def _tainted(row: dict[str, Any]) -> str:
+    """Which part of a tenant's guarantee only jobs tolerating a pool's taints can use."""
+    held = row.get("held_on_tainted") or {}
+    return "".join(f" ({_cell(row['flavors'][f]['guaranteed'])} on {_text(f)}: for jobs tolerating {', '.join(_code(t) for t in taints)})"
+                   for f, taints in sorted(held.items()))
+
+
 def grants_table(plan: dict[str, Any]) -> Fold:
     """What Kueue will grant on an idle cluster (fleetops.grants), per tenant and per cluster, the most
     units first; ⚠️ where a tenant cannot reach its declared burst."""
     granted = plan.get("grants") or {"tenants": [], "clusters": []}
-    rows = [(r["reachable"], f"| {_text(r['cluster'])} | {_text(r['tenant'])} | {_code(r['resource'])} | {_cell(r['guaranteed'])} "
+    rows = [(r["reachable"], f"| {_text(r['cluster'])} | {_text(r['tenant'])} | {_code(r['resource'])} | {_cell(r['guaranteed'])}{_tainted(r)} "
                              f"| {'⚠️ ' if r['burst'] is not None and r['reachable'] < r['burst'] else ''}{_cell(r['reachable'])} "
                              f"| {_cell(r['burst']) if r['burst'] is not None else '—'} | {_cell(r['largest_job'])} | {_cell(r['lends'])} |")
             for r in granted["tenants"]]

@@ -122,3 +122,24 @@ def test_a_chain_of_cohorts_deeper_than_python_recursion_is_read_to_its_end() ->
     """A program may nest cohorts as deep as the object limit allows: no RecursionError, no traceback."""
     chain = [cohort(f"c{i}", f"c{i + 1}" if i < 5000 else None, "pool", 1) for i in range(5001)]
     assert grants.total(grants.of_cluster([FLAVOR, *chain, queue("a", "c0", "pool", 2, "a")])["a"]["gpu"]) == grants.Grant(2, 5003, 2)
+
+
+def test_the_review_names_the_taints_a_job_must_tolerate_to_use_a_guarantee_held_on_a_tainted_pool() -> None:
+    """environments/prod.yaml: llm-pretrain may use only tainted pools (h100-train, a100-train:
+    dedicated=training), recsys's FPGA regions only fpga-arria10 (fpga.intel.com/region); vision declares
+    48 of its 96 on h100-train. research's guarantee sits on an untainted pool, and vision's Ascend NPUs on
+    a pool tainted by its own device resource, which every pod requesting an NPU tolerates."""
+    path = ROOT / "environments" / "prod.yaml"
+    granted = grants.review(spec.load_environment(path), rendered(path))
+    tainted = {(r["cluster"], r["tenant"], r["resource"]): r["held_on_tainted"] for r in granted["tenants"]}
+    training = ["dedicated=training:NoSchedule"]
+    fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
+    assert tainted[("center-bj", "llm-pretrain", "nvidia.com/gpu")] == {"h100-train": training}
+    assert tainted[("center-sh", "llm-pretrain", "nvidia.com/gpu")] == {"a100-train": training}
+    assert tainted[("center-bj", "vision", "nvidia.com/gpu")] == {"h100-train": training}
+    assert tainted[("center-sh", "recsys", fpga)] == {"fpga-arria10": ["fpga.intel.com/region=present:NoSchedule"]}
+    assert tainted[("center-bj", "research", "nvidia.com/gpu")] == tainted[("center-bj", "vision", "huawei.com/Ascend910")] == {}
+    from fleetops import review
+
+    table = "\n".join(line for row in review.grants_table({"grants": granted}).rows for line in row)
+    assert "| center-bj | vision | `nvidia.com/gpu` | 96 (48 on h100-train: for jobs tolerating `dedicated=training:NoSchedule`) |" in table
