@@ -251,7 +251,7 @@ def test_an_environment_is_read_from_a_regular_file_only(tmp_path: Path) -> None
 
 def test_a_file_longer_than_its_reported_size_is_read_only_to_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # /proc files report size 0 whatever they hold: the bytes read are bounded, not the size believed.
-    monkeypatch.setattr(spec, "LIMITS", spec.Limits(file_bytes=64))
+    monkeypatch.setattr(spec.document, "LIMITS", spec.Limits(file_bytes=64))  # the limits read_environment reads
     (tmp_path / "maps.yaml").symlink_to("/proc/self/maps")
     assert (tmp_path / "maps.yaml").stat().st_size == 0
     with pytest.raises(spec.SpecError) as raised:
@@ -264,7 +264,7 @@ def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> N
     env = spec.load_environment(_written(tmp_path, synthetic_yaml(4)))
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     clusters = {c.name: c for c in env.clusters}
-    placements = sum(spec._open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
+    placements = sum(spec.open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
     assert (len(env.clusters), groups, len(env.tenants), placements) == (32, 1600, 4000, 12400)  # 16 edge clusters of 50 groups: Kueue holds 64
     assert spec.LIMITS.clusters >= 15 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
     assert spec.LIMITS.placements >= 10 * placements and spec.LIMITS.quotas >= 100 * max(len(t.quota) for t in env.tenants)
