@@ -162,6 +162,8 @@ def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
     for c in env.clusters:  # a duplicate name is reported by cross_checks; references resolve to the first
         clusters.setdefault(c.name, c)
     claims: dict[str, list[_Claim]] = {name: [] for name in clusters}
+    # (pool or edge group, resource) -> its units, once per cluster: not once per tenant that may use it.
+    units = {name: {(g.name, r): n for g in (*c.pools, *c.edge_groups) for r, n in group_capacity(g).items()} for name, c in clusters.items()}
     for ti, tenant in enumerate(env.tenants):
         if not tenant.quota:
             continue
@@ -171,14 +173,13 @@ def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
             # No guarantee is held on a spot pool, whose nodes the provider may take back: the tenant
             # borrows spot capacity within its burst from the cluster's Cohort (modules/scheduler.py).
             groups = [g for g in eligible_groups(tenant, [clusters[cname]]) if not is_spot(g)]
-            claims[cname] += [_Claim(ti, tenant, resource, quota, [g for g in groups if resource in group_capacity(g)])
+            claims[cname] += [_Claim(ti, tenant, resource, quota, [g for g in groups if (g.name, resource) in units[cname]])
                               for resource, quota in sorted(tenant.quota.items())]
-    return {name: (cluster, _place_on(cluster, claims[name])) for name, cluster in clusters.items()}
+    return {name: (cluster, _place_on(cluster, claims[name], units[name])) for name, cluster in clusters.items()}
 
 
-def _place_on(cluster: Cluster, claims: list[_Claim]) -> Placement:
+def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int]) -> Placement:
     groups = [*cluster.pools, *cluster.edge_groups]
-    units = {(g.name, r): n for g in groups for r, n in group_capacity(g).items()}
     tainted = {g.name: bool(restricting_taints(g)) for g in groups}
     # An edge group's offline work holds its devices in a ClusterQueue of its own, outside every cohort.
     offline = {(g.name, g.device.resource): g.offline_work.devices for g in cluster.edge_groups if g.offline_work is not None}
