@@ -242,7 +242,7 @@ def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[st
             yield claim.at("guaranteed"), (
                 f"{claim.quota.guaranteed} {claim.resource} on {cluster.name} does not fit the pools open to this tenant ({_rooms(left)} "
                 f"left after the other tenants' guarantees), though the cluster has room for it elsewhere: open another pool to the "
-                f"tenant (pools), or lower guaranteed to {sum(max(n, 0) for n in left.values())}")
+                f"tenant (pools), or lower guaranteed to {_total(left)}")
     for (name, resource), held_there in holders.items():
         declared = [(c, n) for c, n in held_there if c.quota.guaranteed_per_pool is not None]
         taken = offline.get((name, resource), 0) + sum(n for _, n in declared)
@@ -257,7 +257,7 @@ def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[st
                                 *([f"offline work {offline[(name, resource)]}"] if (name, resource) in offline else [])])
             fix = (f"declare e.g. guaranteed_per_pool: {_shares(split)}" if split is not None else
                    f"its pools have {_rooms(left)} left after the other tenants' guarantees: lower guaranteed to "
-                   f"{sum(max(n, 0) for n in left.values())}, or move another tenant's share off {name}")
+                   f"{_total(left)}, or move another tenant's share off {name}")
             yield claim.at("guaranteed_per_pool", name), (
                 f"{share} of {name}'s {units[(name, resource)]} {resource}, but the shares declared on it add up to {taken}"
                 f"{f' (with {others})' if others else ''}, while cluster {cluster.name} has room for every guarantee: {fix}")
@@ -272,6 +272,11 @@ def _split_into(guaranteed: int, left: dict[str, int], tainted: dict[str, bool])
             split[name] = min(left[name], rest)
             rest -= split[name]
     return split if rest == 0 else None
+
+
+def _total(left: dict[str, int]) -> int:
+    """The room of pools together (a pool already over-committed adds none)."""
+    return sum(max(n, 0) for n in left.values())
 
 
 def _rooms(left: dict[str, int]) -> str:
