@@ -255,7 +255,8 @@ def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[st
             split = _split_into(claim.quota.guaranteed, left, tainted)
             others = ", ".join([*(f"{c.tenant.name} {n}" for c, n in declared if c is not claim),
                                 *([f"offline work {offline[(name, resource)]}"] if (name, resource) in offline else [])])
-            fix = (f"declare e.g. guaranteed_per_pool: {_shares(split)}" if split is not None else
+            elsewhere = {pool: n for pool, n in own.items() if pool not in left}  # its shares on its other clusters stay
+            fix = (f"declare e.g. guaranteed_per_pool: {_shares({**split, **elsewhere})}" if split is not None else
                    f"its pools have {_rooms(left)} left after the other tenants' guarantees: lower guaranteed to "
                    f"{_total(left)}, or move another tenant's share off {name}")
             yield claim.at("guaranteed_per_pool", name), (
