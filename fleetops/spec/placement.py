@@ -181,9 +181,7 @@ def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
 def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int]) -> Placement:
     groups = [*cluster.pools, *cluster.edge_groups]
     tainted = {g.name: bool(restricting_taints(g)) for g in groups}
-    # An edge group's offline work holds its devices in a ClusterQueue of its own, outside every cohort.
-    offline = {(g.name, g.device.resource): g.offline_work.devices for g in cluster.edge_groups if g.offline_work is not None}
-    used = dict(offline)
+    used: dict[tuple[str, str], int] = {}  # (pool or edge group, resource) -> units guaranteed
     holders: dict[tuple[str, str], list[tuple[_Claim, int]]] = {}
     placement = Placement({}, [])
 
@@ -220,12 +218,12 @@ def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str
                     f"{guaranteed} {claim.resource} on {cluster.name} fits no one pool's room ({_rooms(left)} left after the other "
                     f"tenants' guarantees), and Kueue admits a job in one pool: declare the split, e.g. guaranteed_per_pool: "
                     f"{_shares(split)}, so that a job within it is bounded by its pool's share, or lower guaranteed to {max(max(left.values()), 0)}")))
-    placement.refused.extend(_over_committed(cluster, claims, units, offline, used, holders, tainted, squeezed))
+    placement.refused.extend(_over_committed(cluster, claims, units, used, holders, tainted, squeezed))
     placement.refused.sort(key=lambda problem: problem[0])
     return placement
 
 
-def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int], offline: dict[tuple[str, str], int],
+def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int],
                     used: dict[tuple[str, str], int], holders: dict[tuple[str, str], list[tuple[_Claim, int]]],
                     tainted: dict[str, bool], squeezed: list[tuple[_Claim, dict[str, int]]]) -> Iterator[tuple[Loc, str]]:
     """Guarantees a pool cannot hold while the cluster has units for them all: declared shares adding up
@@ -245,7 +243,7 @@ def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[st
                 f"tenant (pools), or lower guaranteed to {_total(left)}")
     for (name, resource), held_there in holders.items():
         declared = [(c, n) for c, n in held_there if c.quota.guaranteed_per_pool is not None]
-        taken = offline.get((name, resource), 0) + sum(n for _, n in declared)
+        taken = sum(n for _, n in declared)
         if taken <= units[(name, resource)] or asked[resource] > has[resource]:
             continue
         for claim, share in declared:
@@ -253,8 +251,7 @@ def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[st
             # What the tenant's pools have left once every other tenant's guarantee is held.
             left = {g.name: units[(g.name, resource)] - used.get((g.name, resource), 0) + own.get(g.name, 0) for g in claim.pools}
             split = _split_into(claim.quota.guaranteed, left, tainted)
-            others = ", ".join([*(f"{c.tenant.name} {n}" for c, n in declared if c is not claim),
-                                *([f"offline work {offline[(name, resource)]}"] if (name, resource) in offline else [])])
+            others = ", ".join(f"{c.tenant.name} {n}" for c, n in declared if c is not claim)
             elsewhere = {pool: n for pool, n in own.items() if pool not in left}  # its shares on its other clusters stay
             fix = (f"declare e.g. guaranteed_per_pool: {_shares({**split, **elsewhere})}" if split is not None else
                    f"its pools have {_rooms(left)} left after the other tenants' guarantees: lower guaranteed to "
