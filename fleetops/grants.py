@@ -249,18 +249,20 @@ class Granted:
 
     facts: dict[str, Any]  # `facts` of the clusters with Kueue's objects, as `of_entries` gives them
     totals: dict[str, dict[str, dict[str, int]]]  # cluster -> `cluster_totals`
+    tainted: dict[str, dict[str, list[str]]]  # cluster -> `flavor_taints`
 
 
 def of_fleet(clusters: dict[str, list[dict[str, Any]]]) -> Granted:
     """`Granted` of every cluster's rendered objects (cluster -> its objects)."""
     facts: dict[str, Any] = {}
     totals: dict[str, dict[str, dict[str, int]]] = {}
+    tainted: dict[str, dict[str, list[str]]] = {}
     for cluster, objects in sorted(clusters.items()):
         kueue = [o for o in objects if o.get("kind") in KINDS]
         if kueue:  # as in the policy input: a cluster with none of Kueue's objects is not there
             nodes = tree(kueue)
-            facts[cluster], totals[cluster] = _as_facts(_per_tenant(nodes)), cluster_totals(nodes)
-    return Granted(facts, totals)
+            facts[cluster], totals[cluster], tainted[cluster] = _as_facts(_per_tenant(nodes)), cluster_totals(nodes), flavor_taints(kueue)
+    return Granted(facts, totals, tainted)
 
 
 class Shortfall(NamedTuple):
@@ -309,21 +311,51 @@ def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]])
     return out
 
 
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Kubernetes' ToleratesTaint: an empty key with Exists tolerates every taint, an empty effect every effect."""
+    if toleration.get("effect") not in (None, "", taint.get("effect")):
+        return False
+    if not toleration.get("key"):
+        return toleration.get("operator") == "Exists"
+    return toleration.get("key") == taint.get("key") and (toleration.get("operator") == "Exists" or toleration.get("value", "") == taint.get("value", ""))
+
+
+def flavor_taints(objects: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """ResourceFlavor -> its nodes' taints that a job must tolerate to be admitted there (`key=value:Effect`):
+    Kueue checks a Workload's tolerations, with the flavor's own, against the flavor's nodeTaints of
+    effect NoSchedule and NoExecute (PreferNoSchedule keeps no one off)."""
+    out = {}
+    for o in objects:
+        body = o.get("spec") if o.get("kind") == "ResourceFlavor" and isinstance(o.get("spec"), dict) else None
+        if body is None:
+            continue
+        own = _items(body.get("tolerations"))
+        kept = [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in _items(body.get("nodeTaints"))
+                if t.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(tol, t) for tol in own)]
+        if kept:
+            out[str(o["metadata"]["name"])] = kept
+    return out
+
+
 def review(env: spec.Environment | None, granted: Granted) -> dict[str, list[dict[str, Any]]]:
     """plan's `grants`, the most units first: per tenant, cluster and resource what Kueue grants beside the
-    declared burst, and the most one job (one flavor) may hold; per cluster and resource every unit of
-    quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
+    declared burst, the most one job (one flavor) may hold, and the flavors holding part of the guarantee
+    whose taints a job must tolerate to use it (the placement puts a guarantee on a tainted pool only when
+    no untainted one has room: a reviewer sees which jobs it serves); per cluster and resource every unit
+    of quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
     declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
     tenants: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
     for cluster, per_tenant in granted.facts.items():
+        tainted = granted.tainted[cluster]
         guaranteed: dict[str, int] = {}
         for tenant, resources in per_tenant.items():
             for resource, g in resources.items():
                 guaranteed[resource] = guaranteed.get(resource, 0) + g["guaranteed"]
                 tenants.append({"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"],
                                 "reachable": g["reachable"], "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
-                                "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"]})
+                                "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"],
+                                "held_on_tainted": {f: tainted[f] for f, held in g["flavors"].items() if held["guaranteed"] and f in tainted}})
         totals += [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get(resource, 0), "shared": t["shared"]}
                    for resource, t in sorted(granted.totals[cluster].items())]
     return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),

@@ -266,6 +266,7 @@ class TenantGrant:
     lends: int
     largest_job: int  # the most one job (one flavor) may hold
     flavors: Row  # per flavor, as `grants` computes it
+    held_on_tainted: dict[str, list[str]]  # flavor -> the taints a job must tolerate to use the guarantee held there
 
 
 @dataclass(frozen=True)

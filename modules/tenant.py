@@ -170,7 +170,9 @@ def default_class(env: spec.Environment) -> spec.PriorityClass | None:
 
 
 def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]) -> dict[str, str]:
-    """Only work of a preemptible class may tolerate the spot taint.
+    """Only work of a class that accepts preemption may tolerate the spot taint: a class declared
+    `preemptible: true`, or one the tenant accepts preemption for itself (its `preemptible_classes`);
+    the policy is the tenant's own, so another tenant's work of that class is still refused.
 
     Spot pools are kept to that work by the taint rather than by a ClusterQueue of their own: Kueue
     admits a Workload to a flavor only when its pods tolerate the flavor's nodeTaints, and the

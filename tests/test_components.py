@@ -288,19 +288,73 @@ def test_a_guarantee_one_pool_has_room_for_is_held_whole_by_it(small_state: rend
     # center-a: a100-ts 32 units, h100-mig 56; vision guaranteed 20 nvidia.com/gpu. Split 7 + 13 by
     # capacity, a job of 20 borrowed and could be reclaimed although within the guarantee.
     queue = one(small_state, "center-a", "ClusterQueue", "vision")
-    assert per_flavor(queue, "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 20, "h100-mig": 0}
+    assert sorted(per_flavor(queue, "nominalQuota", "nvidia.com/gpu").values()) == [0, 20]
     # Kueue is told to look past a flavor where the job would borrow for the one that holds the guarantee.
     assert queue["spec"]["flavorFungibility"] == {"whenCanBorrow": "TryNextFlavor"}
 
 
-def test_the_next_tenant_s_guarantee_goes_to_the_first_pool_with_room_left(tmp_path: Path) -> None:
+def test_a_guarantee_goes_to_a_pool_without_taints_before_a_tainted_one(small_state: render.DesiredState, tmp_path: Path) -> None:
+    # center-a: a100-ts (32, tainted dedicated=inference: only jobs tolerating it land there) comes first in
+    # the cluster; h100-mig (56) has no taint. vision's 20 went to a100-ts, where its training jobs could
+    # not use it; on h100-mig every job of vision can.
+    assert per_flavor(one(small_state, "center-a", "ClusterQueue", "vision"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 0, "h100-mig": 20}
+    # Where no untainted pool has room left, the tainted one holds it.
+    env = small_env()
+    env["tenants"].append({"name": "speech", "clusters": ["center-a"], "workloads": ["inference"], "pools": ["h100-mig"],
+                           "quota": {"nvidia.com/gpu": {"guaranteed": 50, "burst": 50}}})
+    state = render_env(tmp_path, env)
+    assert per_flavor(one(state, "center-a", "ClusterQueue", "vision"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 20, "h100-mig": 0}
+    # A taint keyed by the pool's own device resource keeps out only pods without the device: the Ascend
+    # pool counts as untainted (its flavor tolerates the taint for every pod requesting an NPU).
+    ascend = env["clusters"][0]["pools"][2]
+    ascend["taints"] = [{"key": "huawei.com/Ascend910", "value": "present", "effect": "NoSchedule"}]
+    assert not spec.restricting_taints(spec.Pool.model_validate(ascend))
+    assert [t.key for t in spec.restricting_taints(spec.Pool.model_validate(env["clusters"][0]["pools"][0]))] == ["dedicated"]
+
+
+def test_guarantees_fill_untainted_pools_the_largest_first_whatever_the_order_of_tenants(tmp_path: Path) -> None:
     env = small_env()
     env["tenants"].append({"name": "speech", "clusters": ["center-a"], "workloads": ["inference"],
                            "quota": {"nvidia.com/gpu": {"guaranteed": 24, "burst": 24}}})
     state = render_env(tmp_path, env)
-    # a100-ts has 32 - 20 (vision's, declared above) = 12 left: speech's 24 goes whole to h100-mig.
+    # speech's 24 first (the larger), then vision's 20: both on h100-mig (56), untainted; a100-ts holds none.
     assert per_flavor(one(state, "center-a", "ClusterQueue", "speech"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 0, "h100-mig": 24}
-    assert per_flavor(one(state, "center-a", "Cohort", "center-a"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 12, "h100-mig": 32}
+    assert per_flavor(one(state, "center-a", "Cohort", "center-a"), "nominalQuota", "nvidia.com/gpu") == {"a100-ts": 32, "h100-mig": 12}
+    # The same tenants listed the other way round render the same Kueue objects: speech's 24 went to
+    # a100-ts when it came first, to h100-mig when vision did.
+    env["tenants"][0], env["tenants"][2] = env["tenants"][2], env["tenants"][0]
+    assert kueue_objects(render_env(tmp_path, env)) == kueue_objects(state)
+
+
+KUEUE_KINDS = {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue"}
+
+
+def kueue_objects(state: render.DesiredState) -> dict[tuple[str, str, str], str]:
+    """(cluster, kind, name) -> the rendered Kueue object as canonical JSON."""
+    return {(cluster, m["kind"], m["metadata"]["name"]): json.dumps(m, sort_keys=True)
+            for cluster, objects in state.clusters.items() for m in objects if m["kind"] in KUEUE_KINDS}
+
+
+def test_no_order_of_prods_tenants_moves_a_guarantee(tmp_path: Path) -> None:
+    """Every permutation of prod's 7 tenants places every guarantee on the same pools, and a few of them,
+    written to the file, render byte-identical Kueue objects."""
+    import itertools
+    import random
+
+    env = spec.load_environment(ROOT / "environments" / "prod.yaml")
+
+    def placed(tenants: list[spec.Tenant]) -> dict[str, Any]:
+        moved = env.model_copy(update={"tenants": tenants})
+        return {c.name: (spec.guarantee_placement(moved, c).held, spec.guarantee_placement(moved, c).refused) for c in env.clusters}
+
+    first = placed(list(env.tenants))
+    assert all(placed(list(order)) == first for order in itertools.permutations(env.tenants))
+    data = yaml.safe_load((ROOT / "environments" / "prod.yaml").read_text())
+    state = render_env(tmp_path, {**data, "environment": "prod"})
+    for seed in range(3):
+        shuffled = {**data, "tenants": random.Random(seed).sample(data["tenants"], len(data["tenants"]))}
+        assert [t["name"] for t in shuffled["tenants"]] != [t["name"] for t in data["tenants"]]
+        assert kueue_objects(render_env(tmp_path, shuffled)) == kueue_objects(state)
 
 
 def test_a_declared_split_is_held_as_declared(tmp_path: Path) -> None:
@@ -452,3 +506,18 @@ def test_a_spot_pool_is_tainted_holds_no_guarantee_and_opens_to_the_tenants_nami
              for name in ("vision", "batch")}
     assert "only work of low may tolerate the taint fleetops.io/spot of the spot pools of tenant vision (a100-spot)" in rules["vision"]
     assert "fleetops.io/spot" not in rules["batch"]
+
+
+def test_a_tenant_s_admission_policy_lets_the_classes_it_accepts_preemption_for_tolerate_the_spot_taint(tmp_path: Path) -> None:
+    # vision accepts preemption for its class high on its spot pool; speech, on the same pool with the
+    # same classes, does not: only its preemptible class low may tolerate the spot taint there.
+    env = spot_env()
+    env["tenants"][0]["preemptible_classes"] = ["high"]
+    env["tenants"].append({"name": "speech", "clusters": ["center-a"], "workloads": ["inference", "batch"], "priority_classes": ["high", "low"],
+                           "pools": ["a100-ts", "a100-spot"], "quota": {"nvidia.com/gpu": {"guaranteed": 0, "burst": 8}}})
+    state = render_env(tmp_path, env)
+    spot = {name: next(v for v in one(state, "center-a", "ValidatingAdmissionPolicy", f"fleetops-tenant-{name}")["spec"]["validations"]
+                        if "fleetops.io/spot" in v.get("messageExpression", "")) for name in ("vision", "speech")}
+    assert spot["vision"]["expression"].startswith("variables.priorityClass in ['high', 'low'] || ")
+    assert spot["speech"]["expression"].startswith("variables.priorityClass in ['low'] || ")
+    assert "only work of high, low may tolerate the taint fleetops.io/spot of the spot pools of tenant vision (a100-spot)" in spot["vision"]["messageExpression"]

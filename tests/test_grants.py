@@ -43,11 +43,12 @@ def test_every_bundled_kueue_tenant_is_granted_what_its_file_declares() -> None:
 
 def test_a_tenant_on_two_pools_reaches_its_burst_over_both_but_one_job_only_within_one() -> None:
     """prod.yaml: research (nvidia.com/gpu 8/48) on center-bj's h100-mig (224 MIG slices) and a100-infer
-    (128 time-sliced units): its guarantee is held whole by h100-mig and what it may borrow is spread
-    over both flavors, so 48 one-GPU jobs are admitted but no single job of more than 33."""
+    (128 time-sliced units): its guarantee is held whole by a100-infer (the least room that holds it) and
+    what it may borrow is spread over both flavors, so 48 one-GPU jobs are admitted but no single job of
+    more than 25."""
     granted = grants.facts(rendered(ROOT / "environments" / "prod.yaml"))["center-bj"]["research"]["nvidia.com/gpu"]
-    assert granted["flavors"] == {"h100-mig": {"guaranteed": 8, "reachable": 33, "lends": 8},
-                                  "a100-infer": {"guaranteed": 0, "reachable": 15, "lends": 0}}
+    assert granted["flavors"] == {"h100-mig": {"guaranteed": 0, "reachable": 25, "lends": 0},
+                                  "a100-infer": {"guaranteed": 8, "reachable": 23, "lends": 8}}
     assert (granted["guaranteed"], granted["reachable"], granted["lends"]) == (8, 48, 8)
 
 
@@ -143,3 +144,25 @@ def test_a_plan_reads_each_clusters_kueue_tree_once_for_its_policies_grants_and_
     monkeypatch.undo()
     entries = [policy.resource_entry(c, m) for c, ms in after.clusters.items() for m in ms]
     assert grants.of_fleet(after.clusters).facts == grants.of_entries(entries)
+def test_the_review_names_the_taints_a_job_must_tolerate_to_use_a_guarantee_held_on_a_tainted_pool() -> None:
+    """environments/prod.yaml: llm-pretrain may use only tainted pools (h100-train, a100-train:
+    dedicated=training), recsys's FPGA regions only fpga-arria10 (fpga.intel.com/region); vision declares
+    48 of its 96 on h100-train. research's guarantee sits on an untainted pool, and vision's Ascend NPUs on
+    a pool tainted by its own device resource, which every pod requesting an NPU tolerates."""
+    path = ROOT / "environments" / "prod.yaml"
+    granted = grants.review(spec.load_environment(path), grants.of_fleet(rendered(path)))
+    tainted = {(r["cluster"], r["tenant"], r["resource"]): r["held_on_tainted"] for r in granted["tenants"]}
+    training = ["dedicated=training:NoSchedule"]
+    fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
+    assert tainted[("center-bj", "llm-pretrain", "nvidia.com/gpu")] == {"h100-train": training}
+    assert tainted[("center-sh", "llm-pretrain", "nvidia.com/gpu")] == {"a100-train": training}
+    assert tainted[("center-bj", "vision", "nvidia.com/gpu")] == {"h100-train": training}
+    assert tainted[("center-sh", "recsys", fpga)] == {"fpga-arria10": ["fpga.intel.com/region=present:NoSchedule"]}
+    assert tainted[("center-bj", "research", "nvidia.com/gpu")] == tainted[("center-bj", "vision", "huawei.com/Ascend910")] == {}
+    from types import SimpleNamespace
+
+    from fleetops.output import markdown
+    from fleetops.plan_result import Grants
+
+    table = "\n".join(line for row in markdown.grants_table(SimpleNamespace(grants=Grants.of(granted))).rows for line in row)
+    assert "| center-bj | vision | `nvidia.com/gpu` | 96 (48 on h100-train: for jobs tolerating `dedicated=training:NoSchedule`) |" in table

@@ -98,7 +98,7 @@ def _pool(doc, name):
 
 
 MUTATIONS = {
-    "quota.guaranteed_over_capacity": lambda d: _tenant(d, "vision")["quota"].update({"nvidia.com/gpu": {"guaranteed": 300, "burst": 300}}),
+    "quota.guaranteed_over_capacity": lambda d: _tenant(d, "vision")["quota"].update({"nvidia.com/gpu": {"guaranteed": 400, "burst": 400}}),
     "priority.multiple_global_defaults": lambda d: d["priority_classes"][1].update(global_default=True),
     "devices.time_slicing_replicas": lambda d: _pool(d, "a100-infer")["sharing"].update(replicas=8),
     "edge.training_on_edge": lambda d: _tenant(d, "factory-vision").update(workloads=["training", "inference"]),

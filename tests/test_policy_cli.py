@@ -61,7 +61,7 @@ def test_check_other_bundled_environments_pass(tmp_path, name):
 @pytest.mark.parametrize(
     "rule, change",
     [
-        ("quota.guaranteed_over_capacity", lambda d: d["tenants"][0]["quota"].update({"nvidia.com/gpu": {"guaranteed": 300, "burst": 300}})),
+        ("quota.guaranteed_over_capacity", lambda d: d["tenants"][0]["quota"].update({"nvidia.com/gpu": {"guaranteed": 400, "burst": 400}})),
         ("edge.training_on_edge", lambda d: d["tenants"][5].update(workloads=["training", "inference"])),
         ("network.missing_default_deny", lambda d: d["network"].update(default_deny=False)),
     ],

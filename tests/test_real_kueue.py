@@ -497,6 +497,62 @@ def test_spot_capacity_takes_preemptible_work_only(kueue) -> None:
         assert refused and "priority class training-standard is not preemptible" in refused, refused
 
 
+def variant(tmp_path: Path, env: str, edits: dict[str, str]) -> Path:
+    """A bundled environment with each text of `edits` replaced, written to tmp_path/environments/."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    text = (ROOT / "environments" / f"{env}.yaml").read_text()
+    for old, new in edits.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (folder / f"{env}.yaml").write_text(text)
+    return folder / f"{env}.yaml"
+
+
+def test_spot_capacity_takes_the_classes_a_tenant_accepts_preemption_for_and_not_another_tenants(kueue, tmp_path: Path) -> None:
+    """environments/dev.yaml with tenant data-prep (lines 72-78, `pools: [dev-a100, dev-spot]`) accepting
+    preemption for its training-standard (`preemptible_classes: [training-standard]`), and ml-sandbox
+    (lines 55-62) naming dev-spot too, accepting nothing: training-standard is not preemptible (line 94).
+    With dev-a100 full, data-prep's training-standard job tolerating the spot taint lands on dev-spot;
+    ml-sandbox's job of the same class may not tolerate it (the API server refuses it)."""
+    path = variant(tmp_path, "dev", {
+        "    pools: [dev-a100, dev-spot]   # a spot pool is open only to tenants that name it\n":
+            "    pools: [dev-a100, dev-spot]   # a spot pool is open only to tenants that name it\n    preemptible_classes: [training-standard]\n",
+        "    priority_classes: [training-standard, batch-low]\n    quota:\n      nvidia.com/gpu: {guaranteed: 8, burst: 32}":
+            "    priority_classes: [training-standard, batch-low]\n    pools: [dev-a100, dev-spot]\n    quota:\n      nvidia.com/gpu: {guaranteed: 8, burst: 32}",
+    })
+    tenants = Tenants(kueue(render.render(path, revision="r1").clusters["dev-center"]))
+    fill = tenants.submit("platform-dev", "burst", {"nvidia.com/gpu": 32}, "training-standard")
+    assert flavors(tenants.admitted("platform-dev", fill)) == {"nvidia.com/gpu": "dev-a100"}  # dev-a100 is full
+
+    # data-prep may borrow 3 of dev-spot (its burst of 16 spread over its pools by capacity: 13 + 3).
+    accepted = tenants.submit("data-prep", "train", {"nvidia.com/gpu": 3}, "training-standard", tolerations=[{**SPOT, "operator": "Equal"}])
+    assert flavors(tenants.admitted("data-prep", accepted)) == {"nvidia.com/gpu": "dev-spot"}
+    pod = tenants.started("data-prep", "train")
+    assert pod["node_selector"] == {"fleetops.io/pool": "dev-spot"} and tolerated(pod["tolerations"], SPOT), pod
+
+    refused = tenants.refusal("ml-sandbox", "train", {"nvidia.com/gpu": 4}, "training-standard", "ml-sandbox-queue", [{**SPOT, "operator": "Equal"}])
+    assert refused and "priority class training-standard is not preemptible: only work of batch-low may tolerate the taint" in refused, refused
+    # ml-sandbox's preemptible class may go there as before.
+    assert tenants.refusal("ml-sandbox", "batch", {"nvidia.com/gpu": 4}, "batch-low", "ml-sandbox-non-preempting-queue", [{**SPOT, "operator": "Equal"}]) is None
+
+
+# --- where a guarantee sits: on a pool its jobs can use -------------------------------------------------
+
+
+def test_a_guarantee_sits_on_an_untainted_pool_every_job_of_the_tenant_can_use(kueue) -> None:
+    """environments/staging.yaml: stg-h100 (lines 9-13, tainted dedicated=training) is stg-center's first
+    pool; tenant vision (nvidia.com/gpu guaranteed 16, no split) may use every pool. Its guarantee sat on
+    stg-h100, where only jobs tolerating the taint can use it (hence the split the file declared). Now
+    speech's 8 (line 58: two pools, the fewer) go first, to stg-a100-infer (16 units), and vision's 16 to
+    stg-a100-mig (56, untainted), so an inference job of the whole guarantee, tolerating nothing, is
+    admitted without borrowing, and so cannot be reclaimed."""
+    tenants = Tenants(kueue(cluster_objects("staging", "stg-center")))
+    job = tenants.submit("vision", "serve", {"nvidia.com/gpu": 16}, "inference-critical")
+    assert flavors(tenants.admitted("vision", job)) == {"nvidia.com/gpu": "stg-a100-mig"}
+    assert tenants.usage("vision", 16) == {"stg-a100-mig": {"nvidia.com/gpu": {"total": "16", "borrowed": "0"}}}
+
+
 # --- what plan and validate say Kueue will grant (fleetops/grants.py), against Kueue itself ------------
 
 TRAINING = [{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}]
@@ -568,11 +624,12 @@ def test_on_an_idle_cluster_a_tenant_reaches_its_declared_burst_one_job_per_pool
 
 def test_a_guarantee_held_by_one_pool_admits_a_job_of_all_of_it_without_borrowing(kueue) -> None:
     """environments/prod.yaml:151-157 `name: research ... pools: [h100-mig, a100-infer, a100-train] ...
-    nvidia.com/gpu: {guaranteed: 8, burst: 48}` (on center-bj): held whole by h100-mig (lines 16-21 `name:
-    h100-mig ... nodes: 4 ... profiles: {1g.10gb: 7}}`: 224 units, 104 left after speech's 120, line 136
+    nvidia.com/gpu: {guaranteed: 8, burst: 48}` (on center-bj): held whole by a100-infer (line 23 `name:
+    a100-infer`: 128 units, 80 left after vision's share, line 114 `a100-infer: 48}`), the pool with the
+    least room that holds it (h100-mig, line 16 `name: h100-mig`, keeps 104 after speech's 120, line 136
     `nvidia.com/gpu: {guaranteed: 120, burst: 200}`), not split 5 + 3 by capacity, so a job of 8 is admitted without borrowing (and so
     cannot be reclaimed)."""
     tenants = Tenants(kueue(cluster_objects("prod", "center-bj")))
     job = tenants.submit("research", "train", {"nvidia.com/gpu": 8}, "training-standard")
-    assert flavors(tenants.admitted("research", job)) == {"nvidia.com/gpu": "h100-mig"}
-    assert tenants.usage("research", 8) == {"h100-mig": {"nvidia.com/gpu": {"total": "8", "borrowed": "0"}}}
+    assert flavors(tenants.admitted("research", job)) == {"nvidia.com/gpu": "a100-infer"}
+    assert tenants.usage("research", 8) == {"a100-infer": {"nvidia.com/gpu": {"total": "8", "borrowed": "0"}}}

@@ -324,15 +324,15 @@ def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: 
     code, result = plan_json(repo)
     jsonschema.Draft202012Validator(envelope.json_schema()).validate(result)
     rows = {(r["cluster"], r["tenant"], r["resource"]): r for r in result["grants"]["tenants"]}
-    # research on center-bj: 8 guaranteed, held whole by h100-mig, 40 reachable over two pools, no one job above h100-mig's share.
+    # research on center-bj: 8 guaranteed, held whole by a100-infer, 40 reachable over two pools, no one job above one pool's reach.
     research = rows[("center-bj", "research", "nvidia.com/gpu")]
     assert {k: research[k] for k in ("guaranteed", "reachable", "burst", "lends", "largest_job")} == \
-        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 28}
+        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 20}
     assert [r["reachable"] for r in result["grants"]["tenants"]] == sorted((r["reachable"] for r in result["grants"]["tenants"]), reverse=True)
     assert {"cluster": "center-bj", "resource": "nvidia.com/gpu", "quota": 480, "guaranteed": 272, "shared": 480} in result["grants"]["clusters"]
     text = comment(repo)
     assert "<details><summary>What Kueue will grant on an idle cluster (" in text
-    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 28 | 8 |" in text
+    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 20 | 8 |" in text
     assert "| center-bj | all tenants | `nvidia.com/gpu` | 272 | 480 | — | — | 480 |" in text
     assert text.index("| center-bj | all tenants | `nvidia.com/gpu`") < text.index("| center-bj | speech |") < text.index("| center-bj | research |")
 
@@ -355,7 +355,9 @@ def test_a_change_that_leaves_another_tenants_burst_unreachable_is_denied_at_its
                                 "to its pools, or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
     text = comment(repo)
     assert f"- `quota.burst_unreachable` {denied[0]['msg']} — `environments/prod.yaml:{llm}`" in text
-    assert "| center-sh | llm-pretrain | `nvidia.com/gpu` | 48 | ⚠️ 60 | 64 | 60 | 24 |" in text
+    # Its guarantee sits on a100-train, the only pool it may use: the review says which jobs can use it.
+    assert ("| center-sh | llm-pretrain | `nvidia.com/gpu` | 48 (48 on a100-train: for jobs tolerating `dedicated=training:NoSchedule`) "
+            "| ⚠️ 60 | 64 | 60 | 24 |") in text
 
 
 def test_the_fix_reads_the_rules_figures_not_its_wording(repo: Path) -> None:

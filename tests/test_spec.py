@@ -360,7 +360,8 @@ def test_a_spot_pool_no_class_of_its_tenants_may_use_is_refused(tmp_path: Path) 
 
     assert _spot_problems(tmp_path, no_preemptible_class) == [
         "tenants[vision].pools[3]: a100-spot is a spot pool, but none of the tenant's priority classes is preemptible: its work "
-        "could never run there; mark a class it uses `preemptible: true`, or remove the pool"]
+        "could never run there; mark a class it uses `preemptible: true`, or accept one for this tenant in its preemptible_classes, "
+        "or remove the pool"]
 
     def named_by_none(env: dict[str, Any]) -> None:
         env["tenants"][0].pop("pools")  # every pool but the spot one
@@ -368,6 +369,37 @@ def test_a_spot_pool_no_class_of_its_tenants_may_use_is_refused(tmp_path: Path) 
     assert _spot_problems(tmp_path, named_by_none) == [
         "clusters[center-a].pools[a100-spot].spot: no tenant may use spot pool a100-spot: name it in the pools of a tenant "
         "of cluster center-a with a preemptible priority class"]
+
+
+def test_a_tenant_may_accept_preemption_for_its_own_classes_on_its_spot_pools(tmp_path: Path) -> None:
+    # vision's only classes are high (not preemptible) and low (preemptible). Accepting preemption for
+    # high, for itself, opens its spot pool to high's work without making high preemptible elsewhere.
+    def accepted_by_tenant(env: dict[str, Any]) -> None:
+        env["tenants"][0]["priority_classes"] = ["high"]
+        env["tenants"][0]["preemptible_classes"] = ["high"]
+
+    assert _spot_problems(tmp_path, accepted_by_tenant) == []
+    env = spot_env()
+    accepted_by_tenant(env)
+    loaded = spec.load_environment(write_env(tmp_path, env))
+    assert spec.preemptible_classes(loaded.tenants[0], loaded) == ["high"]
+    assert spec.preemptible_classes(loaded.tenants[1], loaded) == ["low"]  # factory: every class, low alone preemptible
+
+
+def test_a_tenant_accepts_preemption_only_for_its_classes_and_where_it_names_a_spot_pool(tmp_path: Path) -> None:
+    env = spot_env()
+    env["priority_classes"].append({"name": "critical", "value": 100000, "workload": "inference"})
+    env["tenants"][0]["preemptible_classes"] = ["critical", "nowhere"]
+    env["tenants"][1]["priority_classes"] = ["high"]
+    env["tenants"][1]["preemptible_classes"] = ["high"]
+    path, problems = _refusals(tmp_path, env)
+    accepts = place(path, "name: vision", "preemptible_classes").split(":")
+    assert problems == [
+        f"{path}:{int(accepts[0]) + 1}:{int(accepts[1]) + 2}: tenants[vision].preemptible_classes[0]: tenant vision may not use priority "
+        "class critical (its classes: high, low)",
+        f"{path}:{int(accepts[0]) + 2}:{int(accepts[1]) + 2}: tenants[vision].preemptible_classes[1]: unknown priority class 'nowhere'",
+        f'{path}:{place(path, "name: factory", "preemptible_classes")}: tenants[factory].preemptible_classes: the tenant names no spot '
+        "pool, where alone preemption is accepted: name one in its pools, or remove preemptible_classes"]
 
 
 def test_a_guarantee_that_only_spot_capacity_could_hold_is_refused(tmp_path: Path) -> None:
@@ -406,24 +438,74 @@ def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
                      "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour": 0.0}
 
 
+def _refusals(tmp_path: Path, env: dict[str, Any]) -> tuple[Path, list[str]]:
+    """The file `env` is written to, and validate's problems with it, each with its file:line:col."""
+    path = write_env(tmp_path, env)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load_environment(path)
+    return path, raised.value.problems
+
+
+def place(path: Path, after: str, key: str) -> str:
+    """`line:col` of `key:` in the file, on the first line holding it at or after the line holding `after`."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    found = next(i for i in range(start, len(lines)) if lines[i].lstrip(" -").startswith(f"{key}:"))
+    return f"{found + 1}:{lines[found].index(key) + 1}"
+
+
 def test_a_guarantee_no_one_pool_has_room_for_is_refused_unless_its_split_is_declared(tmp_path: Path) -> None:
     # center-a: a100-ts 32 units, h100-mig 56. 60 fits both together but neither alone, and Kueue
     # admits one job in one pool: a 60-GPU job "within the guarantee" could never be admitted.
     env = small_env()
     env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 60, "burst": 80}
-    with pytest.raises(spec.SpecError) as raised:
-        spec.load_environment(write_env(tmp_path, env))
-    [problem] = raised.value.lines
-    assert re.match(r".*/test\.yaml:\d+:\d+: ", problem), problem
-    assert problem.split(": ", 1)[1] == (
-        'tenants[vision].quota["nvidia.com/gpu"].guaranteed: 60 nvidia.com/gpu on center-a fits no one pool\'s room '
-        "(a100-ts 32, h100-mig 56 left after the tenants above), and Kueue admits a job in one pool: declare the split, "
-        "e.g. guaranteed_per_pool: {a100-ts: 32, h100-mig: 28}, so that a job within it is bounded by its pool's share, "
-        "or lower guaranteed to 56")
+    path, problems = _refusals(tmp_path, env)
+    assert problems == [
+        f'{path}:{place(path, "name: vision", "guaranteed")}: tenants[vision].quota["nvidia.com/gpu"].guaranteed: 60 nvidia.com/gpu on center-a '
+        "fits no one pool's room (a100-ts 32, h100-mig 56 left after the other tenants' guarantees), and Kueue admits a job in one pool: "
+        "declare the split, e.g. guaranteed_per_pool: {h100-mig: 56, a100-ts: 4}, so that a job within it is bounded by its pool's share, "
+        "or lower guaranteed to 56"]
     env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 32, "h100-mig": 28}
     spec.load_environment(write_env(tmp_path, env))
     # More than the pools hold however split is the policies' to judge (quota.guaranteed_over_capacity).
     env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 100, "burst": 100}
+    spec.load_environment(write_env(tmp_path, env))
+
+
+def test_declared_shares_that_over_commit_a_pool_are_refused_at_each_share_with_a_split_that_fits(tmp_path: Path) -> None:
+    # center-a: a100-ts 32 units, h100-mig 56: vision's 20 and speech's 24, both declared on a100-ts, are 44
+    # on 32 units while the cluster has 88 for the 44 guaranteed. Kueue held both, and neither tenant's
+    # jobs within the guarantee could all run.
+    env = small_env()
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"a100-ts": 20}
+    env["tenants"].append({"name": "speech", "clusters": ["center-a"], "workloads": ["inference"],
+                           "quota": {"nvidia.com/gpu": {"guaranteed": 24, "burst": 24, "guaranteed_per_pool": {"a100-ts": 24}}}})
+    path, problems = _refusals(tmp_path, env)
+    assert problems == [
+        f'{path}:{place(path, "name: vision", "a100-ts")}: tenants[vision].quota["nvidia.com/gpu"].guaranteed_per_pool["a100-ts"]: 20 of '
+        "a100-ts's 32 nvidia.com/gpu, but the shares declared on it add up to 44 (with speech 24), while cluster center-a has room for "
+        "every guarantee: declare e.g. guaranteed_per_pool: {h100-mig: 20}",
+        f'{path}:{place(path, "name: speech", "a100-ts")}: tenants[speech].quota["nvidia.com/gpu"].guaranteed_per_pool["a100-ts"]: 24 of '
+        "a100-ts's 32 nvidia.com/gpu, but the shares declared on it add up to 44 (with vision 20), while cluster center-a has room for "
+        "every guarantee: declare e.g. guaranteed_per_pool: {h100-mig: 24}"]
+    # Taking one suggestion makes the file valid.
+    env["tenants"][2]["quota"]["nvidia.com/gpu"]["guaranteed_per_pool"] = {"h100-mig": 24}
+    spec.load_environment(write_env(tmp_path, env))
+
+
+def test_a_guarantee_its_pools_have_no_room_for_is_refused_while_the_cluster_has_room(tmp_path: Path) -> None:
+    # vision may use a100-ts alone (32 units) and asks 40; the cluster has 88 for it. Held on a100-ts
+    # anyway, it over-committed the pool; the policies judge only the cluster's sum (40 of 88).
+    env = small_env()
+    env["tenants"][0]["pools"] = ["a100-ts", "ascend"]
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 40, "burst": 40}
+    path, problems = _refusals(tmp_path, env)
+    assert problems == [
+        f'{path}:{place(path, "name: vision", "guaranteed")}: tenants[vision].quota["nvidia.com/gpu"].guaranteed: 40 nvidia.com/gpu on '
+        "center-a does not fit the pools open to this tenant (a100-ts 32 left after the other tenants' guarantees), though the cluster "
+        "has room for it elsewhere: open another pool to the tenant (pools), or lower guaranteed to 32"]
+    # Beyond what the whole cluster holds, it is the policies' quota.guaranteed_over_capacity (a waiver may accept it).
+    env["tenants"][0]["quota"]["nvidia.com/gpu"] = {"guaranteed": 90, "burst": 90}
     spec.load_environment(write_env(tmp_path, env))
 
 
@@ -473,6 +555,7 @@ def test_resource_groups_past_kueue_s_limits_are_refused_at_their_lines(tmp_path
     env["clusters"][0]["pools"] = [{"name": f"h100-{i}", "device": {"resource": "nvidia.com/gpu", "model": "H100-SXM-80GB", "per_node": 8}, "nodes": 1}
                                    for i in range(65)] + env["clusters"][0]["pools"][2:]
     env["tenants"][0]["pools"] = ["h100-0", "ascend"]
+    env["tenants"][0]["quota"]["nvidia.com/gpu"]["guaranteed"] = 8  # what h100-0 holds: 20 over-commits it (refused at its line)
     assert _problems(tmp_path, env) == [
         "clusters[center-a].pools: nvidia.com/gpu: 65 pools and edge groups in one Kueue resource group, more than the 64 flavors it holds "
         "(the cluster's Cohort center-a): move pools to another cluster"]

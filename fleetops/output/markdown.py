@@ -22,7 +22,7 @@ from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 from fleetops.envelope import DecisionStatus
-from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, Verdict
+from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -354,11 +354,17 @@ def quota_table(plan: PlanResult) -> Fold:
          f"| {_arrow(q.before.burst, q.after.burst)} |"] for q in moved])
 
 
+def _tainted(row: TenantGrant) -> str:
+    """Which part of a tenant's guarantee only jobs tolerating a pool's taints can use."""
+    return "".join(f" ({_cell(row.flavors[f]['guaranteed'])} on {_text(f)}: for jobs tolerating {', '.join(_code(t) for t in taints)})"
+                   for f, taints in sorted(row.held_on_tainted.items()))
+
+
 def grants_table(plan: PlanResult) -> Fold:
     """What Kueue will grant on an idle cluster (fleetops.grants), per tenant and per cluster, the most
     units first; ⚠️ where a tenant cannot reach its declared burst."""
     granted = plan.grants
-    rows = [(r.reachable, f"| {_text(r.cluster)} | {_text(r.tenant)} | {_code(r.resource)} | {_cell(r.guaranteed)} "
+    rows = [(r.reachable, f"| {_text(r.cluster)} | {_text(r.tenant)} | {_code(r.resource)} | {_cell(r.guaranteed)}{_tainted(r)} "
                           f"| {'⚠️ ' if r.burst is not None and r.reachable < r.burst else ''}{_cell(r.reachable)} "
                           f"| {_cell(r.burst) if r.burst is not None else '—'} | {_cell(r.largest_job)} | {_cell(r.lends)} |")
             for r in granted.tenants]

@@ -34,7 +34,7 @@ from fleetops.spec.cost import (
 )
 from fleetops.spec.placement import (
     KUEUE, NON_PREEMPTING, KueueLimits, Placement, bundles, eligible_groups, guarantee_placement, kueue_limit_problem,
-    non_preempting_classes, open_groups, preemptible_classes, tenant_classes,
+    non_preempting_classes, open_groups, preemptible_classes, restricting_taints, tenant_classes,
 )
 from fleetops.spec.checks import (
     SYSTEM_NAMESPACES, cross_checks, over_limits,
@@ -59,6 +59,6 @@ __all__ = [
     "kueue_limit_problem", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
     "node_labels", "non_preempting_classes", "open_groups", "over_limits", "parse_environment", "parse_yaml",
     "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "quota_sums",
-    "read_bounded", "read_environment", "replica_monthly_cost", "service_pools", "taints", "tenant_classes",
+    "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
     "unit_hour_price",
 ]

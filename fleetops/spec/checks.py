@@ -201,6 +201,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         dangling = list(_dangling_placement(loc, tenant, clusters))
         yield from dangling
         yield from _spot_without_preemptible_class(loc, tenant, clusters, set(preemptible_classes(tenant, env)))
+        yield from _accepted_preemption(loc, tenant, env, clusters)
         for k, name in enumerate(tenant.priority_classes):
             if name not in classes:
                 yield loc + ("priority_classes", k), f"unknown priority class {name!r}"
@@ -234,8 +235,7 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             if quota.guaranteed_per_pool is not None:
                 yield from _split_checks(qloc, resource, quota, tenant, mine)
     for cluster in clusters.values():
-        for ti, resource, why in guarantee_placement(env, cluster).unsplit:
-            yield ("tenants", ti, "quota", resource, "guaranteed"), why
+        yield from guarantee_placement(env, cluster).refused
     if env.scheduler.backend == "volcano":
         # Volcano's queues promised `deserved` through a capacity plugin whose scheduler configuration was
         # never rendered, and no real Volcano in the tests proved what they do: Kueue's are proven.
@@ -350,7 +350,24 @@ def _spot_without_preemptible_class(loc: Loc, tenant: Tenant, clusters: dict[str
     for k, name in enumerate(tenant.pools or []):
         if any(is_spot(p) for n in tenant.clusters if n in clusters for _, p in group_names(clusters[n]).pool.get(name, ())):
             yield loc + ("pools", k), (f"{name} is a spot pool, but none of the tenant's priority classes is preemptible: its work "
-                                       "could never run there; mark a class it uses `preemptible: true`, or remove the pool")
+                                       "could never run there; mark a class it uses `preemptible: true`, or accept one for this tenant "
+                                       "in its preemptible_classes, or remove the pool")
+
+
+def _accepted_preemption(loc: Loc, tenant: Tenant, env: Environment, clusters: dict[str, Cluster]) -> Iterator[tuple[Loc, str]]:
+    """The classes a tenant accepts preemption for are its own, and mean something only on a spot pool it names."""
+    if not tenant.preemptible_classes:
+        return
+    declared = {pc.name for pc in env.priority_classes}
+    allowed = tenant_classes(tenant, env, lambda pc: True)
+    for k, name in enumerate(tenant.preemptible_classes):
+        if name not in declared:
+            yield loc + ("preemptible_classes", k), f"unknown priority class {name!r}"
+        elif name not in allowed:
+            yield loc + ("preemptible_classes", k), f"tenant {tenant.name} may not use priority class {name} (its classes: {', '.join(allowed) or 'none'})"
+    if not any(is_spot(p) for n in tenant.clusters if n in clusters for name in tenant.pools or [] for _, p in group_names(clusters[n]).pool.get(name, ())):
+        yield loc + ("preemptible_classes",), ("the tenant names no spot pool, where alone preemption is accepted: name one in its pools, "
+                                               "or remove preemptible_classes")
 
 
 def _unused_spot_pools(env: Environment) -> Iterator[tuple[Loc, str]]:

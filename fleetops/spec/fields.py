@@ -362,6 +362,9 @@ class Tenant(Model):
     isolation: Literal["shared", "strict"] = "shared"
     network: TenantNetwork = TenantNetwork()
     billing: Billing = Billing()
+    # Classes of its own whose work accepts being preempted at any time, as if declared `preemptible:
+    # true` for this tenant alone: they too may run on the spot pools it names (placement.preemptible_classes).
+    preemptible_classes: list[Name] = []
 
 
 class PriorityClass(Model):

@@ -1,11 +1,13 @@
 """Which pools and edge groups a tenant may use, how Kueue groups them (resource groups and its
 limits on them), the priority classes each tenant's queues take, and where each guarantee is held."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fleetops.spec.devices import group_capacity, is_spot
-from fleetops.spec.fields import Cluster, Environment, Group, PriorityClass, Tenant, group_names, named_groups
+from fleetops.spec.fields import Cluster, Environment, Group, PriorityClass, Quota, Taint, Tenant, group_names, named_groups
+from fleetops.spec.positions import Loc
 
 
 def open_groups(tenant: Tenant, cluster: Cluster) -> int:
@@ -93,8 +95,19 @@ def non_preempting_classes(tenant: Tenant, env: Environment) -> list[str]:
 
 
 def preemptible_classes(tenant: Tenant, env: Environment) -> list[str]:
-    """The classes declared preemptible that the tenant's workloads may carry: the only ones on spot pools."""
-    return tenant_classes(tenant, env, lambda pc: pc.preemptible)
+    """The classes of the tenant's workloads that accept preemption, the only ones on its spot pools:
+    those declared preemptible, and those the tenant accepts preemption for (its `preemptible_classes`)."""
+    accepted = set(tenant.preemptible_classes)
+    return tenant_classes(tenant, env, lambda pc: pc.preemptible or pc.name in accepted)
+
+
+def restricting_taints(group: Group) -> list[Taint]:
+    """The group's declared taints that keep a job off it unless it tolerates them: NoSchedule and
+    NoExecute, but not one keyed by a device resource the group offers, which every pod requesting that
+    resource tolerates (Kubernetes' ExtendedResourceToleration; the group's Kueue flavor,
+    modules/node_pool.py). A spot pool's own taint (nodes.taints) is left out: it holds no guarantee."""
+    offered = group_capacity(group)
+    return [t for t in group.taints if t.effect != "PreferNoSchedule" and t.key not in offered]
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,20 @@ class Placement:
     """Which pools and edge groups of one cluster hold each tenant's guarantee there."""
 
     held: dict[tuple[str, str], dict[str, int]]  # (tenant, resource) -> pool or edge group -> units
-    unsplit: list[tuple[int, str, str]]  # (tenant index, resource, why): no one pool holds it, no split declared
+    refused: list[tuple[Loc, str]]  # where the file asks for a placement no pool can hold, and why
+
+
+class _Claim(NamedTuple):
+    """One tenant's guarantee of one resource on one cluster, and the pools that may hold it."""
+
+    index: int  # the tenant's place in env.tenants
+    tenant: Tenant
+    resource: str
+    quota: Quota
+    pools: list[Group]  # open to the tenant, offering the resource, not spot: in the cluster's order
+
+    def at(self, *rest: str) -> Loc:
+        return ("tenants", self.index, "quota", self.resource, *rest)
 
 
 def guarantee_placement(env: Environment, cluster: Cluster) -> Placement:
@@ -110,10 +136,16 @@ def guarantee_placement(env: Environment, cluster: Cluster) -> Placement:
 
     Kueue gives each flavor its own quota and admits a job's pods in one flavor, so a guarantee split
     over pools cannot be used by one job, and a job larger than its pool's share borrows and can be
-    reclaimed although it is within the guarantee. So a guarantee is held whole by one pool: the first
-    open to the tenant (in the cluster's order) with room for it after the guarantees of the tenants
-    declared above it. A split is only ever declared (`guaranteed_per_pool`); a guarantee that fits
-    no one pool's room while the tenant's pools have room for it together is refused (`unsplit`).
+    reclaimed although it is within the guarantee. So a guarantee is held whole by one pool, and a
+    split is only ever declared (`guaranteed_per_pool`, held first, as declared). The others are placed
+    by what they are, never by where the file lists them (a reorder must move nothing): the hardest
+    to place first (the fewest untainted pools that could hold it alone, then the fewest pools, then
+    the largest, then by tenant name), each on the pool with the least room left that holds it, a pool
+    without taints before a tainted one (a tainted pool's guarantee serves only the jobs that tolerate
+    its taint). Refused (`refused`): a guarantee that fits no one pool's room while the tenant's pools
+    have room for it together (declare the split), and a pool holding more guarantees than it has
+    units while the cluster has room for them all (more than the cluster holds is the policies'
+    `quota.guaranteed_over_capacity`, which a waiver may accept).
     """
     cached = env.placement_cache.get(cluster.name)
     if cached is None or cached[0] is not env.tenants or cached[1] is not cluster:
@@ -129,52 +161,125 @@ def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
     clusters: dict[str, Cluster] = {}
     for c in env.clusters:  # a duplicate name is reported by cross_checks; references resolve to the first
         clusters.setdefault(c.name, c)
-    used: dict[tuple[str, str, str], int] = {}  # (cluster, pool or edge group, resource) -> units guaranteed
-    out = {name: (cluster, Placement({}, [])) for name, cluster in clusters.items()}
+    claims: dict[str, list[_Claim]] = {name: [] for name in clusters}
+    # (pool or edge group, resource) -> its units, once per cluster: not once per tenant that may use it.
+    units = {name: {(g.name, r): n for g in (*c.pools, *c.edge_groups) for r, n in group_capacity(g).items()} for name, c in clusters.items()}
     for ti, tenant in enumerate(env.tenants):
         if not tenant.quota:
             continue
         for cname in dict.fromkeys(tenant.clusters):
             if cname not in clusters:
                 continue
-            groups = eligible_groups(tenant, [clusters[cname]])
-            placement = out[cname][1]
-            for resource, quota in sorted(tenant.quota.items()):
-                # No guarantee is held on a spot pool, whose nodes the provider may take back: the tenant
-                # borrows spot capacity within its burst from the cluster's Cohort (modules/scheduler.py).
-                room = {g.name: units - used.get((cname, g.name, resource), 0) for g in groups
-                        if not is_spot(g) and (units := group_capacity(g).get(resource)) is not None}
-                if quota.guaranteed_per_pool is not None:
-                    shares = {name: units for name, units in quota.guaranteed_per_pool.items() if name in room}
-                else:
-                    shares, why = _one_pool(quota.guaranteed, room)
-                    if why:
-                        placement.unsplit.append((ti, resource, f"{quota.guaranteed} {resource} on {cname} {why}"))
-                for name, units in shares.items():
-                    used[(cname, name, resource)] = used.get((cname, name, resource), 0) + units
-                placement.held[(tenant.name, resource)] = shares
-    return out
+            # No guarantee is held on a spot pool, whose nodes the provider may take back: the tenant
+            # borrows spot capacity within its burst from the cluster's Cohort (modules/scheduler.py).
+            groups = [g for g in eligible_groups(tenant, [clusters[cname]]) if not is_spot(g)]
+            claims[cname] += [_Claim(ti, tenant, resource, quota, [g for g in groups if (g.name, resource) in units[cname]])
+                              for resource, quota in sorted(tenant.quota.items())]
+    return {name: (cluster, _place_on(cluster, claims[name], units[name])) for name, cluster in clusters.items()}
 
 
-def _one_pool(guaranteed: int, room: dict[str, int]) -> tuple[dict[str, int], str | None]:
-    """The one pool that holds the guarantee, and why it cannot be held so, if it cannot."""
-    if guaranteed == 0 or not room:
-        return {}, None
-    fits = next((name for name, left in room.items() if left >= guaranteed), None)
-    if fits is not None:
-        return {fits: guaranteed}, None
-    most = max(room, key=lambda name: room[name])
-    if sum(max(left, 0) for left in room.values()) < guaranteed:
-        # More than the pools have room for, however split: the policies judge the cluster's
-        # guarantees against its capacity (quota.guaranteed_over_capacity), and may waive it.
-        return {most: guaranteed}, None
+def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int]) -> Placement:
+    groups = [*cluster.pools, *cluster.edge_groups]
+    tainted = {g.name: bool(restricting_taints(g)) for g in groups}
+    used: dict[tuple[str, str], int] = {}  # (pool or edge group, resource) -> units guaranteed
+    holders: dict[tuple[str, str], list[tuple[_Claim, int]]] = {}
+    placement = Placement({}, [])
+
+    def hold(claim: _Claim, shares: dict[str, int]) -> None:
+        placement.held[(claim.tenant.name, claim.resource)] = shares
+        for name, share in shares.items():
+            used[(name, claim.resource)] = used.get((name, claim.resource), 0) + share
+            holders.setdefault((name, claim.resource), []).append((claim, share))
+
+    def hardest_first(claim: _Claim) -> tuple[int, int, int, str, str, int]:
+        whole = [g for g in claim.pools if units[(g.name, claim.resource)] >= claim.quota.guaranteed]
+        return (sum(not tainted[g.name] for g in whole), len(whole), -claim.quota.guaranteed, claim.tenant.name, claim.resource, claim.index)
+
+    for claim in claims:
+        if claim.quota.guaranteed_per_pool is not None:
+            open_to = {g.name for g in claim.pools}
+            hold(claim, {name: share for name, share in claim.quota.guaranteed_per_pool.items() if name in open_to})
+    squeezed: list[tuple[_Claim, dict[str, int]]] = []  # held where there was no room for it, and the room there was
+    for claim in sorted((c for c in claims if c.quota.guaranteed_per_pool is None), key=hardest_first):
+        guaranteed = claim.quota.guaranteed
+        left = {g.name: units[(g.name, claim.resource)] - used.get((g.name, claim.resource), 0) for g in claim.pools}
+        fits = [g for g in claim.pools if left[g.name] >= guaranteed]
+        if guaranteed == 0 or not claim.pools:
+            hold(claim, {})
+        elif fits:
+            hold(claim, {min(fits, key=lambda g: (tainted[g.name], left[g.name])).name: guaranteed})
+        else:
+            hold(claim, {max(claim.pools, key=lambda g: left[g.name]).name: guaranteed})
+            split = _split_into(guaranteed, left, tainted)
+            if split is None:
+                squeezed.append((claim, left))
+            else:
+                placement.refused.append((claim.at("guaranteed"), (
+                    f"{guaranteed} {claim.resource} on {cluster.name} fits no one pool's room ({_rooms(left)} left after the other "
+                    f"tenants' guarantees), and Kueue admits a job in one pool: declare the split, e.g. guaranteed_per_pool: "
+                    f"{_shares(split)}, so that a job within it is bounded by its pool's share, or lower guaranteed to {max(max(left.values()), 0)}")))
+    placement.refused.extend(_over_committed(cluster, claims, units, used, holders, tainted, squeezed))
+    placement.refused.sort(key=lambda problem: problem[0])
+    return placement
+
+
+def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int],
+                    used: dict[tuple[str, str], int], holders: dict[tuple[str, str], list[tuple[_Claim, int]]],
+                    tainted: dict[str, bool], squeezed: list[tuple[_Claim, dict[str, int]]]) -> Iterator[tuple[Loc, str]]:
+    """Guarantees a pool cannot hold while the cluster has units for them all: declared shares adding up
+    to more than their pool's units (at each share), and a guarantee its pools had no room left for (at
+    its `guaranteed:`). More than the cluster holds is the policies' (quota.guaranteed_over_capacity)."""
+    asked: dict[str, int] = {}
+    for claim in claims:
+        asked[claim.resource] = asked.get(claim.resource, 0) + claim.quota.guaranteed
+    has: dict[str, int] = {}
+    for (_, resource), n in units.items():
+        has[resource] = has.get(resource, 0) + n
+    for claim, left in squeezed:
+        if asked[claim.resource] <= has[claim.resource]:
+            yield claim.at("guaranteed"), (
+                f"{claim.quota.guaranteed} {claim.resource} on {cluster.name} does not fit the pools open to this tenant ({_rooms(left)} "
+                f"left after the other tenants' guarantees), though the cluster has room for it elsewhere: open another pool to the "
+                f"tenant (pools), or lower guaranteed to {_total(left)}")
+    for (name, resource), held_there in holders.items():
+        declared = [(c, n) for c, n in held_there if c.quota.guaranteed_per_pool is not None]
+        taken = sum(n for _, n in declared)
+        if taken <= units[(name, resource)] or asked[resource] > has[resource]:
+            continue
+        for claim, share in declared:
+            own = claim.quota.guaranteed_per_pool or {}
+            # What the tenant's pools have left once every other tenant's guarantee is held.
+            left = {g.name: units[(g.name, resource)] - used.get((g.name, resource), 0) + own.get(g.name, 0) for g in claim.pools}
+            split = _split_into(claim.quota.guaranteed, left, tainted)
+            others = ", ".join(f"{c.tenant.name} {n}" for c, n in declared if c is not claim)
+            elsewhere = {pool: n for pool, n in own.items() if pool not in left}  # its shares on its other clusters stay
+            fix = (f"declare e.g. guaranteed_per_pool: {_shares({**split, **elsewhere})}" if split is not None else
+                   f"its pools have {_rooms(left)} left after the other tenants' guarantees: lower guaranteed to "
+                   f"{_total(left)}, or move another tenant's share off {name}")
+            yield claim.at("guaranteed_per_pool", name), (
+                f"{share} of {name}'s {units[(name, resource)]} {resource}, but the shares declared on it add up to {taken}"
+                f"{f' (with {others})' if others else ''}, while cluster {cluster.name} has room for every guarantee: {fix}")
+
+
+def _split_into(guaranteed: int, left: dict[str, int], tainted: dict[str, bool]) -> dict[str, int] | None:
+    """A split of `guaranteed` that fits the pools' room, untainted and roomiest first; None if none does."""
     split: dict[str, int] = {}
     rest = guaranteed
-    for name, left in room.items():
-        if rest and left > 0:
-            split[name] = min(left, rest)
+    for name in sorted(left, key=lambda n: (tainted[n], -left[n])):
+        if rest and left[name] > 0:
+            split[name] = min(left[name], rest)
             rest -= split[name]
-    return {most: guaranteed}, (
-        f"fits no one pool's room ({', '.join(f'{n} {left}' for n, left in room.items())} left after the tenants above), and Kueue "
-        f"admits a job in one pool: declare the split, e.g. guaranteed_per_pool: {{{', '.join(f'{n}: {u}' for n, u in split.items())}}}, "
-        f"so that a job within it is bounded by its pool's share, or lower guaranteed to {max(room[most], 0)}")
+    return split if rest == 0 else None
+
+
+def _total(left: dict[str, int]) -> int:
+    """The room of pools together (a pool already over-committed adds none)."""
+    return sum(max(n, 0) for n in left.values())
+
+
+def _rooms(left: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in left.items())
+
+
+def _shares(split: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{name}: {n}" for name, n in split.items()) + "}"
