@@ -510,9 +510,10 @@ def variant(tmp_path: Path, env: str, edits: dict[str, str]) -> Path:
 
 
 def test_spot_capacity_takes_the_classes_a_tenant_accepts_preemption_for_and_not_another_tenants(kueue, tmp_path: Path) -> None:
-    """environments/dev.yaml with tenant data-prep (lines 72-78, `pools: [dev-a100, dev-spot]`) accepting
-    preemption for its training-standard (`preemptible_classes: [training-standard]`), and ml-sandbox
-    (lines 55-62) naming dev-spot too, accepting nothing: training-standard is not preemptible (line 94).
+    """environments/dev.yaml with tenant data-prep (lines 72-77 `name: data-prep ... pools: [dev-a100, dev-spot]`)
+    accepting preemption for its training-standard (added: `preemptible_classes: [training-standard]`), and
+    ml-sandbox (lines 55-58 `name: ml-sandbox ... priority_classes: [training-standard, batch-low]`) naming
+    dev-spot too, accepting nothing: training-standard is not preemptible (line 94 `name: training-standard, value: 5000`).
     With dev-a100 full, data-prep's training-standard job tolerating the spot taint lands on dev-spot;
     ml-sandbox's job of the same class may not tolerate it (the API server refuses it)."""
     path = variant(tmp_path, "dev", {
@@ -541,16 +542,22 @@ def test_spot_capacity_takes_the_classes_a_tenant_accepts_preemption_for_and_not
 
 
 def test_a_guarantee_sits_on_an_untainted_pool_every_job_of_the_tenant_can_use(kueue) -> None:
-    """environments/staging.yaml: stg-h100 (lines 9-13, tainted dedicated=training) is stg-center's first
-    pool; tenant vision (nvidia.com/gpu guaranteed 16, no split) may use every pool. Its guarantee sat on
-    stg-h100, where only jobs tolerating the taint can use it (hence the split the file declared). Now
-    speech's 8 (line 58: two pools, the fewer) go first, to stg-a100-infer (16 units), and vision's 16 to
-    stg-a100-mig (56, untainted), so an inference job of the whole guarantee, tolerating nothing, is
-    admitted without borrowing, and so cannot be reclaimed."""
+    """environments/staging.yaml:9-12 `name: stg-h100 ... taints: [{key: dedicated, value: training, effect:
+    NoSchedule}]` is stg-center's first pool; tenant research (lines 61-66 `name: research ... priority_classes:
+    [batch-low] ... nvidia.com/gpu: {guaranteed: 4, burst: 16}`) names no pools, so it may use every one. Its
+    guarantee sat on stg-h100, where only jobs tolerating the taint can use it. Now it sits on a pool without
+    taints, so a batch job of the whole guarantee, tolerating nothing, is admitted there without borrowing,
+    and so cannot be reclaimed."""
+    env = spec.load_environment(ROOT / "environments" / "staging.yaml")
+    cluster = spec.cluster_by_name(env, "stg-center")
+    [(pool, units)] = spec.guarantee_placement(env, cluster).held[("research", "nvidia.com/gpu")].items()
+    group = next(g for g in cluster.pools if g.name == pool)
+    assert units == 4 and not spec.restricting_taints(group), (pool, group.taints)
+    research = next(t for t in env.tenants if t.name == "research")
     tenants = Tenants(kueue(cluster_objects("staging", "stg-center")))
-    job = tenants.submit("vision", "serve", {"nvidia.com/gpu": 16}, "inference-critical")
-    assert flavors(tenants.admitted("vision", job)) == {"nvidia.com/gpu": "stg-a100-mig"}
-    assert tenants.usage("vision", 16) == {"stg-a100-mig": {"nvidia.com/gpu": {"total": "16", "borrowed": "0"}}}
+    job = tenants.submit("research", "batch", {"nvidia.com/gpu": 4}, "batch-low", kueue_jobs.queue_for(research, env, "batch-low"))
+    assert flavors(tenants.admitted("research", job)) == {"nvidia.com/gpu": pool}
+    assert tenants.usage("research-non-preempting", 4) == {pool: {"nvidia.com/gpu": {"total": "4", "borrowed": "0"}}}
 
 
 # --- what plan and validate say Kueue will grant (fleetops/grants.py), against Kueue itself ------------

@@ -443,7 +443,7 @@ def _refusals(tmp_path: Path, env: dict[str, Any]) -> tuple[Path, list[str]]:
     path = write_env(tmp_path, env)
     with pytest.raises(spec.SpecError) as raised:
         spec.load_environment(path)
-    return path, raised.value.problems
+    return path, raised.value.lines
 
 
 def place(path: Path, after: str, key: str) -> str:
