@@ -233,8 +233,10 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
                 "queueingStrategy": "BestEffortFIFO",
                 # Kueue stops at the first flavor a job fits in, borrowing if it must: told to look on,
-                # it takes the pool that holds the tenant's guarantee before borrowing elsewhere.
-                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor"},
+                # it takes the pool that holds the tenant's guarantee before borrowing elsewhere; and
+                # where that pool's guarantee is lent out, it reclaims it there rather than borrowing on
+                # another pool (Kueue's default), where its work could in turn be reclaimed.
+                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor", "preference": "PreemptionOverBorrowing"},
                 "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction, amounts),
                 "preemption": preemption,
             },

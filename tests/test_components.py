@@ -290,7 +290,7 @@ def test_a_guarantee_one_pool_has_room_for_is_held_whole_by_it(small_state: rend
     queue = one(small_state, "center-a", "ClusterQueue", "vision")
     assert sorted(per_flavor(queue, "nominalQuota", "nvidia.com/gpu").values()) == [0, 20]
     # Kueue is told to look past a flavor where the job would borrow for the one that holds the guarantee.
-    assert queue["spec"]["flavorFungibility"] == {"whenCanBorrow": "TryNextFlavor"}
+    assert queue["spec"]["flavorFungibility"] == {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor", "preference": "PreemptionOverBorrowing"}
 
 
 def test_a_guarantee_goes_to_a_pool_without_taints_before_a_tainted_one(small_state: render.DesiredState, tmp_path: Path) -> None:
