@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,15 @@ def test_the_installed_wheel_holds_no_test_only_code(tmp_path: Path) -> None:
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     env = {**os.environ, "FLEETOPS_PURE_PYTHON": "1", "PIP_NO_INDEX": "1"}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(ROOT)],
+    # Built from a copy of the sources: setuptools reuses the tree's build/ folder, where a package pyproject
+    # no longer names would still be found.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for name in ("fleetops", "modules", "stacks"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
                            capture_output=True, text=True, env=env, timeout=600, check=False)
     assert built.returncode == 0, built.stderr[-2000:]
     installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(site), *map(str, wheels.glob("fleetops-*.whl"))],
