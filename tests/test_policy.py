@@ -192,6 +192,19 @@ def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):
     assert re.fullmatch(r".*waivers\.yaml:\d+: waiver of quota.tenant_shares: no policy has this rule", str(problem))
 
 
+def test_a_decision_of_a_severity_the_contract_does_not_name_fails_the_gate_closed(tmp_path):
+    # The plan lists waived high-severity denials first and JUnit types failures by severity: a rule
+    # that says "urgent" would be weighed as nothing at all.
+    directory = copy_policies(tmp_path)
+    path = directory / "quota.rego"
+    text = path.read_text()
+    assert '"rule": "quota.tenant_share",\n\t\t"severity": "medium",' in text, "test setup: the rule's decision moved"
+    path.write_text(text.replace('"rule": "quota.tenant_share",\n\t\t"severity": "medium",', '"rule": "quota.tenant_share",\n\t\t"severity": "urgent",'))
+    with pytest.raises(policy.PolicyError, match=r"^fleet\.quota: a decision of quota\.tenant_share has severity 'urgent', "
+                                                  r"not one of critical, high, medium, low \(policies/README\.md\)$"):
+        judge(*rendered("prod"), policies_dir=directory)
+
+
 def test_waiver_file_that_is_not_a_list_is_bad_input(tmp_path):
     directory = copy_policies(tmp_path)
     (directory / "waivers.yaml").write_text("waivers: {rule: x}\n")
