@@ -175,7 +175,7 @@ class Sides:
             try:
                 side.clusters = self.procs.pop(i).finish()
             except isolate.IsolationError as exc:
-                raise PlanError(str(exc)) from None
+                raise PlanError(problems=exc.problems) from None
             self.sides[i] = side
         return self.sides[i]  # type: ignore[return-value]
 
