@@ -70,8 +70,8 @@ class CustomObject(k8s.apiextensions.CustomResource):
 
 
 # The provider version every object's resource asks for, as pulumi-kubernetes's own resources ask:
-# the installed package's version (its SDK's semver is that string for a release, as pinned). Read
-# once: a lookup reads the installed distributions (0.25 ms), and a fleet registers thousands of objects.
+# the installed package's version (its SDK's semver is that string for a release, as pinned), a fact
+# of the installation, read when the program starts as the SDK reads its own.
 K8S_VERSION = importlib.metadata.version("pulumi_kubernetes")
 
 
