@@ -187,8 +187,8 @@ class PlanDecision:
                    row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver)
 
     def to_json(self) -> Row:
-        waiver = self.waiver and {"owner": self.waiver.owner, "ticket": self.waiver.ticket, "expires": self.waiver.expires.isoformat(),
-                                  "reason": self.waiver.reason}
+        w = self.waiver
+        waiver = {"owner": w.owner, "ticket": w.ticket, "expires": w.expires.isoformat(), "reason": w.reason} if w is not None else None
         optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver}
         return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
                 "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
