@@ -132,13 +132,15 @@ def compare(before: Mapping[str, Sequence[Mapping[str, Any]]], after: Mapping[st
 
     old = {object_key(cluster, m): m for cluster, manifests in before.items() for m in manifests}
     new = {object_key(cluster, m): m for cluster, manifests in after.items() for m in manifests}
-    changes = Changes(added=sorted(new.keys() - old.keys()), removed=sorted(old.keys() - new.keys()))
-    for key in sorted(new.keys() & old.keys()):
+    changed = {}
+    for key, manifest in new.items():  # the few changed ones sorted after, not every key before
+        if (before_manifest := old.get(key)) is None:
+            continue
         # Not `==`: 1 == 1.0 in Python, but the manifest sent says one or the other.
-        was, now = orjson.dumps(old[key]), orjson.dumps(new[key])
+        was, now = orjson.dumps(before_manifest), orjson.dumps(manifest)
         if was == now:
             continue
         fields = field_changes(_stripped(orjson.loads(was)), _stripped(orjson.loads(now)))  # decoded: already copies
         if fields:
-            changes.changed[key] = fields
-    return changes
+            changed[key] = fields
+    return Changes(added=sorted(new.keys() - old.keys()), removed=sorted(old.keys() - new.keys()), changed=dict(sorted(changed.items())))
