@@ -135,7 +135,7 @@ def compare(before: Mapping[str, Sequence[Mapping[str, Any]]], after: Mapping[st
     old_kinds, new_kinds = _by_kind(before), _by_kind(after)
     added: list[ObjectKey] = []
     removed: list[ObjectKey] = []
-    changed = {}
+    changed: dict[ObjectKey, list[FieldChange]] = {}
     for part in old_kinds.keys() | new_kinds.keys():
         was_all, now_all = old_kinds.get(part, []), new_kinds.get(part, [])
         if orjson.dumps(was_all) == orjson.dumps(now_all):
