@@ -148,13 +148,15 @@ named_namespace(peer) := name if {
 
 # The peers a tenant's allow lists render (modules/tenant.py), exactly: besides its own pods, ingress
 # from itself and the tenants in allow_from_tenants; egress to itself, cluster DNS when
-# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed.
-ingress_peers[tenant.name] := peers if {
+# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed. Objects built
+# once by comprehension, not partial rules: OPA re-runs a partial rule's body over every tenant at each
+# lookup by key (8,000,000 evaluations and 24 s for the generated fleet's 1,000 tenants).
+ingress_peers := {tenant.name: peers |
 	some tenant in input.spec.tenants
 	peers := {namespace_peer(name) | some name in array.concat([tenant.name], tenant.network.allow_from_tenants)}
 }
 
-egress_peers[tenant.name] := peers if {
+egress_peers := {tenant.name: peers |
 	some tenant in input.spec.tenants
 	cidrs := {{"ipBlock": {"cidr": cidr}} | some cidr in tenant.network.egress_cidrs}
 	peers := ({namespace_peer(tenant.name)} | {p | input.spec.network.allow_dns; p := dns_peer}) | cidrs
