@@ -77,9 +77,10 @@ deny contains d if {
 	}
 }
 
-# One entry per IP block an egress rule allows, with the policy it belongs to and the rule's ports.
-egress_blocks contains {"np": {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}, "cidr": peer.ipBlock.cidr, "ports": object.get(rule, "ports", [])} if {
+# One entry per IP block an egress rule on an edge cluster allows, with the policy it belongs to and the rule's ports.
+edge_egress_blocks contains {"np": {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}, "cidr": peer.ipBlock.cidr, "ports": object.get(rule, "ports", [])} if {
 	some np in network_policies
+	np.cluster in edge_clusters
 	some rule in np.manifest.spec.egress
 	some peer in rule.to
 	peer.ipBlock.cidr
@@ -118,9 +119,8 @@ on_ports(ports, allowed) if {
 #   control_id: FLEET-NET-03
 #   fix: "allow only endpoints named in network.center_endpoints from edge tenants"
 deny contains d if {
-	some block in egress_blocks
+	some block in edge_egress_blocks
 	np := block.np
-	np.cluster in edge_clusters
 	not allow_listed(block.cidr, block.ports)
 	d := {
 		"rule": "network.edge_egress_not_allowed",
