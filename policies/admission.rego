@@ -59,8 +59,9 @@ edge_disconnect(r) if {
 }
 
 # The JSON patch expressions of the MutatingAdmissionPolicies that write /spec/tolerations and nothing
-# else: each distinct text matched once (every edge group's policy has the same one).
-tolerations_patches contains expression if {
+# else: each distinct text matched once (every edge group's policy has the same one). A comprehension,
+# not a partial rule, which OPA would evaluate again at each membership test.
+tolerations_patches := {expression |
 	some expression in {m.jsonPatch.expression | some r in data.fleet.lib.of_kind("MutatingAdmissionPolicy"); some m in r.manifest.spec.mutations}
 	paths := regex.find_n(`path\s*:\s*[^,}]*`, expression, -1)
 	count(paths) > 0
