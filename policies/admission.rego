@@ -54,11 +54,19 @@ edge_disconnect(r) if {
 	count(r.manifest.spec.mutations) > 0
 	every m in r.manifest.spec.mutations {
 		m.patchType == "JSONPatch"
-		paths := regex.find_n(`path\s*:\s*[^,}]*`, m.jsonPatch.expression, -1)
-		count(paths) > 0
-		every p in paths {
-			regex.match(`^path\s*:\s*'/spec/tolerations'\s*$`, p)
-		}
+		m.jsonPatch.expression in tolerations_patches
+	}
+}
+
+# The JSON patch expressions of the MutatingAdmissionPolicies that write /spec/tolerations and nothing
+# else: each distinct text matched once (every edge group's policy has the same one). A comprehension,
+# not a partial rule, which OPA would evaluate again at each membership test.
+tolerations_patches := {expression |
+	some expression in {m.jsonPatch.expression | some r in data.fleet.lib.of_kind("MutatingAdmissionPolicy"); some m in r.manifest.spec.mutations}
+	paths := regex.find_n(`path\s*:\s*[^,}]*`, expression, -1)
+	count(paths) > 0
+	every p in paths {
+		regex.match(`^path\s*:\s*'/spec/tolerations'\s*$`, p)
 	}
 }
 

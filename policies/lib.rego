@@ -36,8 +36,8 @@ tenant_namespaces contains sprintf("%s/%s", [r.cluster, r.name]) if {
 # namespace, and its name, or `group_prefix` + a pool or edge group of the object's cluster (with the
 # entry's `sharing` mode, when it names one). Never one in a tenant namespace.
 system_component(r, entry) if {
+	r.name == entry.name # the cheapest test first: most entries differ here
 	same_place(r, entry)
-	r.name == entry.name
 }
 
 system_component(r, entry) if {

@@ -77,11 +77,12 @@ deny contains d if {
 	}
 }
 
-# One entry per IP block an egress rule allows, with the policy it belongs to and the rule's ports.
-egress_blocks contains {"np": {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}, "cidr": peer.ipBlock.cidr, "ports": object.get(rule, "ports", [])} if {
+# One entry per IP block an egress rule on an edge cluster allows, with the policy it belongs to and the rule's ports.
+edge_egress_blocks contains {"np": {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}, "cidr": peer.ipBlock.cidr, "ports": object.get(rule, "ports", [])} if {
 	some np in network_policies
-	some rule in object.get(np.manifest.spec, "egress", [])
-	some peer in object.get(rule, "to", [])
+	np.cluster in edge_clusters
+	some rule in np.manifest.spec.egress
+	some peer in rule.to
 	peer.ipBlock.cidr
 }
 
@@ -118,9 +119,8 @@ on_ports(ports, allowed) if {
 #   control_id: FLEET-NET-03
 #   fix: "allow only endpoints named in network.center_endpoints from edge tenants"
 deny contains d if {
-	some block in egress_blocks
+	some block in edge_egress_blocks
 	np := block.np
-	np.cluster in edge_clusters
 	not allow_listed(block.cidr, block.ports)
 	d := {
 		"rule": "network.edge_egress_not_allowed",
@@ -148,13 +148,15 @@ named_namespace(peer) := name if {
 
 # The peers a tenant's allow lists render (modules/tenant.py), exactly: besides its own pods, ingress
 # from itself and the tenants in allow_from_tenants; egress to itself, cluster DNS when
-# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed.
-ingress_peers[tenant.name] := peers if {
+# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed. Objects built
+# once by comprehension, not partial rules: OPA re-runs a partial rule's body over every tenant at each
+# lookup by key (8,000,000 evaluations and 24 s for the generated fleet's 1,000 tenants).
+ingress_peers := {tenant.name: peers |
 	some tenant in input.spec.tenants
 	peers := {namespace_peer(name) | some name in array.concat([tenant.name], tenant.network.allow_from_tenants)}
 }
 
-egress_peers[tenant.name] := peers if {
+egress_peers := {tenant.name: peers |
 	some tenant in input.spec.tenants
 	cidrs := {{"ipBlock": {"cidr": cidr}} | some cidr in tenant.network.egress_cidrs}
 	peers := ({namespace_peer(tenant.name)} | {p | input.spec.network.allow_dns; p := dns_peer}) | cidrs
@@ -180,41 +182,44 @@ egress_allowed(tenant, peer, ports) if {
 # namespaceSelector reaches every namespace or any that takes the label; an ingress ipBlock, undeclared
 # CIDRs, endpoint ports beyond the declared ones).
 openings contains {"np": key(np), "what": sprintf("ingress rule %d allows every source", [i + 1])} if {
-	some np in tenant_policies
-	some i, rule in object.get(np.manifest.spec, "ingress", [])
+	some np in network_policies
+	some i, rule in np.manifest.spec.ingress
 	count(object.get(rule, "from", [])) == 0
+	in_tenant_namespace(np)
 }
 
 openings contains {"np": key(np), "what": sprintf("egress rule %d allows every destination", [i + 1])} if {
-	some np in tenant_policies
-	some i, rule in object.get(np.manifest.spec, "egress", [])
+	some np in network_policies
+	some i, rule in np.manifest.spec.egress
 	count(object.get(rule, "to", [])) == 0
+	in_tenant_namespace(np)
 }
 
 openings contains {"np": key(np), "what": sprintf("ingress rule %d peer %d is not in the tenant's allow lists", [i + 1, j + 1])} if {
-	some np in tenant_policies
-	some i, rule in object.get(np.manifest.spec, "ingress", [])
-	some j, peer in object.get(rule, "from", [])
+	some np in network_policies
+	some i, rule in np.manifest.spec.ingress
+	some j, peer in rule.from
 	not same_namespace(peer) # its own pods: most peers, so checked first
 	not peer in ingress_peers[np.namespace]
 	not ingress_allowed(tenants[np.namespace], peer)
+	in_tenant_namespace(np)
 }
 
 openings contains {"np": key(np), "what": sprintf("egress rule %d peer %d is not in the tenant's allow lists", [i + 1, j + 1])} if {
-	some np in tenant_policies
-	some i, rule in object.get(np.manifest.spec, "egress", [])
-	some j, peer in object.get(rule, "to", [])
+	some np in network_policies
+	some i, rule in np.manifest.spec.egress
+	some j, peer in rule.to
 	not same_namespace(peer) # its own pods: most peers, so checked first
 	not peer in egress_peers[np.namespace]
 	not egress_allowed(tenants[np.namespace], peer, object.get(rule, "ports", []))
+	in_tenant_namespace(np)
 }
 
 key(np) := {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}
 
-tenant_policies := [np |
-	some np in network_policies
-	sprintf("%s/%s", [np.cluster, np.namespace]) in data.fleet.lib.tenant_namespaces
-]
+# Tested last in each opening: almost every NetworkPolicy is in a tenant namespace, and few peers get
+# that far, so the name is built for them only.
+in_tenant_namespace(np) if sprintf("%s/%s", [np.cluster, np.namespace]) in data.fleet.lib.tenant_namespaces
 
 # METADATA
 # title: Tenant NetworkPolicies open only what the allow lists declare

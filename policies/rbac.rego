@@ -21,18 +21,17 @@ ref(r) := {"cluster": r.cluster, "kind": r.kind, "namespace": r.namespace, "name
 # What makes a role unbounded, one line per finding.
 unbounded contains {"role": ref(r), "what": sprintf("rule %d grants %s %s", [i + 1, field, value])} if {
 	some r in roles
-	some i, rule in object.get(r.manifest, "rules", [])
+	some i, rule in r.manifest.rules
+	contains(json.marshal(rule), "*") # a rule with no `*` anywhere has none in a field: one test per rule, as few have any
 	some field in ["verbs", "resources", "apiGroups", "nonResourceURLs", "resourceNames"]
-	values := object.get(rule, field, [])
-	contains(concat(" ", values), "*") # one test per field, as few rules have any
-	some value in values
+	some value in object.get(rule, field, [])
 	contains(value, "*")
 }
 
 unbounded contains {"role": ref(r), "what": sprintf("rule %d grants the verb %s", [i + 1, verb])} if {
 	some r in roles
-	some i, rule in object.get(r.manifest, "rules", [])
-	some verb in object.get(rule, "verbs", [])
+	some i, rule in r.manifest.rules
+	some verb in rule.verbs
 	verb in cfg.escalation_verbs
 }
 
@@ -137,24 +136,34 @@ deny contains d if {
 	}
 }
 
-# "apiGroup/resource" -> the sensitive permissions that name it: a rule is looked up by what it
+# apiGroup -> resource -> the sensitive permissions that name both: a rule is looked up by what it
 # names instead of being compared with every permission.
-sensitive_resources[key] := names if {
-	some perm in cfg.sensitive
-	some group in perm.apiGroups
-	some resource in perm.resources
-	key := sprintf("%s/%s", [group, resource])
-	names := {name | some name, p in cfg.sensitive; group in p.apiGroups; resource in p.resources}
+sensitive_index := {group: by_resource |
+	some group in {g | some p in cfg.sensitive; some g in p.apiGroups}
+	by_resource := {resource: names |
+		some p in cfg.sensitive
+		group in p.apiGroups
+		some resource in p.resources
+		names := {name | some name, q in cfg.sensitive; group in q.apiGroups; resource in q.resources}
+	}
 }
 
 # The sensitive permissions a rule grants: one of their API groups, resources and verbs each.
 granted(rule) := {name |
 	some group in object.get(rule, "apiGroups", [])
 	some resource in object.get(rule, "resources", [])
-	some name in sensitive_resources[sprintf("%s/%s", [group, resource])]
+	some name in sensitive_index[group][resource]
 	some verb in object.get(rule, "verbs", [])
 	verb in cfg.sensitive[name].verbs
 }
+
+# Each role rule that grants sensitive permissions, with their names: judged once for both rules below.
+sensitive_rules := [{"role": r, "index": i, "names": names} |
+	some r in roles
+	some i, rule in r.manifest.rules
+	names := granted(rule)
+	count(names) > 0
+]
 
 may(r, name) if {
 	some entry in cfg.system_roles
@@ -170,9 +179,10 @@ may(r, name) if {
 #   control_id: FLEET-RBAC-04
 #   fix: "leave the permission out of the role; a system role that needs it is listed under rbac.system_roles in policies/data.yaml, in its own reviewed PR"
 deny contains d if {
-	some r in roles
-	some i, rule in object.get(r.manifest, "rules", [])
-	some name in granted(rule)
+	some s in sensitive_rules
+	r := s.role
+	i := s.index
+	some name in s.names
 	not may(r, name)
 	d := {
 		"rule": "rbac.sensitive_permission",
@@ -184,9 +194,8 @@ deny contains d if {
 
 # "cluster/kind/namespace/name" of every role that holds a sensitive permission.
 powerful_roles contains role_key(r.cluster, r.kind, r.namespace, r.name) if {
-	some r in roles
-	some rule in object.get(r.manifest, "rules", [])
-	count(granted(rule)) > 0
+	some s in sensitive_rules
+	r := s.role
 }
 
 powerful_role_names := {key: name |

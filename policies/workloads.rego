@@ -18,27 +18,30 @@ ref(r) := {"cluster": r.cluster, "kind": r.kind, "namespace": r.namespace, "name
 
 containers(spec) := [c | some field in ["initContainers", "containers", "ephemeralContainers"]; some c in object.get(spec, field, [])]
 
-# Each host privilege a pod spec uses, as a word data.yaml lists.
-uses(spec) := {u |
-	some field in ["hostNetwork", "hostPID", "hostIPC"]
-	object.get(spec, field, false) == true
-	u := field
-} | {"privileged" |
-	some c in containers(spec)
-	object.get(c, ["securityContext", "privileged"], false) == true
-} | {sprintf("hostPath %s", [object.get(v.hostPath, "path", "")]) |
-	some v in object.get(spec, "volumes", [])
-	v.hostPath
-} | {sprintf("capability %s", [cap]) |
-	some c in containers(spec)
-	some cap in object.get(c, ["securityContext", "capabilities", "add"], [])
-} | {"hostProcess" |
-	some context in array.concat([object.get(spec, "securityContext", {})], [object.get(c, "securityContext", {}) | some c in containers(spec)])
-	object.get(context, ["windowsOptions", "hostProcess"], false) == true
-} | {sprintf("hostPort %v", [port.hostPort]) |
-	some c in containers(spec)
-	some port in object.get(c, "ports", [])
-	port.hostPort
+# Each host privilege a pod spec uses, as a word data.yaml lists (its containers listed once).
+uses(spec) := used if {
+	cs := containers(spec)
+	used := {u |
+		some field in ["hostNetwork", "hostPID", "hostIPC"]
+		object.get(spec, field, false) == true
+		u := field
+	} | {"privileged" |
+		some c in cs
+		object.get(c, ["securityContext", "privileged"], false) == true
+	} | {sprintf("hostPath %s", [object.get(v.hostPath, "path", "")]) |
+		some v in object.get(spec, "volumes", [])
+		v.hostPath
+	} | {sprintf("capability %s", [cap]) |
+		some c in cs
+		some cap in object.get(c, ["securityContext", "capabilities", "add"], [])
+	} | {"hostProcess" |
+		some context in array.concat([object.get(spec, "securityContext", {})], [object.get(c, "securityContext", {}) | some c in cs])
+		object.get(context, ["windowsOptions", "hostProcess"], false) == true
+	} | {sprintf("hostPort %v", [port.hostPort]) |
+		some c in cs
+		some port in object.get(c, "ports", [])
+		port.hostPort
+	}
 }
 
 # What a system component may use, in the same words.
