@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fleetops import cli, reconcile
+from fleetops import cli, errors, reconcile
 from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
 from tests.fakes import Faults, MemoryCluster
 from tests.backends import RealCluster
@@ -88,12 +88,25 @@ def test_a_missing_kubeconfig_is_one_line_naming_the_file_and_exit_2(tmp_path: P
     ("apiVersion: v1\nkind: Config\ncontexts: []\n", "cannot load context dev (cluster c1): Invalid kube-config file. Expected object with name dev"),
     ("users:\n- name: x\n  user: {token: s3cr3t-token\n", "cannot load context dev (cluster c1): ParserError"),
 ])
-def test_an_unreadable_kubeconfig_is_named_with_its_context_never_its_contents(tmp_path: Path, text: str, says: str) -> None:
+def test_an_unreadable_kubeconfig_is_bad_input_named_with_its_context_never_its_contents(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text(text)
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(errors.KubeconfigError) as raised:
         KubeCluster("c1", kubeconfig=str(path), context="dev")
+    # Bad input, not an API call that went unanswered: no retry, exit 2.
+    assert not isinstance(raised.value, ApiError) and raised.value.exit_code == errors.ExitCode.BAD_INPUT
     assert str(raised.value).startswith(f"{path}: {says}") and "s3cr3t" not in str(raised.value)
+
+
+def test_a_reconcile_given_a_kubeconfig_it_cannot_load_says_so_in_one_line_without_its_token(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "fleet")
+    commit(repo, DEV.read_text(), "dev")
+    config = tmp_path / "kubeconfig"
+    config.write_text("users:\n- name: x\n  user: {token: s3cr3t-token\n")
+    result = CliRunner().invoke(cli.app, ["reconcile", "--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--once",
+                                          "--kubeconfig", str(config)])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [f"{config}: cannot load context dev (cluster dev-center): ParserError"]
 
 
 @pytest.fixture(params=["memory", pytest.param("real", marks=pytest.mark.real)])

@@ -11,6 +11,7 @@ from typing import Any
 import jsonpatch
 
 from fleetops import diff, inventory
+from fleetops.errors import ExitCode
 from fleetops.kube import Key, Manifest
 
 # --- actions, results ---------------------------------------------------------------------
@@ -180,13 +181,14 @@ class PassResult:
     def errors(self) -> list[str]:
         return [e for c in self.clusters.values() for e in c.errors]
 
-    def exit_code(self) -> int:
-        """0 ok, 1 drift left (detect-only, failed writes), denied, or another replica leads; 2 bad input (invalid revision, no source)."""
+    def exit_code(self) -> ExitCode:
+        """OK; DENIED: drift left (detect-only, failed writes), denied, or another replica leads; BAD_INPUT: an
+        invalid revision, no source, a cluster that cannot be reached from its kubeconfig."""
         if self.status in (PassStatus.INVALID, PassStatus.UNAVAILABLE):
-            return 2
+            return ExitCode.BAD_INPUT
         if self.status in (PassStatus.DENIED, PassStatus.DRIFT, PassStatus.ERRORS, PassStatus.STANDBY):
-            return 1
-        return 0
+            return ExitCode.DENIED
+        return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
