@@ -13,7 +13,8 @@ from prometheus_client import generate_latest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fleetops import cli, errors, reconcile
+from fleetops import cli, diff, errors, reconcile, spec
+from fleetops.reconcile import result as result_mod
 from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
 from tests.fakes import Faults, MemoryCluster
 from tests.backends import RealCluster
@@ -166,6 +167,14 @@ def test_a_drift_row_shows_the_values_and_who_changed_them(backend, monkeypatch:
         'spec.hard["requests.nvidia.com/gpu"]: "999" → "32" (changed by kubectl-edit)'
     assert update.to_dict()["detail"] == [{"op": "replace", "path": "/spec/hard/requests.nvidia.com~1gpu", "old": "999", "new": "32",
                                            "changed_by": "kubectl-edit"}]
+
+
+def test_a_drifted_field_is_written_as_a_problem_in_an_environment_file_is() -> None:
+    # One form for a field, wherever fleetops prints one: a key with a '-' or a non-ASCII letter is quoted, as read.
+    change = diff.FieldChange("replace", "/metadata/labels/k8s-app~1tier/0/café", "a", "b")
+    assert result_mod.change_text(change, None) == 'metadata.labels["k8s-app/tier"][0]["café"]: "a" → "b"'
+    assert result_mod.field_path(change.path) == spec.format_loc(("metadata", "labels", "k8s-app/tier", 0, "café"))
+    assert result_mod.field_path("/metadata/labels/k8s-app") == 'metadata.labels["k8s-app"]'
 
 
 def test_a_denied_requests_fingerprint_is_shown_whole(backend, monkeypatch: pytest.MonkeyPatch) -> None:

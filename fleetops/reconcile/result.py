@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -12,6 +11,7 @@ import jsonpatch
 
 from fleetops import diff, inventory
 from fleetops.errors import ExitCode
+from fleetops.spec import format_loc
 from fleetops.kube import Key, Manifest
 
 # --- actions, results ---------------------------------------------------------------------
@@ -94,16 +94,9 @@ VALUE_CHARS = 80  # of one value in a drift line: a changed ConfigMap or pod tem
 
 
 def field_path(pointer: str) -> str:
-    """A JSON pointer as a field path: /spec/hard/requests.nvidia.com~1gpu -> spec.hard["requests.nvidia.com/gpu"]."""
-    out = ""
-    for part in jsonpatch.JsonPointer(pointer).parts:
-        if part.isdigit():
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
+    """A JSON pointer as a field path, written as an environment file's problems write theirs (`spec.format_loc`):
+    /spec/hard/requests.nvidia.com~1gpu -> spec.hard["requests.nvidia.com/gpu"]."""
+    return format_loc(tuple(int(part) if part.isdigit() else part for part in jsonpatch.JsonPointer(pointer).parts))
 
 
 def _value(value: Any) -> str:
