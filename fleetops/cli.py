@@ -722,6 +722,9 @@ def deploy(
     from fleetops import deploy as deploy_mod
 
     operation = deploy_mod.Operation.preview if preview else deploy_mod.Operation.up
+    # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
+    # the policy pack would judge it, but the API server would refuse it halfway through an update.
+    render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
             result = deploy_mod.run(repo, env, stack or env, operation, state or deploy_mod.default_state(), kubeconfig=kubeconfig,

@@ -38,6 +38,16 @@ class DecisionStatus(StrEnum):
     WAIVED = "waived"
 
 
+class Severity(StrEnum):
+    """How much a rule's decision matters, as its METADATA (`custom.severity`) and its decisions say:
+    policies/README.md fixes these four."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
 # What a policy verdict holds (check, audit): only plan reads a deny as an approval still missing.
 VERDICT_STATUSES = (DecisionStatus.DENY, DecisionStatus.WARN, DecisionStatus.WAIVED)
 

@@ -15,7 +15,8 @@ process that:
   interface up;
 - is bounded in memory (address space), CPU time, wall time and the size of its answer;
 - answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
-  it. Nothing it writes is ever run or unpickled here.
+  it: its objects, or its problems, each with its file, line, column and field, as `errors.Problem`
+  records here. Nothing it writes is ever run or unpickled here.
 
 Where Landlock is not available the side is not rendered at all: plan fails closed (exit 2).
 """
@@ -33,7 +34,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from typing_extensions import NotRequired, TypedDict  # pydantic reads TypedDicts from here on Python 3.11
 
@@ -42,7 +43,7 @@ import orjson
 import pydantic
 from landlockpy import AccessFS, AccessNet, Ruleset, Scope
 
-from fleetops.errors import IsolationError
+from fleetops.errors import IsolationError, Problem
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,20 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import orjson
 from fleetops import render, spec
+
+def problem(p):
+    # The revision's errors.Problem gives its place as fields; a revision from before it, a line.
+    fields = getattr(p, "fields", None)
+    return fields() if callable(fields) else {"message": str(p)}
+
 try:
     env = spec.load_environment(sys.argv[2], display=sys.argv[4])
     if hasattr(render, "render_environment"):
         state = render.render_environment(env, sys.argv[2], revision=sys.argv[3])
     else:  # a revision from before render took a loaded environment
         state = render.render(sys.argv[2], revision=sys.argv[3], display=sys.argv[4])
-except spec.SpecError as exc:
-    answer = {"problems": [str(p) for p in exc.problems]}
-except render.RenderError as exc:
-    answer = {"problems": [str(exc)]}
+except (spec.SpecError, render.RenderError) as exc:
+    answer = {"problems": [problem(p) for p in getattr(exc, "problems", None) or [exc]]}
 else:
     answer = {"clusters": state.clusters}
 sys.stdout.buffer.write(orjson.dumps(answer))
@@ -93,12 +98,27 @@ class _Object(TypedDict):
     metadata: _Metadata
 
 
+_Place = Annotated[pydantic.StrictInt, pydantic.Field(ge=1)]
+
+
+# Fields a later revision's problem adds are dropped, not refused: its message still reaches the reviewer.
+@pydantic.with_config(pydantic.ConfigDict(extra="ignore"))
+class _Problem(TypedDict):
+    """One problem as errors.Problem.fields() writes it: the message, and where it is when known."""
+
+    message: pydantic.StrictStr
+    file: NotRequired[pydantic.StrictStr | None]
+    line: NotRequired[_Place | None]
+    column: NotRequired[_Place | None]
+    path: NotRequired[pydantic.StrictStr | None]
+
+
 @pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
 class Answer(TypedDict):
     """What an isolated render may say: its objects per cluster, or why its program refused the file."""
 
     clusters: NotRequired[dict[pydantic.StrictStr, list[_Object]]]
-    problems: NotRequired[list[pydantic.StrictStr]]
+    problems: NotRequired[Annotated[list[_Problem], pydantic.Field(min_length=1)]]
 
 
 _ANSWER = pydantic.TypeAdapter(Answer)
@@ -121,7 +141,7 @@ class Started:
     def finish(self) -> dict[str, list[dict[str, Any]]]:
         answer = _answer(self._read(), self.label)
         if "problems" in answer:
-            raise IsolationError("\n".join(_printable(p, self.limits.problem_chars) for p in answer["problems"][: self.limits.problems]))
+            raise IsolationError(problems=[_problem(p, self.limits.problem_chars) for p in answer["problems"][: self.limits.problems]])
         clusters = answer.get("clusters")
         if clusters is None:
             raise IsolationError(f"{self.label}: the revision's program answered neither objects nor problems")
@@ -237,7 +257,15 @@ def _answer(data: bytes, label: str) -> Answer:
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][:6])
-        raise IsolationError(f"{label}: the revision's program answered objects that are not Kubernetes objects: {where}: {first['msg']}") from None
+        what = "problems that are not problems" if first["loc"][:1] == ("problems",) else "objects that are not Kubernetes objects"
+        raise IsolationError(f"{label}: the revision's program answered {what}: {where}: {first['msg']}") from None
+
+
+def _problem(answered: _Problem, limit: int) -> Problem:
+    """A problem the revision's program answered, its text made printable and bounded, at its place."""
+    file, path = (answered.get(k) for k in ("file", "path"))
+    return Problem(_printable(answered["message"], limit), _printable(file, limit) if file is not None else None,
+                   answered.get("line"), answered.get("column"), _printable(path, limit) if path is not None else None)
 
 
 def _printable(text: str, limit: int) -> str:

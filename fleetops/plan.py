@@ -30,10 +30,11 @@ from typing import Any
 
 from fleetops import changes as changes_mod
 from fleetops import diff, git, grants, isolate, spec, usage
-from fleetops.envelope import DecisionStatus, decision_counts
+from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem
 from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
-                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict)
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
+                                  status_counts)
 from fleetops.prometheus import PrometheusError
 
 WORKTREE = "WORKTREE"
@@ -174,7 +175,7 @@ class Sides:
             try:
                 side.clusters = self.procs.pop(i).finish()
             except isolate.IsolationError as exc:
-                raise PlanError(str(exc)) from None
+                raise PlanError(problems=exc.problems) from None
             self.sides[i] = side
         return self.sides[i]  # type: ignore[return-value]
 
@@ -519,16 +520,15 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain(rows, after.env, positions, policies, edited)
-    counts = decision_counts(decisions)
     return PlanResult(
         environment=env_name,
-        verdict=Verdict.of(counts),
+        verdict=Verdict.of(status_counts(decisions)),
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
-        decisions=[PlanDecision.of(d) for d in decisions],
+        decisions=decisions,
         no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
         spec_changes=[SpecChange.of(e) for e in edits],
-        approvals=Approvals(approvals, sorted({d["rule"] for d in decisions if d["status"] == "approval"})),
+        approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
         fleet_changes=[FleetChange(**c) for c in fleet_changes],
         policy_file_changes=files,
         program_file_changes=program_files,
@@ -565,7 +565,7 @@ def cannot_judge(environment: str, base: str | None, head: str | None, problems:
     """The plan of a change that cannot be judged (an invalid side, no policy engine): verdict
     "invalid", each problem a blocking decision at the file and line it names, so that every form
     of the plan (comment, annotations, JUnit, JSON) says so and replaces an earlier verdict."""
-    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", "high", str(p), "", {}, "fleetops.plan",
+    decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", Severity.HIGH, str(p), "", {}, "fleetops.plan",
                               location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
                  for p in problems]
     return PlanResult(environment, Verdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
@@ -631,9 +631,9 @@ _RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
 
 
 def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
-            edited: Edited = Edited()) -> list[dict[str, Any]]:
-    """Each decision with where it comes from (`location`), how to fix it, and its gate: a deny that
-    more approvals resolve is an `approval`, not a denial of the change itself."""
+            edited: Edited = Edited()) -> list[PlanDecision]:
+    """Each decision with where it comes from (`location`), how to fix it, its gate (a deny that
+    more approvals resolve is an `approval`, not a denial of the change itself) and its waiver."""
     from fleetops import policy
 
     meta = {m.rule_id: m for m in policy.rule_metadata(policy.load_bundle(policies))}
@@ -647,10 +647,7 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
         if (where := location(row, env, positions, edited)) is not None:
             row["location"] = where
         row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
-        waiver = waivers.get(row.get("waived_by") or "")
-        if waiver is not None:
-            row["waiver"] = {"owner": waiver.owner, "ticket": waiver.ticket, "expires": waiver.expires.isoformat(), "reason": waiver.reason}
-        out.append(row)
+        out.append(PlanDecision.of(row, waivers.get(row.get("waived_by") or "")))
     return out
 
 

@@ -8,15 +8,20 @@ stay the published rows their modules build.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from fleetops import usage
 from fleetops.diff import Changes
-from fleetops.envelope import DecisionStatus, decision_counts
+from fleetops.envelope import DecisionStatus, Severity, decision_counts
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
+
+if TYPE_CHECKING:  # read by annotation only: the forms of a plan do not load the policy engine
+    from fleetops.policy.verdict import Judgement
+    from fleetops.policy.waivers import Waiver
 
 Row: TypeAlias = dict[str, Any]  # one row of the published JSON, built by the module that owns its shape
 
@@ -161,29 +166,38 @@ class PlanDecision:
 
     status: DecisionStatus  # a deny that more approvals resolve is an approval
     rule: str
-    severity: str
+    severity: Severity
     msg: str
     resource: str  # `cluster:Kind/namespace/name`
+    # `subject` and `figures` are the rule's own data, open by the policy contract (policies/README.md,
+    # "Decisions"): each rule names what it needs, so they stay rows, passed on as the rule made them.
     subject: Row  # the resource as the rule names it: kind, name, cluster, tenant, ...
     package: str
     waived_by: str | None = None  # file:line of the waiver
     fix: str = ""
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
-    waiver: Row | None = None  # owner, ticket, expiry and reason of the waiver that waives it
+    waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
 
     @classmethod
-    def of(cls, row: Row) -> PlanDecision:
-        """From the row `plan.explain` makes of a policy's decision."""
+    def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
+        """From the row `plan.explain` makes of a policy's decision, and the waiver `waived_by` names."""
         loc = row.get("location")
-        return cls(DecisionStatus(row["status"]), row["rule"], row["severity"], row["msg"], row["resource"], row["subject"], row["package"],
-                   row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, row.get("waiver"))
+        return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
+                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver)
 
     def to_json(self) -> Row:
-        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": self.waiver}
-        return {"status": self.status.value, "rule": self.rule, "severity": self.severity, "msg": self.msg, "resource": self.resource,
+        w = self.waiver
+        waiver = {"owner": w.owner, "ticket": w.ticket, "expires": w.expires.isoformat(), "reason": w.reason} if w is not None else None
+        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver}
+        return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
                 "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
                 **{k: v for k, v in optional.items() if v is not None}}
+
+
+def status_counts(decisions: Iterable[PlanDecision]) -> dict[str, int]:
+    """How many decisions have each status, every status named: plan's counts, and the fleet API's."""
+    return decision_counts({"status": d.status.value} for d in decisions)
 
 
 class Side(StrEnum):
@@ -331,11 +345,11 @@ class PlanResult:
     cost: Cost = Cost(0.0, 0.0, "")
     policy: PolicyReview = PolicyReview("", True, [], [])
     usage: usage.Usage | None = None
-    judgement: Row = field(default_factory=dict)  # engine, digests, time, unusable waivers (the decision record's)
+    judgement: Judgement | None = None  # how the policies judged it; None: not judged (verdict invalid)
 
     @property
     def counts(self) -> dict[str, int]:
-        return decision_counts(self.decision_rows())
+        return status_counts(self.decisions)
 
     def decision_rows(self) -> list[Row]:
         """The decisions as the decision log and JUnit take them: the published rows."""
@@ -357,6 +371,7 @@ class PlanResult:
         if not self.judged:
             return {**common, "problems": self.problems, "decisions": self.decision_rows(), "counts": self.counts,
                     "no_effect": self.no_effect, "spec_changes": [c.to_json() for c in self.spec_changes]}
+        assert self.judgement is not None, "a judged plan says how it was judged"
         return {
             **common,
             "approvals": {"have": self.approvals.have, "needed_by": self.approvals.needed_by},
@@ -378,5 +393,5 @@ class PlanResult:
             "usage": self.usage.model_dump(mode="json") if self.usage is not None else None,
             "decisions": self.decision_rows(),
             "counts": self.counts,
-            "judgement": self.judgement,
+            "judgement": self.judgement.to_json(),
         }

@@ -6,6 +6,7 @@ SDK's mocks to prove that the direct render (`modules.fleet.manifests`) sends th
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from typing import Any
 
@@ -62,16 +63,16 @@ class CustomObject(k8s.apiextensions.CustomResource):
     """
 
     def __init__(self, resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_version()))
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=K8S_VERSION))
         pulumi.CustomResource.__init__(
             self, f"kubernetes:{manifest['apiVersion']}:{manifest['kind']}", resource_name, dict(manifest), opts
         )
 
 
-def k8s_version() -> str:
-    from pulumi_kubernetes import _utilities
-
-    return _utilities.get_version()
+# The provider version every object's resource asks for, as pulumi-kubernetes's own resources ask:
+# the installed package's version (its SDK's semver is that string for a release, as pinned), a fact
+# of the installation, read when the program starts as the SDK reads its own.
+K8S_VERSION = importlib.metadata.version("pulumi_kubernetes")
 
 
 class Component(pulumi.ComponentResource):

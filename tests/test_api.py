@@ -371,6 +371,20 @@ def test_a_quote_decides_as_plan_decides_byte_for_byte(served: Served, client: T
     assert code == (0 if body["verdict"] == "allowed" else 1)
 
 
+def test_the_decisions_served_are_plans_own(served: Served, client: TestClient) -> None:
+    decisions = client.get("/v1/decisions", headers=bearer(OPERATOR)).json()["decisions"]
+    latest = client.get("/v1/plan", headers=bearer(OPERATOR)).json()["decisions"]
+    # A decision the served plan makes too is written alike, field order included (a client that
+    # reads one reads the other): both are plan's typed decision.
+    same = {(d["rule"], d["resource"], d["msg"]): d for d in latest}
+    shared = [d for d in decisions if (d["rule"], d["resource"], d["msg"]) in same]
+    assert any("waiver" in d for d in shared), "test setup: a waived decision is compared too"
+    assert [json.dumps(d) for d in shared] == [json.dumps(same[d["rule"], d["resource"], d["msg"]]) for d in shared]
+    # The served revision planned against itself (no change): its decisions, as `plan --output json` prints them.
+    _, planned = plan_json(served.repo, "--base", served.revision, "--head", served.revision)
+    assert json.dumps(decisions, sort_keys=True) == json.dumps(planned["decisions"], sort_keys=True)
+
+
 def test_a_quote_writes_nothing_and_leaves_the_served_revision_as_it_was(served: Served, client: TestClient) -> None:
     before = (client.get("/v1/tenants/vision", headers=bearer(OPERATOR)).json(), git(served.repo, "status", "--porcelain"),
               git(served.repo, "rev-parse", "HEAD"))

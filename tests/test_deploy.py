@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from tests.cli import run
+from tests.helpers import small_env, write_env
 
 # A newcomer's shell without any Pulumi setting.
 CLEAN = {k: "" for k in os.environ if k.startswith("PULUMI_")}
@@ -40,3 +41,18 @@ def test_an_unknown_environment_or_kubeconfig_is_named(tmp_path: Path) -> None:
     out = deploy(tmp_path, "--kubeconfig", tmp_path / "missing")
     assert out.returncode == 2 and out.stderr.strip() == f"{tmp_path / 'missing'}:1:1: no such kubeconfig file"
     assert not (tmp_path / "state").exists()  # nothing written before the input is known good
+
+
+def test_what_render_refuses_is_refused_before_pulumi_starts(tmp_path: Path) -> None:
+    # A Kueue ResourceFlavor takes at most 8 taints: the model accepts 9, the CRD (and the API server) not.
+    # deploy ran Pulumi on it, and the API server refused the flavor halfway through the update.
+    env = small_env()
+    env["clusters"][0]["pools"][0]["taints"] = [{"key": f"k{i}", "value": "v", "effect": "NoSchedule"} for i in range(9)]
+    envs = tmp_path / "environments"
+    envs.mkdir()
+    write_env(envs, {**env, "environment": "dev"})
+    out = deploy(tmp_path, "--repo", tmp_path, "--pulumi", tmp_path / "pulumi")
+    assert out.returncode == 2 and out.stdout == ""
+    assert [line.split(": [")[0] for line in out.stderr.splitlines()] == [
+        f"{envs / 'dev.yaml'}: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.nodeTaints"]
+    assert not (tmp_path / "state").exists()

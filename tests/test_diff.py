@@ -85,6 +85,17 @@ def test_an_integer_that_becomes_a_float_is_a_change() -> None:
 
 
 
+def test_objects_in_another_order_are_no_change_and_one_changed_among_equal_ones_of_its_kind_is_found() -> None:
+    # compare reads each cluster's objects of one kind as one text first: another order is another
+    # text but no change, and a text that differs still names only the object that changed.
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}, "data": {"n": "1"}}
+    other = {**config, "metadata": {"name": "b", "namespace": "ns"}}
+    assert diff.compare({"c": [namespace("a"), namespace("b"), config]}, {"c": [namespace("b"), namespace("a"), config]}).empty
+    changes = diff.compare({"c": [namespace("a"), config, other], "d": [config]},
+                           {"c": [namespace("a"), config, {**other, "data": {"n": "2"}}], "d": [config]})
+    assert list(changes.changed) == [("c", "v1", "ConfigMap", "ns", "b")] and not changes.added and not changes.removed
+
+
 def test_field_changes_leave_both_objects_as_they_were_and_replay_old_into_new() -> None:
     """The patch is applied in place to a copy of `old`: neither object, nor a value a change reports,
     is changed by a later operation (added list items and mappings changed again further on)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetops import isolate
+from fleetops.errors import Problem
 
 pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+)")
 
@@ -78,3 +79,54 @@ def test_what_a_program_prints_is_shown_without_control_characters(tmp_path: Pat
     with pytest.raises(isolate.IsolationError) as caught:
         render(tree)
     assert "bad?[2J? input" in str(caught.value) and "\x1b" not in str(caught.value)
+
+
+def refusing(tmp_path: Path, problems: str) -> Path:
+    """A revision whose program refuses the file with `problems` (a Python expression) as its SpecError's."""
+    return program(tmp_path, f"""
+        from fleetops import spec
+
+        class Problem:
+            def __init__(self, **fields):
+                self._fields = fields
+
+            def fields(self):
+                return self._fields
+
+        exc = spec.SpecError()
+        exc.problems = {problems}
+        raise exc
+    """)
+
+
+@pytest.mark.parametrize("problems, expected", [
+    ('[Problem(message="at most 3 clusters", file="environments/x.yaml", line=4, column=3, path="clusters")]',
+     Problem("at most 3 clusters", "environments/x.yaml", 4, 3, "clusters")),
+    # A revision from before problems had fields: its line, as it wrote it.
+    ('["environments/x.yaml:4:3: clusters: at most 3 clusters"]', Problem("environments/x.yaml:4:3: clusters: at most 3 clusters")),
+    ('[Problem(message="bad\\x1b[2J", file="environments/\\x07x.yaml", line=4, column=None, path=None, hint="new")]',
+     Problem("bad?[2J", "environments/?x.yaml", 4)),
+])
+def test_a_programs_refusal_comes_back_as_problems_at_their_places(tmp_path: Path, problems: str, expected: Problem) -> None:
+    with pytest.raises(isolate.IsolationError) as caught:
+        render(refusing(tmp_path, problems))
+    assert caught.value.problems == [expected]
+
+
+@pytest.mark.parametrize("problems, why", [
+    ('[Problem(message="x", line="4")]', "problems.0.line: Input should be a valid integer"),
+    ('[Problem(message="x", line=0)]', "problems.0.line: Input should be greater than or equal to 1"),
+    ('[Problem(file="environments/x.yaml")]', "problems.0.message: Field required"),
+    ('[Problem(message="x", file=5)]', "problems.0.file: Input should be a valid string"),
+])
+def test_a_refusal_that_is_not_problems_is_refused(tmp_path: Path, problems: str, why: str) -> None:
+    with pytest.raises(isolate.IsolationError, match="x.yaml@abc: the revision's program answered problems that are not problems: ") as caught:
+        render(refusing(tmp_path, problems))
+    assert why in str(caught.value)
+
+
+def test_a_refusal_written_by_the_program_itself_must_say_something(tmp_path: Path) -> None:
+    # The program owns its stdout: it can write an answer of its own and leave before the snippet's.
+    tree = program(tmp_path, 'import os, sys\nsys.stdout.write(\'{"problems": []}\')\nsys.stdout.flush()\nos._exit(0)')
+    with pytest.raises(isolate.IsolationError, match="answered problems that are not problems: problems: List should have at least 1 item"):
+        render(tree)

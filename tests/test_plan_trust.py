@@ -119,6 +119,25 @@ raise SystemExit("probe " + _json.dumps(_probe))
     assert not (tmp_path / "probe").exists()
 
 
+def test_a_refusal_of_the_heads_program_is_placed_at_its_line_in_every_form(repo: Path) -> None:
+    # The head's program takes fewer clusters than the judge's: its refusal reaches the plan with its
+    # file, line, column and field, as a refusal of the judge's own model does.
+    append(repo, "fleetops/render.py", """
+def render_environment(env, path, **kwargs):
+    from fleetops.errors import Problem, SpecError
+
+    raise SpecError([Problem("this program renders at most 3 clusters", "environments/prod.yaml", 4, 3, "clusters")])
+""")
+    commit(repo, "render: at most 3 clusters")
+    code, result = plan_json(repo)
+    assert code == 2 and result["verdict"] == "invalid"
+    assert result["problems"] == [{"file": "environments/prod.yaml", "line": 4, "column": 3, "path": "clusters",
+                                   "message": "this program renders at most 3 clusters"}]
+    assert [d["location"] for d in result["decisions"]] == [{"file": "environments/prod.yaml", "line": 4, "column": 3}]
+    annotations = plan(repo, "--env", "prod", "--output", "github").stdout
+    assert annotations.startswith("::error file=environments/prod.yaml,line=4,"), annotations
+
+
 def test_head_owners_and_waivers_are_never_read_for_the_verdict(repo: Path) -> None:
     owners = repo / "policies" / "owners.yaml"
     owners.write_text("owners: ['@attacker']\n")

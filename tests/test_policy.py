@@ -158,6 +158,7 @@ def write_waivers(directory: Path, *waivers: dict) -> None:
         ({"rule": "tenant share"}, "String should match pattern"),
         ({"scope": {"cluster": "center-sh"}}, "required field is missing"),
         ({"owner": ""}, "at least 1 character"),
+        ({"approved_by": "ops"}, "Extra inputs are not permitted"),  # a field the gate does not read is refused, not dropped
         ({"created": "2036-01-01", "expires": "2036-03-01"}, "is created in the future (2036-01-01)"),
     ],
 )
@@ -189,6 +190,19 @@ def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):
     assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
     (problem,) = verdict.waiver_problems
     assert re.fullmatch(r".*waivers\.yaml:\d+: waiver of quota.tenant_shares: no policy has this rule", str(problem))
+
+
+def test_a_decision_of_a_severity_the_contract_does_not_name_fails_the_gate_closed(tmp_path):
+    # The plan lists waived high-severity denials first and JUnit types failures by severity: a rule
+    # that says "urgent" would be weighed as nothing at all.
+    directory = copy_policies(tmp_path)
+    path = directory / "quota.rego"
+    text = path.read_text()
+    assert '"rule": "quota.tenant_share",\n\t\t"severity": "medium",' in text, "test setup: the rule's decision moved"
+    path.write_text(text.replace('"rule": "quota.tenant_share",\n\t\t"severity": "medium",', '"rule": "quota.tenant_share",\n\t\t"severity": "urgent",'))
+    with pytest.raises(policy.PolicyError, match=r"^fleet\.quota: a decision of quota\.tenant_share has severity 'urgent', "
+                                                  r"not one of critical, high, medium, low \(policies/README\.md\)$"):
+        judge(*rendered("prod"), policies_dir=directory)
 
 
 def test_waiver_file_that_is_not_a_list_is_bad_input(tmp_path):

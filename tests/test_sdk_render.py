@@ -66,6 +66,14 @@ def test_the_sdk_render_takes_only_the_sdks_public_api() -> None:
     assert {"pulumi.runtime.set_mocks", "pulumi.runtime.test"} <= reached
 
 
+def test_the_fleets_objects_ask_for_the_provider_version_pulumi_kubernetes_own_resources_ask_for() -> None:
+    from pulumi_kubernetes import _utilities  # the SDK's own choice, private: read here only to compare
+
+    from modules import program
+
+    assert program.K8S_VERSION == _utilities.get_version()
+
+
 def test_the_check_finds_what_the_render_did_before() -> None:
     """The check itself can fail: it finds every private name and patch of the render before issue 27."""
     before = '''

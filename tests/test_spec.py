@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from pathlib import Path
@@ -607,3 +608,43 @@ def test_a_prepaid_tenant_carries_its_dated_top_ups(tmp_path: Path) -> None:
     assert (billing.mode, billing.top_ups[0].date, billing.top_ups[0].amount, billing.low_balance_at) == ("prepaid", datetime.date(2026, 11, 15), 500.5, 50)
     env["tenants"][0]["billing"]["top_ups"].append({"date": datetime.date(2026, 12, 1), "amount": 0})
     assert _problems(tmp_path, env) == ["tenants[vision].billing.top_ups[1].amount: must be > 0.0, got 0"]
+
+
+def _fields_trees():
+    from hypothesis import strategies as st
+
+    scalars = st.sampled_from([0, 1, 2, 1.0, True, False, None, "a", "1", datetime.date(2026, 1, 2), "2026-01-02"])
+    named = st.fixed_dictionaries({"name": st.sampled_from(["x", "y", "z", 1, "1"])}, optional={"a": scalars, "b": scalars})
+    return st.recursive(scalars, lambda kids: st.one_of(
+        st.lists(kids, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "c", "name"]), kids, max_size=3),
+        st.lists(named, max_size=3), st.lists(st.fixed_dictionaries({"name": st.sampled_from(["x", "y"]), "c": kids}), max_size=3)),
+        max_leaves=10)
+
+
+def test_the_field_diff_walking_only_what_differs_finds_what_flattening_both_files_finds() -> None:
+    # plan compares the two files top-down and flattens only the parts that differ: its rows, lines
+    # and edited fields must be those of flattening both files whole, whatever the files hold
+    # (renamed, inserted and duplicate-named items, a mapping turned list, 1 against 1.0 and true,
+    # a date against its text).
+    from unittest import mock
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fleetops import changes
+
+    def flatten_both(old: Any, new: Any, locs: Any, shown: str, out: Any) -> None:
+        for value, loc, leaves in ((old, locs[0], out[0]), (new, locs[1], out[1])):
+            if value is not changes._ABSENT:
+                changes._leaves(value, loc, shown, leaves)
+
+    @settings(max_examples=300, deadline=None)
+    @given(_fields_trees(), _fields_trees(), _fields_trees(), st.booleans(), st.booleans())
+    def check(same: Any, was: Any, now: Any, base_exists: bool, head_exists: bool) -> None:
+        files = [changes.parse(yaml.safe_dump({"same": same, "edited": part}) if exists else None, name)
+                 for part, exists, name in ((was, base_exists, "base.yaml"), (now, head_exists, "head.yaml"))]
+        walked = changes.spec_changes_and_fields(*files)
+        with mock.patch.object(changes, "_differing_part", flatten_both):
+            assert walked == changes.spec_changes_and_fields(*files)
+
+    check()

@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 
-from fleetops import __version__, envelope, spec
+from fleetops import __version__, spec
 from fleetops.api import models, quote as quote_mod
 from fleetops.api.auth import Principal, Tokens
 from fleetops.api.metering import TTL_SECONDS, Meter, this_month
@@ -34,6 +34,7 @@ from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
 from fleetops.metering.statements import Period, Statement, StatementError
 from fleetops.output import json as plan_json
+from fleetops.plan_result import status_counts
 from fleetops.prometheus import PrometheusError
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.status import read_status
@@ -329,8 +330,8 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def decisions(seen: Tagged, _: Operator) -> models.Decisions:
         """The policies' decisions on the revision, as `fleetops check` makes them, with where each comes from and its fix."""
         snapshot = seen.snapshot
-        return models.Decisions(environment=snapshot.environment, revision=snapshot.revision,
-                                counts=envelope.decision_counts(snapshot.decisions), decisions=snapshot.decisions)
+        return models.Decisions(environment=snapshot.environment, revision=snapshot.revision, counts=status_counts(snapshot.decisions),
+                                decisions=[d.to_json() for d in snapshot.decisions])
 
     @app.get("/v1/plan", response_model=models.PlanDocument)
     def latest_plan(seen: Tagged, _: Operator) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from fleetops import __version__, git, grants, plan, spec
 from fleetops.errors import FleetopsError, PlanError, Problem
-from fleetops.plan_result import PlanResult
+from fleetops.plan_result import PlanDecision, PlanResult
 
 log = logging.getLogger("fleetops.api")
 
@@ -34,7 +34,7 @@ class Snapshot:
     tree: Path  # the revision's environment file and policies, kept while the server runs
     capacity: list[dict[str, Any]]
     grants: dict[str, Any]  # cluster -> tenant -> resource -> what Kueue grants (grants.facts)
-    decisions: list[dict[str, Any]]
+    decisions: list[PlanDecision]  # as `plan` decides them: the API serves plan's own decision JSON
     latest_plan: PlanResult  # the plan of the commit that made this revision (its first parent as base)
 
     @property

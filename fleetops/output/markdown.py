@@ -21,7 +21,7 @@ from fleetops.changes import SECURITY_FIELDS
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
-from fleetops.envelope import DecisionStatus
+from fleetops.envelope import DecisionStatus, Severity
 from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
@@ -101,11 +101,11 @@ def header(plan: PlanResult) -> list[str]:
     if not plan.head.exists:
         deleted = spec.environment_path(plan.environment).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
-    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity == "high"]
+    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity in (Severity.CRITICAL, Severity.HIGH)]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
-        lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver['owner'])}, {_text(d.waiver['ticket'])}, "
-                  f"expires {_text(d.waiver['expires'])}"
+        lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver.owner)}, {_text(d.waiver.ticket)}, "
+                  f"expires {d.waiver.expires.isoformat()}"
                   if d.waiver else f"> - {_code(d.rule)} {_text(d.msg)} (waiver {_text(d.waived_by)})" for d in waived]
     if plan.program_file_changes:
         files = ", ".join(_code(f) for f in plan.program_file_changes[:10]) + (" …" if len(plan.program_file_changes) > 10 else "")
@@ -342,7 +342,7 @@ def decision_table(plan: PlanResult) -> Fold:
     rows = []
     for d in sorted(plan.decisions, key=lambda d: STATUS_ORDER[d.status]):
         where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
-        rows.append([f"| {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity)} | {_text(d.resource)} "
+        rows.append([f"| {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
                      f"| {_text(d.msg)} | {where} |"])
     return Fold("Policy decisions", ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"], rows)
 

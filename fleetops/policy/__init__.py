@@ -35,7 +35,7 @@ from fleetops.policy.facts import Inventory, PolicyInput, build_input, load_inve
 from fleetops.policy.pack import stack_input, validate_stack
 from fleetops.policy.records import decision_log_path, decision_record, junit_report, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
-from fleetops.policy.verdict import MAX_INPUT_BYTES, Verdict, canonical_json, evaluate, evaluate_input, report_rows
+from fleetops.policy.verdict import MAX_INPUT_BYTES, Judgement, Verdict, canonical_json, evaluate, evaluate_input, report_rows
 from fleetops.policy.waivers import Waiver, WaiverEntry, load_waivers, read_waivers
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "EmbeddedEngine",
     "Engine",
     "Inventory",
+    "Judgement",
     "OpaEngine",
     "PolicyError",
     "PolicyInput",

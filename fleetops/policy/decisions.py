@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fleetops.envelope import Severity
+from fleetops.errors import PolicyError
 from fleetops.policy.engine import Results
 
 Status = Literal["deny", "warn", "waived"]
@@ -16,7 +18,7 @@ class Decision:
     kind: Literal["deny", "warn"]
     rule: str
     msg: str
-    severity: str
+    severity: Severity
     resource: dict[str, Any]
     # The numbers the message states, as the rule computed them ({"quota": 68, "limit": 57, ...}), so
     # that the plan's fix reads them rather than parsing a message a policy author may reword.
@@ -38,7 +40,7 @@ class Decision:
         return {
             "status": self.status,
             "rule": self.rule,
-            "severity": self.severity,
+            "severity": self.severity.value,
             "msg": self.msg,
             "resource": self.resource_ref(),
             "subject": self.resource,
@@ -46,6 +48,17 @@ class Decision:
             "figures": self.figures,
             "waived_by": self.waived_by,
         }
+
+
+def _severity(package: str, decision: dict[str, Any], default: Severity) -> Severity:
+    """A decision's severity, one of the four the policy contract names; a rule that says another
+    cannot be weighed, so the gate fails closed rather than guess."""
+    value = decision.get("severity", default)
+    try:
+        return Severity(value)
+    except ValueError:
+        raise PolicyError(f"{package}: a decision of {decision.get('rule')} has severity {value!r}, not one of "
+                          f"{', '.join(Severity)} (policies/README.md)") from None
 
 
 def to_decisions(results: Results) -> list[Decision]:
@@ -59,7 +72,7 @@ def to_decisions(results: Results) -> list[Decision]:
                         kind=kind,  # type: ignore[arg-type]
                         rule=str(d["rule"]),
                         msg=str(d.get("msg", "")),
-                        severity=str(d.get("severity", "high" if kind == "deny" else "low")),
+                        severity=_severity(package, d, Severity.HIGH if kind == "deny" else Severity.LOW),
                         resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
                         figures=d.get("figures") if isinstance(d.get("figures"), dict) else {},
                     )

@@ -17,11 +17,13 @@ from fleetops.kube import object_key
 from fleetops.render import DesiredState
 
 
-class _Edge(BaseModel):
+class StrictModel(BaseModel):
+    """What the policy gate reads from a file (live inventory, waivers): an unknown field is refused, not dropped."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class Inventory(_Edge):
+class Inventory(StrictModel):
     """The live nodes the policies read (`input.live`): fleetops.inventory says what a live node is."""
 
     nodes: list[LiveNode]

@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetops.errors import PolicyError
 from fleetops.envelope import decision_counts
-from fleetops.policy.verdict import Verdict, report_rows
+from fleetops.policy.verdict import Judgement, Verdict, report_rows
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
     """Decisions as JUnit XML for CI test tabs: a deny fails, a waived deny is skipped, a warning passes
@@ -59,7 +59,7 @@ def ci_context() -> dict[str, Any]:
     return {"pr": pr or None, "actor": actor or None}
 
 
-def decision_record(source: str, environment: str, revision: str, judgement: dict[str, Any], decisions: list[dict[str, Any]],
+def decision_record(source: str, environment: str, revision: str, judgement: Judgement, decisions: list[dict[str, Any]],
                     outcome: str, approvals: int | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one record every gate writes (check, plan, reconcile, the Pulumi policy pack) and audit reads:
     who judged what, with which policies, and what came out. Decisions and digests only, never the input."""
@@ -72,7 +72,7 @@ def decision_record(source: str, environment: str, revision: str, judgement: dic
         "revision": revision,
         **ci_context(),
         "approvals": approvals,
-        **judgement,
+        **judgement.to_json(),
         "verdict": outcome,
         "summary": decision_counts(decisions),
         "decisions": decisions,

@@ -27,6 +27,23 @@ from fleetops.render import DesiredState
 MAX_INPUT_BYTES = 64 << 20
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """How a verdict's decisions were reached: the engine, the policy and input digests, the time the
+    engine took, and the waivers that could not be used. A plan publishes it (`judgement`) and every
+    decision record holds its fields."""
+
+    engine: str
+    policy_digest: str
+    input_digest: str
+    duration_seconds: float
+    waiver_problems: tuple[Problem, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "policy_digest": self.policy_digest, "input_digest": self.input_digest,
+                "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": list(map(str, self.waiver_problems))}
+
+
 @dataclass
 class Verdict:
     environment: str
@@ -57,24 +74,18 @@ class Verdict:
     def rules(self, status: Status | None = None) -> set[str]:
         return {d.rule for d in self.decisions if status is None or d.status == status}
 
-    def judgement(self) -> dict[str, Any]:
-        """How the decisions were reached: engine, policy and input digests, time, unusable waivers."""
-        return {"engine": self.engine, "policy_digest": self.policy_digest, "input_digest": self.input_digest,
-                "duration_seconds": round(self.duration_seconds, 4), "waiver_problems": list(map(str, self.waiver_problems))}
+    def judgement(self) -> Judgement:
+        return Judgement(self.engine, self.policy_digest, self.input_digest, self.duration_seconds, tuple(self.waiver_problems))
 
     def as_dict(self) -> dict[str, Any]:
         rows = [d.as_dict() for d in self.decisions]
         return {
             "environment": self.environment,
             "revision": self.revision,
-            "engine": self.engine,
-            "policy_digest": self.policy_digest,
-            "input_digest": self.input_digest,
-            "duration_seconds": round(self.duration_seconds, 4),
+            **self.judgement().to_json(),
             "passed": self.ok,
             "summary": decision_counts(rows, VERDICT_STATUSES),
             "decisions": rows,
-            "waiver_problems": list(map(str, self.waiver_problems)),
         }
 
 

@@ -13,19 +13,19 @@ from fleetops import spec
 from fleetops.errors import PolicyError, Problem
 from fleetops.policy.bundle import read_text
 from fleetops.policy.decisions import Decision
-from fleetops.policy.facts import _Edge
+from fleetops.policy.facts import StrictModel
 
 MAX_WAIVER_DAYS = 90
 
 
-class WaiverScope(_Edge):
+class WaiverScope(StrictModel):
     environment: str = Field(min_length=1)
     cluster: str | None = None
     tenant: str | None = None
     resource: str | None = None  # "Kind/name" or "Kind/namespace/name", as decisions show it
 
 
-class Waiver(_Edge):
+class Waiver(StrictModel):
     rule: str = Field(pattern=r"^[a-z_]+\.[a-z_]+$")
     scope: WaiverScope
     owner: str = Field(min_length=1)
