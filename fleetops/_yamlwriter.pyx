@@ -7,14 +7,15 @@ types: dicts with str keys, lists, str, int within 64 bits, bool, None. For anyt
 float, a tuple, a str subclass, a lone surrogate, a bigger int, nesting deeper than MAX_DEPTH) it
 writes nothing and says so (None): yamltext (or orjson) writes that file.
 
-Why C: yamltext takes 0.28 s of CPU for the large fleet's files, this 0.01-0.04 s; `render -o`
-costs 1.5x the render's CPU with yamltext and 1.04x with this (benchmarks/README.md, "What pays").
-It runs with the GIL held, called by the rendering thread: the manifests do not change under it.
+Why C: 0.3 s of CPU less than yamltext for the large fleet's files, `render -o` 1.15x the render's
+CPU instead of 1.8x (benchmarks/README.md, "What pays"). It is a plain call from Python, GIL held, as
+render finishes each cluster: nothing changes the manifests while it reads them.
 """
 
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 
+# nogil: the key order below (`before`) reads strs through these, and qsort takes only a nogil comparator.
 cdef extern from "Python.h" nogil:
     ctypedef struct PyObj "PyObject":
         pass
@@ -43,7 +44,7 @@ cdef extern from "Python.h" nogil:
     long long AsLongLong "PyLong_AsLongLongAndOverflow"(PyObj*, int*)
     object DecodeUTF8 "PyUnicode_DecodeUTF8"(const char*, Py_ssize_t, const char*)
 
-cdef inline PyType* TYPE(PyObj* v) noexcept nogil:
+cdef inline PyType* TYPE(PyObj* v) noexcept:
     """v's type; NULL, no type taken, for a str of the old C API whose characters are not ready to read."""
     cdef PyType* t = TYPE_OF(v)
     return NULL if t == &StrType and not StrReady(v) else t
@@ -62,7 +63,7 @@ cdef struct Out:
     bint skip  # the next line's indentation is written already: a "- " of a sequence stands there
 
 
-cdef int grow(Out* o, Py_ssize_t more) noexcept nogil:
+cdef int grow(Out* o, Py_ssize_t more) noexcept:
     cdef Py_ssize_t cap = o.cap
     cdef char* bigger
     while o.n + more > cap:
@@ -74,7 +75,7 @@ cdef int grow(Out* o, Py_ssize_t more) noexcept nogil:
     return 0
 
 
-cdef inline int put(Out* o, const char* s, Py_ssize_t k) noexcept nogil:
+cdef inline int put(Out* o, const char* s, Py_ssize_t k) noexcept:
     if o.n + k > o.cap and grow(o, k) < 0:
         return C_NOMEM
     memcpy(o.buf + o.n, s, k)
@@ -82,7 +83,7 @@ cdef inline int put(Out* o, const char* s, Py_ssize_t k) noexcept nogil:
     return 0
 
 
-cdef inline int putc(Out* o, char c) noexcept nogil:
+cdef inline int putc(Out* o, char c) noexcept:
     if o.n + 1 > o.cap and grow(o, 1) < 0:
         return C_NOMEM
     o.buf[o.n] = c
@@ -90,7 +91,7 @@ cdef inline int putc(Out* o, char c) noexcept nogil:
     return 0
 
 
-cdef inline int indent(Out* o, Py_ssize_t pad) noexcept nogil:
+cdef inline int indent(Out* o, Py_ssize_t pad) noexcept:
     if o.skip:
         o.skip = False
         return 0
@@ -101,7 +102,7 @@ cdef inline int indent(Out* o, Py_ssize_t pad) noexcept nogil:
     return 0
 
 
-cdef int utf8(Out* o, UCS4 c) noexcept nogil:
+cdef int utf8(Out* o, UCS4 c) noexcept:
     cdef char b[4]
     if c < 0x80:
         return putc(o, <char>c)
@@ -138,7 +139,7 @@ WORDS[:] = [b"y", b"n", b"yes", b"no", b"on", b"off", b"true", b"false", b"null"
 cdef const char* HEX = b"0123456789abcdef"
 
 
-cdef bint is_word(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+cdef bint is_word(const unsigned char* s, Py_ssize_t n) noexcept:
     """s.lower() is one of the words YAML 1.1 reads as a boolean or null."""
     cdef char low[5]
     cdef Py_ssize_t i, j
@@ -153,7 +154,7 @@ cdef bint is_word(const unsigned char* s, Py_ssize_t n) noexcept nogil:
     return False
 
 
-cdef bint plain(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+cdef bint plain(const unsigned char* s, Py_ssize_t n) noexcept:
     cdef Py_ssize_t i
     if n == 0 or not PLAIN_HEAD[s[0]]:
         return False
@@ -163,7 +164,7 @@ cdef bint plain(const unsigned char* s, Py_ssize_t n) noexcept nogil:
     return n > 5 or not is_word(s, n)
 
 
-cdef int escape(Out* o, UCS4 c) noexcept nogil:
+cdef int escape(Out* o, UCS4 c) noexcept:
     """One character json.dumps escapes: a quote, a backslash, a control character."""
     cdef char e[6]
     e[0] = 92
@@ -177,7 +178,7 @@ cdef int escape(Out* o, UCS4 c) noexcept nogil:
     return put(o, e, 6)
 
 
-cdef int quoted(Out* o, PyObj* s) noexcept nogil:
+cdef int quoted(Out* o, PyObj* s) noexcept:
     """A str as json.dumps(ensure_ascii=False) and orjson write it."""
     cdef Py_ssize_t n = StrLen(s), i, run = 0
     cdef const unsigned char* b
@@ -206,14 +207,14 @@ cdef int quoted(Out* o, PyObj* s) noexcept nogil:
     return putc(o, 34)
 
 
-cdef int string(Out* o, PyObj* s) noexcept nogil:
+cdef int string(Out* o, PyObj* s) noexcept:
     """yamltext._scalar of a str: plain (ASCII only), or quoted as JSON."""
     if StrAscii(s) and plain(StrBytes(s), StrLen(s)):
         return put(o, <const char*>StrBytes(s), StrLen(s))
     return quoted(o, s)
 
 
-cdef int literal(Out* o, PyObj* s, Py_ssize_t pad) noexcept nogil:
+cdef int literal(Out* o, PyObj* s, Py_ssize_t pad) noexcept:
     """yamltext._literal, after a head: 1 written, 0 when a literal block cannot hold the string."""
     cdef Py_ssize_t n = StrLen(s), i, start, end
     cdef int kind = StrKind(s), r = 0
@@ -256,7 +257,7 @@ cdef int literal(Out* o, PyObj* s, Py_ssize_t pad) noexcept nogil:
     return 1 if r == 0 else r
 
 
-cdef int integer(Out* o, PyObj* v) noexcept nogil:
+cdef int integer(Out* o, PyObj* v) noexcept:
     cdef int overflow = 0
     cdef long long x = AsLongLong(v, &overflow)
     cdef unsigned long long u = <unsigned long long>x
@@ -278,7 +279,7 @@ cdef int integer(Out* o, PyObj* v) noexcept nogil:
     return put(o, digits + k, 24 - k)
 
 
-cdef int scalar(Out* o, PyObj* v) noexcept nogil:
+cdef int scalar(Out* o, PyObj* v) noexcept:
     """An int, null or a boolean, as yamltext and orjson both write it."""
     cdef PyType* t = TYPE(v)
     if t == &IntType:
@@ -290,7 +291,7 @@ cdef int scalar(Out* o, PyObj* v) noexcept nogil:
     return C_UNUSUAL
 
 
-cdef int entry(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
+cdef int entry(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept:
     """After a head (`key:` or `-`), what yamltext._entry writes; a mapping's lines go at pad + 2."""
     cdef PyType* t = TYPE(v)
     cdef int r
@@ -336,11 +337,12 @@ cdef struct Item:
     PyObj* value
 
 
+# nogil as libc.stdlib's qsort declares its comparator; it runs, like all here, with the GIL held.
 cdef int compare(const void* a, const void* b) noexcept nogil:
     return -1 if before((<Item*>a).key, (<Item*>b).key) else 1  # keys differ: no two are equal
 
 
-cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept nogil:
+cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept:
     """A non-empty mapping's lines at `pad`, keys sorted."""
     cdef Py_ssize_t n = DictSize(d), i = 0
     cdef Item on_stack[SMALL]
@@ -357,7 +359,7 @@ cdef int mapping(Out* o, PyObj* d, Py_ssize_t pad, int depth) noexcept nogil:
     return r
 
 
-cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept nogil:
+cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept:
     """A non-empty sequence's lines at `pad`: a nested mapping or sequence starts on its dash's line."""
     cdef Py_ssize_t i
     cdef PyObj* item
@@ -382,7 +384,7 @@ cdef int sequence(Out* o, PyObj* items, Py_ssize_t pad, int depth) noexcept nogi
     return 0
 
 
-cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept nogil:
+cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept:
     """A mapping's items, keys sorted, into `on_stack` (SMALL of them) or, for more, into memory
     `found` then points at (the caller frees it): insertion sort, most mappings having a handful
     of keys; qsort for more than SMALL."""
@@ -409,7 +411,7 @@ cdef int sorted_items(PyObj* d, Item* on_stack, Item** found) noexcept nogil:
     return 0
 
 
-cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
+cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept:
     """A value as orjson writes it with OPT_INDENT_2 | OPT_SORT_KEYS, its first line already begun."""
     cdef PyType* t = TYPE(v)
     cdef Py_ssize_t n, i
@@ -446,7 +448,7 @@ cdef int json(Out* o, PyObj* v, Py_ssize_t pad, int depth) noexcept nogil:
     return scalar(o, v)
 
 
-cdef int stream(Out* o, PyObj* manifests, bint as_json) noexcept nogil:
+cdef int stream(Out* o, PyObj* manifests, bint as_json) noexcept:
     """yamltext.documents: one `---` document per manifest; or, as_json, emit.json_text: the list."""
     cdef Py_ssize_t i
     cdef PyObj* m
@@ -463,7 +465,7 @@ cdef int stream(Out* o, PyObj* manifests, bint as_json) noexcept nogil:
     return 0
 
 
-cdef int start(Out* o) noexcept nogil:
+cdef int start(Out* o) noexcept:
     o.n, o.cap, o.skip = 0, 1 << 16, False
     o.buf = <char*>malloc(o.cap)
     return 0 if o.buf != NULL else C_NOMEM
@@ -471,7 +473,7 @@ cdef int start(Out* o) noexcept nogil:
 
 def documents(list manifests not None, bint as_json=False):
     """yamltext.documents(manifests) (as_json: emit.json_text's), or None when a value is one it
-    leaves to them. The GIL is held: no other thread changes the manifests meanwhile."""
+    leaves to them."""
     cdef Out o
     cdef int r = start(&o) or stream(&o, <PyObj*>manifests, as_json)
     try:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetops.errors import TIMEOUT, ApiError, NotFound
+from fleetops.errors import TIMEOUT, ApiError, KubeconfigError, NotFound, Untypable
 from fleetops.kube import Manifest
 
 
@@ -111,6 +111,9 @@ def _transport_reason(exc: Exception) -> str:
     return type(exc).__name__
 
 
+# structured-merge-diff's words for an applied object its kind's schema cannot type (k8s.io/apimachinery
+# managedfields/internal/structuredmerge.go); the API server answers them as an untyped 500.
+UNTYPABLE = "failed to create typed patch object"
 MESSAGE_CHARS = 300  # of a server's message: enough for Kubernetes' own, not for a page a proxy sends back
 _CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
@@ -138,7 +141,8 @@ def _api_error(exc: Exception, secrets: Iterable[str] = ()) -> ApiError:
         except ValueError:
             retry_after = None
         status_object = _status_object(exc)
-        return ApiError(status, _status_reason(exc, status_object, secrets), retry_after, _cause_types(status_object))
+        kind = Untypable if status == 500 and UNTYPABLE in str((status_object or {}).get("message") or "") else ApiError
+        return kind(status, _status_reason(exc, status_object, secrets), retry_after, _cause_types(status_object))
     return ApiError(TIMEOUT, _transport_reason(exc))
 
 
@@ -185,7 +189,7 @@ class KubeCluster:
         files = None if in_cluster else kubeconfig_files(kubeconfig)
         if files is not None and not any(f.is_file() for f in files):
             shown = os.pathsep.join(str(f) for f in files)
-            raise ApiError(TIMEOUT, f"{shown}: no such kubeconfig file (cluster {name}: set its kubeconfig in the environment, --kubeconfig or $KUBECONFIG)")
+            raise KubeconfigError(f"{shown}: no such kubeconfig file (cluster {name}: set its kubeconfig in the environment, --kubeconfig or $KUBECONFIG)")
         try:
             cfg = client.Configuration()
             if in_cluster:
@@ -201,7 +205,7 @@ class KubeCluster:
             # The client's own ConfigException says what is missing; a parser's error may quote the file (a token).
             why = scrub(str(exc)) if type(exc).__name__ == "ConfigException" else type(exc).__name__
             shown = "" if in_cluster else os.pathsep.join(map(str, files or [])) + ": "
-            raise ApiError(TIMEOUT, f"{shown}cannot load {where} (cluster {name}): {why}") from None
+            raise KubeconfigError(f"{shown}cannot load {where} (cluster {name}): {why}") from None
         self._api_client = api_client
         self._config = cfg
         self._dynamic: Any = None

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fleetops import git
+from fleetops import git, spec
 
 PROGRAM = Path("stacks") / "__main__.py"
 PACK = Path("policies") / "pack" / "analyzer"
@@ -178,7 +178,7 @@ def open_stack(engine: Engine, repo: Path, environment: str, stack_name: str) ->
     stack = auto.create_or_select_stack(stack_name=stack_name, project_name="fleetops", program=program, opts=options)
     stack.set_all_config({
         "fleetops:environment": auto.ConfigValue(environment),
-        "fleetops:specFile": auto.ConfigValue(str(repo / "environments" / f"{environment}.yaml")),
+        "fleetops:specFile": auto.ConfigValue(str(spec.environment_path(environment, repo / spec.ENVIRONMENTS))),
         "fleetops:revision": auto.ConfigValue(git.revision(repo)),
     })
     return stack
@@ -190,7 +190,7 @@ def run(repo: Path, environment: str, stack_name: str, operation: Operation, sta
     from pulumi import automation as auto
 
     repo = repo.resolve()
-    spec_file = repo / "environments" / f"{environment}.yaml"
+    spec_file = spec.environment_path(environment, repo / spec.ENVIRONMENTS)
     if not (repo / PROGRAM).is_file() or not spec_file.is_file():
         raise DeployError(f"{spec_file}: no such environment (or no {PROGRAM} in {repo}): run from the fleet repository or pass --repo")
     prepared = prepare(repo, state, **engine)

@@ -102,6 +102,11 @@ class ForgeError(FleetopsError):
     """The forge could not be asked: no token, no pull request, an HTTP error."""
 
 
+class KubeconfigError(FleetopsError):
+    """A kubeconfig (or the pod's service account) that cannot be used: no such file, or one the client cannot
+    load (no such context, not YAML). Bad input: no call was made, so it is no API error and no retry heals it."""
+
+
 # --- the Kubernetes API ---------------------------------------------------------------------------
 
 # The status of an error that has none from a server. Kept as numbers for the reconciler's metrics
@@ -190,11 +195,18 @@ class ServerError(ApiError):
 
     @property
     def retryable(self) -> bool:
-        # A server-side apply the server cannot even type (a field its schema lacks) comes back as a
-        # 500 on a real kube-apiserver, yet no retry can heal it.
-        if self.status == 500 and "failed to create typed patch object" in self.reason:
-            return False
         return self.status in (500, 502, 503, 504)
+
+
+class Untypable(ServerError):
+    """500 to a server-side apply of an object the kind's schema cannot type (a field it lacks): sending it
+    again cannot heal it. Kubernetes gives this error no reason and no cause (metav1.StatusReasonUnknown,
+    as for any error its storage did not type), so the cluster client knows it by its message, once,
+    where it reads the server's Status (`fleetops.cluster`)."""
+
+    @property
+    def retryable(self) -> bool:
+        return False
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -21,8 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 
 from fleetops import spec
-# The node contract (fleetops.kube), also read through here by the reconciler (`inventory.QUARANTINE_TAINT`).
-from fleetops.kube import CORDON_ANNOTATION, DNS_SUBDOMAIN, EDGE_GROUP_LABEL, LABEL_KEY, LABEL_VALUE, POOL_LABEL, QUARANTINE_TAINT  # noqa: F401
+from fleetops.kube import DNS_SUBDOMAIN, EDGE_GROUP_LABEL, POOL_LABEL, QUARANTINE_TAINT
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {

@@ -78,8 +78,7 @@ def key_of(manifest: Mapping[str, Any]) -> Key:
 
 
 def object_key(cluster: str, manifest: Mapping[str, Any]) -> ObjectKey:
-    meta = manifest.get("metadata", {})
-    return (cluster, manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""), meta["name"])
+    return (cluster, *key_of(manifest))
 
 
 def describe(key: Key) -> str:

@@ -92,3 +92,13 @@ def quantity_name(resource: str) -> str:
 def cel_list(items: list[str]) -> str:
     """A CEL list literal of strings (names that need no escaping: DNS labels, label keys, class names)."""
     return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+def dns_egress() -> dict[str, Any]:
+    """The NetworkPolicy egress rule to the cluster's DNS (kube-dns in kube-system, port 53 over UDP and TCP):
+    every policy that lets pods out starts from it, a tenant's `allow-dns` and fleetops's own workloads'."""
+    return {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    }

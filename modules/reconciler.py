@@ -15,13 +15,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fleetops import identity, kube, spec
-from modules.kube import Part, Target
+from modules.kube import Part, Target, dns_egress
 
 NAME = "fleetops-reconciler"
 METRICS_PORT = 9090
 CACHE = "/var/cache/fleetops"
 SELECTOR = {kube.NAME_LABEL: NAME}
-DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 # Writes through server-side apply are PATCH, and creating an object through apply also needs create.
 OBJECT_VERBS = ["list", "create", "patch", "delete"]
 
@@ -34,15 +33,7 @@ GIT_ENV = {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "flee
 CACHE_ENV = [{"name": "HOME", "value": CACHE}, {"name": "TMPDIR", "value": CACHE}]
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 EGRESS = [
-    {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": DNS,
-    },
+    dns_egress(),
     # The API server and the Git host: HTTPS, the API server's own port, SSH.
     {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
 ]

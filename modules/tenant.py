@@ -14,9 +14,7 @@ from typing import Any
 from fleetops import kube, spec
 from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes
 from modules.edge_group import offline_queue_name
-from modules.kube import Part, Target, cel_list, quantity_name
-
-DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+from modules.kube import Part, Target, cel_list, dns_egress, quantity_name
 
 
 def split(total: int, weights: list[int]) -> list[int]:
@@ -89,25 +87,7 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
     if env.network.default_deny:
         out.append(policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}))
     if env.network.allow_dns:
-        out.append(
-            policy(
-                "allow-dns",
-                {
-                    "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [
-                                {
-                                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                                }
-                            ],
-                            "ports": DNS,
-                        }
-                    ],
-                },
-            )
-        )
+        out.append(policy("allow-dns", {"policyTypes": ["Egress"], "egress": [dns_egress()]}))
     same = [{"podSelector": {}}]
     out.append(policy("allow-same-namespace", {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": same}], "egress": [{"to": same}]}))
     if tenant.network.allow_from_tenants:

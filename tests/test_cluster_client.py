@@ -62,6 +62,11 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         if url.path.endswith("/configmaps/stale"):  # a stale update: a conflict of another kind, no field manager named
             return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
                                     "message": "Apply failed with 1 conflict: the object has been modified"})
+        if url.path.endswith("/configmaps/untypable"):  # kube-apiserver's answer to an apply with a field the schema lacks: no reason
+            return self._send(500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+                                    "message": "failed to create typed patch object (default/untypable; /v1, Kind=ConfigMap): .spec: field not declared in schema"})
+        if url.path.endswith("/configmaps/flaky"):  # an error the storage did not type either, which a retry may heal
+            return self._send(500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "etcdserver: leader changed"})
         echo = {"apiVersion": "v1", "kind": "Node", **(body or {}), "metadata": {**(body or {}).get("metadata", {}), "resourceVersion": "8"}}
         return self._send(200, echo)
 
@@ -140,6 +145,17 @@ def test_a_field_conflict_is_told_by_the_cause_the_server_names_not_by_its_messa
     with pytest.raises(errors.Conflict) as stale:
         kube.apply({**body, "metadata": {**body["metadata"], "name": "stale"}}, "fleetops")
     assert not stale.value.field_conflict and stale.value.retryable
+
+
+def test_an_apply_the_schema_cannot_type_is_its_own_kind_and_not_retried(kube: KubeCluster) -> None:
+    # Both are a 500 with no reason: only the words tell them apart, read once where the Status is read.
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}, "data": {}}
+    with pytest.raises(errors.Untypable) as untypable:
+        kube.apply({**body, "metadata": {**body["metadata"], "name": "untypable"}}, "fleetops")
+    assert untypable.value.status == 500 and not untypable.value.retryable
+    with pytest.raises(errors.ServerError) as flaky:
+        kube.apply({**body, "metadata": {**body["metadata"], "name": "flaky"}}, "fleetops")
+    assert type(flaky.value) is errors.ServerError and flaky.value.retryable
 
 
 def test_a_server_echoing_the_token_never_gets_it_printed(kube: KubeCluster) -> None:

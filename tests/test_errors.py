@@ -18,7 +18,7 @@ from fleetops.cluster import ApiError
     (422, "Invalid: spec.replicas", errors.ClientError, False),
     (429, "TooManyRequests", errors.TooManyRequests, True),
     (503, "ServiceUnavailable", errors.ServerError, True),
-    (500, "InternalError: failed to create typed patch object: .spec.x: field not declared in schema", errors.ServerError, False),
+    (500, "InternalError: etcdserver: leader changed", errors.ServerError, True),
 ])
 def test_an_api_error_is_the_kind_its_status_says_and_retried_only_when_a_retry_can_heal_it(
         status: int, reason: str, kind: type[errors.ApiError], retryable: bool) -> None:

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from fleetops import identity, inventory, reconcile, render, spec
+from fleetops import identity, kube, reconcile, render, spec
 from fleetops.reconcile.result import Verb
 from modules.tenant import QUEUE_LABEL, queue_names
 from tests import servers
@@ -241,7 +241,7 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     servers.wait_until(lambda: taint(fleet.node("stay-1"), UNREACHABLE) is not None, "stay-1 tainted unreachable", timeout=30)
     # Before the grace: the reconciler reports the node offline and leaves it schedulable.
     early = fleet.reconcile()
-    assert (inventory.CORDON_ANNOTATION not in (fleet.node(lost).metadata.annotations or {})
+    assert (kube.CORDON_ANNOTATION not in (fleet.node(lost).metadata.annotations or {})
             and any(a.verb == Verb.OFFLINE and a.target == f"Node {lost}" for a in early.clusters[CLUSTER].actions)), early.clusters[CLUSTER].actions
 
     def all_evicted() -> bool:
@@ -262,7 +262,7 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     servers.wait_until(cordoned, f"{lost} cordoned by the reconciler", timeout=GRACE + 30)
     offline_since = servers.condition(fleet.node(lost), "Ready").last_transition_time
     cordoned_after = seconds_since(offline_since)
-    assert cordoned_after >= GRACE and fleet.node(lost).metadata.annotations[inventory.CORDON_ANNOTATION] == "offline"
+    assert cordoned_after >= GRACE and fleet.node(lost).metadata.annotations[kube.CORDON_ANNOTATION] == "offline"
     # The stay group's pods outlived the API server's 15 s default, the move group's 30 s and the grace: still bound, none taken.
     still = fleet.pods("stayer")
     assert bound(still) == stayers and not any(evicted_at(p) for p in still)

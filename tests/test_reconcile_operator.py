@@ -13,7 +13,8 @@ from prometheus_client import generate_latest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fleetops import cli, reconcile
+from fleetops import cli, diff, errors, reconcile, spec
+from fleetops.reconcile import result as result_mod
 from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
 from tests.fakes import Faults, MemoryCluster
 from tests.backends import RealCluster
@@ -88,12 +89,25 @@ def test_a_missing_kubeconfig_is_one_line_naming_the_file_and_exit_2(tmp_path: P
     ("apiVersion: v1\nkind: Config\ncontexts: []\n", "cannot load context dev (cluster c1): Invalid kube-config file. Expected object with name dev"),
     ("users:\n- name: x\n  user: {token: s3cr3t-token\n", "cannot load context dev (cluster c1): ParserError"),
 ])
-def test_an_unreadable_kubeconfig_is_named_with_its_context_never_its_contents(tmp_path: Path, text: str, says: str) -> None:
+def test_an_unreadable_kubeconfig_is_bad_input_named_with_its_context_never_its_contents(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text(text)
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(errors.KubeconfigError) as raised:
         KubeCluster("c1", kubeconfig=str(path), context="dev")
+    # Bad input, not an API call that went unanswered: no retry, exit 2.
+    assert not isinstance(raised.value, ApiError) and raised.value.exit_code == errors.ExitCode.BAD_INPUT
     assert str(raised.value).startswith(f"{path}: {says}") and "s3cr3t" not in str(raised.value)
+
+
+def test_a_reconcile_given_a_kubeconfig_it_cannot_load_says_so_in_one_line_without_its_token(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "fleet")
+    commit(repo, DEV.read_text(), "dev")
+    config = tmp_path / "kubeconfig"
+    config.write_text("users:\n- name: x\n  user: {token: s3cr3t-token\n")
+    result = CliRunner().invoke(cli.app, ["reconcile", "--env", "dev", "--repo", str(repo), "--cache-dir", str(tmp_path / "c"), "--once",
+                                          "--kubeconfig", str(config)])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [f"{config}: cannot load context dev (cluster dev-center): ParserError"]
 
 
 @pytest.fixture(params=["memory", pytest.param("real", marks=pytest.mark.real)])
@@ -153,6 +167,14 @@ def test_a_drift_row_shows_the_values_and_who_changed_them(backend, monkeypatch:
         'spec.hard["requests.nvidia.com/gpu"]: "999" → "32" (changed by kubectl-edit)'
     assert update.to_dict()["detail"] == [{"op": "replace", "path": "/spec/hard/requests.nvidia.com~1gpu", "old": "999", "new": "32",
                                            "changed_by": "kubectl-edit"}]
+
+
+def test_a_drifted_field_is_written_as_a_problem_in_an_environment_file_is() -> None:
+    # One form for a field, wherever fleetops prints one: a key with a '-' or a non-ASCII letter is quoted, as read.
+    change = diff.FieldChange("replace", "/metadata/labels/k8s-app~1tier/0/café", "a", "b")
+    assert result_mod.change_text(change, None) == 'metadata.labels["k8s-app/tier"][0]["café"]: "a" → "b"'
+    assert result_mod.field_path(change.path) == spec.format_loc(("metadata", "labels", "k8s-app/tier", 0, "café"))
+    assert result_mod.field_path("/metadata/labels/k8s-app") == 'metadata.labels["k8s-app"]'
 
 
 def test_a_denied_requests_fingerprint_is_shown_whole(backend, monkeypatch: pytest.MonkeyPatch) -> None:

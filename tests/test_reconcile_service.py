@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetops import cli, cluster, reconcile, render, spec
+from fleetops.errors import ExitCode
 from fleetops.reconcile import loop
 from tests.fakes import Faults, MemoryCluster
 from tests.test_output import conforms
@@ -101,7 +102,7 @@ def test_fetch_failure_keeps_the_last_good_revision(repo: Path, tmp_path: Path) 
 def test_no_revision_at_all_is_bad_input(tmp_path: Path) -> None:
     rec = make(tmp_path / "nowhere", tmp_path, fleet())
     result = rec.run_once()
-    assert result.status == "unavailable" and result.exit_code() == 2 and result.revision is None
+    assert result.status == "unavailable" and result.exit_code() is ExitCode.BAD_INPUT and result.revision is None
 
 
 def test_two_reconcilers_one_writer(repo: Path, tmp_path: Path, backend) -> None:

@@ -16,7 +16,7 @@ from fleetops.policy.verdict import Verdict, evaluate_input
 
 
 def provider_cluster(provider: Any) -> str | None:
-    """A pulumi_kubernetes provider resource is named after its cluster (modules/cluster.py)."""
+    """A pulumi_kubernetes provider resource is named after its cluster: `modules.program` names it after the cluster's part (`modules.fleet`)."""
     if provider is None:
         return None
     name = getattr(provider, "name", None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleetops import memory, render, spec
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import ApiError, NotFound
+from fleetops.errors import ApiError, KubeconfigError, NotFound
 from fleetops.kube import MANAGER
 from fleetops.reconcile.gate import Gate, default_gate
 from fleetops.reconcile.lease import LeaseElector, lease_failure
@@ -151,7 +151,7 @@ class Reconciler:
         self.opts.namespace = self.opts.namespace or env.reconciler.namespace
         try:
             apis = self._apis_for(env)
-        except (ValueError, ApiError) as exc:
+        except (ValueError, ApiError, KubeconfigError) as exc:
             return PassResult(self.environment, fetched.revision, PassStatus.UNAVAILABLE, notes + [str(exc)], last_applied=self.last_applied)
         if self.opts.writes:
             leaders = self._leaders(state, apis)

@@ -8,7 +8,7 @@ from typing import Any
 from fleetops import identity, inventory, spec
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import ApiError
-from fleetops.kube import MANAGER, PART_OF, Manifest
+from fleetops.kube import CORDON_ANNOTATION, MANAGER, PART_OF, QUARANTINE_TAINT, Manifest
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, Verb
 from fleetops.reconcile.retry import call, explain
@@ -43,9 +43,9 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
     guarded = isinstance(group, spec.EdgeGroup) and bool(group.fingerprints)
-    if not guarded and _has(taints, inventory.QUARANTINE_TAINT):
+    if not guarded and _has(taints, QUARANTINE_TAINT):
         # Quarantined while it claimed a group it did not match, or two groups matched it: one member now.
-        taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
+        taints = [t for t in taints if t["key"] != QUARANTINE_TAINT["key"]]
         notes.append((Verb.RELEASE, f"a member of {group.name} by its match alone", True))
     if isinstance(group, spec.EdgeGroup):
         if group.fingerprints and record is None:
@@ -56,27 +56,27 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
             known = recorded in group.fingerprints
             why = (f"its kubelet key {recorded} is not in the allow list of {group.name}" if recorded
                    else f"fleetops approved no kubelet key of this node (a certificate from another approver is no proof of a device in {group.name})")
-            quarantined = _has(taints, inventory.QUARANTINE_TAINT)
+            quarantined = _has(taints, QUARANTINE_TAINT)
             if not known and not quarantined:
-                taints.append(dict(inventory.QUARANTINE_TAINT))
+                taints.append(dict(QUARANTINE_TAINT))
                 notes.append((Verb.QUARANTINE, why, True))
             elif not known:
                 notes.append((Verb.QUARANTINED, why, False))
             elif quarantined:
-                taints = [t for t in taints if t["key"] != inventory.QUARANTINE_TAINT["key"]]
+                taints = [t for t in taints if t["key"] != QUARANTINE_TAINT["key"]]
                 notes.append((Verb.RELEASE, f"its kubelet key is allowed in {group.name}", True))
         if not node.ready:
             offline = (now - node.ready_since).total_seconds() if node.ready_since else None
             if offline is not None and offline > group.offline_grace_seconds and not node.unschedulable:
                 unschedulable = True
-                annotations[inventory.CORDON_ANNOTATION] = "offline"
+                annotations[CORDON_ANNOTATION] = "offline"
                 notes.append((Verb.CORDON, f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}", True))
             else:
                 since = f"{int(offline)}s" if offline is not None else "an unknown time"
                 notes.append((Verb.OFFLINE, f"NotReady for {since} (grace {group.offline_grace_seconds}s)", False))
-        elif node.unschedulable and node.annotations.get(inventory.CORDON_ANNOTATION) == "offline":
+        elif node.unschedulable and node.annotations.get(CORDON_ANNOTATION) == "offline":
             unschedulable = False
-            annotations[inventory.CORDON_ANNOTATION] = None
+            annotations[CORDON_ANNOTATION] = None
             notes.append((Verb.UNCORDON, "Ready again; fleetops cordoned it while offline", True))
     patch: Manifest = {}
     if labels or annotations:
@@ -90,9 +90,9 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
 def quarantine(cluster: str, node: inventory.NodeInfo, why: str) -> Action:
     """The quarantine taint on a node that is no group's member, or the finding that it has it already."""
     target = f"Node {node.name}"
-    if _has(node.taints, inventory.QUARANTINE_TAINT):
+    if _has(node.taints, QUARANTINE_TAINT):
         return Action(cluster, Verb.QUARANTINED, target, why, write=False, kind="Node")
-    patch = {"metadata": {"resourceVersion": node.resource_version}, "spec": {"taints": [*node.taints, dict(inventory.QUARANTINE_TAINT)]}}
+    patch = {"metadata": {"resourceVersion": node.resource_version}, "spec": {"taints": [*node.taints, dict(QUARANTINE_TAINT)]}}
     return Action(cluster, Verb.QUARANTINE, target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -11,6 +10,8 @@ from typing import Any
 import jsonpatch
 
 from fleetops import diff, inventory
+from fleetops.errors import ExitCode
+from fleetops.spec import format_loc
 from fleetops.kube import Key, Manifest
 
 # --- actions, results ---------------------------------------------------------------------
@@ -93,16 +94,9 @@ VALUE_CHARS = 80  # of one value in a drift line: a changed ConfigMap or pod tem
 
 
 def field_path(pointer: str) -> str:
-    """A JSON pointer as a field path: /spec/hard/requests.nvidia.com~1gpu -> spec.hard["requests.nvidia.com/gpu"]."""
-    out = ""
-    for part in jsonpatch.JsonPointer(pointer).parts:
-        if part.isdigit():
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
+    """A JSON pointer as a field path, written as an environment file's problems write theirs (`spec.format_loc`):
+    /spec/hard/requests.nvidia.com~1gpu -> spec.hard["requests.nvidia.com/gpu"]."""
+    return format_loc(tuple(int(part) if part.isdigit() else part for part in jsonpatch.JsonPointer(pointer).parts))
 
 
 def _value(value: Any) -> str:
@@ -180,13 +174,14 @@ class PassResult:
     def errors(self) -> list[str]:
         return [e for c in self.clusters.values() for e in c.errors]
 
-    def exit_code(self) -> int:
-        """0 ok, 1 drift left (detect-only, failed writes), denied, or another replica leads; 2 bad input (invalid revision, no source)."""
+    def exit_code(self) -> ExitCode:
+        """OK; DENIED: drift left (detect-only, failed writes), denied, or another replica leads; BAD_INPUT: an
+        invalid revision, no source, a cluster that cannot be reached from its kubeconfig."""
         if self.status in (PassStatus.INVALID, PassStatus.UNAVAILABLE):
-            return 2
+            return ExitCode.BAD_INPUT
         if self.status in (PassStatus.DENIED, PassStatus.DRIFT, PassStatus.ERRORS, PassStatus.STANDBY):
-            return 1
-        return 0
+            return ExitCode.DENIED
+        return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
