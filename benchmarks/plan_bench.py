@@ -1,12 +1,19 @@
-"""Plan of a one-line change on the synthetic large fleet, against building its manifests once.
+"""Plan of a one-line change on the synthetic large fleet, against the work it cannot avoid.
 
     .venv/bin/python benchmarks/plan_bench.py [--scale 1.0] [--runs 5]
 
 Builds a real Git repository holding this project's program, modules, engine and policies plus
-the large environment, commits it, changes one price in the working tree, then times
-`fleetops plan` (both sides rendered in their own processes, diffed, costed and judged) and, for the
-baseline, building the same environment's manifests in-process without the SDK (`render.render`).
-Goals: plan <= 5 s wall, and <= 3x the baseline.
+the large environment, commits it, changes one price in the working tree, then times, in this
+process: building the environment's manifests (`render.render`: load, validate, render), `check`'s
+work on it (load, render, schema check, the policies' judgement) and `fleetops plan` (both sides
+read and rendered, head schema-checked and judged, the sides compared, costed and reviewed).
+
+A plan must do one `check` (of head) and one build (of base); what it adds beyond them, the review
+(object diff, field diff, grants, services, cost, locations), is what this benchmark holds down.
+Goals: plan <= 5 s wall; plan <= 1.25x (check + build), i.e. the review costs at most a quarter of
+the work it reviews. The plan / build ratio is printed for the record: it was the goal (<= 3x) until
+2026-12-05, and it rose whenever the render got faster or a policy was added, which is no waste of
+plan's (benchmarks/README.md, "The plan goal, measured against the work a plan must do").
 """
 
 from __future__ import annotations
@@ -28,10 +35,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import synthetic_yaml  # noqa: E402
 from goals import Goal, cpu_seconds, report  # noqa: E402
 
-from fleetops import memory, plan, render  # noqa: E402
+from fleetops import memory, plan, policy, render  # noqa: E402
 
 GOAL_SECONDS = 5.0
-GOAL_RATIO = 3.0
+GOAL_OVERHEAD = 1.25
 PARTS = ("policies", "stacks", "modules", "fleetops", "Pulumi.yaml")
 
 
@@ -60,6 +67,12 @@ def timed(work: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - started, cpu_seconds() - cpu
 
 
+def check(repo: Path) -> None:
+    """What `fleetops check --env large` does, in this process."""
+    checked = render.load_checked(repo / "environments" / "large.yaml", revision="bench")
+    policy.evaluate(checked.env, checked.state, engine=policy.engine_from(), policies_dir=repo / "policies")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -68,22 +81,25 @@ def main() -> int:
     memory.for_a_command()  # as `fleetops` runs every command (cli.main)
     with tempfile.TemporaryDirectory() as tmp:
         repo = make_repo(Path(tmp), args.scale)
-        base_times, plan_times, results = [], [], []
+        base_times, check_times, plan_times, results = [], [], [], []
         for _ in range(args.runs):
             base_times.append(timed(lambda: render.render(repo / "environments" / "large.yaml", revision="bench")))
+            check_times.append(timed(lambda: check(repo)))
             plan_times.append(timed(lambda: results.append(plan.build(repo, "large", "main", None, 0))))
     result = results[-1]
     b, b_cpu = (statistics.median(t) for t in zip(*base_times))
+    c, c_cpu = (statistics.median(t) for t in zip(*check_times))
     p, p_cpu = (statistics.median(t) for t in zip(*plan_times))
     print(f"plan_bench: scale {args.scale:g}, one price changed: cost delta {result.cost.delta:,.0f}, "
           f"{len(result.objects.changed)} objects changed, {len(result.decisions)} decisions")
-    print(f"  build manifests {b:.2f} s ({', '.join(f'{t:.2f}' for t, _ in base_times)}), plan {p:.2f} s ({', '.join(f'{t:.2f}' for t, _ in plan_times)})")
-    print(f"  CPU (user+sys): build manifests {b_cpu:.2f} s, plan {p_cpu:.2f} s ({p_cpu / b_cpu:.2f}x)")
+    runs = lambda times: ", ".join(f"{wall:.2f}" for wall, _ in times)  # noqa: E731
+    print(f"  build manifests {b:.2f} s ({runs(base_times)}), check {c:.2f} s ({runs(check_times)}), plan {p:.2f} s ({runs(plan_times)})")
+    print(f"  CPU (user+sys): build manifests {b_cpu:.2f} s, check {c_cpu:.2f} s, plan {p_cpu:.2f} s: "
+          f"{p_cpu / (c_cpu + b_cpu):.2f}x (check + build), {p_cpu / b_cpu:.2f}x build alone (for the record)")
     return report("", [
         Goal("plan of a one-line change, wall", p, GOAL_SECONDS, "s"),
-        Goal("plan / building its manifests", p / b, GOAL_RATIO, "x"),
+        Goal("plan / (check + building its manifests)", p / (c + b), GOAL_OVERHEAD, "x"),
     ])
-
 
 if __name__ == "__main__":
     sys.exit(main())
