@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup tools image plan test test-quick bench clean
+.PHONY: setup tools image plan test test-quick bench crd-schemas clean
 
 # setup.py and _yamlwriter.pyx: the compiled YAML writer is built again from its source.
 # One line per step while pip works (minutes on a fresh machine), pip's own output in $(VENV)/setup.log.
@@ -43,6 +43,9 @@ test-quick: $(STAMP)  ## the import contracts, then everything but the real-serv
 
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)
 	$(PY) benchmarks/run.py
+
+crd-schemas: $(STAMP)  ## write fleetops/crds/strict-schemas.json again after a CRD in fleetops/crds/ changed
+	$(PY) -m fleetops.schema
 
 clean:
 	rm -rf build .pytest_cache

@@ -4,11 +4,15 @@ Built-in kinds are checked by `kubernetes-validate` against the schemas of a cur
 release; custom resources against the openAPIV3Schema of their upstream CRD (shipped unedited in
 `fleetops/crds/`, or `FLEETOPS_CRD_DIR`). Unknown fields are errors in both, as with
 `kubectl apply --validate=strict`: a typo must not be silently pruned by the server.
+
+`python -m fleetops.schema` (`make crd-schemas`) writes the strict schemas of the shipped CRDs to
+`fleetops/crds/strict-schemas.json`, with the digest of the YAML they came from.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -85,12 +89,35 @@ class _Re2Pattern:
             raise ValueError(f"{json.dumps(instance)} does not match {json.dumps(self.pattern)}")
 
 
-@functools.cache
-def crd_schemas(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> strict JSON schema, for every served version of every CRD in the folder."""
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=spec.YAML_LOADER):
+Schemas = dict[tuple[str, str], dict[str, Any]]
+
+SHIPPED_CRDS = Path(__file__).resolve().parent / "crds"
+# The strict schemas of the shipped CRDs as JSON: PyYAML's constructor took 45-80 ms of every
+# `validate` to read the 400 kB of YAML, json 1.5 ms (benchmarks/README.md, "Plan and validate").
+STRICT_SCHEMAS = SHIPPED_CRDS / "strict-schemas.json"
+# No CRD is larger than the API server takes in one request (3 MiB): a larger file is no CRD.
+_CRD_BYTES = 3 * 1024 * 1024
+
+
+def _read_crds(directory: Path) -> list[tuple[str, bytes]]:
+    """(file name, bytes) of every CRD file of the folder, in name order; each read bounded."""
+    return [(path.name, spec.read_bounded(path, _CRD_BYTES, str(path), "a CRD")) for path in sorted(directory.glob("*.yaml"))]
+
+
+def _digest(files: list[tuple[str, bytes]]) -> str:
+    """What the schemas are made of: the files' names (their order decides which of two same kinds
+    counts) and contents."""
+    digest = hashlib.sha256()
+    for name, data in files:
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _schemas_of_yaml(files: list[tuple[str, bytes]]) -> Schemas:
+    schemas: Schemas = {}
+    for _, data in files:
+        for doc in yaml.load_all(data, Loader=spec.YAML_LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
@@ -103,6 +130,27 @@ def crd_schemas(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
                     schema.setdefault("properties", {})["metadata"] = {"type": "object"}
                     schemas[(f"{group}/{version['name']}", kind)] = schema
     return schemas
+
+
+def strict_schemas_json(directory: Path = SHIPPED_CRDS) -> str:
+    """The text of `STRICT_SCHEMAS` for the CRDs of `directory`."""
+    files = _read_crds(directory)
+    schemas = [{"apiVersion": api_version, "kind": kind, "schema": schema} for (api_version, kind), schema in _schemas_of_yaml(files).items()]
+    return json.dumps({"digest": _digest(files), "schemas": schemas}, separators=(",", ":")) + "\n"
+
+
+@functools.cache
+def crd_schemas(directory: Path) -> Schemas:
+    """(apiVersion, kind) -> strict JSON schema, for every served version of every CRD in the folder.
+
+    From `STRICT_SCHEMAS` when the folder's files are those it was written from (any folder: the
+    digest is of the contents), else from the YAML: a CRD changed and not written again, or the
+    CRDs of `FLEETOPS_CRD_DIR`, are read as they are."""
+    files = _read_crds(directory)
+    shipped = json.loads(STRICT_SCHEMAS.read_bytes())
+    if shipped["digest"] == _digest(files):
+        return {(s["apiVersion"], s["kind"]): s["schema"] for s in shipped["schemas"]}
+    return _schemas_of_yaml(files)
 
 
 # Validators are jsonschema-rs (compiled): the large fleet's 15,000 objects take 0.1 s where the
@@ -197,3 +245,7 @@ def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path |
             continue
         problems += _problems(cluster, manifest, validator)
     return problems
+
+
+if __name__ == "__main__":
+    STRICT_SCHEMAS.write_text(strict_schemas_json())
