@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup tools image plan test test-quick bench crd-schemas clean
+.PHONY: setup tools image plan test test-quick bench schemas clean
 
 # setup.py and _yamlwriter.pyx: the compiled YAML writer is built again from its source.
 # One line per step while pip works (minutes on a fresh machine), pip's own output in $(VENV)/setup.log.
@@ -44,7 +44,7 @@ test-quick: $(STAMP)  ## the import contracts, then everything but the real-serv
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)
 	$(PY) benchmarks/run.py
 
-crd-schemas: $(STAMP)  ## write fleetops/crds/strict-schemas.json again after a CRD in fleetops/crds/ changed
+schemas: $(STAMP)  ## write the schemas validate reads (fleetops/crds/strict-schemas.json, fleetops/schemas/kubernetes-definitions.json) again after a CRD or kubernetes-validate changed
 	$(PY) -m fleetops.schema
 
 clean:
