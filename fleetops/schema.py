@@ -5,7 +5,7 @@ release; custom resources against the openAPIV3Schema of their upstream CRD (shi
 `fleetops/crds/`, or `FLEETOPS_CRD_DIR`). Unknown fields are errors in both, as with
 `kubectl apply --validate=strict`: a typo must not be silently pruned by the server.
 
-`python -m fleetops.schema` (`make schemas`) writes the strict schemas of the shipped CRDs to
+`python -m fleetops.schema` (`make generated`) writes the strict schemas of the shipped CRDs to
 `fleetops/crds/strict-schemas.json` and the definitions the built-in kinds fleetops renders refer to
 to `fleetops/schemas/kubernetes-definitions.json`, each with the digest of the files it came from;
 either is read only while that digest is the files'.
@@ -321,6 +321,6 @@ def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path |
     return problems
 
 
-if __name__ == "__main__":  # `make schemas`
+if __name__ == "__main__":  # `make generated`
     STRICT_SCHEMAS.write_text(strict_schemas_json())
     RENDERED_DEFINITIONS.write_text(rendered_definitions_json())

@@ -59,12 +59,12 @@ def test_every_custom_kind_rendered_has_a_schema() -> None:
 
 def test_the_shipped_strict_schemas_are_those_the_shipped_crds_give() -> None:
     # validate reads the strict schemas from this JSON while the CRDs are those it was written from:
-    # a CRD updated without `make schemas` is caught here, not by a slower validate.
-    assert schema.STRICT_SCHEMAS.read_text() == schema.strict_schemas_json(CRDS), "the CRDs changed: run `make schemas`"
+    # a CRD updated without `make generated` is caught here, not by a slower validate.
+    assert schema.STRICT_SCHEMAS.read_text() == schema.strict_schemas_json(CRDS), "the CRDs changed: run `make generated`"
 
 
 def test_the_shipped_kubernetes_definitions_are_those_of_the_installed_kubernetes_validate() -> None:
-    assert schema.RENDERED_DEFINITIONS.read_text() == schema.rendered_definitions_json(), "kubernetes-validate changed: run `make schemas`"
+    assert schema.RENDERED_DEFINITIONS.read_text() == schema.rendered_definitions_json(), "kubernetes-validate changed: run `make generated`"
 
 
 def test_every_built_in_kind_rendered_is_checked_with_the_shipped_definitions() -> None:
