@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup tools image plan test test-quick bench clean
+.PHONY: setup tools image plan test test-quick bench generated clean
 
 # setup.py and _yamlwriter.pyx: the compiled YAML writer is built again from its source.
 # One line per step while pip works (minutes on a fresh machine), pip's own output in $(VENV)/setup.log.
@@ -43,6 +43,10 @@ test-quick: $(STAMP)  ## the import contracts, then everything but the real-serv
 
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)
 	$(PY) benchmarks/run.py
+
+generated: $(STAMP)  ## write again what validate reads instead of building it: the CRDs' strict schemas, kubernetes-validate's definitions, the dashboards
+	$(PY) -m fleetops.schema
+	$(PY) -m modules.dashboards
 
 clean:
 	rm -rf build .pytest_cache

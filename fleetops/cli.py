@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 # not discovering plugins (a scan of every installed package's entry points) saves a fifth of `validate`.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
+from fleetops import memory  # noqa: E402
+
+if __name__ == "__main__":  # `python -m fleetops.cli`: as `fleetops` starts (fleetops.__main__), the collector off before the imports
+    memory.for_a_command()
+
 import typer  # noqa: E402
 
 from fleetops import __version__, errors, spec  # noqa: E402
@@ -906,8 +911,6 @@ def schema() -> None:
 
 def main() -> None:
     import signal
-
-    from fleetops import memory
 
     memory.for_a_command()
 

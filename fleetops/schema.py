@@ -4,16 +4,22 @@ Built-in kinds are checked by `kubernetes-validate` against the schemas of a cur
 release; custom resources against the openAPIV3Schema of their upstream CRD (shipped unedited in
 `fleetops/crds/`, or `FLEETOPS_CRD_DIR`). Unknown fields are errors in both, as with
 `kubectl apply --validate=strict`: a typo must not be silently pruned by the server.
+
+`python -m fleetops.schema` (`make generated`) writes the strict schemas of the shipped CRDs to
+`fleetops/crds/strict-schemas.json` and the definitions the built-in kinds fleetops renders refer to
+to `fleetops/schemas/kubernetes-definitions.json`, each with the digest of the files it came from;
+either is read only while that digest is the files'.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +91,35 @@ class _Re2Pattern:
             raise ValueError(f"{json.dumps(instance)} does not match {json.dumps(self.pattern)}")
 
 
-@functools.cache
-def crd_schemas(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> strict JSON schema, for every served version of every CRD in the folder."""
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=spec.YAML_LOADER):
+Schemas = dict[tuple[str, str], dict[str, Any]]
+
+SHIPPED_CRDS = Path(__file__).resolve().parent / "crds"
+# The strict schemas of the shipped CRDs as JSON: PyYAML's constructor took 45-80 ms of every
+# `validate` to read the 400 kB of YAML, json 1.5 ms (benchmarks/README.md, "Plan and validate").
+STRICT_SCHEMAS = SHIPPED_CRDS / "strict-schemas.json"
+# No CRD is larger than the API server takes in one request (3 MiB): a larger file is no CRD.
+_CRD_BYTES = 3 * 1024 * 1024
+
+
+def _read_crds(directory: Path) -> list[tuple[str, bytes]]:
+    """(file name, bytes) of every CRD file of the folder, in name order; each read bounded."""
+    return [(path.name, spec.read_bounded(path, _CRD_BYTES, str(path), "a CRD")) for path in sorted(directory.glob("*.yaml"))]
+
+
+def _digest(files: list[tuple[str, bytes]]) -> str:
+    """What the schemas are made of: the files' names (their order decides which of two same kinds
+    counts) and contents."""
+    digest = hashlib.sha256()
+    for name, data in files:
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _schemas_of_yaml(files: list[tuple[str, bytes]]) -> Schemas:
+    schemas: Schemas = {}
+    for _, data in files:
+        for doc in yaml.load_all(data, Loader=spec.YAML_LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
@@ -103,6 +132,27 @@ def crd_schemas(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
                     schema.setdefault("properties", {})["metadata"] = {"type": "object"}
                     schemas[(f"{group}/{version['name']}", kind)] = schema
     return schemas
+
+
+def strict_schemas_json(directory: Path = SHIPPED_CRDS) -> str:
+    """The text of `STRICT_SCHEMAS` for the CRDs of `directory`."""
+    files = _read_crds(directory)
+    schemas = [{"apiVersion": api_version, "kind": kind, "schema": schema} for (api_version, kind), schema in _schemas_of_yaml(files).items()]
+    return json.dumps({"digest": _digest(files), "schemas": schemas}, separators=(",", ":")) + "\n"
+
+
+@functools.cache
+def crd_schemas(directory: Path) -> Schemas:
+    """(apiVersion, kind) -> strict JSON schema, for every served version of every CRD in the folder.
+
+    From `STRICT_SCHEMAS` when the folder's files are those it was written from (any folder: the
+    digest is of the contents), else from the YAML: a CRD changed and not written again, or the
+    CRDs of `FLEETOPS_CRD_DIR`, are read as they are."""
+    files = _read_crds(directory)
+    shipped = json.loads(STRICT_SCHEMAS.read_bytes())
+    if shipped["digest"] == _digest(files):
+        return {(s["apiVersion"], s["kind"]): s["schema"] for s in shipped["schemas"]}
+    return _schemas_of_yaml(files)
 
 
 # Validators are jsonschema-rs (compiled): the large fleet's 15,000 objects take 0.1 s where the
@@ -137,10 +187,80 @@ def _schema_contents(name: str) -> Any:
     return json.loads((_schema_folder() / name).read_bytes())
 
 
-@functools.cache
-def _definitions() -> jsonschema_rs.Registry:
-    definitions = _schema_contents("_definitions.json")
+# The built-in kinds fleetops renders (tests/test_crds.py holds it to the bundled environments'
+# render): `python -m fleetops.schema` ships the definitions they refer to, 194 of the 862 of
+# kubernetes-validate's `_definitions.json`. Reading the whole 1.8 MB file and making a registry of
+# it took 19 ms of every `validate`, the shipped part 5 ms (benchmarks/README.md, "Plan and validate").
+RENDERED_KINDS = (
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"), ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"), ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+    ("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("networking.k8s.io/v1", "NetworkPolicy"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("scheduling.k8s.io/v1", "PriorityClass"), ("v1", "ConfigMap"),
+    ("v1", "LimitRange"), ("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "Service"), ("v1", "ServiceAccount"),
+)
+RENDERED_DEFINITIONS = Path(__file__).resolve().parent / "schemas" / "kubernetes-definitions.json"
+
+
+def _kind_file(api_version: str, kind: str) -> str:
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
+    return f"{kind.lower()}-{group_version}.json"
+
+
+def _referred(schema: Any) -> Iterator[str]:
+    """The names of the definitions a schema refers to (`#/$defs/NAME`, `/api/_definitions.json#/$defs/NAME`)."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "$ref" and isinstance(value, str) and "#/$defs/" in value:
+                yield value.split("#/$defs/", 1)[1]
+            else:
+                yield from _referred(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _referred(item)
+
+
+def rendered_definitions_json(kinds: Iterable[tuple[str, str]] = RENDERED_KINDS) -> str:
+    """The text of `RENDERED_DEFINITIONS`: the definitions `kinds` refer to, directly or through
+    others, with the digest of the file they were taken from."""
+    text = _definitions_text()
+    definitions = json.loads(text)
+    roots = sorted(kinds)
+    wanted = [name for key in roots for name in _referred(_schema_contents(_kind_file(*key)))]
+    kept: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name not in kept:
+            kept.add(name)
+            wanted += _referred(definitions["$defs"][name])
+    part = {**definitions, "$defs": {name: definitions["$defs"][name] for name in sorted(kept)}}
+    document = {"digest": _digest([("_definitions.json", text)]), "kinds": [list(k) for k in roots], "definitions": part}
+    return json.dumps(document, separators=(",", ":")) + "\n"
+
+
+def _definitions_text() -> bytes:
+    return (_schema_folder() / "_definitions.json").read_bytes()
+
+
+def _registry(definitions: dict[str, Any]) -> jsonschema_rs.Registry:
     return jsonschema_rs.Registry([(definitions["$id"], definitions)])
+
+
+@functools.cache
+def _all_definitions() -> jsonschema_rs.Registry:
+    return _registry(json.loads(_definitions_text()))
+
+
+@functools.cache
+def _rendered_definitions() -> tuple[frozenset[tuple[str, str]], jsonschema_rs.Registry | None]:
+    """The kinds `RENDERED_DEFINITIONS` names, and its definitions as a registry: None when they were
+    not taken from the installed kubernetes-validate's file."""
+    shipped = json.loads(RENDERED_DEFINITIONS.read_bytes())
+    kinds = frozenset((api_version, kind) for api_version, kind in shipped["kinds"])
+    if shipped["digest"] != _digest([("_definitions.json", _definitions_text())]):
+        return kinds, None
+    return kinds, _registry(shipped["definitions"])
 
 
 @functools.cache
@@ -150,12 +270,14 @@ def _core_validator(api_version: str, kind: str) -> jsonschema_rs.Draft202012Val
     The library reads two JSON files and compiles the schema on every call (~15 ms an object); the
     files do not change in a process.
     """
-    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
     try:
-        schema = _schema_contents(f"{kind.lower()}-{group_version}.json")
+        schema = _schema_contents(_kind_file(api_version, kind))
     except FileNotFoundError:
         raise SchemaNotFound(f"{api_version} {kind}") from None
-    return jsonschema_rs.Draft202012Validator(schema, registry=_definitions(), validate_formats=False)
+    kinds, registry = _rendered_definitions()
+    if (api_version, kind) not in kinds or registry is None:
+        registry = _all_definitions()
+    return jsonschema_rs.Draft202012Validator(schema, registry=registry, validate_formats=False)
 
 
 # A message quotes the whole value it refuses: a list of 1,000 flavors made each line 100 kB.
@@ -197,3 +319,8 @@ def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path |
             continue
         problems += _problems(cluster, manifest, validator)
     return problems
+
+
+if __name__ == "__main__":  # `make generated`
+    STRICT_SCHEMAS.write_text(strict_schemas_json())
+    RENDERED_DEFINITIONS.write_text(rendered_definitions_json())

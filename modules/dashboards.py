@@ -4,21 +4,27 @@ Both pick their Prometheus with a `datasource` variable and filter with `cluster
 variables over the labels the scrapes add (modules/monitoring.py). The tenant dashboard also reads the
 metering recording rules (`fleetops:tenant_devices:physical`, `fleetops:tenant_spend:per_hour`), which
 modules/metering.py renders.
+
+Both are the same for every environment: `python -m modules.dashboards` (`make generated`) writes them
+to `modules/dashboards.json` with the digest of this file, and render reads them from there while
+the digest is this file's. Importing the SDK was 19 ms of every `validate` (benchmarks/README.md,
+"Plan and validate"); after an edit here they are built with it until the file is written again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from grafana_foundation_sdk.builders import dashboard as board
-from grafana_foundation_sdk.builders import prometheus, timeseries
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+if TYPE_CHECKING:  # the SDK is imported where the dashboards are built
+    from grafana_foundation_sdk.builders import dashboard as board
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+SHIPPED = Path(__file__).with_name("dashboards.json")
 
 
 @dataclass(frozen=True)
@@ -76,10 +82,13 @@ TENANTS = Board(
 
 
 def _variable(name: str, query: str) -> board.QueryVariable:
+    from grafana_foundation_sdk.builders import dashboard as board
+    from grafana_foundation_sdk.models.dashboard import VariableRefresh
+
     return (
         board.QueryVariable(name)
         .label(name)
-        .datasource(DATASOURCE)
+        .datasource(_datasource())
         .query(query)
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .multi(True)
@@ -87,8 +96,18 @@ def _variable(name: str, query: str) -> board.QueryVariable:
     )
 
 
+def _datasource() -> DataSourceRef:
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+    return DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+
 def build(spec: Board) -> dict[str, Any]:
     """The dashboard's JSON model, as Grafana's sidecar loads it."""
+    from grafana_foundation_sdk.builders import dashboard as board
+    from grafana_foundation_sdk.builders import prometheus, timeseries
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
     builder = (
         board.Dashboard(spec.title)
         .uid(spec.uid)
@@ -103,7 +122,7 @@ def build(spec: Board) -> dict[str, Any]:
         builder = builder.with_panel(
             timeseries.Panel()
             .title(panel.title)
-            .datasource(DATASOURCE)
+            .datasource(_datasource())
             .unit(panel.unit)
             .span(12)
             .height(8)
@@ -112,7 +131,26 @@ def build(spec: Board) -> dict[str, Any]:
     return json.loads(json.dumps(builder.build(), cls=JSONEncoder))
 
 
+def built() -> dict[str, str]:
+    """Each dashboard as a key of the ConfigMap the sidecar reads, built with the SDK."""
+    return {f"{b.uid}.json": json.dumps(build(b), sort_keys=True, indent=2) for b in (POOLS, TENANTS)}
+
+
+def _digest() -> str:
+    return f"sha256:{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"
+
+
+def shipped_json() -> str:
+    """The text of `SHIPPED`."""
+    return json.dumps({"digest": _digest(), "data": built()}, sort_keys=True, indent=1) + "\n"
+
+
 @functools.cache
 def configmap_data() -> dict[str, str]:
-    """Each dashboard as a key of the ConfigMap the sidecar reads; the same for every cluster, built once."""
-    return {f"{b.uid}.json": json.dumps(build(b), sort_keys=True, indent=2) for b in (POOLS, TENANTS)}
+    """`built()`, read from `SHIPPED` while it was written from this file; the same for every cluster, made once."""
+    shipped = json.loads(SHIPPED.read_bytes())
+    return shipped["data"] if shipped["digest"] == _digest() else built()
+
+
+if __name__ == "__main__":  # `make generated`
+    SHIPPED.write_text(shipped_json())

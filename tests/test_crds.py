@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from fleetops import schema
+from fleetops import render, schema
+from tests.cli import run
+from tests.helpers import ROOT, small_env, write_env
 
 CRDS = Path(schema.__file__).resolve().parent / "crds"
 
@@ -50,3 +55,82 @@ def test_every_custom_kind_rendered_has_a_schema() -> None:
         ("monitoring.coreos.com/v1", "PodMonitor"),
     ]:
         assert needed in kinds, needed
+
+
+def test_the_shipped_strict_schemas_are_those_the_shipped_crds_give() -> None:
+    # validate reads the strict schemas from this JSON while the CRDs are those it was written from:
+    # a CRD updated without `make generated` is caught here, not by a slower validate.
+    assert schema.STRICT_SCHEMAS.read_text() == schema.strict_schemas_json(CRDS), "the CRDs changed: run `make generated`"
+
+
+def test_the_shipped_kubernetes_definitions_are_those_of_the_installed_kubernetes_validate() -> None:
+    assert schema.RENDERED_DEFINITIONS.read_text() == schema.rendered_definitions_json(), "kubernetes-validate changed: run `make generated`"
+
+
+def test_every_built_in_kind_rendered_is_checked_with_the_shipped_definitions() -> None:
+    # A kind missing from RENDERED_KINDS is still checked, against the whole file: validate is slower.
+    built_in = {(m["apiVersion"], m["kind"]) for env in ("dev", "staging", "prod")
+                for _, m in render.render(ROOT / "environments" / f"{env}.yaml", revision="r").objects()} - set(schema.crd_schemas(CRDS))
+    assert sorted(built_in - set(schema.RENDERED_KINDS)) == []
+
+
+def test_shipped_definitions_of_another_kubernetes_validate_are_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stale = json.loads(schema.RENDERED_DEFINITIONS.read_text())
+    stale["digest"], stale["definitions"]["$defs"] = "sha256:" + "0" * 64, {}
+    (tmp_path / "definitions.json").write_text(json.dumps(stale))
+    monkeypatch.setattr(schema, "RENDERED_DEFINITIONS", tmp_path / "definitions.json")
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}, "spec": {"finalizerz": []}}
+    for cached in (schema._rendered_definitions, schema._core_validator):
+        cached.cache_clear()
+    try:
+        (problem,) = schema.validate_objects([("c", namespace)])
+    finally:
+        for cached in (schema._rendered_definitions, schema._core_validator):
+            cached.cache_clear()
+    assert (problem.kind, problem.path) == ("Namespace", "spec") and "finalizerz" in problem.message
+
+
+def test_a_built_in_kind_fleetops_does_not_render_is_checked_as_strictly() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicey": "Always"}]}}}}
+    assert ("batch/v1", "Job") not in schema.RENDERED_KINDS
+    (problem,) = schema.validate_objects([("c", job)])
+    assert (problem.kind, problem.path) == ("Job", "spec.template.spec.containers.0") and "imagePullPolicey" in problem.message
+
+
+def nine_taints(tmp_path: Path) -> Path:
+    """An environments folder whose ResourceFlavor has 9 taints: the model accepts them, Kueue's CRD takes 8."""
+    env = small_env()
+    env["clusters"][0]["pools"][0]["taints"] = [{"key": f"k{i}", "value": "v", "effect": "NoSchedule"} for i in range(9)]
+    (tmp_path / "environments").mkdir()
+    write_env(tmp_path / "environments", env)
+    return tmp_path / "environments"
+
+
+def test_a_changed_crd_changes_what_validate_refuses(tmp_path: Path) -> None:
+    envs, crds = nine_taints(tmp_path), tmp_path / "crds"
+    crds.mkdir()
+    for path in CRDS.glob("*.yaml"):
+        shutil.copy(path, crds)
+    refused = run("validate", "--env", "test", "--environments", envs, env={"FLEETOPS_CRD_DIR": str(crds)})
+    assert refused.returncode == 2 and refused.stderr.rstrip().endswith("has more than 8 items"), refused.stderr
+    flavors = crds / "kueue.x-k8s.io_resourceflavors.yaml"
+    flavors.write_text(flavors.read_text().replace("maxItems: 8", "maxItems: 16"))
+    done = run("validate", "--env", "test", "--environments", envs, env={"FLEETOPS_CRD_DIR": str(crds)})
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("kind", ["a named pipe", "too large"])
+def test_a_crd_folder_holding_no_readable_crd_is_one_line_naming_the_file(kind: str, tmp_path: Path) -> None:
+    # The files of FLEETOPS_CRD_DIR were read whole: a pipe blocked validate for ever, a large file was read into memory.
+    envs, crds = nine_taints(tmp_path), tmp_path / "crds"
+    crds.mkdir()
+    if kind == "a named pipe":
+        os.mkfifo(crds / "widgets.yaml")
+    else:
+        with (crds / "widgets.yaml").open("wb") as big:
+            big.truncate(3 * 1024 * 1024 + 1)
+    done = run("validate", "--env", "test", "--environments", envs, env={"FLEETOPS_CRD_DIR": str(crds)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"{crds / 'widgets.yaml'}:1:1: ") and ("is a named pipe, not a regular file" in line if kind == "a named pipe" else "more than the 3145728 byte limit for a CRD" in line)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetops import render
+from modules import dashboards
 from tests import promtool
 from tests.helpers import find, one, render_env, small_env
 
@@ -97,6 +98,24 @@ def test_dashboards_reach_the_grafana_sidecar_with_datasource_and_variables(stat
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert panel["targets"][0]["refId"] == "A"  # Grafana keys each query and its result by it
             assert f"{scope}=~\"${scope}\"" in panel["targets"][0]["expr"] or "namespace=~\"$tenant\"" in panel["targets"][0]["expr"], panel["title"]
+
+
+def test_the_shipped_dashboards_are_those_the_sdk_builds() -> None:
+    # render reads them from modules/dashboards.json while it was written from modules/dashboards.py
+    assert dashboards.SHIPPED.read_text() == dashboards.shipped_json(), "the dashboards changed: run `make generated`"
+
+
+def test_dashboards_not_written_from_this_source_are_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An edit of modules/dashboards.py without `make generated`: render builds the edited dashboards, never the old ones.
+    (tmp_path / "dashboards.json").write_text(json.dumps({"digest": "sha256:" + "0" * 64, "data": {"old.json": "{}"}}))
+    monkeypatch.setattr(dashboards, "SHIPPED", tmp_path / "dashboards.json")
+    dashboards.configmap_data.cache_clear()
+    try:
+        data = dashboards.configmap_data()
+    finally:
+        dashboards.configmap_data.cache_clear()
+    assert sorted(data) == ["fleetops-pools.json", "fleetops-tenants.json"]
+    assert json.loads(data["fleetops-pools.json"])["title"] == "fleetops / pools"
 
 
 def test_kueue_is_scraped_with_tenant_from_its_cluster_queues(state: render.DesiredState) -> None:
