@@ -44,7 +44,7 @@ test-quick: $(STAMP)  ## the import contracts, then everything but the real-serv
 bench: $(STAMP)  ## speed and memory figures (benchmarks/README.md)
 	$(PY) benchmarks/run.py
 
-generated: $(STAMP)  ## write again what validate reads instead of building it: the CRDs' strict schemas, kubernetes-validate's definitions, the dashboards
+generated: $(STAMP)  ## write again what validate reads instead of building it: the CRDs' strict schemas, the dashboards
 	$(PY) -m fleetops.schema
 	$(PY) -m modules.dashboards
 

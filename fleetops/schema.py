@@ -6,9 +6,8 @@ release; custom resources against the openAPIV3Schema of their upstream CRD (shi
 `kubectl apply --validate=strict`: a typo must not be silently pruned by the server.
 
 `python -m fleetops.schema` (`make generated`) writes the strict schemas of the shipped CRDs to
-`fleetops/crds/strict-schemas.json` and the definitions the built-in kinds fleetops renders refer to
-to `fleetops/schemas/kubernetes-definitions.json`, each with the digest of the files it came from;
-either is read only while that digest is the files'.
+`fleetops/crds/strict-schemas.json`, with the digest of the YAML they came from; it is read only
+while that digest is the files'.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,80 +186,10 @@ def _schema_contents(name: str) -> Any:
     return json.loads((_schema_folder() / name).read_bytes())
 
 
-# The built-in kinds fleetops renders (tests/test_crds.py holds it to the bundled environments'
-# render): `python -m fleetops.schema` ships the definitions they refer to, 194 of the 862 of
-# kubernetes-validate's `_definitions.json`. Reading the whole 1.8 MB file and making a registry of
-# it took 19 ms of every `validate`, the shipped part 5 ms (benchmarks/README.md, "Plan and validate").
-RENDERED_KINDS = (
-    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"), ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"),
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"), ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-    ("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    ("networking.k8s.io/v1", "NetworkPolicy"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("scheduling.k8s.io/v1", "PriorityClass"), ("v1", "ConfigMap"),
-    ("v1", "LimitRange"), ("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "Service"), ("v1", "ServiceAccount"),
-)
-RENDERED_DEFINITIONS = Path(__file__).resolve().parent / "schemas" / "kubernetes-definitions.json"
-
-
-def _kind_file(api_version: str, kind: str) -> str:
-    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
-    return f"{kind.lower()}-{group_version}.json"
-
-
-def _referred(schema: Any) -> Iterator[str]:
-    """The names of the definitions a schema refers to (`#/$defs/NAME`, `/api/_definitions.json#/$defs/NAME`)."""
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "$ref" and isinstance(value, str) and "#/$defs/" in value:
-                yield value.split("#/$defs/", 1)[1]
-            else:
-                yield from _referred(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _referred(item)
-
-
-def rendered_definitions_json(kinds: Iterable[tuple[str, str]] = RENDERED_KINDS) -> str:
-    """The text of `RENDERED_DEFINITIONS`: the definitions `kinds` refer to, directly or through
-    others, with the digest of the file they were taken from."""
-    text = _definitions_text()
-    definitions = json.loads(text)
-    roots = sorted(kinds)
-    wanted = [name for key in roots for name in _referred(_schema_contents(_kind_file(*key)))]
-    kept: set[str] = set()
-    while wanted:
-        name = wanted.pop()
-        if name not in kept:
-            kept.add(name)
-            wanted += _referred(definitions["$defs"][name])
-    part = {**definitions, "$defs": {name: definitions["$defs"][name] for name in sorted(kept)}}
-    document = {"digest": _digest([("_definitions.json", text)]), "kinds": [list(k) for k in roots], "definitions": part}
-    return json.dumps(document, separators=(",", ":")) + "\n"
-
-
-def _definitions_text() -> bytes:
-    return (_schema_folder() / "_definitions.json").read_bytes()
-
-
-def _registry(definitions: dict[str, Any]) -> jsonschema_rs.Registry:
+@functools.cache
+def _definitions() -> jsonschema_rs.Registry:
+    definitions = _schema_contents("_definitions.json")
     return jsonschema_rs.Registry([(definitions["$id"], definitions)])
-
-
-@functools.cache
-def _all_definitions() -> jsonschema_rs.Registry:
-    return _registry(json.loads(_definitions_text()))
-
-
-@functools.cache
-def _rendered_definitions() -> tuple[frozenset[tuple[str, str]], jsonschema_rs.Registry | None]:
-    """The kinds `RENDERED_DEFINITIONS` names, and its definitions as a registry: None when they were
-    not taken from the installed kubernetes-validate's file."""
-    shipped = json.loads(RENDERED_DEFINITIONS.read_bytes())
-    kinds = frozenset((api_version, kind) for api_version, kind in shipped["kinds"])
-    if shipped["digest"] != _digest([("_definitions.json", _definitions_text())]):
-        return kinds, None
-    return kinds, _registry(shipped["definitions"])
 
 
 @functools.cache
@@ -270,14 +199,12 @@ def _core_validator(api_version: str, kind: str) -> jsonschema_rs.Draft202012Val
     The library reads two JSON files and compiles the schema on every call (~15 ms an object); the
     files do not change in a process.
     """
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
     try:
-        schema = _schema_contents(_kind_file(api_version, kind))
+        schema = _schema_contents(f"{kind.lower()}-{group_version}.json")
     except FileNotFoundError:
         raise SchemaNotFound(f"{api_version} {kind}") from None
-    kinds, registry = _rendered_definitions()
-    if (api_version, kind) not in kinds or registry is None:
-        registry = _all_definitions()
-    return jsonschema_rs.Draft202012Validator(schema, registry=registry, validate_formats=False)
+    return jsonschema_rs.Draft202012Validator(schema, registry=_definitions(), validate_formats=False)
 
 
 # A message quotes the whole value it refuses: a list of 1,000 flavors made each line 100 kB.
@@ -323,4 +250,3 @@ def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path |
 
 if __name__ == "__main__":  # `make generated`
     STRICT_SCHEMAS.write_text(strict_schemas_json())
-    RENDERED_DEFINITIONS.write_text(rendered_definitions_json())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -11,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetops import render, schema
+from fleetops import schema
 from tests.cli import run
-from tests.helpers import ROOT, small_env, write_env
+from tests.helpers import small_env, write_env
 
 CRDS = Path(schema.__file__).resolve().parent / "crds"
 
@@ -61,41 +60,6 @@ def test_the_shipped_strict_schemas_are_those_the_shipped_crds_give() -> None:
     # validate reads the strict schemas from this JSON while the CRDs are those it was written from:
     # a CRD updated without `make generated` is caught here, not by a slower validate.
     assert schema.STRICT_SCHEMAS.read_text() == schema.strict_schemas_json(CRDS), "the CRDs changed: run `make generated`"
-
-
-def test_the_shipped_kubernetes_definitions_are_those_of_the_installed_kubernetes_validate() -> None:
-    assert schema.RENDERED_DEFINITIONS.read_text() == schema.rendered_definitions_json(), "kubernetes-validate changed: run `make generated`"
-
-
-def test_every_built_in_kind_rendered_is_checked_with_the_shipped_definitions() -> None:
-    # A kind missing from RENDERED_KINDS is still checked, against the whole file: validate is slower.
-    built_in = {(m["apiVersion"], m["kind"]) for env in ("dev", "staging", "prod")
-                for _, m in render.render(ROOT / "environments" / f"{env}.yaml", revision="r").objects()} - set(schema.crd_schemas(CRDS))
-    assert sorted(built_in - set(schema.RENDERED_KINDS)) == []
-
-
-def test_shipped_definitions_of_another_kubernetes_validate_are_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    stale = json.loads(schema.RENDERED_DEFINITIONS.read_text())
-    stale["digest"], stale["definitions"]["$defs"] = "sha256:" + "0" * 64, {}
-    (tmp_path / "definitions.json").write_text(json.dumps(stale))
-    monkeypatch.setattr(schema, "RENDERED_DEFINITIONS", tmp_path / "definitions.json")
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}, "spec": {"finalizerz": []}}
-    for cached in (schema._rendered_definitions, schema._core_validator):
-        cached.cache_clear()
-    try:
-        (problem,) = schema.validate_objects([("c", namespace)])
-    finally:
-        for cached in (schema._rendered_definitions, schema._core_validator):
-            cached.cache_clear()
-    assert (problem.kind, problem.path) == ("Namespace", "spec") and "finalizerz" in problem.message
-
-
-def test_a_built_in_kind_fleetops_does_not_render_is_checked_as_strictly() -> None:
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
-           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicey": "Always"}]}}}}
-    assert ("batch/v1", "Job") not in schema.RENDERED_KINDS
-    (problem,) = schema.validate_objects([("c", job)])
-    assert (problem.kind, problem.path) == ("Job", "spec.template.spec.containers.0") and "imagePullPolicey" in problem.message
 
 
 def nine_taints(tmp_path: Path) -> Path:
