@@ -821,7 +821,7 @@ def serve(
     import uvicorn
 
     from fleetops import cluster as cluster_mod
-    from fleetops import plan, reconcile
+    from fleetops import reconcile, revisions
     from fleetops.api import app as api_app
     from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
     from fleetops.prometheus import Prometheus
@@ -845,7 +845,7 @@ def serve(
     def fetch() -> tuple[Path, str]:
         if source is None:
             top = Path(repo)
-            return top, plan.resolve(top, rev)
+            return top, revisions.resolve(top, rev)
         fetched = source.fetch()
         if fetched.path is None or fetched.revision is None or fetched.error:
             raise errors.GitError(f"--repo: {fetched.error}")
