@@ -309,6 +309,7 @@ def check(
 ) -> None:
     """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
     from fleetops import policy
+    from fleetops.envelope import DecisionStatus
     path = env_file(environments, env)
     model, state = render_or_fail(path, revision)
     try:
@@ -331,13 +332,13 @@ def check(
         if verdict.decisions:
             out.print(verdict_table(verdict))
         out.print(
-            f"{verdict.environment}: {'FAIL' if verdict.denied else 'pass'}: {len(verdict.denied)} denied, "
-            f"{len(verdict.warnings)} warning(s), {len(verdict.waived)} waived ({verdict.engine} engine, "
+            f"{verdict.environment}: {'pass' if verdict.ok else 'FAIL'}: {len(verdict.of(DecisionStatus.DENY))} denied, "
+            f"{len(verdict.of(DecisionStatus.WARN))} warning(s), {len(verdict.of(DecisionStatus.WAIVED))} waived ({verdict.engine} engine, "
             f"policies {verdict.policy_digest[:19]}, {verdict.duration_seconds:.2f}s)",
             markup=False,
             highlight=False,
         )
-    if verdict.denied:
+    if not verdict.ok:
         raise typer.Exit(errors.ExitCode.DENIED)
 
 

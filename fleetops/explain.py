@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetops import spec
+from fleetops.envelope import DecisionStatus
 from fleetops.plan_result import PlanDecision
 
 
@@ -79,8 +80,8 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
     for row in rows:
         rule = meta.get(row["rule"])
         row = dict(row)
-        if row["status"] == "deny" and rule is not None and rule.gate == "approval":
-            row["status"] = "approval"
+        if row["status"] == DecisionStatus.DENY and rule is not None and rule.gate == "approval":
+            row["status"] = DecisionStatus.APPROVAL.value
         if (where := location(row, env, positions, edited)) is not None:
             row["location"] = where
         row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")

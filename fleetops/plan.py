@@ -460,7 +460,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     rows = policy.report_rows(verdict) + [
-        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
+        {"status": DecisionStatus.WARN.value, "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
          "package": "fleet.waivers", "waived_by": None}
         for problem in verdict.waiver_problems
     ]
