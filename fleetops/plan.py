@@ -453,8 +453,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
         resources = (policy.resource_entry(cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
         document = policy.build_input(head.env, resources, head.revision, change=facts, usage=used, granted=granted)
     else:  # the environment is deleted at head: only the change rules have anything to judge
-        document = {"environment": environment, "revision": head.revision, "spec": None,
-                    "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts, "usage": used}
+        document = policy.deleted_input(environment, head.revision, facts, used)
     try:
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary

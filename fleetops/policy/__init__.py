@@ -31,7 +31,7 @@ from fleetops.policy.bundle import (
 )
 from fleetops.policy.decisions import Decision
 from fleetops.policy.engine import EmbeddedEngine, Engine, OpaEngine, Results, collect, engine_from, rebase
-from fleetops.policy.facts import Inventory, PolicyInput, build_input, load_inventory, policy_input, resource_entry
+from fleetops.policy.facts import Inventory, PolicyInput, build_input, deleted_input, load_inventory, policy_input, resource_entry
 from fleetops.policy.pack import stack_input, validate_stack
 from fleetops.policy.records import decision_log_path, decision_record, junit_report, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
@@ -64,6 +64,7 @@ __all__ = [
     "collect",
     "decision_log_path",
     "decision_record",
+    "deleted_input",
     "display_path",
     "engine_from",
     "evaluate",
