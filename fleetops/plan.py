@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetops import changes as changes_mod
-from fleetops import diff, git, grants, isolate, spec, usage
+from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem
 from fleetops.explain import Edited, explain
@@ -47,7 +46,7 @@ class Side:
     env: spec.Environment | None = None
     clusters: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's objects
     tree: Path | None = None
-    parsed: changes_mod.Parsed | None = None  # the file's data and positions, when the render kept them
+    parsed: changes.Parsed | None = None  # the file's data and positions, when the render kept them
 
 
 class Sides:
@@ -245,7 +244,7 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any]) -> list[dic
         was = old.get(key)
         change = "added" if was is None else "unchanged" if was == row else "changed"
         delta = round(row["monthly_at_max"] - (was["monthly_at_max"] if was else 0), 2)
-        spend = f"{changes_mod.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
+        spend = f"{changes.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
         text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
                 f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
         out.append({**row, "change": change, "monthly_at_max_delta": delta, "text": text})
@@ -374,15 +373,15 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     granted = grants.review(after.env, kueue)
     services = service_rows(before, after, kueue.facts)
-    changes = diff.compare(before.clusters, after.clusters)
-    fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
+    objects = diff.compare(before.clusters, after.clusters)
+    fleet_changes, capacity = changes.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
-    files = [PolicyFileChange(f, f in changes_mod.SECURITY_FILES,
-                              changes_mod.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)) for f in policy_files]
-    base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
+    files = [PolicyFileChange(f, f in changes.SECURITY_FILES,
+                              changes.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)) for f in policy_files]
+    base_file, head_file = (side.parsed or changes.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
                             for side in (before, after))
-    (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
+    (edits, fields), positions = changes.spec_changes_and_fields(base_file, head_file), head_file[1]
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain(rows, after.env, positions, policies, edited)
@@ -392,13 +391,13 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
         decisions=decisions,
-        no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
+        no_effect=objects.empty and not policy_files and not edits and cost_before == cost_after,
         spec_changes=[SpecChange.of(e) for e in edits],
         approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
         fleet_changes=[FleetChange(**c) for c in fleet_changes],
         policy_file_changes=files,
         program_file_changes=program_files,
-        objects=changes,
+        objects=objects,
         capacity=capacity,
         quota_changes=[QuotaChange.of(q) for q in quota],
         grants=Grants.of(granted),
