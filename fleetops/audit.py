@@ -150,7 +150,7 @@ def rule_owners(repo: Path, policies_dir: Path, rule_file: str) -> list[str]:
 
 class _LoggedDecision(BaseModel):
     rule: str
-    status: str
+    status: DecisionStatus  # another word is not a decision record: its line is listed as malformed
     msg: str = ""
 
 
@@ -226,12 +226,11 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
         day = entry.time[:10]
         for d in entry.decisions:
             counts = per_rule[d.rule].setdefault(day, dict.fromkeys(STATUSES, 0))
-            if d.status in counts:
-                counts[d.status] += 1
-            if d.status in ("deny", "approval"):
+            counts[d.status] += 1
+            if d.status.blocks:
                 denials[entry.gate()].append({
                     "time": entry.time, "source": entry.source, "environment": entry.environment, "revision": entry.revision or "",
-                    "pr": str(entry.pr) if entry.pr else None, "actor": entry.actor, "rule": d.rule, "status": d.status, "msg": d.msg,
+                    "pr": str(entry.pr) if entry.pr else None, "actor": entry.actor, "rule": d.rule, "status": d.status.value, "msg": d.msg,
                 })
     days = sorted({day for rule in per_rule.values() for day in rule})
     return {

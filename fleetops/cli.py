@@ -314,6 +314,7 @@ def check(
 ) -> None:
     """Judge an environment by the policies: exit 1 on any unwaived deny, 2 when no decision could be made."""
     from fleetops import policy
+    from fleetops.envelope import DecisionStatus
     path = env_file(environments, env)
     model, state = render_or_fail(path, revision)
     try:
@@ -336,13 +337,13 @@ def check(
         if verdict.decisions:
             out.print(verdict_table(verdict))
         out.print(
-            f"{verdict.environment}: {'FAIL' if verdict.denied else 'pass'}: {len(verdict.denied)} denied, "
-            f"{len(verdict.warnings)} warning(s), {len(verdict.waived)} waived ({verdict.engine} engine, "
+            f"{verdict.environment}: {'pass' if verdict.ok else 'FAIL'}: {len(verdict.of(DecisionStatus.DENY))} denied, "
+            f"{len(verdict.of(DecisionStatus.WARN))} warning(s), {len(verdict.of(DecisionStatus.WAIVED))} waived ({verdict.engine} engine, "
             f"policies {verdict.policy_digest[:19]}, {verdict.duration_seconds:.2f}s)",
             markup=False,
             highlight=False,
         )
-    if verdict.denied:
+    if not verdict.ok:
         raise typer.Exit(errors.ExitCode.DENIED)
 
 
@@ -646,7 +647,7 @@ def reconcile_command(
     detect_only: Annotated[bool, typer.Option("--detect-only", help="Report drift, write nothing; exit 1 with --once when drift exists")] = False,
     prune: Annotated[bool, typer.Option("--prune", help="Delete managed objects that Git no longer has")] = False,
     force_conflicts: Annotated[bool, typer.Option("--force-conflicts", help="Take fields other managers own (hand edits) back for Git")] = False,
-    cluster: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: all of the environment")] = None,
+    clusters: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: all of the environment")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")] = None,
     context: Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")] = None,
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")] = False,
@@ -662,27 +663,27 @@ def reconcile_command(
     import socket
     import threading
 
-    from fleetops import cluster as cluster_mod
+    from fleetops import cluster
     from fleetops import reconcile
 
     if once == (interval is not None):
         fail("choose one of --once or --interval DURATION")
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
-    if (context or in_cluster) and len(cluster or []) != 1:
+    if (context or in_cluster) and len(clusters or []) != 1:
         fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"{kubeconfig}:1:1: no such kubeconfig file")
     period = parse_interval(interval, "--interval") if interval else 0.0
     timeout = parse_interval(request_timeout, "--request-timeout")
 
-    def connect(c: spec.Cluster) -> "cluster_mod.ClusterAPI":
+    def connect(c: spec.Cluster) -> "cluster.ClusterAPI":
         config = str(kubeconfig) if kubeconfig else c.kubeconfig
-        return cluster_mod.connect(c.name, config, context or c.context, in_cluster, timeout)
+        return cluster.connect(c.name, config, context or c.context, in_cluster, timeout)
 
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = reconcile.Reconciler(
-        env, reconcile.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=cluster or None,
+        env, reconcile.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=clusters or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:
@@ -710,8 +711,8 @@ def reconcile_command(
     reconciler.serve(period, stop)
 
 
-@app.command()
-def deploy(
+@app.command("deploy")  # named apart from the module it runs
+def deploy_command(
     env: EnvOpt,
     stack: Annotated[str | None, typer.Option(help="Pulumi stack name (default: the environment's name)")] = None,
     preview: Annotated[bool, typer.Option("--preview", help="Show what would change, change nothing")] = False,
@@ -724,17 +725,17 @@ def deploy(
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Deploy (or --preview) an environment with Pulumi, through the Automation API, with the policy pack: exit 0 done, 1 denied by policy, 2 bad input or a failed deploy."""
-    from fleetops import deploy as deploy_mod
+    from fleetops import deploy
 
-    operation = deploy_mod.Operation.preview if preview else deploy_mod.Operation.up
+    operation = deploy.Operation.preview if preview else deploy.Operation.up
     # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
     # the policy pack would judge it, but the API server would refuse it halfway through an update.
     render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
-            result = deploy_mod.run(repo, env, stack or env, operation, state or deploy_mod.default_state(), kubeconfig=kubeconfig,
+            result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), kubeconfig=kubeconfig,
                                     passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
-    except deploy_mod.DeployError as exc:
+    except deploy.DeployError as exc:
         fail(str(exc))
     code = 0 if result.ok else 1 if result.denied else 2
     if output is Output.json:
@@ -760,14 +761,14 @@ def approvals(
     codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file, the base revision's (default: .github/CODEOWNERS, CODEOWNERS or docs/CODEOWNERS here; none: no approval counts)")] = None,
 ) -> None:
     """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS. Exit 2 when the forge cannot be asked."""
-    from fleetops import forge as forge_mod
+    from fleetops.forge import CODEOWNERS_PLACES, ForgeError, from_environment  # `forge` is the argument here
 
-    path = codeowners or next((p for p in map(Path, forge_mod.CODEOWNERS_PLACES) if p.is_file()), None)
+    path = codeowners or next((p for p in map(Path, CODEOWNERS_PLACES) if p.is_file()), None)
     if path is None and forge is Forge.github:
         err.print("approvals: no CODEOWNERS here: no approval counts (run this in the base revision's checkout)", markup=False)
     try:
-        count = forge_mod.from_environment(forge.value, path.read_text() if path else None)
-    except (forge_mod.ForgeError, OSError, KeyError, ValueError) as exc:
+        count = from_environment(forge.value, path.read_text() if path else None)
+    except (ForgeError, OSError, KeyError, ValueError) as exc:
         fail(f"approvals: {exc}")
     sys.stdout.write(f"{count}\n")
 
@@ -778,11 +779,11 @@ def note(
     key: Annotated[str, typer.Option(help="One note per key (the environment): posted once, then edited in place")],
 ) -> None:
     """Post or update this merge request's plan note on GitLab (FLEETOPS_GITLAB_TOKEN). Exit 2 when GitLab cannot be asked."""
-    from fleetops import forge as forge_mod
+    from fleetops import forge
 
     try:
-        what = forge_mod.gitlab_note(key, file.read_text())
-    except (forge_mod.ForgeError, OSError, KeyError, ValueError) as exc:
+        what = forge.gitlab_note(key, file.read_text())
+    except (forge.ForgeError, OSError, KeyError, ValueError) as exc:
         fail(f"note: {exc}")
     err.print(f"{what} the note for {key}", highlight=False)
 
@@ -825,10 +826,10 @@ def serve(
     import limits
     import uvicorn
 
-    from fleetops import cluster as cluster_mod
-    from fleetops import plan, reconcile
+    from fleetops import cluster
+    from fleetops import reconcile, revisions
     from fleetops.api import app as api_app
-    from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
+    from fleetops.api import auth, metering as api_metering, snapshot
     from fleetops.prometheus import Prometheus
 
     host, port = parse_listen(listen)
@@ -850,7 +851,7 @@ def serve(
     def fetch() -> tuple[Path, str]:
         if source is None:
             top = Path(repo)
-            return top, plan.resolve(top, rev)
+            return top, revisions.resolve(top, rev)
         fetched = source.fetch()
         if fetched.path is None or fetched.revision is None or fetched.error:
             raise errors.GitError(f"--repo: {fetched.error}")
@@ -859,22 +860,22 @@ def serve(
     stack = contextlib.ExitStack()
     with progress(f"loading {env} at {rev}: rendering, judging, planning"):
         local, revision = fetch()
-        snapshot = snapshot_mod.load(local, env, revision, stack)
-    current = snapshot_mod.Current(snapshot, stack)
+        loaded = snapshot.load(local, env, revision, stack)
+    current = snapshot.Current(loaded, stack)
     try:
         if openapi is not None:
             document = api_app.create_app(current, auth.Tokens([]), lambda: []).openapi()
             write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
             return
         assert tokens is not None
-        known = auth.load(tokens, {t.name for t in snapshot.env.tenants})
+        known = auth.load(tokens, {t.name for t in loaded.env.tenants})
         timeout = 10.0
-        own = snapshot.env.api.cluster if snapshot.env.api else None
+        own = loaded.env.api.cluster if loaded.env.api else None
 
-        def connect(c: spec.Cluster) -> "cluster_mod.ClusterAPI | None":
+        def connect(c: spec.Cluster) -> "cluster.ClusterAPI | None":
             if in_cluster:
-                return cluster_mod.connect(c.name, None, None, True, timeout) if c.name == own else None
-            return cluster_mod.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
+                return cluster.connect(c.name, None, None, True, timeout) if c.name == own else None
+            return cluster.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
 
         application = api_app.create_app(current, known, api_app.StatusReader(current, connect),
                                          api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes), meter)
@@ -890,11 +891,11 @@ def serve(
             fail(f"--tls-cert {tls_cert} / --tls-key {tls_key}: cannot load: {getattr(exc, 'strerror', None) or exc}")
         reconcile.json_logging()
         bound = sock.getsockname()
-        err.print(f"serving {env} at {snapshot.revision[:12]} on {'https' if tls_cert else 'http'}://{listen.rpartition(':')[0]}:{bound[1]}",
+        err.print(f"serving {env} at {loaded.revision[:12]} on {'https' if tls_cert else 'http'}://{listen.rpartition(':')[0]}:{bound[1]}",
                   markup=False, highlight=False)
         stop = threading.Event()
         if period:
-            threading.Thread(target=snapshot_mod.follow, args=(current, fetch, period, stop), name="refresh", daemon=True).start()
+            threading.Thread(target=snapshot.follow, args=(current, fetch, period, stop), name="refresh", daemon=True).start()
         uvicorn.Server(config).run(sockets=[sock])
         stop.set()
     finally:

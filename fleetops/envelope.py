@@ -37,6 +37,11 @@ class DecisionStatus(StrEnum):
     WARN = "warn"
     WAIVED = "waived"
 
+    @property
+    def blocks(self) -> bool:
+        """Whether it keeps a change from merging: an approval missing blocks as a deny does."""
+        return self in (DecisionStatus.DENY, DecisionStatus.APPROVAL)
+
 
 class Severity(StrEnum):
     """How much a rule's decision matters, as its METADATA (`custom.severity`) and its decisions say:

@@ -6,7 +6,7 @@ owners; nothing the head holds is read for the verdict. Each side is taken from 
 with `git archive` into a temporary folder (the user's working tree and index are never touched;
 head defaults to the working tree itself, read only) and rendered by that revision's own program
 and modules, so a change to `modules/` shows up in the plan exactly as `pulumi up` would deploy it.
-A side whose program is byte for byte the one running (`survey`) renders here, and then only its
+A side whose program is byte for byte the one running (`revisions.survey`) renders here, and then only its
 environment file and policies are taken out of Git; any other renders confined
 (`fleetops.isolate`) and answers as data, which this process reads with its own model.
 """
@@ -15,31 +15,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
-import hashlib
-import math
 import os
 import re
 import subprocess
-import tarfile
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetops import changes as changes_mod
-from fleetops import diff, git, grants, isolate, spec, usage
+from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem
+from fleetops.explain import Edited, explain
 from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
                                   status_counts)
 from fleetops.prometheus import PrometheusError
+from fleetops.revisions import WORKTREE, checkout, default_base, resolve, stamp, survey
 
-WORKTREE = "WORKTREE"
-# What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
-MAX_TREE_BYTES = 256 << 20
 # Files whose change is a change of the program that renders or deploys the fleet: a policy fact.
 PROGRAM_PATHS = ("fleetops/", "modules/", "stacks/", "Pulumi.yaml", "pyproject.toml", "setup.py")
 
@@ -53,78 +46,7 @@ class Side:
     env: spec.Environment | None = None
     clusters: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's objects
     tree: Path | None = None
-    parsed: changes_mod.Parsed | None = None  # the file's data and positions, when the render kept them
-
-
-def resolve(repo: Path, rev: str) -> str:
-    if rev == WORKTREE:
-        return WORKTREE
-    try:
-        return git.run(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
-    except git.GitError:
-        raise PlanError(f"{repo}: unknown revision {rev!r}") from None
-
-
-def default_base(repo: Path, head: str = "HEAD") -> str:
-    """The merge-base of the head (HEAD for the working tree) with the default branch (origin's HEAD, else main or master)."""
-    candidates = []
-    with contextlib.suppress(git.GitError):
-        candidates.append(git.run(repo, "symbolic-ref", "--short", "refs/remotes/origin/HEAD").strip())
-    candidates += ["origin/main", "main", "origin/master", "master"]
-    for branch in candidates:
-        try:
-            return git.run(repo, "merge-base", head, branch).strip()
-        except git.GitError:
-            continue
-    raise PlanError(f"{repo}: no default branch to compare with; pass --base")
-
-
-def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    # Links are skipped, not followed: a revision's tree is data, and nothing fleetops renders is a link.
-    if member.issym() or member.islnk():
-        return None
-    return tarfile.data_filter(member, dest)
-
-
-@contextlib.contextmanager
-def checkout(repo: Path, rev: str, only: Sequence[str] | None = None, limit: int = MAX_TREE_BYTES) -> Iterator[Path]:
-    """A read-only copy of the tree at `rev`, or of its files and folders `only`, in a temporary
-    folder removed afterwards; streamed out of Git, and refused past `limit` bytes."""
-    if rev == WORKTREE:
-        yield repo
-        return
-    with tempfile.TemporaryDirectory(prefix="fleetops-plan-") as tmp:
-        if only is None or only:
-            _extract(repo, rev, list(only or []), Path(tmp), limit)
-        yield Path(tmp)
-
-
-def _extract(repo: Path, rev: str, only: list[str], dest: Path, limit: int) -> None:
-    archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", rev, "--", *only],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    taken = 0
-    try:
-        with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-            for member in tar:
-                taken += member.size
-                if taken > limit:
-                    raise PlanError(f"{repo}: revision {rev[:12]} holds more than {limit >> 20} MiB in "
-                                    f"{', '.join(only) or 'its tree'}: refused (a plan's memory and disk stay bounded)")
-                tar.extract(member, dest, filter=_files_only)
-        archive.stdout.read()  # type: ignore[union-attr]  # the archive's end padding
-        archive.wait()
-    except BaseException as exc:
-        archive.kill()
-        archive.wait()
-        if isinstance(exc, tarfile.TarError):
-            raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or exc}") from None
-        raise
-    if archive.returncode != 0:
-        raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or 'git archive failed'}")
-
-
-def _stderr(proc: subprocess.Popen[bytes]) -> str:
-    return proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""  # type: ignore[union-attr]
+    parsed: changes.Parsed | None = None  # the file's data and positions, when the render kept them
 
 
 class Sides:
@@ -214,63 +136,6 @@ def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
         return render.render_environment(side.env, side.tree / env_rel, revision=side.revision).clusters
     except render.RenderError as exc:
         raise PlanError(str(exc)) from None
-
-
-CODE = isolate.PROGRAM
-HERE = Path(__file__).resolve().parent.parent  # the program running now
-
-
-def _same_code(tree: Path) -> bool:
-    """Whether every Python file of the program is byte for byte the one running here: the same Git
-    object ids, as `survey` compares a commit's."""
-    running = _object_ids("sha1")
-    names = _sources(tree)
-    return set(names) == running.keys() and all(_object_id(tree / f, "sha1") == running[f] for f in names)
-
-
-@dataclass(frozen=True)
-class Revision:
-    """What a plan needs to know of a revision before taking anything out of Git."""
-
-    runs_here: bool  # its program is byte for byte the code running here: it renders in this process
-    needs: list[str] | None  # the files and folders to take out of Git: None for the working tree
-
-
-def survey(repo: Path, rev: str, env_rel: str) -> Revision:
-    """A revision whose program runs here needs only its environment file and policies out of Git,
-    another its program too; a commit's program is compared by Git's object ids (`ls-tree`), without
-    taking it out."""
-    if rev == WORKTREE:
-        return Revision(runs_here=_same_code(repo), needs=None)
-    entries = {}
-    for entry in filter(None, git.run(repo, "ls-tree", "-r", "-z", rev, "--", *CODE, "policies", env_rel).split("\0")):
-        meta, path = entry.split("\t", 1)
-        entries[path] = meta.split()[2]
-    code = {path: oid for path, oid in entries.items() if path.endswith(".py") and path.split("/", 1)[0] in CODE}
-    algorithm = "sha256" if any(len(oid) == 64 for oid in code.values()) else "sha1"
-    data = [p for p in entries if p == env_rel or p.startswith("policies/")]
-    if not code or code != _object_ids(algorithm):
-        return Revision(runs_here=False, needs=sorted({p.split("/", 1)[0] for p in code}) + data)
-    return Revision(runs_here=True, needs=data)
-
-
-@functools.cache
-def _object_ids(algorithm: str) -> dict[str, str]:
-    """Git's object id of each Python file of the program running here (read once per process)."""
-    return {name: _object_id(HERE / name, algorithm) for name in _sources(HERE)}
-
-
-def _sources(root: Path) -> list[str]:
-    return [path.relative_to(root).as_posix() for folder in CODE for path in (root / folder).rglob("*.py")]
-
-
-def _object_id(path: Path, algorithm: str) -> str:
-    data = path.read_bytes()
-    return hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def stamp(repo: Path, rev: str) -> str:
-    return git.revision(repo) if rev == WORKTREE else rev
 
 
 # --- what changed ---------------------------------------------------------------------------
@@ -379,7 +244,7 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any]) -> list[dic
         was = old.get(key)
         change = "added" if was is None else "unchanged" if was == row else "changed"
         delta = round(row["monthly_at_max"] - (was["monthly_at_max"] if was else 0), 2)
-        spend = f"{changes_mod.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
+        spend = f"{changes.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
         text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
                 f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
         out.append({**row, "change": change, "monthly_at_max_delta": delta, "text": text})
@@ -508,15 +373,15 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     granted = grants.review(after.env, kueue)
     services = service_rows(before, after, kueue.facts)
-    changes = diff.compare(before.clusters, after.clusters)
-    fleet_changes, capacity = changes_mod.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
+    objects = diff.compare(before.clusters, after.clusters)
+    fleet_changes, capacity = changes.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
-    files = [PolicyFileChange(f, f in changes_mod.SECURITY_FILES,
-                              changes_mod.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)) for f in policy_files]
-    base_file, head_file = (side.parsed or changes_mod.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
+    files = [PolicyFileChange(f, f in changes.SECURITY_FILES,
+                              changes.file_diff(_read(base_tree / f), _read(after.tree / f) if after.tree else None, f)) for f in policy_files]
+    base_file, head_file = (side.parsed or changes.parse(_read(side.tree / env_rel) if side.tree else None, env_rel)
                             for side in (before, after))
-    (edits, fields), positions = changes_mod.spec_changes_and_fields(base_file, head_file), head_file[1]
+    (edits, fields), positions = changes.spec_changes_and_fields(base_file, head_file), head_file[1]
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain(rows, after.env, positions, policies, edited)
@@ -526,13 +391,13 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
         decisions=decisions,
-        no_effect=changes.empty and not policy_files and not edits and cost_before == cost_after,
+        no_effect=objects.empty and not policy_files and not edits and cost_before == cost_after,
         spec_changes=[SpecChange.of(e) for e in edits],
         approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
         fleet_changes=[FleetChange(**c) for c in fleet_changes],
         policy_file_changes=files,
         program_file_changes=program_files,
-        objects=changes,
+        objects=objects,
         capacity=capacity,
         quota_changes=[QuotaChange.of(q) for q in quota],
         grants=Grants.of(granted),
@@ -576,189 +441,6 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-# --- decisions a reviewer can act on --------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Edited:
-    """What a change edited, for placing each decision at it: the environment file's edited fields
-    (head's, in file order) and the first changed line of each changed policy and program file."""
-
-    env_file: str = ""
-    fields: Sequence[spec.Loc] = ()
-    policy_files: dict[str, int] = field(default_factory=dict)
-    program_files: dict[str, int] = field(default_factory=dict)
-
-    @functools.cached_property
-    def _first(self) -> dict[spec.Loc, spec.Loc]:
-        # Every prefix of an edited field -> the first edited field under it: one lookup per decision,
-        # not a scan of every field (a new environment's are all edited).
-        first: dict[spec.Loc, spec.Loc] = {}
-        for loc in self.fields:
-            for end in range(1, len(loc) + 1):
-                first.setdefault(loc[:end], loc)
-        return first
-
-    def first_within(self, scope: spec.Loc) -> spec.Loc | None:
-        """The first edited field at or under `scope`."""
-        return self._first.get(scope)
-
-
-# The field of its item a rule is about, when the item has several (a tenant's quota: guaranteed or burst).
-_RULE_FIELD: dict[str, spec.Loc] = {
-    "quota.guaranteed_over_capacity": ("guaranteed",),
-    "quota.tenant_share": ("guaranteed",),
-    "quota.burst_over_capacity": ("burst",),
-    "priority.value_outside_band": ("value",),
-    "priority.batch_preempts": ("preemption",),
-    "priority.multiple_global_defaults": ("global_default",),
-    "edge.latency": ("latency_ms",),
-    "edge.missing_fingerprints": ("fingerprints",),
-    "network.egress_anywhere": ("network", "egress_cidrs"),
-    "quota.unbounded_device": ("quota",),  # the quota it lacks; a pool it gained is found as the tenant's edit
-    "autoscaling.max_beyond_burst": ("replicas", "max"),
-    "autoscaling.spend_over_budget": ("replicas", "max"),
-}
-# Fields outside a decision's item that make the rule fire for it: a fleet-wide setting, or what the
-# cost is made of (a cost increase is about the edit that costs; being over budget, about the budget).
-_RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
-    "network.missing_default_deny": (("network", "default_deny"),),
-    "network.edge_egress_not_allowed": (("network", "center_endpoints"),),
-    "change.cost_increase_approvals": (("clusters",), ("prices",)),
-    "budget.alert_threshold": (("budget", "alert_at"),),  # a lowered threshold, when the budget itself is not edited
-    "autoscaling.max_beyond_burst": (("tenants",), ("scheduler",)),  # a lowered burst, or less lent
-    "autoscaling.spend_over_budget": (("budget", "monthly"), ("prices",), ("clusters",)),
-}
-
-
-def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
-            edited: Edited = Edited()) -> list[PlanDecision]:
-    """Each decision with where it comes from (`location`), how to fix it, its gate (a deny that
-    more approvals resolve is an `approval`, not a denial of the change itself) and its waiver."""
-    from fleetops import policy
-
-    meta = {m.rule_id: m for m in policy.rule_metadata(policy.load_bundle(policies))}
-    waivers = {w.where: w.waiver for w in policy.load_waivers(policies / policy.WAIVERS_FILE, dt.date.today()).active}
-    out = []
-    for row in rows:
-        rule = meta.get(row["rule"])
-        row = dict(row)
-        if row["status"] == "deny" and rule is not None and rule.gate == "approval":
-            row["status"] = "approval"
-        if (where := location(row, env, positions, edited)) is not None:
-            row["location"] = where
-        row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
-        out.append(PlanDecision.of(row, waivers.get(row.get("waived_by") or "")))
-    return out
-
-
-def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
-             edited: Edited) -> dict[str, Any] | None:
-    """The file, line and column a decision is about: the first changed line of the policy or program
-    file a change rule is about; else the edited field of the environment file's item its subject
-    comes from (the rule's own field of it, else any edited field in it, else a field that makes the
-    rule fire for it); a decision about rendered objects nothing in the environment file explains is
-    the program change's; else the item's field the rule is about."""
-    subject, rule = row.get("subject") or {}, row["rule"]
-    kind = subject.get("kind")
-    if kind == "Policies" and edited.policy_files:
-        return _first_change(edited.policy_files)
-    if kind == "Program" and edited.program_files:
-        return _first_change(edited.program_files)
-    if kind == "Environment" and env is None and edited.env_file:  # removed: its whole file is the edit
-        return {"file": edited.env_file, "line": 1, "column": 1}
-    if env is None or positions is None or not subject:
-        return None
-    item = locate(subject, env)
-    if kind == "DeviceResource" and not subject.get("tenant"):  # a cluster's sum: the quota this change edited there
-        item = _edited_quota(subject, env, edited) or item
-    own = item + _RULE_FIELD.get(rule, ())
-    for scope in (own, item, *_RULE_CAUSES.get(rule, ())):
-        if (loc := edited.first_within(scope)) is not None:
-            return _at(positions, loc)
-    if edited.program_files and not row.get("waived_by"):
-        return _first_change(edited.program_files)
-    return _at(positions, own)
-
-
-def _at(positions: spec.Positions, loc: spec.Loc) -> dict[str, Any]:
-    line, column = positions.at(loc)
-    return {"file": positions.file, "line": line, "column": column}
-
-
-def _first_change(files: dict[str, int]) -> dict[str, Any]:
-    name = min(files)
-    return {"file": name, "line": files[name], "column": 1}
-
-
-def _edited_quota(subject: dict[str, Any], env: spec.Environment, edited: Edited) -> spec.Loc | None:
-    """The tenant quota of `subject`'s device resource this change edited on its cluster."""
-    resource, cluster = subject.get("name"), subject.get("cluster")
-    quotas = (("tenants", i, "quota", resource) for i, t in enumerate(env.tenants) if cluster in t.clusters and resource in t.quota)
-    return next((loc for loc in quotas if edited.first_within(loc)), None)
-
-
-def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
-    """The field of the environment file a decision's resource comes from (the nearest one declared)."""
-    kind, name, cluster, tenant = (resource.get(k) for k in ("kind", "name", "cluster", "tenant"))
-    if kind == "Group" and "/" in (name or ""):  # the change rules name a group "cluster/group"
-        cluster, name = name.split("/", 1)
-    if kind == "Service":
-        index = next((k for k, s in enumerate(env.services) if (s.tenant, s.cluster, s.name) == (tenant, cluster, name)), None)
-        if index is not None:
-            return ("services", index)
-    tenants = {t.name: i for i, t in enumerate(env.tenants)}
-    clusters = {c.name: i for i, c in enumerate(env.clusters)}
-    if tenant in tenants:
-        i = tenants[tenant]
-        bound = [resource["field"]] if resource.get("field") else []  # a quota's `guaranteed` or `burst`
-        field = {"DeviceResource": ("quota", name, *bound), "PriorityClass": ("priority_classes",), "NetworkPolicy": ("network",),
-                 "Pool": ("pools",), "Namespace": ()}.get(kind, ())
-        return ("tenants", i, *field)
-    if kind == "Budget":
-        return ("budget", "monthly")
-    if kind == "Price":
-        return ("prices", name)
-    if kind == "PriorityClass":
-        index = next((k for k, p in enumerate(env.priority_classes) if p.name == name), None)
-        return ("priority_classes", index) if index is not None else ("priority_classes",)
-    if cluster in clusters:
-        ci = clusters[cluster]
-        c = env.clusters[ci]
-        for field, groups in (("pools", c.pools), ("edge_groups", c.edge_groups)):
-            for gi, g in enumerate(groups):
-                if g.name == name or (kind == "DeviceResource" and name in spec.group_capacity(g)):
-                    return ("clusters", ci, field, gi, "nodes") if kind == "DeviceResource" else ("clusters", ci, field, gi)
-        if kind == "Group":  # removed: the list it was removed from
-            return ("clusters", ci, "edge_groups" if c.role == "edge" else "pools")
-        return ("clusters", ci)
-    return ("environment",)
-
-
-def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
-    """The numbers of a fix where the decision gives them: quota over capacity by how much, or how many nodes;
-    a burst Kueue will not grant, to what. The numbers are the decision's `figures`, as the rule computed them."""
-    figures, subject = row.get("figures") or {}, row.get("subject") or {}
-    resource, cluster = subject.get("name"), subject.get("cluster")
-    if row["rule"] == "quota.burst_unreachable" and {"burst", "reachable"} <= figures.keys():
-        reach = figures["reachable"]
-        return (f"lower {subject.get('tenant')}'s burst {resource} to {reach} on {cluster or 'its cluster'}, or add "
-                f"{figures['burst'] - reach} {resource} no tenant guarantees to its pools, "
-                "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
-    if row["rule"] in ("autoscaling.max_beyond_burst", "autoscaling.spend_over_budget") and "fits" in figures:
-        raise_what = f"{subject.get('tenant')}'s burst on {cluster}" if row["rule"] == "autoscaling.max_beyond_burst" else "budget.monthly in its own reviewed PR"
-        return f"lower {subject.get('tenant')}/{subject.get('name')}'s replicas.max to {figures['fits']}, or raise {raise_what}"
-    if row["rule"] != "quota.guaranteed_over_capacity" or not {"quota", "limit", "headroom_percent"} <= figures.keys() or env is None:
-        return ""
-    excess, keep = figures["quota"] - figures["limit"], 1 - figures["headroom_percent"] / 100
-    fixes = [f"lower guaranteed {resource} by {excess} across the tenants on {cluster}"]
-    pools = [g for c in env.clusters if c.name == cluster for g in c.pools if resource in spec.group_capacity(g)]
-    if pools:
-        pool = pools[0]
-        per_node = spec.group_capacity(pool)[resource] / pool.nodes
-        fixes.append(f"add {math.ceil(excess / (per_node * keep))} nodes to {pool.name}")
-    return ", or ".join(fixes + ["merge a waiver first in its own PR"])
-
-
 def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
           used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
@@ -770,14 +452,13 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
         resources = (policy.resource_entry(cluster, m) for cluster, manifests in head.clusters.items() for m in manifests)
         document = policy.build_input(head.env, resources, head.revision, change=facts, usage=used, granted=granted)
     else:  # the environment is deleted at head: only the change rules have anything to judge
-        document = {"environment": environment, "revision": head.revision, "spec": None,
-                    "resources": [], "by_kind": {}, "facts": None, "live": None, "change": facts, "usage": used}
+        document = policy.deleted_input(environment, head.revision, facts, used)
     try:
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     rows = policy.report_rows(verdict) + [
-        {"status": "warn", "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
+        {"status": DecisionStatus.WARN.value, "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
          "package": "fleet.waivers", "waived_by": None}
         for problem in verdict.waiver_problems
     ]

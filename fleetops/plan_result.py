@@ -181,7 +181,7 @@ class PlanDecision:
 
     @classmethod
     def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
-        """From the row `plan.explain` makes of a policy's decision, and the waiver `waived_by` names."""
+        """From the row `explain.explain` makes of a policy's decision, and the waiver `waived_by` names."""
         loc = row.get("location")
         return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
                    row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver)

@@ -433,3 +433,13 @@ def test_a_file_that_is_not_statements_is_one_line_and_no_report(tmp_path: Path)
     done = run("audit", "--env", "dev", "--output", "markdown", "-o", str(tmp_path / "audit.md"), "--statements", str(given))
     assert done.returncode == 2 and not (tmp_path / "audit.md").exists()
     assert done.stderr.strip() == f"{given}: not the JSON of `fleetops statements --output json`: prometheus: Field required"
+
+
+def test_a_decision_log_line_with_a_status_no_gate_writes_is_listed_as_malformed(tmp_path: Path) -> None:
+    # A hand-edited "denied" (not a status) was counted as an entry and its decision dropped without a word.
+    log = tmp_path / "decisions.jsonl"
+    log.write_text('{"time": "2026-11-30T10:00:00+00:00", "decisions": [{"rule": "x.y", "status": "denied"}]}\n')
+    md = tmp_path / "audit.md"
+    done = run("audit", "--env", "dev", "--decision-log", str(log), "--output", "markdown", "-o", str(md))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"decision log: 1 malformed line(s) left out of the history: {log}:1" in done.stderr

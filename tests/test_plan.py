@@ -177,19 +177,19 @@ def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) 
 
 
 def test_a_revision_running_this_code_is_taken_out_of_git_as_its_file_and_policies(repo: Path) -> None:
-    from fleetops import plan as plan_mod
+    from fleetops import revisions
 
     base = git(repo, "rev-parse", "main").strip()
-    revision = plan_mod.survey(repo, base, "environments/prod.yaml")
+    revision = revisions.survey(repo, base, "environments/prod.yaml")
     assert revision.runs_here
     assert "environments/prod.yaml" in revision.needs and "policies/quota.rego" in revision.needs
     assert all(p == "environments/prod.yaml" or p.startswith("policies/") for p in revision.needs)
-    with plan_mod.checkout(repo, base, revision.needs) as tree:
+    with revisions.checkout(repo, base, revision.needs) as tree:
         assert sorted(p.name for p in tree.iterdir()) == ["environments", "policies"]
     (repo / "modules" / "kube.py").write_text((repo / "modules" / "kube.py").read_text() + "\n# changed\n")
     changed = commit(repo, "a module changed")
     # Another program: its folders too, and nothing else of the tree (a blob in docs/ is never taken out).
-    assert plan_mod.survey(repo, changed, "environments/prod.yaml") == plan_mod.Revision(
+    assert revisions.survey(repo, changed, "environments/prod.yaml") == revisions.Revision(
         runs_here=False, needs=["fleetops", "modules", "stacks", *revision.needs])
 
 

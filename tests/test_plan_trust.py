@@ -162,14 +162,15 @@ def test_a_base_without_policies_fails_closed(repo: Path) -> None:
 
 
 def test_more_than_the_limit_out_of_git_is_refused_in_one_line(repo: Path) -> None:
-    from fleetops import plan as plan_mod
+    from fleetops import revisions
+    from fleetops.errors import PlanError
 
     (repo / "modules" / "blob.bin").write_bytes(os.urandom(3 << 20))
     head = commit(repo, "a large file in the program")
-    with pytest.raises(plan_mod.PlanError, match=r"more than 2 MiB in modules: refused"):
-        with plan_mod.checkout(repo, head, ["modules"], limit=2 << 20):
+    with pytest.raises(PlanError, match=r"more than 2 MiB in modules: refused"):
+        with revisions.checkout(repo, head, ["modules"], limit=2 << 20):
             pass
-    with plan_mod.checkout(repo, head, ["environments/prod.yaml"], limit=2 << 20) as tree:  # the blob is not taken out
+    with revisions.checkout(repo, head, ["environments/prod.yaml"], limit=2 << 20) as tree:  # the blob is not taken out
         assert [p.name for p in tree.rglob("*") if p.is_file()] == ["prod.yaml"]
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from benchmarks.generate import synthetic_yaml
 from fleetops import policy, render, spec
+from fleetops.envelope import DecisionStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ROOT / "environments"
@@ -52,14 +53,14 @@ def copy_policies(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["dev", "staging", "prod"])
 def test_bundled_environments_pass(name):
     verdict = judge(*rendered(name))
-    assert verdict.ok, [d.msg for d in verdict.denied]
+    assert verdict.ok, [d.msg for d in verdict.of(DecisionStatus.DENY)]
 
 
 def test_prod_warns_at_the_80_percent_budget_alert_and_carries_its_waiver():
     verdict = judge(*rendered("prod"))
-    alerts = [d.msg for d in verdict.warnings if d.rule == "budget.alert_threshold"]
+    alerts = [d.msg for d in verdict.of(DecisionStatus.WARN) if d.rule == "budget.alert_threshold"]
     assert alerts == ["projected monthly cost 539981 USD is 90% of the budget of 600000, past the 80% alert"]
-    (waived,) = verdict.waived
+    (waived,) = verdict.of(DecisionStatus.WAIVED)
     assert waived.rule == "quota.tenant_share"
     assert waived.resource == {"cluster": "center-sh", "tenant": "llm-pretrain", "kind": "DeviceResource", "name": "nvidia.com/gpu"}
     assert re.fullmatch(r".*policies/waivers\.yaml:\d+", waived.waived_by)
@@ -119,7 +120,7 @@ def test_mutated_prod_is_denied_with_the_rule(tmp_path, rule):
 
 def test_a_deny_names_the_place_to_look(tmp_path):
     verdict = judge(*mutated(tmp_path, MUTATIONS["devices.time_slicing_replicas"]))
-    (d,) = [d for d in verdict.denied if d.rule == "devices.time_slicing_replicas"]
+    (d,) = [d for d in verdict.of(DecisionStatus.DENY) if d.rule == "devices.time_slicing_replicas"]
     assert d.resource_ref() == "center-bj:ConfigMap/kube-system/nvidia-device-plugin-a100-infer"
     assert "8 replicas, at most 4 allowed" in d.msg
 
@@ -180,14 +181,14 @@ def test_a_waiver_applies_only_inside_its_scope(tmp_path):
     directory = copy_policies(tmp_path)
     write_waivers(directory, {**WAIVER, "scope": {"environment": "prod", "cluster": "center-bj", "tenant": "llm-pretrain"}})
     verdict = judge(*rendered("prod"), policies_dir=directory)
-    assert "quota.tenant_share" in verdict.rules("deny") and not verdict.waived
+    assert "quota.tenant_share" in verdict.rules("deny") and not verdict.of(DecisionStatus.WAIVED)
 
 
 def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):
     directory = copy_policies(tmp_path)
     write_waivers(directory, WAIVER, {**WAIVER, "rule": "quota.tenant_shares"})
     verdict = judge(*rendered("prod"), policies_dir=directory)
-    assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
+    assert [d.rule for d in verdict.of(DecisionStatus.WAIVED)] == ["quota.tenant_share"]
     (problem,) = verdict.waiver_problems
     assert re.fullmatch(r".*waivers\.yaml:\d+: waiver of quota.tenant_shares: no policy has this rule", str(problem))
 
@@ -225,7 +226,7 @@ def test_live_capacity_below_guaranteed_is_a_warning(tmp_path):
     inventory.write_text(json.dumps({"nodes": nodes}))
     verdict = judge(*rendered("prod"), live=policy.load_inventory(inventory))
     assert verdict.ok  # a shortfall is reported, never a deny: the reconciler must not thrash
-    shortfalls = [d.msg for d in verdict.warnings if d.rule == "capacity.live_below_guaranteed"]
+    shortfalls = [d.msg for d in verdict.of(DecisionStatus.WARN) if d.rule == "capacity.live_below_guaranteed"]
     assert "edge-sh-factory: Ready nodes offer 50 nvidia.com/gpu but tenants are guaranteed 60" in shortfalls
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fleetops import policy
+from fleetops.envelope import DecisionStatus
 from tests import servers
 from tests.test_policy import TODAY, rendered
 
@@ -28,7 +29,7 @@ def judge(*extra: dict[str, Any], cluster: str = "dev-center", engine: policy.En
 
 def denied(verdict: policy.Verdict) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for d in verdict.denied:
+    for d in verdict.of(DecisionStatus.DENY):
         out.setdefault(d.rule, []).append(d.msg)
     return out
 

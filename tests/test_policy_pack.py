@@ -18,6 +18,7 @@ import yaml
 from pulumi_policy import PolicyProviderResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
 
 from fleetops import policy, render, spec
+from fleetops.envelope import DecisionStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / "policies" / "pack"
@@ -124,7 +125,7 @@ def test_waivers_apply_in_the_pack_as_in_check(tmp_path):
     _, state = rendered()
     document, _ = policy.stack_input(stack_resources(state), ROOT / "environments")
     verdict = policy.evaluate_input(document, today=dt.date(2026, 12, 2))
-    assert [d.rule for d in verdict.waived] == ["quota.tenant_share"]
+    assert [d.rule for d in verdict.of(DecisionStatus.WAIVED)] == ["quota.tenant_share"]
 
 
 def test_the_pack_judges_with_the_policies_and_waivers_of_the_project_it_runs_in(pack, tmp_path):

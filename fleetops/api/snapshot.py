@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetops import __version__, git, grants, plan, spec
+from fleetops import __version__, git, grants, plan, revisions, spec
 from fleetops.errors import FleetopsError, PlanError, Problem
+from fleetops.explain import explain
 from fleetops.plan_result import PlanDecision, PlanResult
 
 log = logging.getLogger("fleetops.api")
@@ -59,19 +60,19 @@ def load(repo: Path, environment: str, rev: str, stack: contextlib.ExitStack) ->
     """The environment at `rev`, loaded whole; its files stay in a folder `stack` removes. Raises PlanError."""
     env_rel = spec.environment_path(environment).as_posix()
     top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
-    revision = plan.resolve(top, rev)
-    survey = plan.survey(top, revision, env_rel)
+    revision = revisions.resolve(top, rev)
+    survey = revisions.survey(top, revision, env_rel)
     if not survey.runs_here:
         raise PlanError(f"{repo}: revision {revision[:12]} holds another fleetops program than fleetops {__version__} running "
                         "here: serve it with that revision's image (its code judges the quotes it serves)")
-    tree = stack.enter_context(plan.checkout(top, revision, survey.needs))
+    tree = stack.enter_context(revisions.checkout(top, revision, survey.needs))
     if not (tree / env_rel).is_file():
         raise PlanError(f"{env_rel}: no such environment at revision {revision[:12]}")
     side = plan.rendered_side(revision, tree, env_rel)
     plan.check_schema(side, env_rel)
     rows, _ = plan.judge(side, environment, None, tree / "policies")  # the revision alone, as `check` judges it
     assert side.env is not None and side.parsed is not None
-    decisions = plan.explain(rows, side.env, side.parsed[1], tree / "policies")
+    decisions = explain(rows, side.env, side.parsed[1], tree / "policies")
     return Snapshot(environment, env_rel, revision, side, tree, capacity(side.env, side.clusters), grants.facts(side.clusters), decisions,
                     _latest_plan(top, environment, revision))
 

@@ -1,7 +1,7 @@
 """The policy gate: build the policy input, evaluate the Rego policies, apply waivers, log decisions.
 
     verdict = evaluate(env, state, live=None, change=None, engine=None)
-    verdict.denied      # unwaived deny decisions: any of them fails the gate
+    verdict.of(DecisionStatus.DENY)  # unwaived deny decisions: any of them fails the gate
     verdict.decisions   # every decision, deny / warn / waived
 
 Policies are Rego v1 files under `policies/` (packages `fleet.<domain>`, each exposing `deny` and
@@ -29,9 +29,9 @@ from fleetops.policy.bundle import (
     read_text,
     rule_metadata,
 )
-from fleetops.policy.decisions import Decision, Status
+from fleetops.policy.decisions import Decision
 from fleetops.policy.engine import EmbeddedEngine, Engine, OpaEngine, Results, collect, engine_from, rebase
-from fleetops.policy.facts import Inventory, PolicyInput, build_input, load_inventory, policy_input, resource_entry
+from fleetops.policy.facts import Inventory, PolicyInput, build_input, deleted_input, load_inventory, policy_input, resource_entry
 from fleetops.policy.pack import stack_input, validate_stack
 from fleetops.policy.records import decision_log_path, decision_record, junit_report, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
@@ -54,7 +54,6 @@ __all__ = [
     "PolicyInput",
     "Results",
     "RuleMeta",
-    "Status",
     "TestReport",
     "TestResult",
     "Verdict",
@@ -65,6 +64,7 @@ __all__ = [
     "collect",
     "decision_log_path",
     "decision_record",
+    "deleted_input",
     "display_path",
     "engine_from",
     "evaluate",

@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fleetops.envelope import Severity
+from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PolicyError
 from fleetops.policy.engine import Results
-
-Status = Literal["deny", "warn", "waived"]
 
 
 @dataclass(frozen=True)
@@ -26,8 +24,8 @@ class Decision:
     waived_by: str | None = None  # file:line of the waiver
 
     @property
-    def status(self) -> Status:
-        return "waived" if self.waived_by else self.kind
+    def status(self) -> DecisionStatus:
+        return DecisionStatus.WAIVED if self.waived_by else DecisionStatus(self.kind)
 
     def resource_ref(self, with_cluster: bool = True) -> str:
         r = self.resource
@@ -38,7 +36,7 @@ class Decision:
     def as_dict(self) -> dict[str, Any]:
         """The one decision shape of every command's output (fleetops/schemas/output.schema.json)."""
         return {
-            "status": self.status,
+            "status": self.status.value,
             "rule": self.rule,
             "severity": self.severity.value,
             "msg": self.msg,

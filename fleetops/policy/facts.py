@@ -197,6 +197,13 @@ def build_input(
     }
 
 
+def deleted_input(environment: str, revision: str, change: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The policy input of an environment the change under review deletes: the shape `build_input`
+    makes, with no spec, objects or facts (only the change rules have anything to judge)."""
+    return {"environment": environment, "revision": revision, "spec": None, "resources": [], "by_kind": {}, "facts": None,
+            "live": None, "change": change, "usage": usage}
+
+
 def policy_input(
     env: spec.Environment, state: DesiredState, live: Inventory | None = None, change: dict[str, Any] | None = None
 ) -> dict[str, Any]:

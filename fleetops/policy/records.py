@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops.errors import PolicyError
-from fleetops.envelope import decision_counts
+from fleetops.envelope import DecisionStatus, decision_counts
 from fleetops.policy.verdict import Judgement, Verdict, report_rows
 
 def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
@@ -23,14 +23,15 @@ def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
     cases = []
     for d in rows:
         case = TestCase(f"{d['rule']} {d.get('resource') or ''}".strip(), classname=classname, stdout=d["msg"])
-        if d["status"] in ("deny", "approval"):  # an approval missing blocks the merge as a deny does
-            case.add_failure_info(message=d["msg"], failure_type="approval" if d["status"] == "approval" else d.get("severity"))
-        elif d["status"] == "waived":
+        status = DecisionStatus(d["status"])
+        if status.blocks:
+            case.add_failure_info(message=d["msg"], failure_type=status.value if status is DecisionStatus.APPROVAL else d.get("severity"))
+        elif status is DecisionStatus.WAIVED:
             case.add_skipped_info(message=f"waived: {d['msg']}")
         else:
             case.stdout = f"warning: {d['msg']}"
         cases.append(case)
-    denied = sum(d["status"] in ("deny", "approval") for d in rows)
+    denied = sum(DecisionStatus(d["status"]).blocks for d in rows)
     gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny or approval decision(s)")
     if denied:
         gate.add_failure_info(message=f"{denied} unwaived deny or approval decision(s)")
@@ -83,7 +84,7 @@ def decision_record(source: str, environment: str, revision: str, judgement: Jud
 
 def verdict_record(verdict: Verdict, source: str) -> dict[str, Any]:
     return decision_record(source, verdict.environment, verdict.revision, verdict.judgement(),
-                           report_rows(verdict), "denied" if verdict.denied else "allowed")
+                           report_rows(verdict), "allowed" if verdict.ok else "denied")
 
 
 def log_decisions(path: Path, record: dict[str, Any]) -> None:

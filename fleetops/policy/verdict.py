@@ -11,9 +11,9 @@ from typing import Any
 
 from fleetops import spec
 from fleetops.errors import PolicyError, Problem
-from fleetops.envelope import VERDICT_STATUSES, decision_counts
+from fleetops.envelope import VERDICT_STATUSES, DecisionStatus, decision_counts
 from fleetops.policy.bundle import POLICIES_DIR, WAIVERS_FILE, load_bundle, rule_metadata
-from fleetops.policy.decisions import Decision, Status, to_decisions
+from fleetops.policy.decisions import Decision, to_decisions
 from fleetops.policy.engine import EmbeddedEngine, Engine
 from fleetops.policy.facts import Inventory, policy_input
 from fleetops.policy.waivers import apply_waivers, load_waivers
@@ -55,23 +55,15 @@ class Verdict:
     decisions: list[Decision]
     waiver_problems: list[Problem] = field(default_factory=list)
 
-    @property
-    def denied(self) -> list[Decision]:
-        return [d for d in self.decisions if d.status == "deny"]
-
-    @property
-    def warnings(self) -> list[Decision]:
-        return [d for d in self.decisions if d.status == "warn"]
-
-    @property
-    def waived(self) -> list[Decision]:
-        return [d for d in self.decisions if d.status == "waived"]
+    def of(self, status: DecisionStatus) -> list[Decision]:
+        """The decisions with `status`: an unwaived deny fails the gate."""
+        return [d for d in self.decisions if d.status == status]
 
     @property
     def ok(self) -> bool:
-        return not self.denied
+        return not self.of(DecisionStatus.DENY)
 
-    def rules(self, status: Status | None = None) -> set[str]:
+    def rules(self, status: DecisionStatus | None = None) -> set[str]:
         return {d.rule for d in self.decisions if status is None or d.status == status}
 
     def judgement(self) -> Judgement:

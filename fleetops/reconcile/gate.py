@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fleetops import render, spec
+from fleetops.envelope import DecisionStatus
 
 # --- the gate ------------------------------------------------------------------------------
 
@@ -38,12 +39,12 @@ def default_gate(env: spec.Environment, state: render.DesiredState, live_nodes: 
         verdict = policy.evaluate(env, state, live=policy_inventory(live_nodes), policies_dir=policies_dir)
     except Exception as exc:  # noqa: BLE001 - any failure of the engine is a denial, never an apply
         return GateResult(True, [f"policy engine unavailable: {type(exc).__name__}: {exc}"], unavailable=True)
-    warnings = [f"{d.rule}: {d.msg}" for d in verdict.warnings]
+    warnings = [f"{d.rule}: {d.msg}" for d in verdict.of(DecisionStatus.WARN)]
     try:  # the same record plan, check and the policy pack write; losing it does not undo the decision
         policy.log_decisions(policy.decision_log_path(), policy.verdict_record(verdict, "reconcile"))
     except policy.PolicyError as exc:
         warnings.append(f"decision not recorded: {exc}")
-    return GateResult(bool(verdict.denied), [f"{d.rule}: {d.msg}" for d in verdict.denied], warnings)
+    return GateResult(not verdict.ok, [f"{d.rule}: {d.msg}" for d in verdict.of(DecisionStatus.DENY)], warnings)
 
 
 def policy_inventory(live: dict[str, Any]) -> Any:
