@@ -27,6 +27,7 @@ import jsonschema_rs
 import yaml
 
 from fleetops import spec
+from fleetops.errors import Problem
 
 KUBERNETES_VERSION = "1.37.0"
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,28 +116,42 @@ def _digest(files: list[tuple[str, bytes]]) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def _schemas_of_yaml(files: list[tuple[str, bytes]]) -> Schemas:
+def _crd_documents(file: str, data: bytes) -> list[Any]:
+    """The documents of one CRD file; unreadable YAML is one SpecError at its place in `file`."""
+    try:
+        return list(yaml.load_all(data, Loader=spec.YAML_LOADER))
+    except yaml.MarkedYAMLError as exc:
+        raise spec.SpecError([spec.yaml_problem(exc, file)]) from None
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise spec.SpecError([Problem(f"invalid YAML: {exc}", file, 1, 1)]) from None
+
+
+def _schemas_of_yaml(files: list[tuple[str, bytes]], directory: Path) -> Schemas:
     schemas: Schemas = {}
-    for _, data in files:
-        for doc in yaml.load_all(data, Loader=spec.YAML_LOADER):
-            if not doc or doc.get("kind") != "CustomResourceDefinition":
+    for name, data in files:
+        file = str(directory / name)
+        for doc in _crd_documents(file, data):
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
-            group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
-            for version in doc["spec"]["versions"]:
-                if version.get("served", True) and "schema" in version:
-                    # _strict builds every mapping and list anew: the document is never changed (a deep copy
-                    # first was a third of this function's time, 18 ms of every validate)
-                    schema = _strict(version["schema"]["openAPIV3Schema"])
-                    # metadata is validated by the server's ObjectMeta rules, not the CRD.
-                    schema.setdefault("properties", {})["metadata"] = {"type": "object"}
-                    schemas[(f"{group}/{version['name']}", kind)] = schema
+            try:
+                group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
+                versions = [(v["name"], dict(v["schema"]["openAPIV3Schema"])) for v in doc["spec"]["versions"] if v.get("served", True) and "schema" in v]
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise spec.SpecError([Problem(f"a CustomResourceDefinition without spec.group, spec.names.kind or spec.versions[].name and schema.openAPIV3Schema ({type(exc).__name__}: {exc})", file, 1, 1)]) from None
+            for version, openapi in versions:
+                # _strict builds every mapping and list anew: the document is never changed (a deep copy
+                # first was a third of this function's time, 18 ms of every validate)
+                schema = _strict(openapi)
+                # metadata is validated by the server's ObjectMeta rules, not the CRD.
+                schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+                schemas[(f"{group}/{version}", kind)] = schema
     return schemas
 
 
 def strict_schemas_json(directory: Path = SHIPPED_CRDS) -> str:
     """The text of `STRICT_SCHEMAS` for the CRDs of `directory`."""
     files = _read_crds(directory)
-    schemas = [{"apiVersion": api_version, "kind": kind, "schema": schema} for (api_version, kind), schema in _schemas_of_yaml(files).items()]
+    schemas = [{"apiVersion": api_version, "kind": kind, "schema": schema} for (api_version, kind), schema in _schemas_of_yaml(files, directory).items()]
     return json.dumps({"digest": _digest(files), "schemas": schemas}, separators=(",", ":")) + "\n"
 
 
@@ -151,7 +166,7 @@ def crd_schemas(directory: Path) -> Schemas:
     shipped = json.loads(STRICT_SCHEMAS.read_bytes())
     if shipped["digest"] == _digest(files):
         return {(s["apiVersion"], s["kind"]): s["schema"] for s in shipped["schemas"]}
-    return _schemas_of_yaml(files)
+    return _schemas_of_yaml(files, directory)
 
 
 # Validators are jsonschema-rs (compiled): the large fleet's 15,000 objects take 0.1 s where the

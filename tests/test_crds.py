@@ -98,3 +98,18 @@ def test_a_crd_folder_holding_no_readable_crd_is_one_line_naming_the_file(kind: 
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"{crds / 'widgets.yaml'}:1:1: ") and ("is a named pipe, not a regular file" in line if kind == "a named pipe" else "more than the 3145728 byte limit for a CRD" in line)
+
+
+@pytest.mark.parametrize(("text", "where", "what"), [
+    ("kind: CustomResourceDefinition\nspec: {group: x.io\n", ":3:1: ", "invalid YAML"),
+    ("kind: CustomResourceDefinition\nspec: {group: x.io}\n", ":1:1: ", "a CustomResourceDefinition without spec.group"),
+])
+def test_a_crd_folder_holding_a_broken_crd_is_one_line_naming_the_file(text: str, where: str, what: str, tmp_path: Path) -> None:
+    # A CRD of FLEETOPS_CRD_DIR that is no YAML, or no CRD a schema can be read from, ended in a traceback.
+    envs, crds = nine_taints(tmp_path), tmp_path / "crds"
+    crds.mkdir()
+    (crds / "widgets.yaml").write_text(text)
+    done = run("validate", "--env", "test", "--environments", envs, env={"FLEETOPS_CRD_DIR": str(crds)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"{crds / 'widgets.yaml'}{where}") and what in line, line

@@ -165,7 +165,7 @@ class _Tree:
         return name
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+def yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     """`file:line:col: invalid YAML: what`, at the place the parser stopped, naming where the construct began."""
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -195,7 +195,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
             tree.walk(root, ())
             data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
-        raise SpecError([_yaml_problem(exc, file)]) from None
+        raise SpecError([yaml_problem(exc, file)]) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:  # e.g. an unreadable timestamp scalar
         raise SpecError([Problem(f"invalid YAML: {exc}", file, 1, 1)]) from None
     except (KeyError, IndexError, AttributeError) as exc:  # PyYAML's builders on a tagged scalar they cannot read: `!!bool maybe`
