@@ -80,7 +80,7 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
     for row in rows:
         rule = meta.get(row["rule"])
         row = dict(row)
-        if row["status"] == DecisionStatus.DENY and rule is not None and rule.gate == "approval":
+        if row["status"] == DecisionStatus.DENY and rule is not None and rule.gate is policy.Resolution.APPROVAL:
             row["status"] = DecisionStatus.APPROVAL.value
         if (where := location(row, env, positions, edited)) is not None:
             row["location"] = where

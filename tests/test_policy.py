@@ -365,6 +365,18 @@ def test_metadata_that_is_not_yaml_is_rejected(tmp_path):
         policy.rule_metadata(policy.load_bundle(directory))
 
 
+@pytest.mark.parametrize(("old", "new", "field"), [("#   severity: high", "#   severity: hgih", "severity"),
+                                                    ("#   severity: high", "#   severity: high\n#   gate: aproval", "gate")])
+def test_rule_metadata_outside_the_contracts_words_is_refused_at_the_rule(tmp_path, old, new, field):
+    # A misspelt severity was shown as written; a misspelt `gate: approval` quietly made the rule one a change resolves.
+    directory = copy_policies(tmp_path)
+    path = directory / "edge.rego"
+    text = path.read_text()
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(policy.PolicyError, match=rf"/policies/edge\.rego:\d+: METADATA custom\.{field} is '\w+', not one of "):
+        policy.rule_metadata(policy.load_bundle(directory))
+
+
 # A key written twice silently won before: the second value replaced the first.
 @pytest.mark.parametrize(
     "file, old, new, message",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fleetops import spec
+from fleetops.envelope import Severity
 from fleetops.errors import PolicyError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -90,6 +92,16 @@ def package_of(source: str) -> str:
     return match.group(1) if match else ""
 
 
+_Word = TypeVar("_Word", bound=StrEnum)
+
+
+class Resolution(StrEnum):
+    """What resolves a rule's denial (`custom.gate`): a different change, or (`approval`) more approvals."""
+
+    CHANGE = "change"
+    APPROVAL = "approval"
+
+
 @dataclass(frozen=True)
 class RuleMeta:
     """A `# METADATA` block and the rule it annotates, for reports and the audit."""
@@ -100,10 +112,10 @@ class RuleMeta:
     rule_id: str  # the "rule" its decisions carry, e.g. "quota.tenant_share"
     title: str
     description: str
-    severity: str
+    severity: Severity
     control_id: str
     fix: str = ""  # custom.fix: how to resolve a decision of this rule, for the plan and check
-    gate: str = ""  # custom.gate: "approval" when more approvals, not a different change, resolve it
+    gate: Resolution = Resolution.CHANGE
 
 
 _RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
@@ -133,7 +145,18 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
                 continue
             custom = meta.get("custom") or {}
             rule_id = _RULE_ID.search(source, match.end())
+            where = f"{display_path(bundle.directory / name)}:{line}"
             out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
-                                str(meta.get("description", "")), str(custom.get("severity", "")), str(custom.get("control_id", "")),
-                                str(custom.get("fix", "")), str(custom.get("gate", ""))))
+                                str(meta.get("description", "")), _closed(custom.get("severity"), Severity, where, "severity"),
+                                str(custom.get("control_id", "")), str(custom.get("fix", "")),
+                                _closed(custom.get("gate", Resolution.CHANGE), Resolution, where, "gate")))
     return out
+
+
+def _closed(value: Any, kind: type[_Word], where: str, field: str) -> _Word:
+    """A METADATA value of a closed set; another word is a PolicyError at the rule: the gate would
+    otherwise weigh a rule it cannot read (policies/README.md fixes the words)."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise PolicyError(f"{where}: METADATA custom.{field} is {value!r}, not one of {', '.join(kind)}") from None
