@@ -300,9 +300,11 @@ def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[dict[str, 
         where = new_pos if path in new else old_pos
         loc = after[1] if path in new else before[1]
         line = where.nodes.get(loc, (1, 1))[0] if where is not None else 1
-        security = any(str(part) in SECURITY_FIELDS for part in loc)
+        # the innermost security-relevant key the field is under (`fingerprints`, `name_pattern`, ...), "" if none
+        security_field = next((str(part) for part in reversed(loc) if str(part) in SECURITY_FIELDS), "")
         out.append({"path": path, "old": before[0] if path in old else None, "new": after[0] if path in new else None,
-                    "file": where.file, "line": line, "side": "head" if path in new else "base", "security": security})
+                    "file": where.file, "line": line, "side": "head" if path in new else "base",
+                    "security": bool(security_field), "security_field": security_field})
     if new_pos is not None:
         fields.sort(key=lambda loc: new_pos.nodes.get(loc, (0, 0)))
     return out, fields

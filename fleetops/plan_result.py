@@ -216,12 +216,17 @@ class SpecChange:
     file: str
     line: int
     side: Side  # the side whose file holds `line`
-    security: bool  # it decides who or what is let in: fingerprints, allow lists, node matches, ...
+    # the key that makes it decide who or what is let in (`fingerprints`, an allow list, a node match, ...); "" if none
+    security_field: str
+
+    @property
+    def security(self) -> bool:
+        return bool(self.security_field)
 
     @classmethod
     def of(cls, row: Row) -> SpecChange:
         """From `changes.spec_changes_and_fields`' row."""
-        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security"])
+        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security_field"])
 
     def to_json(self) -> Row:
         return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleetops import spec
 from fleetops.envelope import DecisionStatus
-from fleetops.output.markdown import GROUP_OVER, security_kind
+from fleetops.output.markdown import GROUP_OVER
 from fleetops.plan_result import PlanResult, Side, SpecChange
 
 LEVEL = {DecisionStatus.DENY: "error", DecisionStatus.APPROVAL: "warning", DecisionStatus.WARN: "warning", DecisionStatus.WAIVED: "notice"}
@@ -27,7 +27,7 @@ def render(plan: PlanResult) -> str:
     kinds: dict[str, list[SpecChange]] = {}
     for e in plan.spec_changes:
         if e.security and e.side is Side.HEAD:
-            kinds.setdefault(security_kind(e.path), []).append(e)
+            kinds.setdefault(e.security_field, []).append(e)
     for kind, edits in kinds.items():
         # A new environment's hundreds of node matches are one notice at the first, not one per line.
         many = len(edits) > GROUP_OVER

@@ -17,7 +17,6 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fleetops import spec, usage
-from fleetops.changes import SECURITY_FIELDS
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
@@ -120,15 +119,10 @@ def header(plan: PlanResult) -> list[str]:
     return lines
 
 
-def security_kind(path: str) -> str:
-    """The security-relevant key a field's path ends in: `fingerprints`, `name_pattern`, …"""
-    return next((part for part in reversed(re.split(r"[.\[]", path)) if part in SECURITY_FIELDS), "field")
-
-
 def _security_kinds(plan: PlanResult) -> str:
     """What the security-relevant changes are, by kind: a new environment's hundreds of fingerprints and
     node matches read as a few counts, not as one alarming number."""
-    kinds = Counter(security_kind(e.path) for e in plan.spec_changes if e.security)
+    kinds = Counter(e.security_field for e in plan.spec_changes if e.security)
     kinds.update({"policy file(s)": sum(f.security for f in plan.policy_file_changes), "program file(s)": len(plan.program_file_changes)})
     named = [f"{n:,} {_text(k)}" for k, n in kinds.most_common() if n]
     return f" ({', '.join(named)})" if named else ""
