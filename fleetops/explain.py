@@ -138,8 +138,6 @@ def _edited_quota(subject: dict[str, Any], env: spec.Environment, edited: Edited
 def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     """The field of the environment file a decision's resource comes from (the nearest one declared)."""
     kind, name, cluster, tenant = (resource.get(k) for k in ("kind", "name", "cluster", "tenant"))
-    if kind == "Group" and "/" in (name or ""):  # the change rules name a group "cluster/group"
-        cluster, name = name.split("/", 1)
     if kind == "Service":
         index = next((k for k, s in enumerate(env.services) if (s.tenant, s.cluster, s.name) == (tenant, cluster, name)), None)
         if index is not None:

@@ -183,10 +183,11 @@ warn contains d if {
 #   control_id: FLEET-CHANGE-05
 warn contains d if {
 	some group in change.groups_removed
+	[cluster, name] := split(group, "/")
 	d := {
 		"rule": "change.group_removed",
 		"severity": "low",
 		"msg": sprintf("removes pool or edge group %s", [group]),
-		"resource": {"kind": "Group", "name": group},
+		"resource": {"kind": "Group", "cluster": cluster, "name": name},
 	}
 }

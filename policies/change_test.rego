@@ -71,7 +71,11 @@ test_policy_edit_warns if {
 }
 
 test_group_removed_warns if {
-	"change.group_removed" in rules(change.warn) with input as with_change({"groups_removed": ["center-sh/fpga-arria10"]})
+	decisions := change.warn with input as with_change({"groups_removed": ["center-sh/fpga-arria10"]})
+	some d in decisions
+	d.rule == "change.group_removed"
+	d.resource == {"kind": "Group", "cluster": "center-sh", "name": "fpga-arria10"}
+	d.msg == "removes pool or edge group center-sh/fpga-arria10"
 }
 
 test_program_change_needs_approvals if {
