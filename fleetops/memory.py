@@ -12,10 +12,7 @@ runs with Python's defaults.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import gc
-from collections.abc import Callable, Iterator
 
 
 def for_a_command() -> None:
@@ -27,35 +24,3 @@ def release() -> None:
     """Free the cycles that have become garbage since the last call (the reconcile loop calls it
     before each pass, its collector being off as every command's)."""
     gc.collect()
-
-
-@contextlib.contextmanager
-def heap_kept() -> Iterator[None]:
-    """Stop glibc from returning the top of the heap to the system after every large free, while
-    inside the block; on leaving, its default (128 KiB) is back and the heap shrinks again.
-
-    The embedded policy engine parses the policy input (13 MB of JSON for the large fleet) with many
-    allocations that grow and shrink; glibc's default gave each shrink back and faulted it in again,
-    0.2-0.5 s of system time per evaluation against 0.1 s of parsing. A no-op without glibc.
-    """
-    mallopt = _mallopt()
-    if mallopt is not None:
-        mallopt(_M_TRIM_THRESHOLD, 512 << 20)
-    try:
-        yield
-    finally:
-        if mallopt is not None:
-            mallopt(_M_TRIM_THRESHOLD, 128 << 10)
-
-
-@functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    import ctypes  # here: every command imports this module for `for_a_command`
-
-    try:
-        return ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-
-
-_M_TRIM_THRESHOLD = -1  # glibc malloc.h

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from fleetops import memory
 from fleetops.errors import PolicyError
 from fleetops.policy.bundle import DATA_FILE, DATA_ROOT, Bundle, display_path, package_of
 
@@ -98,8 +97,7 @@ class EmbeddedEngine:
         started = time.perf_counter()
         engine = self.load(bundle, bundle.policies)
         try:
-            with memory.heap_kept():
-                engine.set_input_json(text.decode() if text is not None else json.dumps(document))
+            engine.set_input_json(text.decode() if text is not None else json.dumps(document))
             answer = json.loads(engine.eval_query_as_json(query))
             value = answer["result"][0]["expressions"][0]["value"]
         except RuntimeError as exc:
