@@ -30,6 +30,13 @@ def cluster_objects(env: str, cluster: str) -> list[dict[str, Any]]:
     return render.render(ROOT / "environments" / f"{env}.yaml", revision="r1").clusters[cluster]
 
 
+# Kueue's words for a workload on its way to admission, not refused: its preemptions are under way, or
+# its scheduler skipped it this cycle for another that takes the same victims or the same room (kueue
+# v0.17.0 pkg/scheduler/scheduler.go, setSkipped: retried with every flavor next cycle).
+_ON_THE_WAY = ("Pending the preemption", "Workload has overlapping preemption targets with another workload",
+               "Workload no longer fits after processing another workload")
+
+
 class Tenants:
     """Jobs submitted into tenants' queues on one Kueue cluster, and Kueue's Workloads for them."""
 
@@ -96,7 +103,7 @@ class Tenants:
             wl = self.workload(tenant, uid)
             seen["wl"] = wl
             reserved = condition(wl, "QuotaReserved") if wl else None
-            if reserved is not None and reserved["status"] == "False" and "Pending the preemption" not in reserved["message"]:
+            if reserved is not None and reserved["status"] == "False" and not any(words in reserved["message"] for words in _ON_THE_WAY):
                 raise AssertionError(f"{tenant} job not admitted: {reserved['message']}")
             return wl is not None and is_true(wl, "Admitted")
 
