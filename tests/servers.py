@@ -70,10 +70,45 @@ def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> I
         server.server_close()
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_PORTS_FROM = 10000
+# How many ports each pytest-xdist worker hands out in turn before it starts its block again.
+_PORTS_PER_WORKER = 1000
+
+
+def _handout() -> Iterator[int]:
+    """Ports for the servers a test starts, below the kernel's ephemeral range and in a block per
+    pytest-xdist worker. A port the kernel picked for a bind to port 0 and that was closed again could
+    be taken by any outgoing connection (the kernel picks their ports from the same range) or handed to
+    the other worker before the server bound it: Kueue once failed to start, `bind: address already in
+    use`. Below that range only a listener takes a port, and each one is tried before it is handed out."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    blocks = max(1, (_ephemeral_low() - _PORTS_FROM) // _PORTS_PER_WORKER)
+    first = _PORTS_FROM + (int(worker) if worker.isdigit() else 0) % blocks * _PORTS_PER_WORKER
+    while True:
+        yield from range(first, first + _PORTS_PER_WORKER)
+
+
+_PORTS = _handout()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port no one listens on, that no other test and no outgoing connection is given."""
+    for _ in range(_PORTS_PER_WORKER):
+        port = next(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in this worker's block of {_PORTS_PER_WORKER} from {_PORTS_FROM}")
 
 
 def wait_until(ready: Callable[[], bool], what: str, process: Process | None = None, timeout: float = START_TIMEOUT) -> None:

@@ -6,7 +6,6 @@ import contextlib
 import datetime
 import json
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from tests.cli import fleetops_command, run
 from tests.fake_prometheus import Script, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
 from tests.test_statements import DAY, days
+from tests.servers import free_port
 from tests.test_plan import commit, edit, git, make_repo, plan_json
 
 OPERATOR = "op-7Jq2-not-a-real-secret-but-long-enough"
@@ -436,12 +436,6 @@ def test_status_reads_what_each_reconciler_published_and_says_which_cluster_did_
 
 
 # --- the command ---------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
