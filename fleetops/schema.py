@@ -116,21 +116,13 @@ def _digest(files: list[tuple[str, bytes]]) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def _crd_documents(file: str, data: bytes) -> list[Any]:
-    """The documents of one CRD file; unreadable YAML is one SpecError at its place in `file`."""
-    try:
-        return list(yaml.load_all(data, Loader=spec.YAML_LOADER))
-    except yaml.MarkedYAMLError as exc:
-        raise spec.SpecError([spec.yaml_problem(exc, file)]) from None
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError) as exc:
-        raise spec.SpecError([Problem(f"invalid YAML: {exc}", file, 1, 1)]) from None
-
-
 def _schemas_of_yaml(files: list[tuple[str, bytes]], directory: Path) -> Schemas:
     schemas: Schemas = {}
     for name, data in files:
         file = str(directory / name)
-        for doc in _crd_documents(file, data):
+        with spec.yaml_errors(file):
+            docs = list(yaml.load_all(data, Loader=spec.YAML_LOADER))
+        for doc in docs:
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             try:

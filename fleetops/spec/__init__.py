@@ -20,7 +20,7 @@ from fleetops.spec.fields import (
     Workload, group_names, is_dns_label, is_mig_capable, named_groups, plugin_kind,
 )
 from fleetops.spec.positions import (
-    YAML_LOADER, Loc, Positions, format_loc, parse_yaml, yaml_problem,
+    YAML_LOADER, Loc, Positions, format_loc, parse_yaml, yaml_errors,
 )
 from fleetops.spec.devices import (
     capacity, capacity_rows, cluster_by_name, group_capacity, is_spot, mig_resource, physical, physical_devices,
@@ -60,5 +60,5 @@ __all__ = [
     "node_labels", "non_preempting_classes", "open_groups", "over_limits", "parse_environment", "parse_yaml",
     "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "quota_sums",
     "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
-    "unit_hour_price", "yaml_problem",
+    "unit_hour_price", "yaml_errors",
 ]

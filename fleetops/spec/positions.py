@@ -3,10 +3,11 @@ notes the line and column of every node by its path (`Loc`), so that each proble
 person has to edit: `environments/prod.yaml:42:7: tenants[3].quota["nvidia.com/gpu"].burst: ...`.
 """
 
+import contextlib
 import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +166,7 @@ class _Tree:
         return name
 
 
-def yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     """`file:line:col: invalid YAML: what`, at the place the parser stopped, naming where the construct began."""
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -179,29 +180,37 @@ def yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     return Problem(f"invalid YAML: {what}", file, line, col)
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
-    """YAML text -> plain data and the position of each node; errors carry file:line:col."""
-    loader = YAML_LOADER(text)
+@contextlib.contextmanager
+def yaml_errors(file: str) -> Iterator[None]:
+    """What PyYAML raises while reading `file`, as one SpecError at the place it names (else 1:1)."""
     try:
-        root = loader.get_single_node()
-        if root is None:
-            return None, Positions(file, {})
-        tree = _Tree(loader, construct=True)
-        try:
-            data = tree.walk(root, ())
-        except Exception:  # noqa: BLE001 - whatever the walk cannot build, PyYAML builds or reports as it always did
-            # The places are taken first: merging keys (`<<: *base`) rewrites the nodes it merges into.
-            tree = _Tree(loader, construct=False)
-            tree.walk(root, ())
-            data = loader.construct_document(root)
+        yield
     except yaml.MarkedYAMLError as exc:
-        raise SpecError([yaml_problem(exc, file)]) from None
+        raise SpecError([_yaml_problem(exc, file)]) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:  # e.g. an unreadable timestamp scalar
         raise SpecError([Problem(f"invalid YAML: {exc}", file, 1, 1)]) from None
     except (KeyError, IndexError, AttributeError) as exc:  # PyYAML's builders on a tagged scalar they cannot read: `!!bool maybe`
         raise SpecError([Problem(f"invalid YAML: a tagged value cannot be read ({type(exc).__name__}: {exc})", file, 1, 1)]) from None
-    finally:
-        loader.dispose()
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
+    """YAML text -> plain data and the position of each node; errors carry file:line:col."""
+    loader = YAML_LOADER(text)
+    with yaml_errors(file):
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                return None, Positions(file, {})
+            tree = _Tree(loader, construct=True)
+            try:
+                data = tree.walk(root, ())
+            except Exception:  # noqa: BLE001 - whatever the walk cannot build, PyYAML builds or reports as it always did
+                # The places are taken first: merging keys (`<<: *base`) rewrites the nodes it merges into.
+                tree = _Tree(loader, construct=False)
+                tree.walk(root, ())
+                data = loader.construct_document(root)
+        finally:
+            loader.dispose()
     if tree.duplicate is not None:
         mark, loc = tree.duplicate
         raise SpecError([Problem("duplicate key", file, mark.line + 1, mark.column + 1, format_loc(loc))])
