@@ -147,16 +147,16 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             rule_id = _RULE_ID.search(source, match.end())
             where = f"{display_path(bundle.directory / name)}:{line}"
             out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
-                                str(meta.get("description", "")), _closed(custom.get("severity"), Severity, where, "severity"),
+                                str(meta.get("description", "")), word(custom.get("severity"), Severity, f"{where}: METADATA custom.severity is"),
                                 str(custom.get("control_id", "")), str(custom.get("fix", "")),
-                                _closed(custom.get("gate", Resolution.CHANGE), Resolution, where, "gate")))
+                                word(custom.get("gate", Resolution.CHANGE), Resolution, f"{where}: METADATA custom.gate is")))
     return out
 
 
-def _closed(value: Any, kind: type[_Word], where: str, field: str) -> _Word:
-    """A METADATA value of a closed set; another word is a PolicyError at the rule: the gate would
-    otherwise weigh a rule it cannot read (policies/README.md fixes the words)."""
+def word(value: Any, kind: type[_Word], said: str) -> _Word:
+    """A word of one of the policy contract's closed sets (a severity, a gate); another is a PolicyError
+    `<said> <value>, not one of ...`: the gate would otherwise weigh a rule or a decision it cannot read."""
     try:
         return kind(value)
     except ValueError:
-        raise PolicyError(f"{where}: METADATA custom.{field} is {value!r}, not one of {', '.join(kind)}") from None
+        raise PolicyError(f"{said} {value!r}, not one of {', '.join(kind)} (policies/README.md)") from None

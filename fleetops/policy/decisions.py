@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.errors import PolicyError
+from fleetops.policy.bundle import word
 from fleetops.policy.engine import Results
 
 
@@ -48,17 +48,6 @@ class Decision:
         }
 
 
-def _severity(package: str, decision: dict[str, Any], default: Severity) -> Severity:
-    """A decision's severity, one of the four the policy contract names; a rule that says another
-    cannot be weighed, so the gate fails closed rather than guess."""
-    value = decision.get("severity", default)
-    try:
-        return Severity(value)
-    except ValueError:
-        raise PolicyError(f"{package}: a decision of {decision.get('rule')} has severity {value!r}, not one of "
-                          f"{', '.join(Severity)} (policies/README.md)") from None
-
-
 def to_decisions(results: Results) -> list[Decision]:
     out = []
     for package, kinds in results.items():
@@ -70,7 +59,8 @@ def to_decisions(results: Results) -> list[Decision]:
                         kind=kind,  # type: ignore[arg-type]
                         rule=str(d["rule"]),
                         msg=str(d.get("msg", "")),
-                        severity=_severity(package, d, Severity.HIGH if kind == "deny" else Severity.LOW),
+                        severity=word(d.get("severity", Severity.HIGH if kind == "deny" else Severity.LOW), Severity,
+                                      f"{package}: a decision of {d.get('rule')} has severity"),
                         resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
                         figures=d.get("figures") if isinstance(d.get("figures"), dict) else {},
                     )
