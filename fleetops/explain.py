@@ -9,6 +9,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fleetops import spec

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from fleetops.cluster import KubeCluster, Manifest
 from tests.fakes import CallCounts
