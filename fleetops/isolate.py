@@ -9,22 +9,32 @@ process that:
   kubeconfig path) and Python's isolated mode (`-I`: no `PYTHON*` variables, no user site);
 - is confined by Landlock (Linux 5.13+, no privileges needed): it may read only its own tree and the
   Python installation, and write nothing anywhere, so it can neither read the runner's secrets nor
-  rewrite the judge's code or anything a later CI step runs; TCP, abstract sockets and signals to
-  other processes are refused where the kernel can (ABI 4 and 6), and where this process may create
-  one (root, or unprivileged user namespaces), it gets a network namespace of its own with no
-  interface up;
-- is bounded in memory (address space), CPU time, wall time and the size of its answer;
+  rewrite the judge's code or anything a later CI step runs; abstract sockets and signals to other
+  processes are refused where the kernel can (ABI 6), and where this process may create one (root, or
+  unprivileged user namespaces), it gets a network namespace of its own with no interface up;
+- runs under a seccomp filter (libseccomp) for what Landlock cannot refuse: it makes no socket of any
+  family (a pathname UNIX socket such as a container runtime's, UDP, netlink: Landlock ABI 7 refuses
+  none of them) and no io_uring (which opens and connects sockets without those calls), and it starts
+  no process, only threads. So the render is one process, bounded as one unit by its process limits:
+  no descendant can outlive it or hold its answer's pipe open past its wall limit, and its memory
+  (address space) and CPU bounds are the whole render's, not each fork's;
+- holds no capability, even when the judge runs as root (its bounding set is emptied before exec);
+- is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
+  the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
 - answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
   it: its objects, or its problems, each with its file, line, column and field, as `errors.Problem`
   records here. Nothing it writes is ever run or unpickled here.
 
-Where Landlock is not available the side is not rendered at all: plan fails closed (exit 2).
+Where Landlock or the seccomp filter (kernel support, libseccomp) is not available the side is not
+rendered at all: plan fails closed (exit 2).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import functools
 import os
 import resource
 import signal
@@ -54,6 +64,10 @@ class Limits:
     answer_bytes: int = 512 << 20  # its JSON: about 60 MiB for the large generated fleet (15,348 objects)
     problems: int = 200  # lines of a refusal kept, each cut at `problem_chars`
     problem_chars: int = 2000
+    stderr_bytes: int = 1 << 20  # its error output, a file on the judge's disk
+    # Nesting of the answer: the deepest object fleetops renders is 10 levels; the judge's readers take
+    # 128 (the policy engine's JSON) and 255 (orjson, the schema validator) and fail past them.
+    depth: int = 64
 
 
 LIMITS = Limits()
@@ -125,7 +139,11 @@ _ANSWER = pydantic.TypeAdapter(Answer)
 
 
 def available() -> bool:
-    """Whether this kernel can confine a render (Landlock's filesystem rules)."""
+    """Whether this system can confine a render: Landlock's filesystem rules and a seccomp filter."""
+    try:
+        _syscall_filter()
+    except IsolationError:
+        return False
     return landlockpy.abi_version() >= 1
 
 
@@ -139,7 +157,7 @@ class Started:
     limits: Limits
 
     def finish(self) -> dict[str, list[dict[str, Any]]]:
-        answer = _answer(self._read(), self.label)
+        answer = _answer(self._read(), self.label, self.limits.depth)
         if "problems" in answer:
             raise IsolationError(problems=[_problem(p, self.limits.problem_chars) for p in answer["problems"][: self.limits.problems]])
         clusters = answer.get("clusters")
@@ -180,16 +198,23 @@ class Started:
     def _why(self, code: int) -> str:
         if code in (-signal.SIGXCPU, -signal.SIGKILL):
             return f"more than {self.limits.cpu_seconds} s of CPU"
-        self.stderr.seek(0)
-        lines = self.stderr.read(64 << 10).decode(errors="replace").strip().splitlines()
+        size = self.stderr.seek(0, os.SEEK_END)
+        if size >= self.limits.stderr_bytes:  # the kernel stopped its writes there (RLIMIT_FSIZE)
+            return f"more than {self.limits.stderr_bytes >> 10} KiB of error output"
+        self.stderr.seek(max(0, size - (64 << 10)))  # a traceback's last line is its end's
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
         return _printable(lines[-1], self.limits.problem_chars) if lines else f"exit {code}, no output"
 
 
 def start(tree: Path, env_rel: str, revision: str, label: str, limits: Limits = LIMITS) -> Started:
     """Render `tree/env_rel` with the program in `tree`, confined, in the background."""
-    if not available():
-        raise IsolationError(f"{label}: its program differs from the one judging and this system cannot confine it "
-                             "(Landlock, Linux 5.13+); plan a revision with other code where Landlock is available")
+    cannot = f"{label}: its program differs from the one judging and this system cannot confine it"
+    if landlockpy.abi_version() < 1:
+        raise IsolationError(f"{cannot} (Landlock, Linux 5.13+); plan a revision with other code where Landlock is available")
+    try:
+        program = _syscall_filter()
+    except IsolationError as exc:
+        raise IsolationError(f"{cannot}: {exc}") from None
     stderr = tempfile.TemporaryFile()
     try:
         proc = subprocess.Popen(
@@ -199,7 +224,7 @@ def start(tree: Path, env_rel: str, revision: str, label: str, limits: Limits = 
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
-            preexec_fn=_confine(_readable(tree, env_rel), limits),
+            preexec_fn=_confine(_readable(tree, env_rel), limits, program),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         stderr.close()
@@ -226,39 +251,105 @@ _READ = AccessFS.READ_FILE | AccessFS.READ_DIR
 
 
 _CLONE_NEWNET = 0x40000000  # linux/sched.h
+_CLONE_THREAD = 0x00010000
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_PR_GET_SECCOMP = 21
+
+# What the render may not call: every way to a socket (it needs none; Landlock refuses TCP only, and a
+# pathname UNIX socket or UDP not at all) and every way to start a process (so that it stays one).
+_REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "fork", "vfork")
 
 
-def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits) -> Any:
+@functools.cache
+def _syscall_filter() -> bytes:
+    """The seccomp program (classic BPF) of the render, built here once by libseccomp: the child only loads it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
+        raise IsolationError("this kernel has no seccomp filter")
+    try:
+        import pyseccomp  # loads libseccomp: only a confined render needs it
+    except (ImportError, RuntimeError, OSError) as exc:
+        raise IsolationError(f"no seccomp filter without libseccomp (libseccomp2): {exc}") from None
+    refuse = pyseccomp.ERRNO(errno.EPERM)
+    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    rules.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # another ABI's calls (int 0x80) are not filtered: none
+    for name in _REFUSED:
+        rules.add_rule(refuse, name)
+    rules.add_rule(refuse, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_THREAD, 0))  # a process, not a thread
+    # clone3's flags are in memory a filter cannot read: ENOSYS makes the C library start threads with clone.
+    rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as out:
+        rules.export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+class _SockFprog(ctypes.Structure):  # linux/filter.h
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits, program: bytes) -> Any:
     """The steps the child takes on itself between fork and exec (each inherited by the program it runs)."""
     rights = [(str(path), access | AccessFS.EXECUTE if access & AccessFS.READ_FILE else access) for path, access in readable]
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))  # 8 bytes per BPF instruction
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
 
     def confine() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        libc.unshare(_CLONE_NEWNET)  # best effort: Landlock below refuses TCP and abstract sockets anyway
+        libc.unshare(_CLONE_NEWNET)  # best effort: no socket can be made below anyway
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))  # SIGXCPU, then SIGKILL
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.stderr_bytes, limits.stderr_bytes))  # the one file it writes
+        for cap in range(last_cap + 1):  # refused without CAP_SETPCAP, that is where there is nothing to drop
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
         with Ruleset(handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
                      scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as ruleset:
             for path, access in rights:
                 ruleset.allow_path(path, access)
-            ruleset.restrict()
+            ruleset.restrict()  # sets no_new_privs, which the seccomp filter needs
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
     return confine
 
 
-def _answer(data: bytes, label: str) -> Answer:
+def _answer(data: bytes, label: str, depth: int) -> Answer:
     try:
-        return _ANSWER.validate_python(orjson.loads(data))
+        parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise IsolationError(f"{label}: the revision's program answered something that is not JSON: {exc}") from None
+    if _deeper(parsed, depth):
+        raise IsolationError(f"{label}: the revision's program answered data nested more than {depth} deep")
+    try:
+        return _ANSWER.validate_python(parsed)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][:6])
         what = "problems that are not problems" if first["loc"][:1] == ("problems",) else "objects that are not Kubernetes objects"
         raise IsolationError(f"{label}: the revision's program answered {what}: {where}: {first['msg']}") from None
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and mappings more than `limit` deep (one iterator per open level)."""
+    levels = [iter((value,))]
+    while levels:
+        for item in levels[-1]:
+            kind = type(item)
+            if kind is dict or kind is list:
+                if len(levels) > limit:
+                    return True
+                levels.append(iter(item.values() if kind is dict else item))
+                break
+        else:
+            levels.pop()
+    return False
 
 
 def _problem(answered: _Problem, limit: int) -> Problem:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,3 +134,147 @@ def test_a_refusal_written_by_the_program_itself_must_say_something(tmp_path: Pa
     tree = program(tmp_path, 'import os, sys\nsys.stdout.write(\'{"problems": []}\')\nsys.stdout.flush()\nos._exit(0)')
     with pytest.raises(isolate.IsolationError, match="answered problems that are not problems: problems: List should have at least 1 item"):
         render(tree)
+
+
+# The second round: what the confined render could still reach, and how far its bounds held.
+
+def probe(tmp_path: Path, attempt: str, limits: isolate.Limits = isolate.LIMITS) -> str:
+    """What the revision's program met trying `attempt` (statements): "allowed", or the exception's name."""
+    tree = program(tmp_path, f"""
+        import ctypes, os, socket
+        try:
+{textwrap.indent(textwrap.dedent(attempt), " " * 12)}
+            met = "allowed"
+        except Exception as exc:
+            met = type(exc).__name__
+        raise SystemExit("probe " + met)
+    """)
+    with pytest.raises(isolate.IsolationError) as caught:
+        render(tree, limits)
+    return str(caught.value).split("probe ", 1)[1]
+
+
+def test_a_program_cannot_connect_to_a_pathname_unix_socket(tmp_path: Path) -> None:
+    # On a CI runner a container runtime's socket is one; Landlock (ABI 7) cannot refuse the connect.
+    path = tmp_path / "runtime.sock"
+    with socket.socket(socket.AF_UNIX) as runtime:
+        runtime.bind(str(path))
+        runtime.listen()
+        runtime.setblocking(False)
+        assert probe(tmp_path, f"socket.socket(socket.AF_UNIX).connect({str(path)!r})") == "PermissionError"
+        with pytest.raises(BlockingIOError):
+            runtime.accept()
+
+
+def test_a_program_sends_no_datagram_where_no_network_namespace_can_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isolate, "_CLONE_NEWNET", 0)  # unshare(0) makes nothing: the runner's own network
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        met = probe(tmp_path, f'socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"secret", ("127.0.0.1", {port}))')
+        assert met == "PermissionError"
+        with pytest.raises(BlockingIOError):  # a datagram sent on loopback is queued before sendto returns
+            listener.recv(64)
+
+
+def test_a_program_cannot_make_sockets_through_io_uring(tmp_path: Path) -> None:
+    # io_uring opens and connects sockets without the socket and connect calls a filter sees.
+    attempt = """
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(425, 8, ctypes.create_string_buffer(120)) < 0:  # io_uring_setup(8 entries, params)
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    """
+    assert probe(tmp_path, attempt) == "PermissionError"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a judge that is not root gives its render no capability to drop")
+def test_a_render_started_by_root_holds_no_capability(tmp_path: Path) -> None:
+    assert probe(tmp_path, "os.setuid(4242)") == "PermissionError"
+
+
+def test_a_daemonized_grandchild_does_not_hold_the_render_open(tmp_path: Path) -> None:
+    # The attack: a grandchild in a session of its own keeps the answer's pipe open after the render
+    # answered and ended, and the judge waits on it past every limit.
+    tree = program(tmp_path, """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(120)
+            os._exit(0)
+        os.wait()
+        clusters = {}
+    """)
+    outcome: list[BaseException | dict] = []
+
+    def judge() -> None:
+        try:
+            outcome.append(render(tree, isolate.Limits(wall_seconds=5)))
+        except isolate.IsolationError as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=judge, daemon=True)
+    waiting.start()
+    waiting.join(timeout=60)  # a bound on the test, far past the render's wall limit
+    assert outcome, "the judge still waits on the render's descendants"
+    assert isinstance(outcome[0], isolate.IsolationError) and "PermissionError" in str(outcome[0])
+
+
+def test_forks_do_not_multiply_the_memory_bound(tmp_path: Path) -> None:
+    # Each of four processes stays under 1 GiB of address space; together they hold 3 GiB (untouched).
+    tree = program(tmp_path, """
+        import os
+        for _ in range(4):
+            if os.fork() == 0:
+                hog = bytearray(768 << 20)
+                os._exit(0)
+            os.wait()
+        clusters = {}
+    """)
+    with pytest.raises(isolate.IsolationError, match="PermissionError"):
+        render(tree, isolate.Limits(memory_bytes=1 << 30))
+
+
+def test_a_program_starts_threads_as_before(tmp_path: Path) -> None:
+    tree = program(tmp_path, """
+        import threading
+        found = []
+        worker = threading.Thread(target=lambda: found.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}}))
+        worker.start()
+        worker.join()
+        clusters = {"c1": found}
+    """)
+    assert render(tree) == {"c1": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}}]}
+
+
+def test_the_error_output_is_bounded_on_the_judges_disk(tmp_path: Path) -> None:
+    tree = program(tmp_path, 'import sys\nsys.stderr.write("x" * (8 << 20))\nraise SystemExit("done")')
+    with pytest.raises(isolate.IsolationError, match=r"could not be rendered: more than 1024 KiB of error output"):
+        render(tree)
+
+
+def test_an_answer_nested_past_the_judges_readers_is_refused(tmp_path: Path) -> None:
+    # The program owns its stdout: it writes an answer 1,000 levels deep and leaves before the snippet's.
+    tree = program(tmp_path, """
+        import os, sys
+        deep = b"[" * 1000 + b"]" * 1000
+        sys.stdout.buffer.write(b'{"clusters": {"c1": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": ' + deep + b'}]}}')
+        sys.stdout.flush()
+        os._exit(0)
+    """)
+    with pytest.raises(isolate.IsolationError, match="x.yaml@abc: the revision's program answered data nested more than 64 deep"):
+        render(tree)
+
+
+def test_without_a_seccomp_filter_nothing_is_rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = program(tmp_path, "clusters = {}")
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # as where libseccomp is missing: its import fails
+    isolate._syscall_filter.cache_clear()
+    try:
+        assert not isolate.available()
+        with pytest.raises(isolate.IsolationError, match="x.yaml@abc: its program differs from the one judging and this system "
+                                                         "cannot confine it: no seccomp filter without libseccomp"):
+            render(tree)
+    finally:
+        isolate._syscall_filter.cache_clear()
