@@ -220,3 +220,32 @@ def test_a_spot_price_cut_cannot_hide_the_cost_of_more_spot_nodes(tmp_path: Path
     after = spec.load_environment(write_env(tmp_path, head))
     assert spec.monthly_cost(after) < spec.monthly_cost(before)
     assert plan.cost_at_base_prices(before, after) - spec.monthly_cost(before) == pytest.approx(18 * 8 * 0.6 * 730)
+
+
+def test_a_head_answering_past_the_judges_depth_gets_a_verdict_not_a_traceback(repo: Path) -> None:
+    # The attack: the head's program writes its own answer, one object nested 1,000 deep; the judge's
+    # schema check crashed on it with a traceback, and no form of the plan said anything.
+    append(repo, "fleetops/render.py", '''
+_render_environment = render_environment
+
+
+def render_environment(*args, **kwargs):
+    import os, sys
+
+    import orjson
+
+    state = _render_environment(*args, **kwargs)
+    objects = next(iter(state.clusters.values()))
+    objects[0]["nested"] = "DEEP"
+    sys.stdout.buffer.write(orjson.dumps({"clusters": state.clusters}).replace(b'"DEEP"', b"[" * 1000 + b"]" * 1000))
+    sys.stdout.flush()
+    os._exit(0)
+''')
+    commit(repo, "render: deep")
+    code, result = plan_json(repo)
+    assert code == 2 and result["verdict"] == "invalid"
+    assert [d["rule"] for d in result["decisions"]] == ["plan.cannot_judge"]
+    assert "the revision's program answered data nested more than 64 deep" in result["decisions"][0]["msg"]
+    comment = plan(repo, "--env", "prod")
+    assert comment.returncode == 2 and "Traceback" not in comment.stderr
+    assert "nested more than 64 deep" in comment.stdout, comment.stdout[:500]
