@@ -9,15 +9,17 @@ process that:
   kubeconfig path) and Python's isolated mode (`-I`: no `PYTHON*` variables, no user site);
 - is confined by Landlock (Linux 5.13+, no privileges needed): it may read only its own tree and the
   Python installation, and write nothing anywhere, so it can neither read the runner's secrets nor
-  rewrite the judge's code or anything a later CI step runs; abstract sockets and signals to other
-  processes are refused where the kernel can (ABI 6), and where this process may create one (root, or
-  unprivileged user namespaces), it gets a network namespace of its own with no interface up;
+  rewrite the judge's code or anything a later CI step runs; TCP, abstract sockets and signals to
+  other processes are refused where the kernel can (ABI 4 and 6), and where this process may create
+  one (root, or unprivileged user namespaces), it gets a network namespace of its own with no
+  interface up;
 - runs under a seccomp filter (libseccomp) for what Landlock cannot refuse: it makes no socket of any
   family (a pathname UNIX socket such as a container runtime's, UDP, netlink: Landlock ABI 7 refuses
   none of them) and no io_uring (which opens and connects sockets without those calls), and it starts
   no process, only threads. So the render is one process, bounded as one unit by its process limits:
   no descendant can outlive it or hold its answer's pipe open past its wall limit, and its memory
-  (address space) and CPU bounds are the whole render's, not each fork's;
+  (address space) and CPU bounds are the whole render's, not each fork's (no cgroup is needed, so
+  none has to be delegated to the judge on a runner);
 - holds no capability, even when the judge runs as root (its bounding set is emptied before exec);
 - is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
   the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
