@@ -166,6 +166,13 @@ def test_a_program_cannot_connect_to_a_pathname_unix_socket(tmp_path: Path) -> N
             runtime.accept()
 
 
+@pytest.mark.parametrize("family, kind", [
+    ("AF_UNIX", "SOCK_STREAM"), ("AF_INET", "SOCK_DGRAM"), ("AF_INET6", "SOCK_DGRAM"), ("AF_NETLINK", "SOCK_RAW"), ("AF_PACKET", "SOCK_RAW"),
+])
+def test_a_program_makes_no_socket_of_any_family(tmp_path: Path, family: str, kind: str) -> None:
+    assert probe(tmp_path, f"socket.socket(socket.{family}, socket.{kind})") == "PermissionError"
+
+
 def test_a_program_sends_no_datagram_where_no_network_namespace_can_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(isolate, "_CLONE_NEWNET", 0)  # unshare(0) makes nothing: the runner's own network
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
