@@ -16,10 +16,11 @@ process that:
 - runs under a seccomp filter (libseccomp) for what Landlock cannot refuse: it makes no socket of any
   family (a pathname UNIX socket such as a container runtime's, UDP, netlink: Landlock ABI 7 refuses
   none of them) and no io_uring (which opens and connects sockets without those calls), and it starts
-  no process, only threads. So the render is one process, bounded as one unit by its process limits:
-  no descendant can outlive it or hold its answer's pipe open past its wall limit, and its memory
-  (address space) and CPU bounds are the whole render's, not each fork's (no cgroup is needed, so
-  none has to be delegated to the judge on a runner);
+  no process and no thread. So the render is one task, bounded as one unit by its process limits: no
+  descendant can outlive it or hold its answer's pipe open past its wall limit, its memory (address
+  space) and CPU bounds are the whole render's, not each fork's, and it holds one process id of the
+  system's (threads at 32 KiB of stack each would take every free one within its memory bound). No
+  cgroup is needed, so none has to be delegated to the judge on a runner;
 - holds no capability, even when the judge runs as root (its bounding set is emptied before exec);
 - is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
   the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
@@ -253,7 +254,6 @@ _READ = AccessFS.READ_FILE | AccessFS.READ_DIR
 
 
 _CLONE_NEWNET = 0x40000000  # linux/sched.h
-_CLONE_THREAD = 0x00010000
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -261,8 +261,9 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _PR_GET_SECCOMP = 21
 
 # What the render may not call: every way to a socket (it needs none; Landlock refuses TCP only, and a
-# pathname UNIX socket or UDP not at all) and every way to start a process (so that it stays one).
-_REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "fork", "vfork")
+# pathname UNIX socket or UDP not at all) and every way to start a task, process or thread (it needs
+# none either), so that it stays one.
+_REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "fork", "vfork", "clone", "clone3")
 
 
 @functools.cache
@@ -280,9 +281,6 @@ def _syscall_filter() -> bytes:
     rules.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # another ABI's calls (int 0x80) are not filtered: none
     for name in _REFUSED:
         rules.add_rule(refuse, name)
-    rules.add_rule(refuse, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_THREAD, 0))  # a process, not a thread
-    # clone3's flags are in memory a filter cannot read: ENOSYS makes the C library start threads with clone.
-    rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as out:
         rules.export_bpf(out)
         out.seek(0)
