@@ -21,7 +21,7 @@ process that:
   space) and CPU bounds are the whole render's, not each fork's, and it holds one process id of the
   system's (threads at 32 KiB of stack each would take every free one within its memory bound). No
   cgroup is needed, so none has to be delegated to the judge on a runner;
-- holds no capability, even when the judge runs as root (its bounding set is emptied before exec);
+- holds no capability, even when the judge runs as root (root gains none at its exec: SECBIT_NOROOT);
 - is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
   the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
 - answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
@@ -255,7 +255,7 @@ _READ = AccessFS.READ_FILE | AccessFS.READ_DIR
 
 _CLONE_NEWNET = 0x40000000  # linux/sched.h
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS, _SECBIT_NOROOT, _SECBIT_NOROOT_LOCKED = 28, 1 << 0, 1 << 1  # linux/securebits.h
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _PR_GET_SECCOMP = 21
@@ -274,17 +274,17 @@ def _syscall_filter() -> bytes:
         raise IsolationError("this kernel has no seccomp filter")
     try:
         import pyseccomp  # loads libseccomp: only a confined render needs it
-    except (ImportError, RuntimeError, OSError) as exc:
-        raise IsolationError(f"no seccomp filter without libseccomp (libseccomp2): {exc}") from None
-    refuse = pyseccomp.ERRNO(errno.EPERM)
-    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    rules.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # another ABI's calls (int 0x80) are not filtered: none
-    for name in _REFUSED:
-        rules.add_rule(refuse, name)
-    with tempfile.TemporaryFile() as out:
-        rules.export_bpf(out)
-        out.seek(0)
-        return out.read()
+
+        rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        rules.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # another ABI's calls (int 0x80) are not filtered: none
+        for name in _REFUSED:
+            rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+        with tempfile.TemporaryFile() as out:
+            rules.export_bpf(out)
+            out.seek(0)
+            return out.read()
+    except (ImportError, RuntimeError, OSError, ValueError) as exc:  # no libseccomp, or one too old to name a call
+        raise IsolationError(f"no seccomp filter without libseccomp 2.5+ (libseccomp2): {exc}") from None
 
 
 class _SockFprog(ctypes.Structure):  # linux/filter.h
@@ -296,7 +296,6 @@ def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits, program: byt
     rights = [(str(path), access | AccessFS.EXECUTE if access & AccessFS.READ_FILE else access) for path, access in readable]
     code = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))  # 8 bytes per BPF instruction
-    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
 
     def confine() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -306,8 +305,8 @@ def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits, program: byt
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))  # SIGXCPU, then SIGKILL
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.stderr_bytes, limits.stderr_bytes))  # the one file it writes
-        for cap in range(last_cap + 1):  # refused without CAP_SETPCAP, that is where there is nothing to drop
-            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        # Root gains no capability at exec (refused without CAP_SETPCAP: then there is none to gain).
+        libc.prctl(_PR_SET_SECUREBITS, _SECBIT_NOROOT | _SECBIT_NOROOT_LOCKED, 0, 0, 0)
         libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
         with Ruleset(handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
                      scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as ruleset:
