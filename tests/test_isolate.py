@@ -14,7 +14,7 @@ import pytest
 from fleetops import isolate
 from fleetops.errors import Problem
 
-pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+)")
+pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+) and a seccomp filter (libseccomp2)")
 
 ENV = "environments/x.yaml"
 

@@ -13,7 +13,7 @@ import pytest
 from fleetops import isolate
 from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
 
-pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+)")
+pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+) and a seccomp filter (libseccomp2)")
 
 # Raising vision's guarantee on center-bj past its pools: quota.guaranteed_over_capacity denies it.
 OVER = ("nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 400, burst: 400, guaranteed_per_pool: {h100-train: 200, a100-infer: 200}}")
