@@ -158,8 +158,9 @@ class OpaUpload:
     """One evaluation's policies and data on a shared OPA, under a root no other evaluation uses.
 
     Module ids are `fleetops/<root>/<file>`, packages `<root>.fleet.*`, data `<root>.fleet_data`, and
-    every module carries `fleetops_policy_digest`: the answer is checked to come from these modules
-    and this data, so a client writing to the same OPA meanwhile can make the gate fail, never pass.
+    every module carries `fleetops_policy_digest`: an answer without it, or with other data, is no
+    answer. That tells a stray write, not a forgery: `OpaEngine` also checks the answer against the
+    embedded engine's.
     """
 
     root: str  # "fleetops.e<uuid hex>": a Rego reference, so it starts with a letter
@@ -226,7 +227,8 @@ def _refuse_redirects(url: str) -> Any:
 
 class OpaEngine:
     """An OPA server: one evaluation's policies and data are uploaded under a root of their own
-    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed.
+    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed; the answer
+    stands only where the embedded engine decides the same.
 
     The bearer token travels only in the Authorization header; every message this class raises has
     it redacted, and the URL is shown without user information.
