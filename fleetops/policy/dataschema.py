@@ -17,6 +17,7 @@ computed at evaluation, `walk`) is not checked here; the shipped policies have n
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ ANY = "*"  # a path's step that is a computed key or an item of a list
 Path = tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=4)  # checking a schema against the meta-schema is most of a load's 50 ms; plan loads twice
 def parse_schema(text: str, file: str) -> dict[str, Any]:
     """The schema file as a JSON Schema (2020-12); not JSON, or not a schema, is a PolicyError at its place."""
     from jsonschema import Draft202012Validator
@@ -239,7 +241,12 @@ class _Reads:
 
 def data_reads(sources: dict[str, str]) -> list[Read]:
     """Every path of `data.fleet_data` the modules (file -> Rego source) read, with its place."""
-    return _Reads(sources).all()
+    return list(_reads(tuple(sorted(sources.items()))))
+
+
+@functools.lru_cache(maxsize=4)
+def _reads(sources: tuple[tuple[str, str], ...]) -> tuple[Read, ...]:
+    return tuple(_Reads(dict(sources)).all())
 
 
 def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
