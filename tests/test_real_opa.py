@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -266,17 +267,11 @@ def test_a_rival_forging_package_and_digest_lines_never_turns_a_deny_into_an_all
     # Before: the forged modules passed the digest and data checks and decided 9 of 9 denied changes
     # as allowed. Now the embedded engine's answer on the same bundle and input is the floor.
     forger = Forger(opa, "modules")
-    query = OpaClient.query_rule
-
-    def raced(client, *args, **kwargs):
-        forger()
-        return query(client, *args, **kwargs)
-
-    monkeypatch.setattr(OpaClient, "query_rule", raced)
+    # The forger writes exactly between fleetops' upload and its query, every time.
+    monkeypatch.setattr(OpaClient, "query_rule", lambda client, *a, ask=OpaClient.query_rule, **kw: (forger(), ask(client, *a, **kw))[1])
     engine = policy.OpaEngine(opa.url, token=opa.token, timeout=30)
-    for rule in sorted(MUTATIONS):
-        (tmp_path / rule).mkdir()
-        env, state = mutated(tmp_path / rule, MUTATIONS[rule])
+    for change in MUTATIONS.values():
+        env, state = mutated(Path(tempfile.mkdtemp(dir=tmp_path)), change)
         with pytest.raises(policy.PolicyError, match=r"its answer differs from the embedded engine's .*: OPA did not decide ") as caught:
             policy.evaluate(env, state, engine=engine, today=TODAY)
         assert opa.token not in str(caught.value)
