@@ -22,6 +22,7 @@ import pytest
 import regorus
 
 from fleetops import policy, render, spec
+from tests.test_policy import MUTATIONS, mutated
 
 ROOT = Path(__file__).resolve().parent.parent
 TODAY = dt.date(2026, 12, 2)
@@ -324,3 +325,34 @@ def test_engine_from_environment(monkeypatch):
     monkeypatch.setenv("FLEETOPS_OPA_TOKEN", TOKEN)
     engine = policy.engine_from(None)
     assert isinstance(engine, policy.OpaEngine) and engine.token == TOKEN and engine.ssl and engine.port == 8443
+
+
+def forged(module: str) -> str:
+    """A rival's module in our place that passes every check of the answer: the uploaded module's own
+    package and digest lines, its rules kept under other names, and no decisions."""
+    renamed = re.sub(r"^(deny|warn)\b", r"rival_\1", module, flags=re.MULTILINE)
+    return f"{renamed}\ndeny := set()\n\nwarn := set()\n"
+
+
+def test_a_forged_module_with_the_uploaded_package_and_digest_never_allows_a_denied_change(monkeypatch, tmp_path):
+    # Before: OPA's answer held the digest in every package and the uploaded data, so the forged
+    # modules' empty decisions were the verdict: a change the policies deny passed the gate.
+    env, state = mutated(tmp_path, MUTATIONS["edge.latency"])
+    assert "edge.latency" in policy.evaluate(env, state, today=TODAY).rules("deny")
+    with fake_opa() as server:
+        original = FakeOpa.answer
+
+        def swapped(self, path, document):
+            for module_id, module in self.policies.items():
+                if re.search(r"^deny\b", module, flags=re.MULTILINE):
+                    self.policies[module_id] = forged(module)
+            return original(self, path, document)
+
+        monkeypatch.setattr(FakeOpa, "answer", swapped)
+        with pytest.raises(policy.PolicyError) as caught:
+            policy.evaluate(env, state, engine=policy.OpaEngine(server.url, token=TOKEN), today=TODAY)
+    assert re.fullmatch(
+        rf"OPA at {server.url}: its answer differs from the embedded engine's on the same policies and input "
+        r"\(data\.fleet\.\w+\.deny: OPA did not decide [\w.]+( on \S+)?\): no verdict; an OPA that other clients can write to is no judge "
+        r"\(README: trust boundary\)", str(caught.value)), str(caught.value)
+    assert TOKEN not in str(caught.value)

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -247,3 +248,31 @@ def test_two_gates_sharing_an_opa_each_get_their_own_policies_decisions(opa: ser
         assert decisions(verdict) == expected[d]
     modules = requests.get(f"{opa.url}/v1/policies", headers={"Authorization": f"Bearer {opa.token}"}, timeout=10).json()["result"]
     assert not [m["id"] for m in modules if m["id"].startswith("fleetops/")]  # each evaluation removed what it uploaded
+
+
+class Forger(Rival):
+    """A client holding the same token that keeps what the answer is checked against - each uploaded
+    module's package and `fleetops_policy_digest` lines, the uploaded data - and replaces the rules."""
+
+    def __call__(self) -> None:
+        for module in self.session.get(f"{self.url}/v1/policies", timeout=10).json()["result"]:
+            if module["id"].startswith("fleetops/") and re.search(r"^deny\b", module["raw"], flags=re.MULTILINE):
+                kept = re.sub(r"^(deny|warn)\b", r"rival_\1", module["raw"], flags=re.MULTILINE)
+                put = self.session.put(f"{self.url}/v1/policies/{module['id']}", data=f"{kept}\ndeny := set()\n\nwarn := set()\n", timeout=10)
+                self.writes += put.ok
+
+
+def test_a_rival_forging_package_and_digest_lines_never_turns_a_deny_into_an_allow(opa: servers.Opa, tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the forged modules passed the digest and data checks and decided 9 of 9 denied changes
+    # as allowed. Now the embedded engine's answer on the same bundle and input is the floor.
+    forger = Forger(opa, "modules")
+    # The forger writes exactly between fleetops' upload and its query, every time.
+    monkeypatch.setattr(OpaClient, "query_rule", lambda client, *a, ask=OpaClient.query_rule, **kw: (forger(), ask(client, *a, **kw))[1])
+    engine = policy.OpaEngine(opa.url, token=opa.token, timeout=30)
+    for change in MUTATIONS.values():
+        env, state = mutated(Path(tempfile.mkdtemp(dir=tmp_path)), change)
+        with pytest.raises(policy.PolicyError, match=r"its answer differs from the embedded engine's .*: OPA did not decide ") as caught:
+            policy.evaluate(env, state, engine=engine, today=TODAY)
+        assert opa.token not in str(caught.value)
+    assert forger.writes >= len(MUTATIONS), "the forger found nothing of fleetops' to write to"

@@ -10,8 +10,8 @@ default) and `OpaEngine` (an OPA server, through opa-python-client). Anything th
 from answering - a policy that does not parse, an unreachable server, a timeout - raises
 `PolicyError`, and callers fail closed: no answer is never a pass.
 
-A module per job: `facts` (the input), `bundle` (policies, data, METADATA), `engine` (regorus and
-OPA), `waivers`, `decisions`, `verdict` (evaluate), `records` (decision log, JUnit), `rego_tests`
+A module per job: `facts` (the input), `bundle` (policies, data, METADATA), `dataschema` (the
+data's schema), `engine` (regorus and OPA), `waivers`, `decisions`, `verdict` (evaluate), `records` (decision log, JUnit), `rego_tests`
 (`fleetops policy test`) and `pack` (the Pulumi policy pack's adapter). This module names what the
 CLI, the other commands and the tests use.
 """

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from fleetops import spec
 from fleetops.envelope import Severity
 from fleetops.errors import PolicyError
+from fleetops.policy.dataschema import NO_SCHEMA, SCHEMA_FILE, data_problems, data_reads, parse_schema, read_problems
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 POLICIES_DIR = ROOT / "policies"
@@ -55,10 +56,36 @@ def read_text(path: Path) -> str:
 
 def parse_yaml(text: str, file: str) -> Any:
     """YAML as the environment loader reads it (a key written twice is refused), errors as PolicyError."""
+    return parse_yaml_places(text, file)[0]
+
+
+def parse_yaml_places(text: str, file: str) -> tuple[Any, spec.Positions]:
+    """`parse_yaml` with the line and column of each node, for problems at their place."""
     try:
-        return spec.parse_yaml(text, file)[0]
+        return spec.parse_yaml(text, file)
     except spec.SpecError as exc:
         raise PolicyError(problems=exc.problems[:1]) from None
+
+
+def checked_data(directory: Path, policies: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """`data.yaml`'s text and data, checked against `data.schema.json` beside it, and every path of the
+    data the policies read checked to be declared there: anything else is a PolicyError, each problem
+    at its line, since a rule that reads a key the data lacks never fires."""
+    data_path, schema_path = directory / DATA_FILE, directory / SCHEMA_FILE
+    data_text = read_text(data_path) if data_path.is_file() else ""
+    data, places = parse_yaml_places(data_text, display_path(data_path))
+    if not isinstance(data, dict):
+        if data is not None:
+            raise PolicyError(f"{display_path(data_path)}:1:1: policy data must be a mapping")
+        data = {}
+    shown = display_path(schema_path)
+    schema = parse_schema(read_text(schema_path), shown) if schema_path.is_file() else NO_SCHEMA
+    problems = data_problems(data, places, schema, shown)
+    reads = data_reads({display_path(directory / name): source for name, source in policies.items()})
+    problems += read_problems(reads, schema, shown if schema_path.is_file() else f"{shown} (there is none)")
+    if problems:
+        raise PolicyError(problems=problems)
+    return data_text, data
 
 
 def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
@@ -69,11 +96,7 @@ def load_bundle(directory: Path = POLICIES_DIR) -> Bundle:
     policies = {k: v for k, v in sources.items() if not _is_test(Path(k))}
     if not policies:
         raise PolicyError(f"{directory}: no .rego policies")
-    data_path = directory / DATA_FILE
-    data_text = read_text(data_path) if data_path.is_file() else ""
-    data = parse_yaml(data_text, display_path(data_path)) or {}
-    if not isinstance(data, dict):
-        raise PolicyError(f"{display_path(data_path)}:1:1: policy data must be a mapping")
+    data_text, data = checked_data(directory, policies)
     waivers_path = directory / WAIVERS_FILE
     waivers_text = read_text(waivers_path) if waivers_path.is_file() else ""
     # Everything that decides a verdict: the rules, their data and the waivers that suspend them.

@@ -8,6 +8,7 @@ import os
 import re
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -157,8 +158,9 @@ class OpaUpload:
     """One evaluation's policies and data on a shared OPA, under a root no other evaluation uses.
 
     Module ids are `fleetops/<root>/<file>`, packages `<root>.fleet.*`, data `<root>.fleet_data`, and
-    every module carries `fleetops_policy_digest`: the answer is checked to come from these modules
-    and this data, so a client writing to the same OPA meanwhile can make the gate fail, never pass.
+    every module carries `fleetops_policy_digest`: an answer without it, or with other data, is no
+    answer. That tells a stray write, not a forgery: `OpaEngine` also checks the answer against the
+    embedded engine's.
     """
 
     root: str  # "fleetops.e<uuid hex>": a Rego reference, so it starts with a letter
@@ -225,7 +227,8 @@ def _refuse_redirects(url: str) -> Any:
 
 class OpaEngine:
     """An OPA server: one evaluation's policies and data are uploaded under a root of their own
-    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed.
+    (`OpaUpload`), queried with the input, checked to be the ones uploaded, and removed; the answer
+    stands only where the embedded engine decides the same.
 
     The bearer token travels only in the Authorization header; every message this class raises has
     it redacted, and the URL is shown without user information.
@@ -248,6 +251,7 @@ class OpaEngine:
         self.ssl = parts.scheme == "https"
         self.token = token
         self.timeout = timeout
+        self.embedded = EmbeddedEngine(timeout)
 
     @staticmethod
     def _shown(url: str) -> str:
@@ -337,7 +341,44 @@ class OpaEngine:
         if problem := upload.mismatch(result, bundle):
             raise PolicyError(f"OPA at {self.url}: the answer is not from the policies this evaluation uploaded ({problem}): "
                               "another client wrote to this OPA meanwhile")
-        return collect(result["fleet"], fleet_packages(bundle.policies))
+        answer = collect(result["fleet"], fleet_packages(bundle.policies))
+        # A client that can write to this OPA can also copy the package and digest lines above and
+        # replace the rules under them: nothing in the answer tells that apart. So OPA's answer
+        # stands only where the embedded engine, given the same bundle and input in this process,
+        # answers the same; any difference is no verdict, and so OPA can fail a gate, never pass it.
+        if dispute := disagreement(answer, self.embedded.evaluate(bundle, document, text)):
+            raise PolicyError(f"OPA at {self.url}: its answer differs from the embedded engine's on the same policies and input ({dispute}): "
+                              "no verdict; an OPA that other clients can write to is no judge (README: trust boundary)")
+        return answer
+
+
+def _plain(value: Any) -> Any:
+    """A decision as both engines' JSON reads it: OPA writes a whole number 2 where regorus may write 2.0."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _tally(decisions: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(_plain(d), sort_keys=True) for d in decisions)
+
+
+def disagreement(answer: Results, reference: Results) -> str | None:
+    """The first decision one engine made and the other did not (the reference's denials first), or None."""
+    for kind in ("deny", "warn"):
+        for package in sorted(answer.keys() | reference.keys()):
+            theirs, ours = (_tally(side.get(package, {}).get(kind, [])) for side in (answer, reference))
+            for missing, by in ((ours - theirs, "OPA"), (theirs - ours, "the embedded engine")):
+                if missing:
+                    first = json.loads(min(missing))
+                    resource = first.get("resource") if isinstance(first.get("resource"), dict) else {}
+                    where = "/".join(str(resource[k]) for k in ("cluster", "kind", "namespace", "name") if resource.get(k))
+                    return f"data.{package}.{kind}: {by} did not decide {first.get('rule')}{f' on {where}' if where else ''}"
+    return None
 
 
 def engine_from(opa_url: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Engine:
