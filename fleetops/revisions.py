@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -15,8 +16,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pathspec
+
 from fleetops import git, isolate
-from fleetops.errors import PlanError
+from fleetops.errors import PlanError, Problem
 
 WORKTREE = "WORKTREE"
 # What may be taken out of Git for one side: more is refused (a 600 MB blob must not become 1.2 GB of plan).
@@ -94,15 +97,47 @@ def _stderr(proc: subprocess.Popen[bytes]) -> str:
     return proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""  # type: ignore[union-attr]
 
 
-CODE = isolate.PROGRAM
+# What a render of a revision runs and reads (the folders `isolate` lets its confined render read):
+# every file under them, code or data (modules/dashboards.json, fleetops/crds/), says whose program it is.
+RENDERED = isolate.PROGRAM
+
+# The program: everything a deploy runs or reads as code or data, beside the fleet's own data
+# (environments/, the policies' rules and data): the render's folders and the stacks' configuration
+# Pulumi reads (stacks/); the Pulumi project (Pulumi.yaml); what `make setup` runs to install it
+# (Makefile, setup.py, setup.cfg, pyproject.toml, MANIFEST.in, requirements.txt); the policy pack
+# `pulumi preview/up --policy-pack` runs (policies/pack/); the reconciler's image (image/); and the CI
+# that runs them (.ci/, .github/, .gitlab/, .gitlab-ci.yml). The one definition every caller uses:
+# plan's `program_files_changed`, the approvals' protected paths, the CI examples' path filters.
+# A folder ends in "/", any other name is a file at the top; as Git pathspecs they name the same files.
+PROGRAM = (*(f"{folder}/" for folder in RENDERED), "policies/pack/", "image/", ".ci/", ".github/", ".gitlab/",
+           "Pulumi.yaml", "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "requirements.txt", ".gitlab-ci.yml")
+
 HERE = Path(__file__).resolve().parent.parent  # the program running now
 
 
+def in_program(path: str) -> bool:
+    """Whether the file at `path` (relative to the repository's top) is part of the program."""
+    return any(path.startswith(name) if name.endswith("/") else path == name for name in PROGRAM)
+
+
+# Git's modes of what is not a regular file: a link (`git archive` leaves it out of a plan's copy, a
+# deploy's checkout follows it) and a submodule (another repository's commit, absent from both).
+_NOT_A_FILE = {"120000": "a symbolic link", "160000": "a submodule"}
+
+
+def _not_a_file(path: str, what: str, rev: str) -> PlanError:
+    side = "the working tree" if rev == WORKTREE else f"revision {rev[:12]}"
+    return PlanError(problems=[Problem(f"is {what} at {side}, not a file: refused, since what a plan reads of it is not what a "
+                                       "deploy reads (fail closed)", path)])
+
+
 def _same_code(tree: Path) -> bool:
-    """Whether every Python file of the program is byte for byte the one running here: the same Git
-    object ids, as `survey` compares a commit's."""
+    """Whether every file of the rendered program in a working tree is byte for byte the one running
+    here: the same Git object ids, as `survey` compares a commit's. A link among them is refused."""
     running = _object_ids("sha1")
     names = _sources(tree)
+    if link := next((name for name in names if (tree / name).is_symlink()), None):
+        raise _not_a_file(link, "a symbolic link", WORKTREE)
     return set(names) == running.keys() and all(_object_id(tree / f, "sha1") == running[f] for f in names)
 
 
@@ -116,15 +151,22 @@ class Revision:
 
 def survey(repo: Path, rev: str, env_rel: str) -> Revision:
     """A revision whose program runs here needs only its environment file and policies out of Git,
-    another its program too; a commit's program is compared by Git's object ids (`ls-tree`), without
-    taking it out."""
+    another its program too; a commit's program is compared by Git's object ids (`ls-tree`), every file
+    of it, without taking it out. An environment path or a program file that is a link, a folder or a
+    submodule is refused (PlanError)."""
     if rev == WORKTREE:
+        _worktree_environment(repo, env_rel)
         return Revision(runs_here=_same_code(repo), needs=None)
     entries = {}
-    for entry in filter(None, git.run(repo, "ls-tree", "-r", "-z", rev, "--", *CODE, "policies", env_rel).split("\0")):
+    for entry in filter(None, git.run(repo, "ls-tree", "-r", "-z", rev, "--", *RENDERED, "policies", env_rel).split("\0")):
         meta, path = entry.split("\t", 1)
-        entries[path] = meta.split()[2]
-    code = {path: oid for path, oid in entries.items() if path.endswith(".py") and path.split("/", 1)[0] in CODE}
+        mode, _, oid = meta.split()
+        if mode in _NOT_A_FILE and (path == env_rel or path.split("/", 1)[0] in RENDERED):
+            raise _not_a_file(path, _NOT_A_FILE[mode], rev)
+        if path.startswith(env_rel + "/"):
+            raise _not_a_file(env_rel, "a folder", rev)
+        entries[path] = oid
+    code = {path: oid for path, oid in entries.items() if path.split("/", 1)[0] in RENDERED}
     algorithm = "sha256" if any(len(oid) == 64 for oid in code.values()) else "sha1"
     data = [p for p in entries if p == env_rel or p.startswith("policies/")]
     if not code or code != _object_ids(algorithm):
@@ -132,14 +174,36 @@ def survey(repo: Path, rev: str, env_rel: str) -> Revision:
     return Revision(runs_here=True, needs=data)
 
 
+def _worktree_environment(repo: Path, env_rel: str) -> None:
+    try:
+        mode = (repo / env_rel).lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise _not_a_file(env_rel, "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "no regular file",
+                          WORKTREE)
+
+
 @functools.cache
 def _object_ids(algorithm: str) -> dict[str, str]:
-    """Git's object id of each Python file of the program running here (read once per process)."""
+    """Git's object id of each file of the program running here (read once per process)."""
     return {name: _object_id(HERE / name, algorithm) for name in _sources(HERE)}
 
 
 def _sources(root: Path) -> list[str]:
-    return [path.relative_to(root).as_posix() for folder in CODE for path in (root / folder).rglob("*.py")]
+    """The files of the rendered program in a folder, but what Python and the build leave beside them
+    and the folder's .gitignore ignores (`__pycache__`, the compiled YAML writer): Git holds none of them."""
+    ignored = _ignored(root)
+    names = [path.relative_to(root).as_posix() for folder in RENDERED for path in (root / folder).rglob("*")
+             if "__pycache__" not in path.parts and (path.is_symlink() or not path.is_dir())]
+    return [name for name in names if not ignored.match_file(name)]
+
+
+def _ignored(root: Path) -> pathspec.GitIgnoreSpec:
+    try:
+        return pathspec.GitIgnoreSpec.from_lines((root / ".gitignore").read_text(errors="replace").splitlines())
+    except OSError:
+        return pathspec.GitIgnoreSpec.from_lines([])
 
 
 def _object_id(path: Path, algorithm: str) -> str:
