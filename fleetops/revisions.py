@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 import stat
 import subprocess
 import tarfile
@@ -191,11 +192,16 @@ def _object_ids(algorithm: str) -> dict[str, str]:
 
 
 def _sources(root: Path) -> list[str]:
-    """The files of the rendered program in a folder, but what Python and the build leave beside them
-    and the folder's .gitignore ignores (`__pycache__`, the compiled YAML writer): Git holds none of them."""
+    """The files of the rendered program in a folder (a link to a folder named as a file), but what
+    Python and the build leave beside them and the folder's .gitignore ignores (`__pycache__`, the
+    compiled YAML writer): Git holds none of them."""
     ignored = _ignored(root)
-    names = [path.relative_to(root).as_posix() for folder in RENDERED for path in (root / folder).rglob("*")
-             if "__pycache__" not in path.parts and (path.is_symlink() or not path.is_dir())]
+    names = []
+    for folder in RENDERED:
+        for here, folders, files in os.walk(root / folder):
+            links = [name for name in folders if os.path.islink(os.path.join(here, name))]
+            folders[:] = [name for name in folders if name != "__pycache__" and name not in links]
+            names += [Path(here, name).relative_to(root).as_posix() for name in (*files, *links)]
     return [name for name in names if not ignored.match_file(name)]
 
 
