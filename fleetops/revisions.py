@@ -136,7 +136,7 @@ def _same_code(tree: Path) -> bool:
     """Whether every file of the rendered program in a working tree is byte for byte the one running
     here: the same Git object ids, as `survey` compares a commit's. A link among them is refused."""
     running = _object_ids("sha1")
-    names = _sources(tree)
+    names = rendered_files(tree)
     if link := next((name for name in names if (tree / name).is_symlink()), None):
         raise _not_a_file(link, "a symbolic link", WORKTREE)
     return set(names) == running.keys() and all(_object_id(tree / f, "sha1") == running[f] for f in names)
@@ -188,10 +188,10 @@ def _worktree_environment(repo: Path, env_rel: str) -> None:
 @functools.cache
 def _object_ids(algorithm: str) -> dict[str, str]:
     """Git's object id of each file of the program running here (read once per process)."""
-    return {name: _object_id(HERE / name, algorithm) for name in _sources(HERE)}
+    return {name: _object_id(HERE / name, algorithm) for name in rendered_files(HERE)}
 
 
-def _sources(root: Path) -> list[str]:
+def rendered_files(root: Path) -> list[str]:
     """The files of the rendered program in a folder (a link to a folder named as a file), but what
     Python and the build leave beside them and the folder's .gitignore ignores (`__pycache__`, the
     compiled YAML writer): Git holds none of them."""
