@@ -1,6 +1,7 @@
 """Revisions out of Git for a plan: resolving a name, the default base, a bounded read-only copy of a
-tree (`checkout`), and whose program a revision holds (`survey`: byte for byte the one running here,
-compared by Git's object ids, or another that `fleetops.isolate` confines).
+tree (`checkout`: its blobs byte for byte), what the program is (`PROGRAM`: everything a deploy runs
+or reads), and whose program a revision holds (`survey`: every file of it byte for byte the one
+running here, compared by Git's object ids, or another that `fleetops.isolate` confines).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import hashlib
 import os
 import stat
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -50,13 +50,6 @@ def default_base(repo: Path, head: str = "HEAD") -> str:
     raise PlanError(f"{repo}: no default branch to compare with; pass --base")
 
 
-def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    # Links are skipped, not followed: a revision's tree is data, and nothing fleetops renders is a link.
-    if member.issym() or member.islnk():
-        return None
-    return tarfile.data_filter(member, dest)
-
-
 @contextlib.contextmanager
 def checkout(repo: Path, rev: str, only: Sequence[str] | None = None, limit: int = MAX_TREE_BYTES) -> Iterator[Path]:
     """A read-only copy of the tree at `rev`, or of its files and folders `only`, in a temporary
@@ -70,32 +63,76 @@ def checkout(repo: Path, rev: str, only: Sequence[str] | None = None, limit: int
         yield Path(tmp)
 
 
+# Read from Git this much at a time: a blob is streamed to its file, never held whole.
+_CHUNK = 1 << 20
+
+
 def _extract(repo: Path, rev: str, only: list[str], dest: Path, limit: int) -> None:
-    archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", rev, "--", *only],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """Each regular file of `only` at `rev`, byte for byte its blob: no `.gitattributes` of the revision
+    applies (`git archive` honours the revision's own `export-ignore` and `export-subst`, so a head could
+    leave its environment file out of the plan's copy, or rewrite it); links and submodules are left out
+    (`survey` refuses those a plan reads)."""
+    _write_blobs(repo, rev, _regular_files(repo, rev, only, limit), dest)
+
+
+def _regular_files(repo: Path, rev: str, only: list[str], limit: int) -> list[tuple[str, str, str]]:
+    """Path, mode and object id of each regular file of `only` at `rev`: their sizes summed from Git's
+    listing and refused past `limit` before anything is read."""
+    files = []
     taken = 0
+    for entry in filter(None, _listing(repo, rev, only).split("\0")):
+        meta, path = entry.split("\t", 1)
+        mode, kind, oid, size = meta.split()
+        if kind != "blob" or mode in _NOT_A_FILE:
+            continue
+        taken += int(size)
+        if taken > limit:
+            raise PlanError(f"{repo}: revision {rev[:12]} holds more than {limit >> 20} MiB in "
+                            f"{', '.join(only) or 'its tree'}: refused (a plan's memory and disk stay bounded)")
+        if path.startswith("/") or {"", ".", "..", ".git"} & set(path.split("/")):
+            raise PlanError(f"{repo}: revision {rev[:12]} names a file {path!r} outside its tree: refused")
+        files.append((path, mode, oid))
+    return files
+
+
+def _write_blobs(repo: Path, rev: str, files: list[tuple[str, str, str]], dest: Path) -> None:
+    """The blobs of `files` into `dest`, streamed from one `git cat-file --batch`, asked one at a time
+    (it answers each object as it is asked for it, so neither side waits on a full pipe)."""
+    blobs = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+    assert blobs.stdin is not None and blobs.stdout is not None
     try:
-        with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-            for member in tar:
-                taken += member.size
-                if taken > limit:
-                    raise PlanError(f"{repo}: revision {rev[:12]} holds more than {limit >> 20} MiB in "
-                                    f"{', '.join(only) or 'its tree'}: refused (a plan's memory and disk stay bounded)")
-                tar.extract(member, dest, filter=_files_only)
-        archive.stdout.read()  # type: ignore[union-attr]  # the archive's end padding
-        archive.wait()
-    except BaseException as exc:
-        archive.kill()
-        archive.wait()
-        if isinstance(exc, tarfile.TarError):
-            raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or exc}") from None
-        raise
-    if archive.returncode != 0:
-        raise PlanError(f"{repo}: cannot read revision {rev}: {_stderr(archive) or 'git archive failed'}")
+        for path, mode, oid in files:
+            blobs.stdin.write(f"{oid}\n".encode())
+            blobs.stdin.flush()
+            header = blobs.stdout.readline().split()
+            if len(header) != 3 or header[1] != b"blob":
+                raise PlanError(f"{repo}: cannot read {path} of revision {rev[:12]}: {b' '.join(header).decode(errors='replace') or 'no answer'}")
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("wb") as out:
+                left = int(header[2])
+                while left:
+                    chunk = blobs.stdout.read(min(left, _CHUNK))
+                    if not chunk:
+                        raise PlanError(f"{repo}: cannot read {path} of revision {rev[:12]}: Git's answer was cut short")
+                    out.write(chunk)
+                    left -= len(chunk)
+            if mode == "100755":
+                target.chmod(0o755)
+            blobs.stdout.read(1)  # the newline after each object
+    finally:
+        blobs.stdin.close()
+        blobs.kill()
+        blobs.wait()
 
 
-def _stderr(proc: subprocess.Popen[bytes]) -> str:
-    return proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""  # type: ignore[union-attr]
+def _listing(repo: Path, rev: str, paths: Sequence[str]) -> str:
+    """`git ls-tree -r -l`: each entry's mode, type, object id and size (`-` for a submodule), then its path."""
+    try:
+        return git.run(repo, "ls-tree", "-r", "-z", "-l", rev, "--", *paths)
+    except git.GitError as exc:
+        raise PlanError(f"{repo}: cannot read revision {rev}: {exc}") from None
 
 
 # What a render of a revision runs and reads (the folders `isolate` lets its confined render read):
@@ -106,23 +143,37 @@ RENDERED = isolate.PROGRAM
 # (environments/, the policies' rules and data): the render's folders and the stacks' configuration
 # Pulumi reads (stacks/); the Pulumi project (Pulumi.yaml); what `make setup` runs to install it
 # (Makefile, setup.py, setup.cfg, pyproject.toml, MANIFEST.in, requirements.txt); the policy pack
-# `pulumi preview/up --policy-pack` runs (policies/pack/); the reconciler's image (image/); and the CI
-# that runs them (.ci/, .github/, .gitlab/, .gitlab-ci.yml). The one definition every caller uses:
-# plan's `program_files_changed`, the approvals' protected paths, the CI examples' path filters.
-# A folder ends in "/", any other name is a file at the top; as Git pathspecs they name the same files.
+# `pulumi preview/up --policy-pack` runs (policies/pack/); the reconciler's image (image/); the CI
+# that runs them (.ci/, .github/, .gitlab/, .gitlab-ci.yml); and every .gitattributes, which says what
+# a deploy's checkout makes of each file (line ends, encodings, filters). The one definition every
+# caller uses: plan's `program_files_changed`, the approvals' protected paths, the CI examples' path
+# filters. A name ending in "/" is a folder at the top, one starting with "**/" a file of that name in
+# any folder, any other a file at the top.
 PROGRAM = (*(f"{folder}/" for folder in RENDERED), "policies/pack/", "image/", ".ci/", ".github/", ".gitlab/",
-           "Pulumi.yaml", "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "requirements.txt", ".gitlab-ci.yml")
+           "Pulumi.yaml", "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "requirements.txt", ".gitlab-ci.yml",
+           "**/.gitattributes")
+# The same as Git's pathspecs (`git diff -- ...`).
+PROGRAM_PATHSPECS = tuple(f":(glob){name}" if name.startswith("**/") else f":(literal){name}" for name in PROGRAM)
 
 HERE = Path(__file__).resolve().parent.parent  # the program running now
 
 
 def in_program(path: str) -> bool:
     """Whether the file at `path` (relative to the repository's top) is part of the program."""
-    return any(path.startswith(name) if name.endswith("/") else path == name for name in PROGRAM)
+    return any(_names(name, path) for name in PROGRAM)
 
 
-# Git's modes of what is not a regular file: a link (`git archive` leaves it out of a plan's copy, a
-# deploy's checkout follows it) and a submodule (another repository's commit, absent from both).
+def _names(name: str, path: str) -> bool:
+    """Whether a name of PROGRAM names the file at `path`."""
+    if name.endswith("/"):
+        return path.startswith(name)
+    if name.startswith("**/"):
+        return path == name[3:] or path.endswith(name[2:])
+    return path == name
+
+
+# Git's modes of what is not a regular file: a link (left out of a plan's copy, followed by a
+# deploy's checkout) and a submodule (another repository's commit, absent from both).
 _NOT_A_FILE = {"120000": "a symbolic link", "160000": "a submodule"}
 
 
@@ -159,9 +210,9 @@ def survey(repo: Path, rev: str, env_rel: str) -> Revision:
         _worktree_environment(repo, env_rel)
         return Revision(runs_here=_same_code(repo), needs=None)
     entries = {}
-    for entry in filter(None, git.run(repo, "ls-tree", "-r", "-z", rev, "--", *RENDERED, "policies", env_rel).split("\0")):
+    for entry in filter(None, _listing(repo, rev, [*RENDERED, "policies", env_rel]).split("\0")):
         meta, path = entry.split("\t", 1)
-        mode, _, oid = meta.split()
+        mode, _, oid, _ = meta.split()
         if mode in _NOT_A_FILE and (path == env_rel or path.split("/", 1)[0] in RENDERED):
             raise _not_a_file(path, _NOT_A_FILE[mode], rev)
         if path.startswith(env_rel + "/"):

@@ -5,6 +5,7 @@ environment or program file that is not a regular file is refused rather than re
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pathspec
@@ -45,7 +46,8 @@ def test_a_revision_is_its_program_every_file_not_only_its_python(repo: Path) ->
 
 
 @pytest.mark.parametrize("path", ["Makefile", "policies/pack/__main__.py", "policies/pack/requirements.txt", "image/build.py",
-                                  ".ci/run", "setup.py", "pyproject.toml", ".github/workflows/fleetops.yml", ".gitlab-ci.yml"])
+                                  ".ci/run", "setup.py", "pyproject.toml", ".github/workflows/fleetops.yml", ".gitlab-ci.yml",
+                                  ".gitattributes", "environments/.gitattributes"])
 def test_a_file_the_deploy_runs_is_a_program_change_that_needs_approval(repo: Path, path: str) -> None:
     # The attack: `make setup`, `pulumi preview/up --policy-pack policies/pack` and the CI run these
     # files when the change merges; no object shows the edit, so the old plan said "no effect", exit 0.
@@ -120,6 +122,38 @@ def test_the_ci_examples_run_the_gate_for_every_program_and_protected_path() -> 
     github = yaml.safe_load((ROOT / "docs" / "ci" / "github-actions.yml").read_text())[True]["pull_request_target"]["paths"]
     gitlab = yaml.safe_load((ROOT / "docs" / "ci" / "gitlab-ci.yml").read_text())["fleetops-plan"]["rules"][0]["changes"]
     for name in (*revisions.PROGRAM, "environments/", "policies/", *forge.CODEOWNERS_PLACES, *forge.GITLAB_CODEOWNERS_PLACES):
-        touched = f"{name}sub/file" if name.endswith("/") else name
+        touched = f"{name}sub/file" if name.endswith("/") else name.replace("**/", "sub/")
         for where, filters in (("github-actions.yml", github), ("gitlab-ci.yml", gitlab)):
             assert pathspec.GitIgnoreSpec.from_lines(filters).match_file(touched), f"{where}: no path filter runs the gate for {touched}"
+
+
+def test_the_revisions_own_gitattributes_do_not_change_what_plan_reads(repo: Path) -> None:
+    # The attack: `git archive` honours the revision's own .gitattributes. export-ignore left the head's
+    # environment file out of the plan's copy ("environment removed", 2 approvals and it passed) while a
+    # deploy's checkout holds it, with whatever the head wrote in it.
+    (repo / ".gitattributes").write_text("environments/prod.yaml export-ignore\n")
+    edit(repo, "nodes: 16", "nodes: 320")
+    commit(repo, "twenty times the H100 nodes, out of sight")
+    code, result = plan_json(repo, "--head", "HEAD", "--approvals", "2")
+    assert result["head"]["exists"] is True
+    assert ".gitattributes" in result["program_file_changes"]
+    assert any(c["text"].startswith("center-bj/h100-train: nodes 16 → 320") for c in result["fleet_changes"]), result["fleet_changes"]
+    assert code == 1 and result["verdict"] == "denied"  # over the budget, approvals or not
+
+
+def test_export_subst_does_not_rewrite_what_plan_reads(repo: Path) -> None:
+    from fleetops import revisions
+
+    (repo / ".gitattributes").write_text("environments/prod.yaml export-subst\n")
+    prod = repo / "environments" / "prod.yaml"
+    prod.write_text(prod.read_text() + "# $Format:%H$\n")
+    head = commit(repo, "a placeholder")
+    with revisions.checkout(repo, head, ["environments/prod.yaml"]) as tree:
+        assert (tree / "environments" / "prod.yaml").read_bytes() == prod.read_bytes()
+
+
+def test_the_ci_examples_stop_when_the_approvals_cannot_be_counted() -> None:
+    # `export FLEETOPS_APPROVALS=$(fleetops approvals gitlab)` exits 0 whatever approvals exits with.
+    for name in ("github-actions.yml", "gitlab-ci.yml"):
+        lines = [line for line in (ROOT / "docs" / "ci" / name).read_text().splitlines() if "fleetops approvals" in line]
+        assert lines and all(re.search(r"=\$\(\.venv/bin/fleetops approvals \w+\) \|\| exit 2", line) for line in lines), (name, lines)
