@@ -10,10 +10,10 @@ from the checkout the gate runs in, the base's, never the head's; without one, n
 
 GitHub: only current approvals count (each reviewer's latest review is APPROVED and was given on the
 head commit: a push after it, or a dismissal, takes it back). GitLab: the merge request approvals
-API (which drops approvals a push resets, where the project says so), the author's own left out,
-each counted only where the approver is a code owner (a user, or a member of a group with at least
-Developer access) of the path in every CODEOWNERS section that owns it; GitLab's own approval rules
-decide nothing here.
+API, only approvals given since the latest push (`approved_at` against the newest diff version), the
+author's own left out, each counted only where the approver is a code owner (a user, or a member of
+a group with at least Developer access) of the path in every CODEOWNERS section that owns it;
+GitLab's own approval rules decide nothing here.
 Sticky note (GitLab; GitHub workflows use marocchino/sticky-pull-request-comment): one note per
 environment, found again by a hidden marker and edited in place, so a merge request does not
 collect a plan per push. Tokens come from the environment and never appear in output or errors.
@@ -21,6 +21,7 @@ collect a plan per push. Tokens come from the environment and never appear in ou
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -152,10 +153,22 @@ def github_approvals(repo: str, number: int, head_sha: str, fetch: Fetch, codeow
     return approvals_by_path(codeowners, files, approvers, _cached(members))
 
 
+def gitlab_current_approvers(approved_by: list[dict[str, Any]], versions: list[dict[str, Any]], author: str | None) -> set[str]:
+    """Approvers of the merge request as its latest push left it: each approval given at or after the
+    newest diff version was made (GitLab keeps approvals across a push unless the project removes them,
+    which its Free tier cannot), the author's own left out. An approval GitLab does not date
+    (`approved_at`) cannot be told current and does not count."""
+    if not versions:
+        return set()
+    pushed = max(dt.datetime.fromisoformat(v["created_at"]) for v in versions)
+    return {a["user"]["username"] for a in approved_by
+            if a.get("approved_at") and dt.datetime.fromisoformat(a["approved_at"]) >= pushed} - {author}
+
+
 def gitlab_approvals(project: str, iid: int, fetch: Fetch, codeowners: str | None) -> dict[str, int]:
     mr = f"/projects/{project}/merge_requests/{iid}"
     author = fetch(mr).get("author", {}).get("username")
-    approvers = {a["user"]["username"] for a in fetch(f"{mr}/approvals").get("approved_by", [])} - {author}
+    approvers = gitlab_current_approvers(fetch(f"{mr}/approvals").get("approved_by", []), fetch(f"{mr}/versions?per_page=100"), author)
     if codeowners is None:  # as on GitHub: without CODEOWNERS nobody owns anything, whatever GitLab's rules say
         return {}
     files = {name for d in fetch(f"{mr}/diffs?per_page=100") for name in (d.get("new_path"), d.get("old_path")) if name}

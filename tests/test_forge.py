@@ -105,12 +105,17 @@ def test_without_codeowners_no_approval_counts(forge: str, tmp_path: Path) -> No
 GITLAB = {"FLEETOPS_GITLAB_TOKEN": "glpat-secret", "CI_PROJECT_ID": "42", "CI_MERGE_REQUEST_IID": "9"}
 
 
-def gitlab_routes(approved_by: list[str], diffs: list[dict], author: str = "mallory") -> dict[str, object]:
-    """A merge request as GitLab's API shows it: its author, approvals, changed files; a user @alice, groups org and org/sre."""
+PUSHED, LATER = "2026-12-01T10:00:00.000Z", "2026-12-01T11:30:00.000Z"
+
+
+def gitlab_routes(approved_by: list[str], diffs: list[dict], author: str = "mallory", approved_at: str = LATER) -> dict[str, object]:
+    """A merge request as GitLab's API shows it: its author, approvals (given at `approved_at`), pushes, changed
+    files; users @mallory and @alice, groups everyone-else and org/sre."""
     return {"/projects/42/merge_requests/9": {"iid": 9, "author": {"username": author}},
-            "/projects/42/merge_requests/9/approvals": {"approved_by": [{"user": {"username": u}} for u in approved_by]},
+            "/projects/42/merge_requests/9/approvals": {"approved_by": [{"user": {"username": u}, "approved_at": approved_at} for u in approved_by]},
+            "/projects/42/merge_requests/9/versions": [{"id": 2, "created_at": PUSHED}, {"id": 1, "created_at": "2026-11-30T09:00:00.000Z"}],
             "/projects/42/merge_requests/9/diffs": diffs,
-            "/users": [], "/users?username=mallory": [{"username": "mallory"}],  # a user by that name, or none
+            "/users": [], "/users?username=mallory": [{"username": "mallory"}], "/users?username=alice": [{"username": "alice"}],  # a user by that name, or none
             "/groups/org%2Fsre/members/all": [{"username": "sam", "access_level": 30}, {"username": "guest", "access_level": 10}],
             "/groups/everyone-else/members/all": [{"username": "zed", "access_level": 40}, {"username": "yan", "access_level": 30}]}
 
@@ -124,6 +129,17 @@ def test_the_cli_counts_gitlabs_approvals_only_from_the_code_owners_of_each_path
     done = run("approvals", "gitlab", "--codeowners", tmp_path / "CODEOWNERS", env={**GITLAB, "CI_API_V4_URL": forge})
     assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr  # sam alone
     assert "environments/prod.yaml" in done.stderr
+
+
+def test_a_gitlab_approval_given_before_the_latest_push_does_not_count(forge: str, tmp_path: Path) -> None:
+    # GitLab keeps approvals across a push unless the project removes them (its Free tier cannot): sam
+    # approved, then the author pushed another commit.
+    diffs = [{"old_path": "environments/prod.yaml", "new_path": "environments/prod.yaml"}]
+    (tmp_path / "CODEOWNERS").write_text(CODEOWNERS)
+    for approved_at, counted in (("2026-12-01T09:59:59.000Z", "0\n"), (PUSHED, "1\n"), (None, "0\n")):
+        Forge.routes = gitlab_routes(["sam"], diffs, approved_at=approved_at)
+        done = run("approvals", "gitlab", "--codeowners", tmp_path / "CODEOWNERS", env={**GITLAB, "CI_API_V4_URL": forge})
+        assert (done.returncode, done.stdout) == (0, counted), (approved_at, done.stderr)
 
 
 def test_gitlab_without_codeowners_counts_no_approval(forge: str, tmp_path: Path) -> None:
