@@ -22,6 +22,7 @@ collect a plan per push. Tokens come from the environment and never appear in ou
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -118,11 +119,6 @@ def fewest(counts: dict[str, int]) -> tuple[int, str | None]:
     return counts[path], path
 
 
-def _cached(resolve: Members) -> Members:
-    known: dict[str, set[str]] = {}
-    return lambda owner: known[owner] if owner in known else known.setdefault(owner, resolve(owner))
-
-
 def current_approvers(reviews: list[dict[str, Any]], head_sha: str) -> set[str]:
     """Reviewers whose latest review approves the head commit."""
     latest: dict[str, dict[str, Any]] = {}
@@ -150,7 +146,7 @@ def github_approvals(repo: str, number: int, head_sha: str, fetch: Fetch, codeow
         org, slug = owner[1:].split("/", 1)
         return {m["login"] for m in fetch(f"/orgs/{org}/teams/{slug}/members?per_page=100")}
 
-    return approvals_by_path(codeowners, files, approvers, _cached(members))
+    return approvals_by_path(codeowners, files, approvers, functools.cache(members))  # an owner asked for once
 
 
 def gitlab_current_approvers(approved_by: list[dict[str, Any]], versions: list[dict[str, Any]], author: str | None) -> set[str]:
@@ -182,7 +178,7 @@ def gitlab_approvals(project: str, iid: int, fetch: Fetch, codeowners: str | Non
         group = urllib.parse.quote(name, safe="")
         return {m["username"] for m in fetch(f"/groups/{group}/members/all?per_page=100") if m.get("access_level", 0) >= _DEVELOPER}
 
-    return approvals_by_path(codeowners, files, approvers, _cached(members), gitlab=True)
+    return approvals_by_path(codeowners, files, approvers, functools.cache(members), gitlab=True)
 
 
 def sticky_note(project: str, iid: int, key: str, body: str, fetch: Fetch, send: Send) -> str:
