@@ -757,19 +757,23 @@ class Forge(str, Enum):
 
 @app.command()
 def approvals(
-    forge: Annotated[Forge, typer.Argument(help="github (current code-owner approvals) or gitlab (the MR approvals API)")],
-    codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file, the base revision's (default: .github/CODEOWNERS, CODEOWNERS or docs/CODEOWNERS here; none: no approval counts)")] = None,
+    forge: Annotated[Forge, typer.Argument(help="github (current reviews) or gitlab (the MR approvals API); either way only code owners of each protected path count")],
+    codeowners: Annotated[Path | None, typer.Option(help="CODEOWNERS file, the base revision's (default: where the forge looks for it here; none: no approval counts)")] = None,
 ) -> None:
-    """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS. Exit 2 when the forge cannot be asked."""
-    from fleetops.forge import CODEOWNERS_PLACES, ForgeError, from_environment  # `forge` is the argument here
+    """Print how many approvals the pull request of this CI job has, for FLEETOPS_APPROVALS: those of the protected path
+    (environment, policies, program, CODEOWNERS) with the fewest from its own code owners. Exit 2 when the forge cannot be asked."""
+    from fleetops.forge import CODEOWNERS_PLACES, GITLAB_CODEOWNERS_PLACES, ForgeError, fewest, from_environment  # `forge` is the argument here
 
-    path = codeowners or next((p for p in map(Path, CODEOWNERS_PLACES) if p.is_file()), None)
-    if path is None and forge is Forge.github:
-        err.print("approvals: no CODEOWNERS here: no approval counts (run this in the base revision's checkout)", markup=False)
+    places = CODEOWNERS_PLACES if forge is Forge.github else GITLAB_CODEOWNERS_PLACES
+    path = codeowners or next((p for p in map(Path, places) if p.is_file()), None)
     try:
-        count = from_environment(forge.value, path.read_text() if path else None)
+        count, least = fewest(from_environment(forge.value, path.read_text() if path else None))
     except (ForgeError, OSError, KeyError, ValueError) as exc:
         fail(f"approvals: {exc}")
+    if path is None:
+        err.print("approvals: no CODEOWNERS here: no approval counts (run this in the base revision's checkout)", markup=False)
+    elif least is not None:
+        err.print(f"approvals: {count} from the code owners of {least}, the protected path with the fewest", markup=False, highlight=False)
     sys.stdout.write(f"{count}\n")
 
 

@@ -3,7 +3,7 @@
 The judge (policy evaluation, approvals, verdict, decision record) is the code running this plan
 (in CI, the base revision's: see docs/ci/), with the base revision's policies, data, waivers and
 owners; nothing the head holds is read for the verdict. Each side is taken from its own revision
-with `git archive` into a temporary folder (the user's working tree and index are never touched;
+as its blobs into a temporary folder (`revisions.checkout`; the user's working tree and index are never touched;
 head defaults to the working tree itself, read only) and rendered by that revision's own program
 and modules, so a change to `modules/` shows up in the plan exactly as `pulumi up` would deploy it.
 A side whose program is byte for byte the one running (`revisions.survey`) renders here, and then only its
@@ -31,10 +31,7 @@ from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
                                   status_counts)
 from fleetops.prometheus import PrometheusError
-from fleetops.revisions import WORKTREE, checkout, default_base, resolve, stamp, survey
-
-# Files whose change is a change of the program that renders or deploys the fleet: a policy fact.
-PROGRAM_PATHS = ("fleetops/", "modules/", "stacks/", "Pulumi.yaml", "pyproject.toml", "setup.py")
+from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, resolve, stamp, survey
 
 
 @dataclass
@@ -335,8 +332,8 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
     with contextlib.ExitStack() as stack:
         policy_files_changed = changed_files(repo, base, head, ["policies/"], stack)
-        program_files_changed = changed_files(repo, base, head, PROGRAM_PATHS, stack)
-        first_lines = first_changed_lines(repo, base, head, ["policies/", *PROGRAM_PATHS], stack)
+        program_files_changed = changed_files(repo, base, head, PROGRAM_PATHSPECS, stack)
+        first_lines = first_changed_lines(repo, base, head, ["policies/", *PROGRAM_PATHSPECS], stack)
         revisions = [survey(repo, rev, env_rel) for rev in (base, head)]
         base_tree = stack.enter_context(checkout(repo, base, revisions[0].needs))
         head_tree = stack.enter_context(checkout(repo, head, revisions[1].needs))
@@ -391,7 +388,8 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
         decisions=decisions,
-        no_effect=objects.empty and not policy_files and not edits and cost_before == cost_after,
+        # A program change has an effect even where no object shows it (the deploy runs it: Makefile, the policy pack).
+        no_effect=objects.empty and not policy_files and not program_files and not edits and cost_before == cost_after,
         spec_changes=[SpecChange.of(e) for e in edits],
         approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
         fleet_changes=[FleetChange(**c) for c in fleet_changes],

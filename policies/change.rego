@@ -102,7 +102,7 @@ deny contains d if {
 
 # METADATA
 # title: Program change needs approvals
-# description: A change to the program that renders the fleet (modules/, fleetops/, stacks/, Pulumi.yaml, pyproject.toml, setup.py; program_files_changed) can change every object whatever the environment file says; it needs the configured number of code owners' approvals.
+# description: A change to the program, everything a deploy runs or reads as code or data (PROGRAM in fleetops/revisions.py, the render's folders, the packaging, the policy pack, the image and the CI; program_files_changed), can change every object, or what runs with the deploy's credentials, whatever the environment file says; it needs the configured number of code owners' approvals.
 # custom:
 #   severity: high
 #   control_id: FLEET-CHANGE-06

@@ -39,7 +39,8 @@ def make_repo(tmp_path: Path) -> Path:
     for part in FLEET_PARTS:
         src = ROOT / part
         if src.is_dir():
-            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            # What Git holds of it: not what Python and the build leave beside it (.gitignore).
+            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_yamlwriter*.so"))
         elif src.is_file():
             shutil.copy2(src, repo / part)
     git(repo, "init", "-q", "-b", "main")

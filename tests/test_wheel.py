@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetops import schema
+from fleetops import revisions, schema
 from modules import dashboards
 from tests.helpers import ROOT
 
@@ -47,6 +47,10 @@ def test_the_installed_wheel_holds_no_test_only_code(tmp_path: Path) -> None:
     # What validate reads as written (`make generated`) ships with the code: without it every render fails.
     generated = [schema.STRICT_SCHEMAS, dashboards.SHIPPED]
     assert [str(p.relative_to(ROOT)) for p in generated if not (site / p.relative_to(ROOT)).is_file()] == []
+    # The installed program is the checkout's, file for file (revisions.survey compares every file, data too):
+    # the image's `serve` takes a revision of this program for its own.
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--", *revisions.RENDERED], capture_output=True, text=True, check=True)
+    assert sorted(set(revisions.rendered_files(site)) ^ set(filter(None, tracked.stdout.split("\0")))) == []
     # No class or function of the test doubles is defined anywhere in the wheel, under whatever module name.
     doubles = {name for path in (ROOT / "tests" / "fakes").glob("*.py") for name in top_level_definitions(path)}
     shipped = sorted(f"{p.relative_to(site)}: {name}" for p in site.rglob("*.py") for name in top_level_definitions(p) & doubles)
