@@ -113,6 +113,7 @@ CASES: dict[str, Case] = {
                                               "a100-train, a100-infer", "pools"),
     "network.missing_default_deny": EnvEdit("default_deny: true", "default_deny: false", "default_deny: false", "default_deny"),
     "network.egress_anywhere": EnvEdit("egress_cidrs: [10.30.0.0/16]", "egress_cidrs: [10.30.0.0/16, 0.0.0.0/0]", "0.0.0.0/0", "egress_cidrs"),
+    "network.egress_translated": EnvEdit("egress_cidrs: [10.30.0.0/16]", 'egress_cidrs: [10.30.0.0/16, "64:ff9b::/96"]', "64:ff9b::/96", "egress_cidrs"),
     "network.edge_egress_not_allowed": EnvEdit("allow_to_endpoints: [mqtt-broker, telemetry]",
                                                "allow_to_endpoints: [mqtt-broker, telemetry]\n      egress_cidrs: [10.99.0.0/16]",
                                                "10.99.0.0/16", "egress_cidrs"),
