@@ -5,8 +5,8 @@ Kueue and the API server would refuse at apply). Each is (place, message): the c
 from collections.abc import Callable, Iterable, Iterator
 
 from fleetops import mig
-from fleetops.spec.devices import group_capacity, is_spot
-from fleetops.spec.fields import (LIMITS, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
+from fleetops.spec.devices import group_capacity, is_spot, physical_devices
+from fleetops.spec.fields import (LIMITS, MAX_COUNT, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
                                   group_names, is_mig_capable, plugin_kind)
 from fleetops.spec.nodes import RESERVED_LABELS, SPOT_TAINT
 from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, bundles, eligible_groups, guarantee_placement, kueue_limit_problem,
@@ -16,12 +16,43 @@ from fleetops.spec.positions import Loc, format_loc
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
+def _counted(items: Iterable[tuple[Loc, int]], what: str) -> Iterator[tuple[Loc, str]]:
+    """The item whose count takes the running total of `what` past MAX_COUNT, at its field."""
+    total = 0
+    for loc, count in items:
+        total += count
+        if total > MAX_COUNT:
+            yield loc, (f"{what} add up to {total:,} with this one, more than {MAX_COUNT:,} (2^53 - 1), the most a count may be "
+                        "and stay exact in JSON, the policies and the API server's quantities: lower it")
+            return
+
+
+def over_counts(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """The counts fleetops derives by multiplying and adding declared ones (devices are nodes x per_node,
+    units are devices x time-slicing replicas or MIG instances, summed per cluster; quotas summed over
+    tenants; a service's devices at max), each bounded as a whole: every field within its own bound,
+    their product or sum could still pass 64 bits and crash every command that writes it as JSON. The
+    totals bound every partial sum and product the engine or a policy takes of them."""
+    groups = [(("clusters", ci, kind, gi), g) for ci, c in enumerate(env.clusters)
+              for kind, members in (("pools", c.pools), ("edge_groups", c.edge_groups)) for gi, g in enumerate(members)]
+    devices = list(_counted(((loc + ("nodes",), physical_devices(g)) for loc, g in groups), "the environment's devices (nodes x per_node)"))
+    yield from devices
+    if not devices:  # units are devices shared: past the bound with them, as said
+        yield from _counted(((loc + ("sharing",) if isinstance(g, Pool) else loc + ("nodes",), sum(group_capacity(g).values())) for loc, g in groups),
+                            "the environment's schedulable units (devices x time-slicing replicas or MIG instances)")
+    yield from _counted(((("tenants", ti, "quota", resource), max(q.guaranteed, q.burst) * len(t.clusters))
+                         for ti, t in enumerate(env.tenants) for resource, q in t.quota.items()), "the tenants' quotas, counted in each of their clusters")
+    yield from _counted(((("services", si, "replicas", "max"), s.replicas.max * s.devices.count) for si, s in enumerate(env.services)),
+                        "the services' devices at their replicas' max")
+
+
 def over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
     """The LIMITS that no one field's bound expresses (clusters and tenants are bounded where declared)."""
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     if groups > LIMITS.groups:
         yield ("clusters",), f"{groups:,} pools and edge groups, more than the {LIMITS.groups:,} one environment may hold (fleetops.spec.LIMITS)"
         return  # the count below grows with the groups: this line says enough
+    yield from over_counts(env)
     clusters = {c.name: c for c in reversed(env.clusters)}  # a name declared twice resolves to the first
     placements = 0
     for tenant in env.tenants:
