@@ -9,8 +9,9 @@ from fleetops.spec.devices import group_capacity, is_spot, physical_devices
 from fleetops.spec.fields import (LIMITS, MAX_COUNT, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
                                   group_names, is_mig_capable, plugin_kind)
 from fleetops.spec.nodes import RESERVED_LABELS, SPOT_TAINT
-from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, bundles, eligible_groups, guarantee_placement, kueue_limit_problem,
-                                     non_preempting_classes, open_groups, preemptible_classes, tenant_classes)
+from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, bundles, eligible_groups, guarantee_placement,
+                                     kueue_limit_problem, non_preempting_classes, offline_queue_name, open_groups, preemptible_classes,
+                                     queue_names, tenant_classes)
 from fleetops.spec.positions import Loc, format_loc
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -273,7 +274,30 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         yield ("scheduler", "backend"), ("volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; "
                                          "use backend: kueue")
     yield from _kueue_checks(env, clusters)
+    yield from _queue_name_checks(env)
     yield from _service_checks(env, clusters, where)
+
+
+def _queue_name_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """LocalQueue names derived from a tenant's or an edge group's name that no job could name in its
+    queue label (QUEUE_NAME_MAX), refused at the name they grow from."""
+    def too_long(name: str, queues: Iterable[str], owner: str) -> Iterator[str]:
+        for queue in queues:
+            if len(queue) > QUEUE_NAME_MAX:
+                yield (f"its LocalQueue {queue} would be {len(queue)} characters, more than the {QUEUE_NAME_MAX} a label value holds: "
+                       f"jobs name their queue in the label kueue.x-k8s.io/queue-name, so none could be submitted to it; shorten the "
+                       f"{owner}'s name to at most {QUEUE_NAME_MAX - len(queue) + len(name)} characters")
+                return
+
+    for ti, tenant in enumerate(env.tenants):
+        preempting, never = queue_names(tenant)
+        queues = (preempting, never) if non_preempting_classes(tenant, env) else (preempting,)
+        yield from ((("tenants", ti, "name"), message) for message in too_long(tenant.name, queues, "tenant"))
+    for ci, cluster in enumerate(env.clusters):
+        for gi, group in enumerate(cluster.edge_groups):
+            if group.offline_work is not None:
+                yield from ((("clusters", ci, "edge_groups", gi, "name"), message)
+                            for message in too_long(group.name, (offline_queue_name(group),), "edge group"))
 
 
 def _service_checks(env: Environment, clusters: dict[str, Cluster], where: Callable[[Loc], str]) -> Iterator[tuple[Loc, str]]:
