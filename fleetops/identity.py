@@ -5,7 +5,8 @@ A node cannot forge this. An edge node joins by asking for a kubelet client cert
 a device allow list fleetops decides every such request: it approves one only when it is a kubelet
 client certificate to the letter of Kubernetes' rules (subject exactly O=system:nodes,
 CN=system:node:<name>; usages digital signature and client auth, key encipherment allowed; no subject
-alternative names), sent by a bootstrap token or by that node renewing, for a node name of exactly one
+alternative names), sent by a bootstrap token or by that node renewing (each known by its user name
+and its group together), for a node name of exactly one
 edge group, with a public key (`sha256:` of its DER SubjectPublicKeyInfo) in that group's allow list
 and approved for no other node name; it denies everything else, with the reason. What it approved is
 recorded in a ConfigMap of the reconciler's namespace, which nodes cannot write (unlike their own
@@ -92,12 +93,17 @@ def read_request(csr: dict[str, Any]) -> Request:
     if not signed:
         return Request(name, node, fingerprint, "the request is not signed by the key it asks a certificate for")
     requester, groups = str(spec_.get("username", "")), [str(g) for g in spec_.get("groups") or []]
-    renewal = requester == f"{NODE_PREFIX}{node}"
-    if not renewal and requester.startswith(NODE_PREFIX):
+    if requester.startswith(NODE_PREFIX) and requester != f"{NODE_PREFIX}{node}":
         return Request(name, node, fingerprint, _bounded(f"{requester} asks for a certificate of another node, {node}"))
-    if not renewal and not (requester.startswith(BOOTSTRAP_USER_PREFIX) or BOOTSTRAP_GROUP in groups):
-        return Request(name, node, fingerprint, _bounded(f"requested by {requester!r}, neither a bootstrap token ({BOOTSTRAP_GROUP}) "
-                                                          f"nor node {node} renewing its own certificate"))
+    # A requester is who the API server authenticated, by name and groups together: an authenticator
+    # other than the bootstrap tokens' or the nodes' certificates (a webhook, OIDC, a client certificate
+    # of another organisation) can give a name of either form without its group, or the group without the name.
+    renewal = requester == f"{NODE_PREFIX}{node}" and NODES_GROUP in groups
+    bootstrap = requester.startswith(BOOTSTRAP_USER_PREFIX) and BOOTSTRAP_GROUP in groups
+    if not renewal and not bootstrap:
+        return Request(name, node, fingerprint, _bounded(f"requested by {requester!r} in groups {', '.join(groups) or 'none'}: neither a "
+                                                          f"bootstrap token ({BOOTSTRAP_USER_PREFIX}<id> in {BOOTSTRAP_GROUP}) nor node {node} "
+                                                          f"({NODE_PREFIX}{node} in {NODES_GROUP}) renewing its own certificate"))
     return Request(name, node, fingerprint, None, renewal)
 
 

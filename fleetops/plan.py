@@ -255,16 +255,9 @@ def price_changes(before: spec.Environment | None, after: spec.Environment | Non
 
 
 def cost_at_base_prices(before: spec.Environment | None, after: spec.Environment | None) -> float:
-    """Head's fleet priced as the base prices each model (head's price for a model the base does not
-    price): a price cut in the same change as more nodes cannot hide what the nodes cost."""
-    if after is None:
-        return 0.0
-    base_prices = before.prices if before is not None else {}
-    # A spot pool carries its own price: the base's, for a pool that was spot there too.
-    base_spot = {(c.name, p.name): p.spot for c in before.clusters for p in c.pools if p.spot} if before is not None else {}
-    clusters = [c.model_copy(update={"pools": [p.model_copy(update={"spot": base_spot.get((c.name, p.name), p.spot)}) if p.spot else p
-                                               for p in c.pools]}) for c in after.clusters]
-    return spec.monthly_cost(after.model_copy(update={"prices": {**after.prices, **base_prices}, "clusters": clusters}))
+    """Head's fleet priced at the base revision's reference (`spec.Reference`): a price cut, a renamed model
+    or a new spot pool in the same change as more nodes cannot hide what the nodes cost."""
+    return spec.cost_at_reference(spec.Reference.of(before), after) if after is not None else 0.0
 
 
 def policy_owners(tree: Path) -> list[str]:
@@ -298,6 +291,7 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "cost_after": costs[1],
         "cost_after_base_prices": cost_at_base_prices(base.env, head.env),
         "price_changes": price_changes(base.env, head.env),
+        "below_reference": spec.below_reference(spec.Reference.of(base.env), head.env) if head.env is not None else [],
         "policy_files_changed": files["policies"],
         "program_files_changed": files["program"],
         "approvals": approvals,

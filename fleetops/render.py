@@ -130,8 +130,11 @@ def load_checked(path: Path, display: str | None = None, revision: str | None = 
 
 
 def check_schemas(objects: Iterable[tuple[str, dict[str, Any]]], display: str) -> None:
-    """Every (cluster, object) against its schema, as the API server would judge it; spec.SpecError
-    with one line per problem, naming the environment file as `display`."""
-    problems = schema.validate_objects(objects)
+    """Every (cluster, object) against its schema and the API server's limits on its size, name and
+    labels (`schema.limit_problems`), as the API server would judge it; spec.SpecError with one line per
+    problem, naming the environment file as `display`."""
+    listed = list(objects)
+    problems = [f"rendered object fails its schema: {p}" for p in schema.validate_objects(listed)]
+    problems += [f"rendered object is refused by the API server: {p}" for p in schema.limit_problems(listed)]
     if problems:
-        raise spec.SpecError([Problem(f"rendered object fails its schema: {p}", display) for p in problems])
+        raise spec.SpecError([Problem(p, display) for p in problems])

@@ -18,16 +18,18 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
+import orjson
 import yaml
 
 from fleetops import spec
 from fleetops.errors import Problem
+from fleetops.kube import DNS_LABEL, DNS_SUBDOMAIN, LABEL_KEY, LABEL_VALUE
 
 KUBERNETES_VERSION = "1.37.0"
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,6 +256,74 @@ def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]], crds: Path |
         problems += _problems(cluster, manifest, validator)
     return problems
 
+
+# What the API server refuses that no schema says, whatever program rendered the object.
+MAX_OBJECT_BYTES = 1536 * 1024  # etcd's --max-request-bytes default: larger, "etcdserver: request is too large"
+MAX_DATA_BYTES = 1024 * 1024  # a ConfigMap's or Secret's data and binaryData together (corevalidation.MaxSecretSize)
+MAX_ANNOTATION_BYTES = 256 * 1024  # metadata.annotations, keys and values (TotalAnnotationSizeLimitB)
+DNS_LABEL_KINDS = frozenset({"Namespace", "Service"})  # named by a DNS-1123 label (a Service by a DNS-1035 one, stricter still)
+# A job names its LocalQueue in the label kueue.x-k8s.io/queue-name: a longer name is created, and never usable.
+LABEL_VALUE_KINDS = frozenset({"LocalQueue"})
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A program's object as a mapping where it is one (where it is not, its schema says so)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _bytes(mapping: dict[str, Any]) -> int:
+    return sum(len(str(k)) + len(str(v)) for k, v in mapping.items())
+
+
+def _size_problems(kind: str, manifest: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    try:
+        size = len(orjson.dumps(manifest))
+    except orjson.JSONEncodeError as exc:  # a program's object: an integer past 64 bits, a key that is no string
+        yield "", f"cannot be sent as JSON: {exc}"
+        return
+    if size > MAX_OBJECT_BYTES:
+        yield "", (f"{size:,} bytes of JSON, more than the {MAX_OBJECT_BYTES:,} (1.5 MiB) the API server stores in one object "
+                   "(etcd's request limit): split what it holds, or hold less")
+    if kind in ("ConfigMap", "Secret"):
+        data = _bytes(_mapping(manifest.get("data"))) + _bytes(_mapping(manifest.get("binaryData")))
+        if data > MAX_DATA_BYTES:
+            yield "data", f"{data:,} bytes, more than the {MAX_DATA_BYTES:,} (1 MiB) a {kind} holds"
+    annotations = _bytes(_mapping(_mapping(manifest.get("metadata")).get("annotations")))
+    if annotations > MAX_ANNOTATION_BYTES:
+        yield "metadata.annotations", f"{annotations:,} bytes, more than the {MAX_ANNOTATION_BYTES:,} (256 KiB) the API server takes"
+
+
+def _name_problem(kind: str, name: str) -> str | None:
+    if kind in DNS_LABEL_KINDS or kind in LABEL_VALUE_KINDS:
+        pattern, rule = (DNS_LABEL, "a DNS-1123 label") if kind in DNS_LABEL_KINDS else (LABEL_VALUE, "a label value (jobs name it in kueue.x-k8s.io/queue-name)")
+        return None if pattern.fullmatch(name) else f"{len(name)} characters: must be {rule}, at most 63 characters"
+    return None if DNS_SUBDOMAIN.fullmatch(name) else f"{len(name)} characters: must be a DNS-1123 subdomain, at most 253 characters"
+
+
+def _label_problems(labels: dict[str, Any], seen: set[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    for key, value in labels.items():
+        if not isinstance(value, str) or (key, value) in seen:  # not a string: its schema says so; most labels recur
+            continue
+        if LABEL_KEY.fullmatch(key) and LABEL_VALUE.fullmatch(value):
+            seen.add((key, value))
+        else:
+            yield f"metadata.labels.{key}", (f"{value[:80]!r} is no label (a key of at most 63 characters after its prefix, "
+                                             "a value of at most 63 letters, digits, '-', '_' or '.')")
+
+
+def limit_problems(objects: Iterable[tuple[str, dict[str, Any]]]) -> list[SchemaProblem]:
+    """What the API server refuses of each (cluster, manifest) whatever its schema says: its size (the
+    object's, a ConfigMap's or Secret's data, its annotations), its name for its kind, its labels."""
+    seen: set[tuple[str, str]] = set()
+    problems = []
+    for cluster, manifest in objects:
+        kind, metadata = str(manifest.get("kind")), _mapping(manifest.get("metadata"))
+        name = metadata.get("name")
+        found = [*_size_problems(kind, manifest), *_label_problems(_mapping(metadata.get("labels")), seen)]
+        if isinstance(name, str) and (problem := _name_problem(kind, name)):
+            found.append(("metadata.name", problem))
+        problems += [SchemaProblem(cluster, kind, _short(str(name)), path, message) for path, message in found]
+    return problems
 
 if __name__ == "__main__":  # `make generated`
     STRICT_SCHEMAS.write_text(strict_schemas_json())

@@ -171,10 +171,6 @@ def model_cache_manifest(target: Target, group: spec.EdgeGroup) -> dict[str, Any
     }
 
 
-def offline_queue_name(group: spec.EdgeGroup) -> str:
-    return f"{group.name}-offline"
-
-
 def offline_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str, Any]]:
     """A ClusterQueue of the group's own, outside every cohort (it neither lends nor borrows: offline,
     there is nobody to borrow from), over `devices` of the group's flavor, open to the listed tenants'
@@ -182,7 +178,7 @@ def offline_manifests(target: Target, group: spec.EdgeGroup) -> list[dict[str, A
     priority classes (modules/tenant.py)."""
     work = group.offline_work
     assert work is not None
-    name = offline_queue_name(group)
+    name = spec.offline_queue_name(group)
     labels = {kube.EDGE_GROUP_LABEL: group.name}
     queue = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetops import kube, spec
-from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes
-from modules.edge_group import offline_queue_name
+from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes, queue_names
 from modules.kube import Part, Target, cel_list, dns_egress, quantity_name
 
 
@@ -172,11 +171,6 @@ def spot_validation(tenant: spec.Tenant, env: spec.Environment, pools: list[str]
     }
 
 
-def queue_names(tenant: spec.Tenant) -> tuple[str, str]:
-    """The LocalQueues of the tenant's preempting and non-preempting workloads."""
-    return f"{tenant.name}-queue", f"{tenant.name}-{NON_PREEMPTING}-queue"
-
-
 def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group], env: spec.Environment) -> list[dict[str, Any]]:
     """The tenant's quota as Kueue holds it: a Cohort of its own in the cluster's, and its ClusterQueues.
 
@@ -251,7 +245,7 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 def offline_queues(tenant: spec.Tenant, cluster: spec.Cluster) -> dict[str, list[str]]:
     """The offline LocalQueues of the cluster's edge groups open to the tenant, with the classes each takes."""
-    return {offline_queue_name(g): sorted(g.offline_work.priority_classes) for g in cluster.edge_groups
+    return {spec.offline_queue_name(g): sorted(g.offline_work.priority_classes) for g in cluster.edge_groups
             if g.offline_work is not None and tenant.name in g.offline_work.tenants}
 
 

@@ -3,9 +3,11 @@
 # description: The projected monthly cost of every declared device stays within the environment's budget; alert thresholds warn ahead of it.
 package fleet.budget
 
-# In a plan, the head is also costed with the base revision's prices for the models the base prices
-# (input.change.cost_after_base_prices): the budget is judged with the larger of the two, so that a
-# price cut in the same change cannot hide the capacity it adds.
+# In a plan, the head is also costed at the base revision's reference prices (input.change.cost_after_base_prices,
+# fleetops.spec.Reference: each group at the larger of its own price and what the base says it costs; a
+# renamed model or a new spot pool at the highest price the base knows for its device resource, or its
+# model's): the budget is judged with the larger cost, so that a price the change sets alone cannot hide
+# the capacity it adds.
 costs contains input.facts.monthly_cost
 
 costs contains input.change.cost_after_base_prices if is_number(input.change.cost_after_base_prices)

@@ -49,8 +49,9 @@ deny contains d if {
 	}
 }
 
-# The head's cost as judged: the larger of its own prices and the base's for the models the base prices
-# (cost_after_base_prices), so that a price cut in the same change cannot hide the capacity it adds.
+# The head's cost as judged: the larger of its own prices and the base revision's reference for each
+# group (cost_after_base_prices; fleetops.spec.Reference), so that a price cut, a renamed model or a new
+# spot pool in the same change cannot hide the capacity it adds.
 head_costs contains change.cost_after
 
 head_costs contains change.cost_after_base_prices if is_number(change.cost_after_base_prices)
@@ -156,6 +157,25 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("price of %s per device-hour %s -> %s: needs %d approvals, has %d", [p.model, price(p.before), price(p.after), cfg.required_approvals, approvals]),
 		"resource": {"kind": "Price", "name": p.model},
+	}
+}
+
+# METADATA
+# title: Price below its reference needs approvals
+# description: A pool or edge group priced per device-hour below the reference its base revision gives it (a device model renamed to a cheaper one, a new model below the highest price of its device resource, a new spot pool below its model's price, a spot price cut), or a model priced for the first time below every price the base knows (below_reference). The budget and cost rules judge the head at the reference; the lower price itself needs the configured number of approvals.
+# custom:
+#   severity: high
+#   control_id: FLEET-CHANGE-08
+#   fix: "get the required approvals, or price the device in its own reviewed PR"
+#   gate: approval
+deny contains d if {
+	short
+	some p in change.below_reference
+	d := {
+		"rule": "change.price_below_reference_approvals",
+		"severity": "high",
+		"msg": sprintf("%s is priced %s per device-hour, below %s, %s: needs %d approvals, has %d", [p.subject, price(p.price), price(p.reference), p.basis, cfg.required_approvals, approvals]),
+		"resource": p.resource,
 	}
 }
 

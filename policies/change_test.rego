@@ -129,3 +129,19 @@ test_cost_at_base_prices_shows_the_increase_a_price_cut_hides if {
 	count(change.deny) == 0 with input as with_change({"cost_after": 1100, "cost_after_base_prices": 900})
 	count(change.deny) == 0 with input as with_change({"cost_after": 1100, "cost_after_base_prices": null})
 }
+
+below(entry) := {"below_reference": [object.union({
+	"subject": "pool center-bj/h100-train (H100-CHEAP)", "price": 0.1, "reference": 2.9,
+	"basis": "the highest price of nvidia.com/gpu in the base revision, for a model the base does not price",
+	"resource": {"cluster": "center-bj", "kind": "Pool", "name": "h100-train"},
+}, entry)]}
+
+test_a_price_below_its_reference_needs_approvals if {
+	decisions := change.deny with input as with_change(below({}))
+	{d.rule | some d in decisions} == {"change.price_below_reference_approvals"}
+	some d in decisions
+	d.msg == "pool center-bj/h100-train (H100-CHEAP) is priced 0.1 per device-hour, below 2.9, the highest price of nvidia.com/gpu in the base revision, for a model the base does not price: needs 2 approvals, has 0"
+	d.resource == {"cluster": "center-bj", "kind": "Pool", "name": "h100-train"}
+	count(change.deny) == 0 with input as with_change(object.union(below({}), {"approvals": 2}))
+	count(change.deny) == 0 with input as with_change({"below_reference": []})
+}

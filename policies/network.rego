@@ -77,6 +77,26 @@ deny contains d if {
 	}
 }
 
+# METADATA
+# title: Egress reaches a bounded share of IPv4 through translators too
+# description: IPv6 blocks that embed IPv4 addresses (NAT64 64:ff9b::/96 and 64:ff9b:1::/48, SIIT, IPv4-compatible, 6to4, Teredo; facts.egress translated) reach the IPv4 hosts a translator or relay delivers to. With the namespace's IPv4 blocks they cover at most network.max_egress_share of the IPv4 address space. Reported here when neither family's own measure already denies the namespace.
+# custom:
+#   severity: high
+#   control_id: FLEET-NET-05
+#   fix: "name endpoints in network.center_endpoints and allow them by name, or narrow the tenant's egress_cidrs"
+deny contains d if {
+	some fact in input.facts.egress
+	fact.translated.share > cfg.max_egress_share.ipv4
+	not fact.ipv4.share > cfg.max_egress_share.ipv4
+	not fact.ipv6.share > cfg.max_egress_share.ipv6
+	d := {
+		"rule": "network.egress_translated",
+		"severity": "high",
+		"msg": sprintf("%s: NetworkPolicies in namespace %s allow egress to %s, which reach IPv4 through a translator (NAT64, SIIT, 6to4, Teredo): with the namespace's IPv4 blocks, %s, more of the IPv4 address space than network.max_egress_share allows", [fact.cluster, fact.namespace, concat(", ", fact.translated.through), concat(", ", fact.translated.cidrs)]),
+		"resource": {"cluster": fact.cluster, "tenant": fact.namespace, "kind": "Namespace", "name": fact.namespace},
+	}
+}
+
 # One entry per IP block an egress rule on an edge cluster allows, with the policy it belongs to and the rule's ports.
 edge_egress_blocks contains {"np": {"cluster": np.cluster, "namespace": np.namespace, "name": np.name}, "cidr": peer.ipBlock.cidr, "ports": object.get(rule, "ports", [])} if {
 	some np in network_policies

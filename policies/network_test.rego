@@ -90,6 +90,26 @@ test_egress_that_cannot_be_measured_fires if {
 	d.msg == "center: NetworkPolicies in namespace a allow egress to anywhere, which is not a CIDR and cannot be measured"
 }
 
+translated(ipv4, ipv6, through, reached) := {"center/a": object.union(coverage(ipv4, ipv6, [])["center/a"], {"translated": object.union(reached, {"through": through})})}
+
+test_egress_through_a_translator_over_the_ipv4_share_fires if {
+	facts := translated(none, {"cidrs": ["64:ff9b::/96"], "share": 1.2e-20}, ["64:ff9b::/96"], {"cidrs": ["0.0.0.0/0"], "share": 1})
+	decisions := network.deny with input as object.union(base, {"facts": {"egress": facts}})
+	{d.rule | some d in decisions} == {"network.egress_translated"}
+	some d in decisions
+	d.msg == "center: NetworkPolicies in namespace a allow egress to 64:ff9b::/96, which reach IPv4 through a translator (NAT64, SIIT, 6to4, Teredo): with the namespace's IPv4 blocks, 0.0.0.0/0, more of the IPv4 address space than network.max_egress_share allows"
+}
+
+test_egress_through_a_translator_is_not_denied_twice if {
+	wide := translated(none, {"cidrs": ["::/1"], "share": 0.5}, ["::/1"], {"cidrs": ["0.0.0.0/0"], "share": 1})
+	{d.rule | some d in network.deny} == {"network.egress_anywhere"} with input as object.union(base, {"facts": {"egress": wide}})
+}
+
+test_egress_through_a_translator_within_the_share_passes if {
+	narrow := translated(none, {"cidrs": ["64:ff9b::a00:0/104"], "share": 1e-30}, ["64:ff9b::a00:0/104"], {"cidrs": ["10.0.0.0/8"], "share": 0.00390625})
+	count(network.deny) == 0 with input as object.union(base, {"facts": {"egress": narrow}})
+}
+
 opened(rules) := with_resources([netpol("center", "a", "extra", object.union({"podSelector": {}}, rules))])
 
 opening(decisions) := {d.msg | some d in decisions; d.rule == "network.tenant_opened"}

@@ -113,6 +113,7 @@ CASES: dict[str, Case] = {
                                               "a100-train, a100-infer", "pools"),
     "network.missing_default_deny": EnvEdit("default_deny: true", "default_deny: false", "default_deny: false", "default_deny"),
     "network.egress_anywhere": EnvEdit("egress_cidrs: [10.30.0.0/16]", "egress_cidrs: [10.30.0.0/16, 0.0.0.0/0]", "0.0.0.0/0", "egress_cidrs"),
+    "network.egress_translated": EnvEdit("egress_cidrs: [10.30.0.0/16]", 'egress_cidrs: [10.30.0.0/16, "64:ff9b::/96"]', "64:ff9b::/96", "egress_cidrs"),
     "network.edge_egress_not_allowed": EnvEdit("allow_to_endpoints: [mqtt-broker, telemetry]",
                                                "allow_to_endpoints: [mqtt-broker, telemetry]\n      egress_cidrs: [10.99.0.0/16]",
                                                "10.99.0.0/16", "egress_cidrs"),
@@ -163,6 +164,8 @@ CASES: dict[str, Case] = {
     "change.program_approvals": ProgramEdit("return objects"),
     "usage.guarantee_raise_underused": EnvEdit(VISION_GPU, VISION_RAISED, "guaranteed: 140", "guaranteed", prometheus=IDLE),
     "usage.pool_growth_idle": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes", prometheus=IDLE),
+    "change.price_below_reference_approvals": EnvEdit("model: H100-SXM-80GB, per_node: 8}\n        nodes: 16", "model: H100-SXM-80GB-B, per_node: 8}\n        nodes: 16",
+                                                      "H100-SXM-80GB-B, per_node", "model", also=(("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.9\n  H100-SXM-80GB-B: 2.5\n"),)),
     "change.price_decrease_approvals": EnvEdit("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.5\n", "H100-SXM-80GB: 2.5", "H100-SXM-80GB"),
     # warn rules
     "quota.unbounded_device": EnvEdit("pools: [h100-train, a100-train]", "pools: [h100-train, a100-train, ascend-910b]",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetops import isolate
+from fleetops.spec import HOURS_PER_MONTH as HOURS
 from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
 
 pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+) and a seccomp filter (libseccomp2)")
@@ -249,3 +250,88 @@ def render_environment(*args, **kwargs):
     comment = plan(repo, "--env", "prod")
     assert comment.returncode == 2 and "Traceback" not in comment.stderr
     assert "nested more than 64 deep" in comment.stdout, comment.stdout[:500]
+
+
+def test_a_model_renamed_to_a_cheap_price_cannot_hide_the_cost_of_more_nodes(repo: Path) -> None:
+    # The attack: h100-train's model renamed to one the base does not price, at a twentieth of H100's
+    # price, with twenty times the nodes: its own cost is flat, and no model's price was cut.
+    edit(repo, "model: H100-SXM-80GB, per_node: 8}\n        nodes: 16", "model: H100-SXM-80GB-B, per_node: 8}\n        nodes: 320")
+    edit(repo, "  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.9\n  H100-SXM-80GB-B: 0.145\n")
+    commit(repo, "twenty times the H100 nodes, under another name")
+    code, result = plan_json(repo, "--approvals", "5")
+    assert code == 1 and result["verdict"] == "denied", result["verdict"]
+    (over,) = [d for d in result["decisions"] if d["rule"] == "budget.over_budget"]
+    assert "at the base revision's prices" in over["msg"]
+    code, result = plan_json(repo, "--approvals", "0")
+    (below,) = [d for d in result["decisions"] if d["rule"] == "change.price_below_reference_approvals"]
+    assert below["status"] == "approval" and below["msg"] == (
+        "pool center-bj/h100-train (H100-SXM-80GB-B) is priced 0.145 per device-hour, below 2.9, what it cost per "
+        "device-hour in the base revision: needs 2 approvals, has 0")
+
+
+def _priced(tmp_path: Path, change) -> tuple[float, float, list[dict]]:
+    """The spot environment before and after `change`: the base's cost, the head's at the reference, and
+    the prices below it."""
+    from fleetops import plan, spec
+    from tests.helpers import spot_env, write_env
+
+    base, head = spot_env(), spot_env()
+    change(head)
+    (tmp_path / "base").mkdir(exist_ok=True)
+    before = spec.load_environment(write_env(tmp_path / "base", base))
+    after = spec.load_environment(write_env(tmp_path, head))
+    return spec.monthly_cost(before), plan.cost_at_base_prices(before, after), spec.below_reference(spec.Reference.of(before), after)
+
+
+def _new_spot_pool(model: str, price: float, nodes: int = 20):
+    def change(env: dict) -> None:
+        env["clusters"][0]["pools"].append({"name": "cheap-spot", "device": {"resource": "nvidia.com/gpu", "model": model, "per_node": 8},
+                                            "nodes": nodes, "spot": {"price": price}})
+        env["tenants"][0]["pools"].append("cheap-spot")
+    return change
+
+
+@pytest.mark.parametrize("change, reference, subject, why", [
+    # A new spot pool of a priced model: at its model's price, which a spot price only discounts.
+    (_new_spot_pool("H100-SXM-80GB", 0.0001), 2.9, "pool center-a/cheap-spot (H100-SXM-80GB, spot)", "which a new spot pool's price discounts"),
+    # ... of a model no one prices: at the highest price the base knows for nvidia.com/gpu (H100's).
+    (_new_spot_pool("B200-NEW", 0.0001), 2.9, "pool center-a/cheap-spot (B200-NEW, spot)", "the highest price of nvidia.com/gpu"),
+])
+def test_a_new_spot_pool_at_a_near_zero_price_is_costed_at_the_reference(tmp_path: Path, change, reference: float, subject: str, why: str) -> None:
+    before, judged, below = _priced(tmp_path, change)
+    assert judged - before == pytest.approx(20 * 8 * reference * HOURS)
+    (entry,) = below
+    assert (entry["subject"], entry["price"], entry["reference"]) == (subject, 0.0001, reference) and why in entry["basis"]
+
+
+def test_a_pool_made_spot_or_renamed_to_a_cheaper_model_is_judged_at_what_it_cost(tmp_path: Path) -> None:
+    def made_spot(env: dict) -> None:
+        env["clusters"][0]["pools"][1].update(nodes=10, spot={"price": 0.01})  # h100-mig: 1 node at 2.9 before
+
+    before, judged, below = _priced(tmp_path, made_spot)
+    assert judged - before == pytest.approx(9 * 8 * 2.9 * HOURS)
+    assert [(e["subject"], e["reference"]) for e in below] == [("pool center-a/h100-mig (H100-SXM-80GB, spot)", 2.9)]
+
+    def renamed(env: dict) -> None:  # to a model the base prices, lower: the pool is what it was
+        env["clusters"][0]["pools"][1]["device"]["model"] = "A100-PCIE-40GB"
+        env["clusters"][0]["pools"][1]["sharing"] = {"mode": "exclusive"}
+
+    before, judged, below = _priced(tmp_path, renamed)
+    assert judged == pytest.approx(before)
+    assert [(e["subject"], e["price"], e["reference"]) for e in below] == [("pool center-a/h100-mig (A100-PCIE-40GB)", 1.4, 2.9)]
+
+
+def test_a_model_priced_first_with_no_pool_yet_needs_its_approval_now(tmp_path: Path) -> None:
+    # Else a change could price it alone, and a later one add its pool at that price, vouched by the base.
+    def priced(env: dict) -> None:
+        env["prices"]["H100-CHEAP"] = 0.01
+
+    _, _, below = _priced(tmp_path, priced)
+    assert [(e["subject"], e["reference"], e["resource"]) for e in below] == [("device model H100-CHEAP", 2.9, {"kind": "Price", "name": "H100-CHEAP"})]
+
+
+def test_an_unchanged_fleet_is_judged_at_its_own_prices(tmp_path: Path) -> None:
+    # A spot pool far below its model's on-demand price, a cheap edge group: nothing is below its
+    # reference, and nothing costs more than it did, when nothing changed.
+    before, judged, below = _priced(tmp_path, lambda env: None)
+    assert (judged, below) == (pytest.approx(before), [])

@@ -8,6 +8,7 @@ passing. The egress rule is arithmetic: a union of CIDRs is measured, not compar
 from __future__ import annotations
 
 import copy
+import ipaddress
 from typing import Any
 
 import pytest
@@ -351,6 +352,37 @@ def test_egress_covering_more_than_the_allowed_share_is_denied_however_it_is_spl
         f"dev-center: NetworkPolicies in namespace ml-sandbox allow egress to {union} together (their union), "
         f"more of the {family} address space than network.max_egress_share allows"
     ]
+
+
+@pytest.mark.parametrize("cidrs, reached", [
+    (["64:ff9b::/96"], "0.0.0.0/0"),                       # NAT64's well-known prefix: every IPv4 host
+    (["64:ff9b::/95"], "0.0.0.0/0"),                       # a block around it
+    (["64:ff9b::/97", "64:ff9b::8000:0/97"], "0.0.0.0/0"),  # split in halves
+    (["64:ff9b:1::/48"], "0.0.0.0/0"),                     # NAT64's local-use prefix
+    (["::ffff:0:0:0/96"], "0.0.0.0/0"),                    # SIIT
+    (["2001::/32"], "0.0.0.0/0"),                          # Teredo
+    (["64:ff9b::8000:0/97", "10.0.0.0/8"], "10.0.0.0/8, 128.0.0.0/1"),  # half through NAT64, a /8 directly
+])
+def test_egress_reaching_ipv4_through_a_translator_is_measured_as_ipv4(cidrs, reached):
+    assert denied(judge(egress_to("ml-sandbox", *cidrs)))["network.egress_translated"] == [
+        f"dev-center: NetworkPolicies in namespace ml-sandbox allow egress to {', '.join(c for c in cidrs if ':' in c)}, which reach IPv4 "
+        f"through a translator (NAT64, SIIT, 6to4, Teredo): with the namespace's IPv4 blocks, {reached}, more of the IPv4 address space "
+        "than network.max_egress_share allows"
+    ]
+
+
+def test_a_translated_block_already_wide_in_ipv6_is_denied_once():
+    # 6to4 reaches all of IPv4 only from 2002::/16, far over the IPv6 share: that rule says it.
+    assert set(denied(judge(egress_to("ml-sandbox", "2002::/16")))) == {"network.egress_anywhere"}
+
+
+def test_a_narrow_block_through_a_translator_reaches_only_its_ipv4_addresses():
+    # 64:ff9b::10.0.0.0/104 is 10.0.0.0/8 through NAT64, within the share; the Teredo client address is inverted.
+    from fleetops.policy.facts import ipv4_reached
+
+    assert "network.egress_translated" not in denied(judge(egress_to("ml-sandbox", "64:ff9b::a00:0/104", "2002:a00::/24")))
+    assert [str(n) for n in ipv4_reached(ipaddress.IPv6Network("2001:0:1:2:0:0:f5ff:fffe/127"))] == ["10.0.0.0/31"]
+    assert [str(n) for n in ipv4_reached(ipaddress.IPv6Network("2002:a01:200::/40"))] == ["10.1.2.0/24"]
 
 
 def test_egress_split_across_policies_is_added_up_per_namespace():

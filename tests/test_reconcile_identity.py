@@ -31,8 +31,12 @@ ATTACKS = {
     "csr-reused-key": (dict(node_name="dev-orin-12", key="orin-1"), "already approved for node dev-orin-1"),
     "csr-outside-groups": (dict(node_name="login-0", key="orin-13"), "matches no edge group"),
     "csr-not-a-node-name": (dict(node_name="dev-orin-X\n", key="orin-14"), "is not exactly O=system:nodes"),
+    # A requester is its user name and its group together: either alone is anyone an authenticator names so.
+    "csr-bootstrap-name-only": (dict(node_name="dev-orin-15", key="orin-15", groups=["developers"]), "neither a bootstrap token"),
+    "csr-bootstrap-group-only": (dict(node_name="dev-orin-16", key="orin-16", username="mallory", groups=["system:bootstrappers"]), "neither a bootstrap token"),
+    "csr-node-name-only": (dict(node_name="dev-orin-17", key="orin-17", username="system:node:dev-orin-17", groups=["developers"]), "neither a bootstrap token"),
 }
-KEYS = ("orin-1", "orin-2", *(f"orin-{i}" for i in range(3, 15)))
+KEYS = ("orin-1", "orin-2", *(f"orin-{i}" for i in range(3, 18)))
 
 
 def test_kubelet_requests_are_approved_only_to_the_letter_of_kubernetes_rules(backend) -> None:

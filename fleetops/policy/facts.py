@@ -124,6 +124,41 @@ def _egress_blocks(manifest: Any) -> Iterator[str]:
                 yield str(block["cidr"])
 
 
+# IPv6 ranges whose addresses carry an IPv4 address that a translator or relay delivers to: each with the
+# bit where the embedded address starts and whether it is written inverted. Egress to such a block reaches
+# IPv4 hosts as much as egress to their IPv4 blocks does, whatever its share of the IPv6 space.
+_IPV4_EMBEDDED = (
+    (ipaddress.IPv6Network("64:ff9b::/96"), 96, False),    # NAT64's well-known prefix (RFC 6052)
+    # NAT64's local-use prefix (RFC 8215): the operator chooses where in it the IPv4 address sits; at
+    # bit 96 a block reaches the most IPv4 addresses, so that is where it is counted.
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), 96, False),
+    (ipaddress.IPv6Network("::ffff:0:0:0/96"), 96, False),  # IPv4-translated (SIIT, RFC 2765)
+    (ipaddress.IPv6Network("::/96"), 96, False),            # IPv4-compatible (RFC 4291, deprecated)
+    (ipaddress.IPv6Network("2002::/16"), 16, False),        # 6to4 (RFC 3056)
+    (ipaddress.IPv6Network("2001::/32"), 96, True),         # Teredo's client address, inverted (RFC 4380)
+)
+
+
+def ipv4_reached(network: ipaddress.IPv6Network) -> list[ipaddress.IPv4Network]:
+    """The IPv4 addresses an IPv6 block reaches through the translators of _IPV4_EMBEDDED."""
+    reached = []
+    for embedding, start, inverted in _IPV4_EMBEDDED:
+        if not network.overlaps(embedding):
+            continue
+        inner = network if network.prefixlen >= embedding.prefixlen else embedding
+        fixed = min(max(inner.prefixlen - start, 0), 32)  # the bits of the IPv4 address the block fixes
+        bits = (int(inner.network_address) >> (96 - start)) & 0xFFFFFFFF
+        if inverted:
+            bits ^= 0xFFFFFFFF
+        reached.append(ipaddress.IPv4Network((bits >> (32 - fixed) << (32 - fixed) if fixed else 0, fixed)))
+    return reached
+
+
+def _union(networks: list[Any], bits: int) -> dict[str, Any]:
+    union = list(ipaddress.collapse_addresses(networks))
+    return {"cidrs": [str(n) for n in union], "share": sum(n.num_addresses for n in union) / 2**bits}
+
+
 def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """"cluster/namespace" -> the share of the IPv4 and IPv6 address spaces its NetworkPolicies' egress IP
     blocks reach together, for `network.egress_anywhere`.
@@ -133,6 +168,8 @@ def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
     net.cidr_merge), so the union is computed here and the rule compares the share with its data.
     `except` is not subtracted: the share is an upper bound, so an exception never hides a wide block.
     A CIDR that does not parse cannot be measured and is listed as invalid (the rule denies it).
+    `translated` adds to the IPv4 blocks what the IPv6 blocks reach through NAT64, SIIT, 6to4 or Teredo
+    (`ipv4_reached`): 64:ff9b::/96 is all of IPv4 through a NAT64 gateway, in 2^-96 of IPv6.
     """
     blocks: dict[tuple[str, str], list[str]] = {}
     for entry in entries:
@@ -156,12 +193,10 @@ def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
             families[network.version].append(network)
         fact: dict[str, Any] = {"cluster": cluster, "namespace": namespace, "invalid": sorted(set(invalid))}
         for version, networks in families.items():
-            union = list(ipaddress.collapse_addresses(networks))
-            bits = 32 if version == 4 else 128
-            fact[f"ipv{version}"] = {
-                "cidrs": [str(n) for n in union],
-                "share": sum(n.num_addresses for n in union) / 2**bits,
-            }
+            fact[f"ipv{version}"] = _union(networks, 32 if version == 4 else 128)
+        through = {str(n): ipv4_reached(n) for n in families[6]}
+        fact["translated"] = {"through": sorted(cidr for cidr, reached in through.items() if reached),
+                              **_union([*families[4], *(r for reached in through.values() for r in reached)], 32)}
         out[f"{cluster}/{namespace}"] = fact
     return out
 

@@ -3,7 +3,7 @@
 A module per job, each reading only those named before it (.importlinter holds it): `fields` (the
 pydantic models, their field types and name patterns, LIMITS), `positions` (the YAML walk that keeps
 every node's line and column), `devices` (physical devices and schedulable units, per group and
-cluster), `nodes` (what a group's nodes carry, which live node is whose), `cost` (prices), `placement`
+cluster), `nodes` (what a group's nodes carry, which live node is whose), `cost` (prices, and the base revision's reference prices a change is judged at), `placement`
 (the groups open to a tenant, Kueue's resource groups and limits, where each guarantee is held),
 `checks` (validate's refusals across fields) and `document` (reading and validating a file, problems
 at file:line:col). This module names them all, so that `spec.Environment`, `spec.load_environment`,
@@ -30,11 +30,13 @@ from fleetops.spec.nodes import (
     RESERVED_LABELS, SPOT_TAINT, matches_node, node_labels, taints,
 )
 from fleetops.spec.cost import (
-    HOURS_PER_MONTH, device_hour_price, group_monthly_cost, monthly_cost, replica_monthly_cost, unit_hour_price,
+    HOURS_PER_MONTH, Basis, Reference, below_reference, cost_at_reference, device_hour_price, group_monthly_cost,
+    judged_hour_price, monthly_cost, replica_monthly_cost, unit_hour_price,
 )
 from fleetops.spec.placement import (
-    KUEUE, NON_PREEMPTING, KueueLimits, Placement, bundles, eligible_groups, guarantee_placement, kueue_limit_problem,
-    non_preempting_classes, open_groups, preemptible_classes, restricting_taints, tenant_classes,
+    KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, KueueLimits, Placement, bundles, eligible_groups, guarantee_placement,
+    kueue_limit_problem, non_preempting_classes, offline_queue_name, open_groups, preemptible_classes, queue_names,
+    restricting_taints, tenant_classes,
 )
 from fleetops.spec.checks import (
     SYSTEM_NAMESPACES, cross_checks, over_limits,
@@ -45,20 +47,20 @@ from fleetops.spec.document import (
 )
 
 __all__ = [
-    "Api", "Billing", "Budget", "CachedModel", "Cidr", "Cluster", "Count", "Currency", "DEFAULT_TOLERATION_SECONDS",
+    "Api", "Basis", "Billing", "Budget", "CachedModel", "Cidr", "Cluster", "Count", "Currency", "DEFAULT_TOLERATION_SECONDS",
     "DNS_LABEL_RULE", "Device", "Devices", "Disconnect", "Document", "ENVIRONMENTS", "EdgeGroup", "Endpoint",
     "Environment", "Fingerprint", "Fraction", "G", "Grafana", "Group", "GroupNames", "HOURS_PER_MONTH", "Image",
     "KUEUE", "KueueLimits", "LIMITS", "LabelKey", "LabelValue", "Labels", "Limits", "Loc", "MAX_COUNT", "MAX_PRUNES",
     "Mig", "MigProfile", "Model", "Monitoring", "NON_PREEMPTING", "Name", "Network", "NodeGlob", "NodeMatch",
-    "OfflineWork", "Placement", "PluginKind", "Pool", "Positions", "Positive", "PriorityClass", "Quota",
-    "RESERVED_LABELS", "Reconciler", "Replica", "Replicas", "ResourceName", "SPOT_TAINT", "SYSTEM_NAMESPACES",
+    "OfflineWork", "Placement", "PluginKind", "Pool", "Positions", "Positive", "PriorityClass", "QUEUE_NAME_MAX", "Quota",
+    "RESERVED_LABELS", "Reconciler", "Reference", "Replica", "Replicas", "ResourceName", "SPOT_TAINT", "SYSTEM_NAMESPACES",
     "Scheduler", "Server", "Service", "Sharing", "SpecError", "Spot", "Taint", "Targets", "Tenant", "TenantNetwork",
-    "TopUp", "Url", "Workload", "YAML_LOADER", "bundles", "capacity", "capacity_rows", "cluster_by_name",
-    "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
+    "TopUp", "Url", "Workload", "YAML_LOADER", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
+    "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",
-    "kueue_limit_problem", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
-    "node_labels", "non_preempting_classes", "open_groups", "over_limits", "parse_environment", "parse_yaml",
-    "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "quota_sums",
+    "judged_hour_price", "kueue_limit_problem", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
+    "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
+    "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "queue_names", "quota_sums",
     "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
     "unit_hour_price", "yaml_errors",
 ]

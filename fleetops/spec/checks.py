@@ -5,15 +5,46 @@ Kueue and the API server would refuse at apply). Each is (place, message): the c
 from collections.abc import Callable, Iterable, Iterator
 
 from fleetops import mig
-from fleetops.spec.devices import group_capacity, is_spot
-from fleetops.spec.fields import (LIMITS, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
+from fleetops.spec.devices import group_capacity, is_spot, physical_devices
+from fleetops.spec.fields import (LIMITS, MAX_COUNT, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
                                   group_names, is_mig_capable, plugin_kind)
 from fleetops.spec.nodes import RESERVED_LABELS, SPOT_TAINT
-from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, bundles, eligible_groups, guarantee_placement, kueue_limit_problem,
-                                     non_preempting_classes, open_groups, preemptible_classes, tenant_classes)
+from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, bundles, eligible_groups, guarantee_placement,
+                                     kueue_limit_problem, non_preempting_classes, offline_queue_name, open_groups, preemptible_classes,
+                                     queue_names, tenant_classes)
 from fleetops.spec.positions import Loc, format_loc
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _counted(items: Iterable[tuple[Loc, int]], what: str) -> Iterator[tuple[Loc, str]]:
+    """The item whose count takes the running total of `what` past MAX_COUNT, at its field."""
+    total = 0
+    for loc, count in items:
+        total += count
+        if total > MAX_COUNT:
+            yield loc, (f"{what} add up to {total:,} with this one, more than {MAX_COUNT:,} (2^53 - 1), the most a count may be "
+                        "and stay exact in JSON, the policies and the API server's quantities: lower it")
+            return
+
+
+def over_counts(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """The counts fleetops derives by multiplying and adding declared ones (devices are nodes x per_node,
+    units are devices x time-slicing replicas or MIG instances, summed per cluster; quotas summed over
+    tenants; a service's devices at max), each bounded as a whole: every field within its own bound,
+    their product or sum could still pass 64 bits and crash every command that writes it as JSON. The
+    totals bound every partial sum and product the engine or a policy takes of them."""
+    groups = [(("clusters", ci, kind, gi), g) for ci, c in enumerate(env.clusters)
+              for kind, members in (("pools", c.pools), ("edge_groups", c.edge_groups)) for gi, g in enumerate(members)]
+    devices = list(_counted(((loc + ("nodes",), physical_devices(g)) for loc, g in groups), "the environment's devices (nodes x per_node)"))
+    yield from devices
+    if not devices:  # units are devices shared: past the bound with them, as said
+        yield from _counted(((loc + ("sharing",) if isinstance(g, Pool) else loc + ("nodes",), sum(group_capacity(g).values())) for loc, g in groups),
+                            "the environment's schedulable units (devices x time-slicing replicas or MIG instances)")
+    yield from _counted(((("tenants", ti, "quota", resource), max(q.guaranteed, q.burst) * len(t.clusters))
+                         for ti, t in enumerate(env.tenants) for resource, q in t.quota.items()), "the tenants' quotas, counted in each of their clusters")
+    yield from _counted(((("services", si, "replicas", "max"), s.replicas.max * s.devices.count) for si, s in enumerate(env.services)),
+                        "the services' devices at their replicas' max")
 
 
 def over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
@@ -22,6 +53,7 @@ def over_limits(env: Environment) -> Iterator[tuple[Loc, str]]:
     if groups > LIMITS.groups:
         yield ("clusters",), f"{groups:,} pools and edge groups, more than the {LIMITS.groups:,} one environment may hold (fleetops.spec.LIMITS)"
         return  # the count below grows with the groups: this line says enough
+    yield from over_counts(env)
     clusters = {c.name: c for c in reversed(env.clusters)}  # a name declared twice resolves to the first
     placements = 0
     for tenant in env.tenants:
@@ -242,7 +274,30 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
         yield ("scheduler", "backend"), ("volcano is no longer offered: fleetops proves what its quotas do on the real Kueue only; "
                                          "use backend: kueue")
     yield from _kueue_checks(env, clusters)
+    yield from _queue_name_checks(env)
     yield from _service_checks(env, clusters, where)
+
+
+def _queue_name_checks(env: Environment) -> Iterator[tuple[Loc, str]]:
+    """LocalQueue names derived from a tenant's or an edge group's name that no job could name in its
+    queue label (QUEUE_NAME_MAX), refused at the name they grow from."""
+    def too_long(name: str, queues: Iterable[str], owner: str) -> Iterator[str]:
+        for queue in queues:
+            if len(queue) > QUEUE_NAME_MAX:
+                yield (f"its LocalQueue {queue} would be {len(queue)} characters, more than the {QUEUE_NAME_MAX} a label value holds: "
+                       f"jobs name their queue in the label kueue.x-k8s.io/queue-name, so none could be submitted to it; shorten the "
+                       f"{owner}'s name to at most {QUEUE_NAME_MAX - len(queue) + len(name)} characters")
+                return
+
+    for ti, tenant in enumerate(env.tenants):
+        preempting, never = queue_names(tenant)
+        queues = (preempting, never) if non_preempting_classes(tenant, env) else (preempting,)
+        yield from ((("tenants", ti, "name"), message) for message in too_long(tenant.name, queues, "tenant"))
+    for ci, cluster in enumerate(env.clusters):
+        for gi, group in enumerate(cluster.edge_groups):
+            if group.offline_work is not None:
+                yield from ((("clusters", ci, "edge_groups", gi, "name"), message)
+                            for message in too_long(group.name, (offline_queue_name(group),), "edge group"))
 
 
 def _service_checks(env: Environment, clusters: dict[str, Cluster], where: Callable[[Loc], str]) -> Iterator[tuple[Loc, str]]:

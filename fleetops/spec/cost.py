@@ -1,7 +1,12 @@
 """What an environment's devices cost: prices per device-hour (a spot pool's own), per schedulable
-unit, per month."""
+unit, per month; and what a revision under review is judged at, its base revision's reference prices."""
 
-from fleetops.spec.devices import group_capacity, physical_devices, physical_shares, service_pools
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleetops.spec.devices import group_capacity, is_spot, physical_devices, physical_shares, service_pools
 from fleetops.spec.fields import Environment, Group, Pool, Service
 
 HOURS_PER_MONTH = 730
@@ -35,3 +40,100 @@ def replica_monthly_cost(env: Environment, service: Service) -> float:
     """One replica's devices for a 730-hour month, on the dearest of its pools (where the scheduler may put it)."""
     price = max((unit_hour_price(env, p, service.devices.resource) for p in service_pools(env, service)), default=0.0)
     return service.devices.count * price * HOURS_PER_MONTH
+
+
+# --- the price a change is judged at -------------------------------------------------------------
+
+class Basis(str, enum.Enum):
+    """Where a group's reference price per device-hour comes from, all in the base revision."""
+
+    MODEL = "model"  # its device model's price: a cut of it is a price change of the model (plan's price_changes)
+    GROUP = "group"  # what the same pool or edge group cost: its model renamed, made spot, or its spot price cut
+    ON_DEMAND = "on-demand"  # a new spot pool: its model's price, which the spot price discounts
+    RESOURCE = "resource"  # a model the base does not price: the highest price the base knows for its device resource
+    HIGHEST = "highest"  # a resource, or a model no group uses, the base does not price: its highest price of all
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The prices per device-hour a revision under review is judged at, read from its base revision,
+    which the change cannot set alone: each model's price, what each pool and edge group cost, and the
+    highest price known for each device resource. A renamed model or a new spot pool is no discount."""
+
+    models: Mapping[str, float]
+    groups: Mapping[tuple[str, str, str], tuple[Group, float]]  # (cluster, kind, name) -> the base's group and its price
+    resources: Mapping[str, float]
+    highest: float | None  # None: the base prices nothing (no base environment)
+
+    @classmethod
+    def of(cls, base: Environment | None) -> "Reference":
+        if base is None:
+            return cls({}, {}, {}, None)
+        groups: dict[tuple[str, str, str], tuple[Group, float]] = {}
+        resources: dict[str, float] = {}
+        for cluster in base.clusters:
+            for group in (*cluster.pools, *cluster.edge_groups):
+                price = device_hour_price(base, group)
+                groups.setdefault((cluster.name, type(group).__name__, group.name), (group, price))
+                known = max(price, base.prices.get(group.device.model, 0.0))
+                resources[group.device.resource] = max(resources.get(group.device.resource, 0.0), known)
+        return cls(dict(base.prices), groups, resources, max([*base.prices.values(), *resources.values()], default=None))
+
+    def of_group(self, cluster: str, group: Group) -> tuple[float, Basis] | None:
+        """The price `group` of `cluster` is judged at, and where it comes from; None where the base knows no price."""
+        model, spot = group.device.model, is_spot(group)
+        was = self.groups.get((cluster, type(group).__name__, group.name))
+        if was is not None:
+            before, price = was
+            if not spot and not is_spot(before) and before.device.model == model and model in self.models:
+                return self.models[model], Basis.MODEL
+            return price, Basis.GROUP
+        if model in self.models:
+            return self.models[model], Basis.ON_DEMAND if spot else Basis.MODEL
+        if group.device.resource in self.resources:
+            return self.resources[group.device.resource], Basis.RESOURCE
+        return (self.highest, Basis.HIGHEST) if self.highest is not None else None
+
+
+def judged_hour_price(reference: Reference, env: Environment, cluster: str, group: Group) -> float:
+    """The group's price per device-hour as judged: its own, or its reference where that is higher."""
+    ref = reference.of_group(cluster, group)
+    return max(device_hour_price(env, group), ref[0] if ref else 0.0)
+
+
+def cost_at_reference(reference: Reference, env: Environment) -> float:
+    """Every physical device at its judged price per device-hour, for a 730-hour month."""
+    return round(sum(physical_devices(g) * judged_hour_price(reference, env, c.name, g) * HOURS_PER_MONTH
+                     for c in env.clusters for g in (*c.pools, *c.edge_groups)), 2)
+
+
+BASIS_TEXT = {
+    Basis.GROUP: "what it cost per device-hour in the base revision",
+    Basis.ON_DEMAND: "the base revision's price of its model, which a new spot pool's price discounts",
+    Basis.RESOURCE: "the highest price of {resource} in the base revision, for a model the base does not price",
+    Basis.HIGHEST: "the highest price in the base revision, for a device the base does not price",
+}
+
+
+def below_reference(reference: Reference, env: Environment) -> list[dict[str, Any]]:
+    """Each price the change set below its reference, for the approval it needs: a pool or edge group
+    priced below its reference, and a model priced for the first time below the highest price the base
+    knows, though no group uses it yet (a later change could use it at that price). A cut of a model's
+    own price is left to the price change it is (Basis.MODEL)."""
+    out: list[dict[str, Any]] = []
+    for cluster in env.clusters:
+        for group in (*cluster.pools, *cluster.edge_groups):
+            ref, price = reference.of_group(cluster.name, group), device_hour_price(env, group)
+            if ref is None or ref[1] is Basis.MODEL or price >= ref[0]:
+                continue
+            kind = "pool" if isinstance(group, Pool) else "edge group"
+            out.append({"subject": f"{kind} {cluster.name}/{group.name} ({group.device.model}{', spot' if is_spot(group) else ''})",
+                        "price": price, "reference": ref[0], "basis": BASIS_TEXT[ref[1]].format(resource=group.device.resource),
+                        "resource": {"cluster": cluster.name, "kind": type(group).__name__, "name": group.name}})
+    used = {g.device.model for c in env.clusters for g in (*c.pools, *c.edge_groups)}
+    if reference.highest is not None:
+        for model, price in sorted(env.prices.items()):
+            if model not in reference.models and model not in used and price < reference.highest:
+                out.append({"subject": f"device model {model}", "price": price, "reference": reference.highest,
+                            "basis": BASIS_TEXT[Basis.HIGHEST], "resource": {"kind": "Price", "name": model}})
+    return out

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from fleetops.spec.devices import group_capacity, is_spot
-from fleetops.spec.fields import Cluster, Environment, Group, PriorityClass, Quota, Taint, Tenant, group_names, named_groups
+from fleetops.spec.fields import Cluster, EdgeGroup, Environment, Group, PriorityClass, Quota, Taint, Tenant, group_names, named_groups
 from fleetops.spec.positions import Loc
 
 
@@ -79,6 +79,19 @@ def kueue_limit_problem(groups: list[tuple[list[str], list[str]]]) -> str | None
 
 
 NON_PREEMPTING = "non-preempting"
+# A job names its LocalQueue in a label (kueue.x-k8s.io/queue-name), whose value the API server takes up
+# to 63 characters: a queue with a longer name is created, and no job can ever be submitted to it.
+QUEUE_NAME_MAX = 63
+
+
+def queue_names(tenant: Tenant) -> tuple[str, str]:
+    """The LocalQueues of the tenant's preempting and non-preempting workloads (modules/tenant.py)."""
+    return f"{tenant.name}-queue", f"{tenant.name}-{NON_PREEMPTING}-queue"
+
+
+def offline_queue_name(group: EdgeGroup) -> str:
+    """The ClusterQueue of an edge group's offline work, and its LocalQueue in each tenant's namespace."""
+    return f"{group.name}-offline"
 
 
 def tenant_classes(tenant: Tenant, env: Environment, keep: Callable[[PriorityClass], bool]) -> list[str]:
