@@ -373,7 +373,8 @@ def test_egress_reaching_ipv4_through_a_translator_is_measured_as_ipv4(cidrs, re
 
 def test_a_translated_block_already_wide_in_ipv6_is_denied_once():
     # 6to4 reaches all of IPv4 only from 2002::/16, far over the IPv6 share: that rule says it.
-    assert set(denied(judge(egress_to("ml-sandbox", "2002::/16")))) == {"network.egress_anywhere"}
+    rules = denied(judge(egress_to("ml-sandbox", "2002::/16")))
+    assert "network.egress_anywhere" in rules and "network.egress_translated" not in rules
 
 
 def test_a_narrow_block_through_a_translator_reaches_only_its_ipv4_addresses():
