@@ -157,6 +157,13 @@ def test_a_misspelt_read_is_found_however_the_rule_reaches_the_data(tmp_path: Pa
     assert any(f"{rego}:{line_of(policies / rego, edit[1])}:" in x and f"reads {shown}," in x for x in lines), lines
 
 
+def test_a_key_named_in_a_string_or_a_comment_is_no_read(tmp_path: Path) -> None:
+    policies = copy_policies(tmp_path / "policies")
+    with (policies / "edge.rego").open("a") as fh:
+        fh.write('\n# cfg.max_latency in a comment\nnote := sprintf("cfg.max_latency, data.fleet_data.edge.nothing %v", [cfg.max_latency_ms])\n')
+    assert policy.load_bundle(policies).policies["edge.rego"].endswith("[cfg.max_latency_ms])\n")
+
+
 def test_the_schema_declares_every_key_the_shipped_rules_read_and_nothing_they_do_not() -> None:
     """A new rule that reads a new key must declare it in policies/data.schema.json (the load refuses it
     otherwise), and a key the schema declares that no rule reads would be a threshold that does nothing."""

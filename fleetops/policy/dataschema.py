@@ -122,6 +122,11 @@ def _without_comments(source: str) -> str:
     return _COMMENT.sub(lambda m: " " * len(m.group(0)) if m.group("comment") else m.group(0), source)
 
 
+def _without_strings(text: str) -> str:
+    """`text` with each string's inside blanked (same length): `"cfg.x, y"` in a message is no read and no comma."""
+    return _COMMENT.sub(lambda m: m.group(0) if m.group("comment") else m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1], text)
+
+
 @dataclass(frozen=True)
 class _Block:
     """A top-level statement of a module: a rule or function with its body."""
@@ -129,7 +134,8 @@ class _Block:
     file: str
     package: str
     line: int  # of its head
-    text: str
+    text: str  # comments blanked
+    code: str  # strings blanked too: where references, bindings and calls are looked for
 
 
 def _blocks(file: str, source: str) -> Iterator[_Block]:
@@ -140,7 +146,8 @@ def _blocks(file: str, source: str) -> Iterator[_Block]:
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
         if not re.match(r"(package|import)\b", lines[start]):
-            yield _Block(file, package, start + 1, "\n".join(lines[start:end]))
+            block = "\n".join(lines[start:end])
+            yield _Block(file, package, start + 1, block, _without_strings(block))
 
 
 def _call_arguments(text: str, start: int) -> list[str]:
@@ -200,10 +207,10 @@ class _Reads:
         env = dict(env)
         for _ in range(8):  # bindings found in the body's order need a few rounds at most; bounded
             before = len(env)
-            for match in _IN.finditer(block.text):
+            for match in _IN.finditer(block.code):
                 if (path := self.resolve(match.group("ref"), env)) is not None:
                     env[match.group("second") or match.group("first")] = (*path, ANY)
-            for match in _ASSIGN.finditer(block.text):
+            for match in _ASSIGN.finditer(block.code):
                 if (path := self.resolve(match.group("ref"), env)) is not None:
                     env[match.group("var")] = path
             if len(env) == before:
@@ -212,17 +219,17 @@ class _Reads:
         def place(offset: int) -> tuple[int, int]:
             return block.line + block.text.count("\n", 0, offset), offset - block.text.rfind("\n", 0, offset)
 
-        for match in _REF.finditer(block.text):
-            if (path := self.resolve(match.group(0), env)) is not None and (match.group("head") == DATA_REF or match.group("head") in env):
+        for match in _REF.finditer(block.code):
+            if (path := self.resolve(match.group(0), env)) is not None:
                 self.found.append(Read(block.file, *place(match.start()), path))
         for match in _OBJECT_GET.finditer(block.text):
             if (path := self.resolve(match.group("ref"), env)) is not None:
                 keys = [match.group("key")] if match.group("key") is not None else re.findall(r'"([^"\\]*)"', match.group("keys"))
                 self.found.append(Read(block.file, *place(match.start()), (*path, *keys)))
-        for match in _CALL.finditer(block.text):
+        for match in _CALL.finditer(block.code):
             name = match.group("name")
             function = name.removeprefix("data.") if name.startswith("data.") else f"{block.package}.{name}"
-            for index, argument in enumerate(_call_arguments(block.text, match.end() - 1)):
+            for index, argument in enumerate(_call_arguments(block.code, match.end() - 1)):
                 if (path := self.resolve(argument, env)) is not None:
                     self.follow(function, index, path)
 
