@@ -540,35 +540,46 @@ def statements_command(
     token_file: PrometheusTokenOpt = None,
     output: Annotated[StatementFormat, typer.Option("--output", help="text, json or csv")] = StatementFormat.text,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write one file per tenant here (TENANT.txt, .json or .csv) instead of standard output")] = None,
+    deadline: Annotated[str, typer.Option("--deadline", help="The whole time given to Prometheus's answers (30s, 10m); each query has at most 3m of it")] = "10m",
 ) -> None:
     """Per-tenant statements for a month from Prometheus: postpaid invoices (device-hours x price per cluster, pool and
     device model) and prepaid balances (top-ups to the month's end less spend). Exit 1 when a prepaid balance is
-    overdrawn, 2 when Prometheus cannot be asked or holds no metering for the month."""
+    overdrawn, 2 when Prometheus cannot be asked in --deadline, holds no metering for the month, or some use is unknown
+    (a cluster without series, a day without a number): then the statements are printed marked incomplete, and --out writes none."""
     from fleetops.metering import statements
-    from fleetops.prometheus import Prometheus
+    from fleetops.prometheus import QUERY_DEADLINE, Prometheus
 
+    seconds = parse_interval(deadline, "--deadline")
     spec_env = spec.load_environment(env_file(environments, env))
     month = statements.Period.parse(period)
     with progress(f"reading {month.name} from {prometheus}"):
-        result = statements.build(spec_env, Prometheus(prometheus, token_file), month)
+        client = Prometheus(prometheus, token_file, query_deadline=min(QUERY_DEADLINE, seconds), client_deadline=seconds)
+        result = statements.build(spec_env, client, month)
     for item in result.unknown:
         err.print(f"warning: {item}: metered, but no such tenant or pool in {env}: not billed", markup=False, highlight=False)
+    for tenant, reasons in result.incomplete.items():
+        for why in reasons:
+            err.print(f"incomplete: {tenant}: {why}", markup=False, highlight=False)
     overdrawn = [s.tenant for s in result.statements if s.overdrawn]
-    counts = {"statements": len(result.statements), "overdrawn": len(overdrawn)}
+    counts = {"statements": len(result.statements), "overdrawn": len(overdrawn), "incomplete": len(result.incomplete)}
     if output is StatementFormat.json:
-        forms = {s.tenant: as_json(s.document()) for s in result.statements}
-        whole = as_json(envelope("statements", not overdrawn, counts, **result.document()))
+        forms = {s.tenant: as_json(result.statement_document(s)) for s in result.statements}
+        whole = as_json(envelope("statements", not overdrawn and not result.incomplete, counts, **result.document()))
     elif output is StatementFormat.csv:
-        forms = {s.tenant: statements.csv_text([s]) for s in result.statements}
-        whole = statements.csv_text(result.statements)
+        forms = {s.tenant: statements.csv_text([s], result.incomplete) for s in result.statements}
+        whole = statements.csv_text(result.statements, result.incomplete)
     else:
-        forms = {s.tenant: statements.text(s) for s in result.statements}
+        forms = {s.tenant: statements.text(s, result.incomplete.get(s.tenant, [])) for s in result.statements}
         whole = "\n".join(forms.values())
     if out_dir is None:
         sys.stdout.write(whole)
+    elif result.incomplete:  # a file per tenant is what is sent: none while any is unknown
+        err.print(f"wrote nothing to {out_dir}: {len(result.incomplete)} statements are incomplete", highlight=False)
     else:
         write_files({out_dir / f"{tenant}.{output.value if output is not StatementFormat.text else 'txt'}": form for tenant, form in forms.items()}, "the statements")
         err.print(f"wrote {len(forms)} statements for {month.name} to {out_dir} ({result.queries} Prometheus queries)", highlight=False)
+    if result.incomplete:
+        raise typer.Exit(errors.ExitCode.BAD_INPUT)
     if overdrawn:
         err.print(f"overdrawn: {', '.join(overdrawn)}", markup=False, highlight=False)
         raise typer.Exit(errors.ExitCode.DENIED)

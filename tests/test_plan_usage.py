@@ -69,6 +69,24 @@ def test_utilisation_divides_what_was_held_by_the_physical_devices_behind_the_gu
     assert source.queries == 2  # grouped by label: the same two whatever the number of tenants
 
 
+@pytest.mark.parametrize("h100,a100", [(15.0, float("nan")), (15.0, float("inf")), (-15.0, 3.6)])
+def test_a_sample_that_is_no_number_or_negative_is_unknown_use_not_zero(h100: float, a100: float) -> None:
+    text = (ROOT / "environments" / "prod.yaml").read_text()
+    env = spec.parse_environment(text, "prod.yaml").env
+    head = spec.parse_environment(text.replace("nodes: 16", "nodes: 20", 1), "prod.yaml").env
+    quota = [{"tenant": "vision", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 96, "burst": 160}, "after": {"guaranteed": 140, "burst": 160}}]
+    with serve(Fake(held(h100, a100))) as fake:
+        measured = usage.measure(Prometheus(fake.url), usage.parse_window("30d"), env, head, quota, dt.datetime.now(dt.timezone.utc))
+    (tenant,), (pool,) = measured.tenants, measured.pools
+    bad = a100 if a100 != 3.6 else h100
+    assert measured.status is usage.Status.unavailable
+    assert (tenant.status, tenant.used_devices, tenant.utilisation) == (usage.Status.unavailable, None, None)
+    assert tenant.reason.startswith(f"Prometheus answered {bad!r} for fleetops:tenant_devices:physical of vision on center-bj/")
+    # h100-train's figure is read only when every sample of it is a number of devices
+    assert (pool.status is usage.Status.measured) == (h100 >= 0)
+
+
 def test_what_a_tenant_borrows_on_a_pool_that_does_not_hold_its_guarantee_counts_as_used() -> None:
     # speech's 120 nvidia.com/gpu are held whole by h100-mig (7 MIG slices a GPU: 17.14 GPUs); it also runs on a100-infer.
     env = spec.parse_environment((ROOT / "environments" / "prod.yaml").read_text(), "prod.yaml").env
