@@ -808,6 +808,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+STOP_SECONDS = 10  # serve's requests still answering when it is stopped have this long; then they are cancelled
+
+
 @app.command()
 def serve(
     env: EnvOpt,
@@ -826,11 +829,13 @@ def serve(
     openapi: Annotated[Path | None, typer.Option("--openapi", help="Write the API's OpenAPI document here and exit (no --tokens needed)")] = None,
     prometheus: Annotated[str | None, typer.Option("--prometheus", help="Answer use and statements from the metering this Prometheus holds (as `fleetops statements`)")] = None,
     prometheus_token_file: PrometheusTokenOpt = None,
+    trusted_proxy: Annotated[list[str] | None, typer.Option("--trusted-proxy", help="An address or network (10.0.0.0/8) of a proxy in front: its X-Forwarded-For names the client that rate limits count (repeatable; none trusted by default)")] = None,
 ) -> None:
     """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status, quotes and,
-    with --prometheus, each tenant's use and statements.
+    with --prometheus, each tenant's use and statements. SIGTERM stops it within 10 s.
 
     Exit 2 when the revision does not load or judge, or an option is wrong."""
+    import ipaddress
     import socket
     import threading
 
@@ -840,7 +845,7 @@ def serve(
     from fleetops import cluster
     from fleetops import reconcile, revisions
     from fleetops.api import app as api_app
-    from fleetops.api import auth, metering as api_metering, snapshot
+    from fleetops.api import auth, guard, metering as api_metering, snapshot
     from fleetops.prometheus import Prometheus
 
     host, port = parse_listen(listen)
@@ -854,9 +859,16 @@ def serve(
         limits.parse(rate_limit)
     except ValueError:
         fail(f"--rate-limit: expected COUNT/PERIOD like 120/minute, got {rate_limit!r}")
+    proxies = trusted_proxy or []
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            fail(f"--trusted-proxy {proxy!r}: not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)")
     period = parse_interval(refresh, "--refresh") if refresh else 0.0
-    # A bad URL or token file is said before the revision is loaded, not after
-    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file)) if prometheus is not None else None
+    # A bad URL or token file is said before the revision is loaded, not after. The server's client lives as long as
+    # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
+    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file, client_deadline=None)) if prometheus is not None else None
     source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
 
     def fetch() -> tuple[Path, str]:
@@ -894,8 +906,12 @@ def serve(
             sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         except OSError as exc:
             fail(f"--listen {listen}: cannot listen: {exc.strerror or exc}")
+        # Forwarded headers are read from the trusted proxies only (uvicorn trusts loopback's by default: any local
+        # process could then pick the address rate limits count); their connections are not capped per address.
+        limits_per_client = guard.ClientLimits(trusted=tuple(proxies))
         config = uvicorn.Config(application, ssl_certfile=tls_cert, ssl_keyfile=tls_key, access_log=False, log_config=None,
-                                server_header=False, limit_concurrency=256, timeout_keep_alive=30)
+                                server_header=False, limit_concurrency=256, timeout_keep_alive=5, http=limits_per_client.protocol(),
+                                proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None, timeout_graceful_shutdown=STOP_SECONDS)
         try:
             config.load()
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
