@@ -91,15 +91,18 @@ class BodyLimit:
             response = problem_response(413, "too-large", f"a request body holds at most {self.limit} bytes")
             await response(scope, receive, send)
             return
-        received = 0
+        received, whole = 0, False
         ends = asyncio.get_running_loop().time() + self.seconds
 
         async def bounded() -> Message:
-            nonlocal received
+            nonlocal received, whole
+            if whole:  # what follows the body (a disconnect) is waited for as long as the app likes
+                return await receive()
             try:
                 message = await asyncio.wait_for(receive(), ends - asyncio.get_running_loop().time())
             except TimeoutError:
                 raise Problem(408, "body-too-slow", f"a request body is sent whole within {self.seconds:g} s") from None
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             received += len(message.get("body", b""))
             if received > self.limit:  # FastAPI answers an HTTPException raised while it reads the body
                 raise Problem(413, "too-large", f"a request body holds at most {self.limit} bytes")
