@@ -17,10 +17,10 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
@@ -287,7 +287,7 @@ class Prometheus:
         return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "..."
 
 
-def _once_each(labels: Any) -> None:
+def _once_each(labels: Iterable[dict[str, str]]) -> None:
     """Prometheus answers each series once: the same labels twice (two replicas not deduplicated, a proxy
     merging answers) would count what they measured twice."""
     seen: set[tuple[tuple[str, str], ...]] = set()

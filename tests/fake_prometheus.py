@@ -9,9 +9,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
+from typing import BinaryIO
 from urllib.parse import parse_qs
 
 import pytest

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.prometheus import Prometheus, Series, finite
+from fleetops.prometheus import Prometheus, finite
 
 DEVICES = "fleetops:tenant_devices:physical"  # modules/metering.py records it: the shared metric contract
 DAY = 86400
