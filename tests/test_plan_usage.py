@@ -12,7 +12,7 @@ import pytest
 
 from fleetops import envelope, spec, usage
 from fleetops.prometheus import Prometheus
-from tests.fake_prometheus import Fake, serve
+from tests.fake_prometheus import Fake, serve, server  # noqa: F401 - server is a fixture
 from tests.test_plan import ROOT, commit, edit, make_repo, plan
 
 VISION = "guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}"
@@ -85,6 +85,21 @@ def test_a_sample_that_is_no_number_or_negative_is_unknown_use_not_zero(h100: fl
     assert tenant.reason.startswith(f"Prometheus answered {bad!r} for fleetops:tenant_devices:physical of vision on center-bj/")
     # h100-train's figure is read only when every sample of it is a number of devices
     assert (pool.status is usage.Status.measured) == (h100 >= 0)
+
+
+def test_a_prometheus_that_trickles_its_answer_is_unknown_use_at_the_query_s_deadline(server) -> None:  # noqa: F811
+    from fleetops import plan as plan_mod
+
+    url, script = server
+    script.body, script.pace = b'{"status": "success", "data": {"resultType": "vector", "result": []}}', 0.2
+    text = (ROOT / "environments" / "prod.yaml").read_text()
+    env = spec.parse_environment(text, "prod.yaml").env
+    quota = [{"tenant": "vision", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 96, "burst": 160}, "after": {"guaranteed": 140, "burst": 160}}]
+    meter = plan_mod.Meter(Prometheus(url, read_timeout=1, query_deadline=2, retries=0), usage.parse_window("30d"))
+    measured = plan_mod.measured(meter, env, env, quota)
+    assert measured.status is usage.Status.unavailable
+    assert measured.tenants[0].reason.endswith("no whole answer within 2 s (the server answers too slowly, or trickles)")
 
 
 def test_what_a_tenant_borrows_on_a_pool_that_does_not_hold_its_guarantee_counts_as_used() -> None:

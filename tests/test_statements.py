@@ -155,3 +155,18 @@ def test_a_prometheus_that_trickles_its_answer_is_cut_at_the_deadline(server) ->
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [f"{url}/api/v1/query_range: the answer broke off: no whole answer within 2 s "
                                         "(the server answers too slowly, or trickles)"]
+
+
+def test_incomplete_statements_are_not_audited(server, tmp_path: Path) -> None:  # noqa: F811
+    from fleetops.metering.statements import audit_summary
+
+    url, script = server
+    script.body = matrix((PLATFORM, days(2)))  # dev-edge unmeasured
+    code, out, _ = statements(url, "--output", "json")
+    assert code == 2
+    (tmp_path / "statements.json").write_text(out)
+    with pytest.raises(StatementError) as caught:
+        audit_summary(tmp_path / "statements.json")
+    assert str(caught.value) == (f"{tmp_path / 'statements.json'}: 1 incomplete statements (e.g. edge-dev: dev-edge: no "
+                                 "fleetops:tenant_devices:physical in 2026-11 (metering not loaded there, lost, or nothing ran): "
+                                 "unknown, not 0): not audited")

@@ -290,14 +290,14 @@ DOCUMENT_BYTES = 64 * 1024 * 1024  # of a statements file: 1,000 tenants' month 
 
 
 class _Balance(BaseModel):
-    remaining: float
+    remaining: float | None
 
 
 class _Summary(BaseModel):
     tenant: str
     mode: Mode
     currency: str
-    total: float
+    total: float | None  # unknown in an incomplete statement
     balance: _Balance | None
 
 
@@ -305,6 +305,7 @@ class _Document(BaseModel):
     environment: str
     period: str
     prometheus: str
+    incomplete: dict[str, list[str]] = {}
     statements: list[_Summary]
 
 
@@ -317,6 +318,10 @@ def audit_summary(path: Path) -> dict[str, object]:
         first = exc.errors()[0]
         where = ".".join(map(str, first["loc"])) or "the document"
         raise StatementError(f"{path}: not the JSON of `fleetops statements --output json`: {where}: {first['msg']}") from None
+    unknown = document.incomplete or {s.tenant: ["total: null"] for s in document.statements if s.total is None}
+    if unknown:  # an audit shows no figure that is not one
+        tenant, reasons = next(iter(unknown.items()))
+        raise StatementError(f"{path}: {len(unknown)} incomplete statements (e.g. {tenant}: {reasons[0]}): not audited")
     return {"environment": document.environment, "period": document.period, "prometheus": document.prometheus,
             "rows": [{"tenant": s.tenant, "mode": str(s.mode), "currency": s.currency, "total": s.total,
                       "balance": None if s.balance is None else s.balance.remaining} for s in document.statements]}
