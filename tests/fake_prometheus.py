@@ -56,13 +56,10 @@ class Fake:
 
 
 def trickle(out: BinaryIO, body: bytes, pace: float) -> None:
-    """A byte every `pace` seconds (the slow server's pace, not a test's timing), until the client hangs up."""
+    """A byte every `pace` seconds (the slow server's pace, not a test's timing); OSError when the client hangs up."""
     for i in range(len(body)):
         time.sleep(pace)
-        try:
-            out.write(body[i:i + 1])
-        except OSError:
-            return
+        out.write(body[i:i + 1])
 
 
 def success(data: dict) -> bytes:
@@ -82,11 +79,14 @@ def _listening(script: Script | Fake) -> Iterator[str]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if isinstance(script, Script) and script.pace:
-                trickle(self.wfile, body, script.pace)
-            else:
-                self.wfile.write(body)
+            try:
+                self.end_headers()
+                if isinstance(script, Script) and script.pace:
+                    trickle(self.wfile, body, script.pace)
+                else:
+                    self.wfile.write(body)
+            except OSError:  # the client hung up (at its deadline, or stopped while the answer was held)
+                pass
 
         def log_message(self, *args: object) -> None:
             pass
