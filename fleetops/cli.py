@@ -540,35 +540,46 @@ def statements_command(
     token_file: PrometheusTokenOpt = None,
     output: Annotated[StatementFormat, typer.Option("--output", help="text, json or csv")] = StatementFormat.text,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write one file per tenant here (TENANT.txt, .json or .csv) instead of standard output")] = None,
+    deadline: Annotated[str, typer.Option("--deadline", help="The whole time given to Prometheus's answers (30s, 10m); each query has at most 3m of it")] = "10m",
 ) -> None:
     """Per-tenant statements for a month from Prometheus: postpaid invoices (device-hours x price per cluster, pool and
     device model) and prepaid balances (top-ups to the month's end less spend). Exit 1 when a prepaid balance is
-    overdrawn, 2 when Prometheus cannot be asked or holds no metering for the month."""
+    overdrawn, 2 when Prometheus cannot be asked in --deadline, holds no metering for the month, or some use is unknown
+    (a cluster without series, a day without a number): then the statements are printed marked incomplete, and --out writes none."""
     from fleetops.metering import statements
-    from fleetops.prometheus import Prometheus
+    from fleetops.prometheus import QUERY_DEADLINE, Prometheus
 
+    seconds = parse_interval(deadline, "--deadline")
     spec_env = spec.load_environment(env_file(environments, env))
     month = statements.Period.parse(period)
     with progress(f"reading {month.name} from {prometheus}"):
-        result = statements.build(spec_env, Prometheus(prometheus, token_file), month)
+        client = Prometheus(prometheus, token_file, query_deadline=min(QUERY_DEADLINE, seconds), client_deadline=seconds)
+        result = statements.build(spec_env, client, month)
     for item in result.unknown:
         err.print(f"warning: {item}: metered, but no such tenant or pool in {env}: not billed", markup=False, highlight=False)
+    for tenant, reasons in result.incomplete.items():
+        for why in reasons:
+            err.print(f"incomplete: {tenant}: {why}", markup=False, highlight=False)
     overdrawn = [s.tenant for s in result.statements if s.overdrawn]
-    counts = {"statements": len(result.statements), "overdrawn": len(overdrawn)}
+    counts = {"statements": len(result.statements), "overdrawn": len(overdrawn), "incomplete": len(result.incomplete)}
     if output is StatementFormat.json:
-        forms = {s.tenant: as_json(s.document()) for s in result.statements}
-        whole = as_json(envelope("statements", not overdrawn, counts, **result.document()))
+        forms = {s.tenant: as_json(result.statement_document(s)) for s in result.statements}
+        whole = as_json(envelope("statements", not overdrawn and not result.incomplete, counts, **result.document()))
     elif output is StatementFormat.csv:
-        forms = {s.tenant: statements.csv_text([s]) for s in result.statements}
-        whole = statements.csv_text(result.statements)
+        forms = {s.tenant: statements.csv_text([s], result.incomplete) for s in result.statements}
+        whole = statements.csv_text(result.statements, result.incomplete)
     else:
-        forms = {s.tenant: statements.text(s) for s in result.statements}
+        forms = {s.tenant: statements.text(s, result.incomplete.get(s.tenant, [])) for s in result.statements}
         whole = "\n".join(forms.values())
     if out_dir is None:
         sys.stdout.write(whole)
+    elif result.incomplete:  # a file per tenant is what is sent: none while any is unknown
+        err.print(f"wrote nothing to {out_dir}: {len(result.incomplete)} statements are incomplete", highlight=False)
     else:
         write_files({out_dir / f"{tenant}.{output.value if output is not StatementFormat.text else 'txt'}": form for tenant, form in forms.items()}, "the statements")
         err.print(f"wrote {len(forms)} statements for {month.name} to {out_dir} ({result.queries} Prometheus queries)", highlight=False)
+    if result.incomplete:
+        raise typer.Exit(errors.ExitCode.BAD_INPUT)
     if overdrawn:
         err.print(f"overdrawn: {', '.join(overdrawn)}", markup=False, highlight=False)
         raise typer.Exit(errors.ExitCode.DENIED)
@@ -801,6 +812,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+STOP_SECONDS = 10  # serve's requests still answering when it is stopped have this long; then they are cancelled
+
+
 @app.command()
 def serve(
     env: EnvOpt,
@@ -819,11 +833,13 @@ def serve(
     openapi: Annotated[Path | None, typer.Option("--openapi", help="Write the API's OpenAPI document here and exit (no --tokens needed)")] = None,
     prometheus: Annotated[str | None, typer.Option("--prometheus", help="Answer use and statements from the metering this Prometheus holds (as `fleetops statements`)")] = None,
     prometheus_token_file: PrometheusTokenOpt = None,
+    trusted_proxy: Annotated[list[str] | None, typer.Option("--trusted-proxy", help="An address or network (10.0.0.0/8) of a proxy in front: its X-Forwarded-For names the client that rate limits count (repeatable; none trusted by default)")] = None,
 ) -> None:
     """Serve the environment at one revision over HTTP, read only: capacity, prices, quotas, decisions, plan, status, quotes and,
-    with --prometheus, each tenant's use and statements.
+    with --prometheus, each tenant's use and statements. SIGTERM stops it within 10 s.
 
     Exit 2 when the revision does not load or judge, or an option is wrong."""
+    import ipaddress
     import socket
     import threading
 
@@ -833,7 +849,7 @@ def serve(
     from fleetops import cluster
     from fleetops import reconcile, revisions
     from fleetops.api import app as api_app
-    from fleetops.api import auth, metering as api_metering, snapshot
+    from fleetops.api import auth, guard, metering as api_metering, snapshot
     from fleetops.prometheus import Prometheus
 
     host, port = parse_listen(listen)
@@ -847,9 +863,16 @@ def serve(
         limits.parse(rate_limit)
     except ValueError:
         fail(f"--rate-limit: expected COUNT/PERIOD like 120/minute, got {rate_limit!r}")
+    proxies = trusted_proxy or []
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            fail(f"--trusted-proxy {proxy!r}: not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)")
     period = parse_interval(refresh, "--refresh") if refresh else 0.0
-    # A bad URL or token file is said before the revision is loaded, not after
-    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file)) if prometheus is not None else None
+    # A bad URL or token file is said before the revision is loaded, not after. The server's client lives as long as
+    # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
+    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file, client_deadline=None)) if prometheus is not None else None
     source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
 
     def fetch() -> tuple[Path, str]:
@@ -887,8 +910,12 @@ def serve(
             sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         except OSError as exc:
             fail(f"--listen {listen}: cannot listen: {exc.strerror or exc}")
+        # Forwarded headers are read from the trusted proxies only (uvicorn trusts loopback's by default: any local
+        # process could then pick the address rate limits count); their connections are not capped per address.
+        limits_per_client = guard.ClientLimits(trusted=tuple(proxies))
         config = uvicorn.Config(application, ssl_certfile=tls_cert, ssl_keyfile=tls_key, access_log=False, log_config=None,
-                                server_header=False, limit_concurrency=256, timeout_keep_alive=30)
+                                server_header=False, limit_concurrency=256, timeout_keep_alive=5, http=limits_per_client.protocol(),
+                                proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None, timeout_graceful_shutdown=STOP_SECONDS)
         try:
             config.load()
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError

@@ -6,7 +6,8 @@ running pods hold, and `fleetops:tenant_spend:per_hour` {cluster, pool, tenant, 
 per plan, grouped by label, whatever the number of tenants; both are sampled at a fixed resolution
 (`STEP`) over the window, so that an hour a tenant held nothing counts as nothing held rather than
 being left out of an average. A cluster with no series at all in the window was not measured (the
-metering rules are not loaded there, or Prometheus lost it): its rows are `unavailable`, never zero.
+metering rules are not loaded there, or Prometheus lost it): its rows are `unavailable`, never zero;
+so are the rows a sample that is no number (NaN, Inf) or negative would have counted in.
 
 Utilisation is measured against the base revision's fleet, the one that ran: a tenant's physical
 devices held on average / the physical devices behind its guarantee (units / the pool's sharing
@@ -207,22 +208,31 @@ def measure(source: Source, window: Window, before: spec.Environment | None, aft
         return Usage(status=Status.measured, window=window.text, window_hours=window.hours)
     q = queries(window)
     held: dict[tuple[str, str, str], float] = defaultdict(float)  # (cluster, pool, tenant) -> devices
-    for s in filter(lambda s: finite(s.value), source.query(q["devices"], at)):
-        held[s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", "")] += float(s.value)
+    refused: dict[tuple[str, ...], str] = {}  # (cluster, pool, tenant) of devices, (cluster, tenant) of spend -> why unknown
+    for s in source.query(q["devices"], at):
+        key = (s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", ""))
+        held[key] += _counted(s, f"{DEVICES} of {key[2]} on {key[0]}/{key[1]}", key, refused)
     spent: dict[tuple[str, str], tuple[float, str]] = {}
-    for s in filter(lambda s: finite(s.value), source.query(q["spend"], at)):
-        key = (s.labels.get("cluster", ""), s.labels.get("tenant", ""))
-        spent[key] = (spent.get(key, (0.0, ""))[0] + float(s.value), s.labels.get("currency", ""))
+    for s in source.query(q["spend"], at):
+        who = (s.labels.get("cluster", ""), s.labels.get("tenant", ""))
+        money = _counted(s, f"{SPEND} of {who[1]} on {who[0]}", who, refused)
+        spent[who] = (spent.get(who, (0.0, ""))[0] + money, s.labels.get("currency", ""))
     seen = {cluster for cluster, _, _ in held}
     currency = before.budget.currency if before.budget else ""
 
     def missing(cluster: str) -> str:
         return f"Prometheus has no {DEVICES} series for cluster {cluster} in the last {window.text} (metering rules not loaded there?)"
 
+    def unreadable(*keys: tuple[str, ...]) -> str | None:
+        return next((refused[k] for k in keys if k in refused), None)
+
     tenants = []
     for row, pools in tenant_rows:
         if row.cluster not in seen:
             tenants.append(row.model_copy(update={"reason": missing(row.cluster)}))
+            continue
+        if why := unreadable(*((row.cluster, pool, row.tenant) for pool in pools), (row.cluster, row.tenant)):
+            tenants.append(row.model_copy(update={"reason": why}))
             continue
         used = sum(held.get((row.cluster, pool, row.tenant), 0.0) for pool in pools)
         money, unit = spent.get((row.cluster, row.tenant), (0.0, currency))
@@ -234,13 +244,24 @@ def measure(source: Source, window: Window, before: spec.Environment | None, aft
         if pool_row.cluster not in seen:
             pools_out.append(pool_row.model_copy(update={"reason": missing(pool_row.cluster)}))
             continue
+        if why := unreadable(*(k for k in held if k[:2] == (pool_row.cluster, pool_row.pool))):
+            pools_out.append(pool_row.model_copy(update={"reason": why}))
+            continue
         used = sum(v for (cluster, pool, _), v in held.items() if (cluster, pool) == (pool_row.cluster, pool_row.pool))
         pools_out.append(pool_row.model_copy(update={
             "status": Status.measured, "used_devices": round(used, 2),
             "utilisation": round(used / pool_row.physical_devices, 4) if pool_row.physical_devices else None}))
     status = Status.measured if all(r.status is Status.measured for r in (*tenants, *pools_out)) else Status.unavailable
-    reason = "" if status is Status.measured else "some clusters have no metering series"
+    reason = "" if status is Status.measured else "some clusters have no metering series, or no number in them"
     return Usage(status=status, reason=reason, window=window.text, window_hours=window.hours, tenants=tenants, pools=pools_out)
+
+
+def _counted(sample: Sample, what: str, key: tuple[str, ...], refused: dict[tuple[str, ...], str]) -> float:
+    """The sample's value if it reads as use; else 0 added, and `key` marked unknown with why."""
+    if finite(sample.value) and sample.value >= 0:
+        return float(sample.value)
+    refused.setdefault(key, f"Prometheus answered {sample.value!r} for {what}: unknown, not 0")
+    return 0.0
 
 
 # --- what a reviewer reads ------------------------------------------------------------------------

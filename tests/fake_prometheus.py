@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
+from typing import BinaryIO
 from urllib.parse import parse_qs
 
 import pytest
@@ -26,6 +29,8 @@ class Script:
     body: bytes = b""
     answer: Callable[[dict[str, str]], bytes] | None = None  # the body for each request's form, in place of `body`
     asked: list[tuple[str, dict[str, str], Message]] = field(default_factory=list)
+    pace: float = 0.0  # seconds between two bytes of the answer: a server that trickles it
+    held: threading.Event | None = None  # set: the answers go out; until then every request is held
 
     def respond(self, form: dict[str, str]) -> tuple[int, bytes]:
         return self.status, self.answer(form) if self.answer else self.body
@@ -50,6 +55,13 @@ class Fake:
         return 200, success({"resultType": "vector", "result": result})
 
 
+def trickle(out: BinaryIO, body: bytes, pace: float) -> None:
+    """A byte every `pace` seconds (the slow server's pace, not a test's timing); OSError when the client hangs up."""
+    for i in range(len(body)):
+        time.sleep(pace)
+        out.write(body[i:i + 1])
+
+
 def success(data: dict) -> bytes:
     return json.dumps({"status": "success", "data": data}).encode()
 
@@ -62,11 +74,19 @@ def _listening(script: Script | Fake) -> Iterator[str]:
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
             script.asked.append((self.path, form, self.headers))  # case-insensitive, as HTTP headers are
             status, body = script.respond(form)
+            if isinstance(script, Script) and script.held is not None:
+                script.held.wait(300)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.end_headers()
+                if isinstance(script, Script) and script.pace:
+                    trickle(self.wfile, body, script.pace)
+                else:
+                    self.wfile.write(body)
+            except OSError:  # the client hung up (at its deadline, or stopped while the answer was held)
+                pass
 
         def log_message(self, *args: object) -> None:
             pass

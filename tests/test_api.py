@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import http.client
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -27,7 +29,7 @@ from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.cli import fleetops_command, run
 from tests.fake_prometheus import Script, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
-from tests.test_statements import DAY, days
+from tests.test_statements import DAY
 from tests.servers import free_port
 from tests.test_plan import commit, edit, git, make_repo, plan_json
 
@@ -135,9 +137,18 @@ def test_metering_not_configured_is_a_problem_not_an_empty_answer(client: TestCl
 VISION_H100 = {"cluster": "center-bj", "pool": "h100-train", "tenant": "vision", "resource": "nvidia.com/gpu"}
 
 
+# Every other cluster measured too, its tenant holding nothing: a cluster without any series is unknown use, not 0.
+IDLE = [{"cluster": "center-sh", "pool": "a100-train", "tenant": "recsys", "resource": "nvidia.com/gpu"},
+        {"cluster": "edge-sh-factory", "pool": "jetson-line-1", "tenant": "factory-vision", "resource": "nvidia.com/gpu"},
+        {"cluster": "edge-gz-gateway", "pool": "npu-gateway", "tenant": "gateway-ocr", "resource": "huawei.com/Ascend310P"}]
+
+
 def metering(form: dict[str, str]) -> bytes:
-    """vision used 48 H100s all day every day; the prepaid tenants' spend before the month is asked apart, and none."""
-    series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": days(48 * 24)}]
+    """vision used 48 H100s all day every day of the month asked; the prepaid tenants' spend before the month is asked apart, and none."""
+    first, last = int(float(form["start"])), int(float(form["end"]))
+    per_day = lambda value: [[t, str(value)] for t in range(first, last + 1, DAY)]  # noqa: E731 - on the asked steps
+    series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": per_day(48 * 24)},
+                                                     *({"metric": labels, "values": per_day(0)} for labels in IDLE)]
     return success({"resultType": "matrix", "result": series})
 
 
@@ -211,6 +222,19 @@ def test_a_month_without_metering_is_404_not_zero_use(served: Served, server: tu
     body = assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)), 404, "no-metering")
     assert "no fleetops:tenant_devices:physical between 2026-11-01 and 2026-12-01" in body["detail"]
     assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-13"}, headers=bearer(VISION)), 422)
+
+
+def test_a_statement_with_unknown_use_is_503_naming_each_unknown_never_zero(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
+    url, script = server
+    # center-sh measured by no series: what research and recsys used there is unknown; vision runs on center-bj only
+    script.answer = lambda form: metering(form).replace(b'"center-sh"', b'"center-bj"').replace(b'"a100-train"', b'"h100-train"')
+    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    body = assert_problem(client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)),
+                          503, "metering-incomplete")
+    assert body["problems"] == ["center-sh: no fleetops:tenant_devices:physical in 2026-11 (metering not loaded there, lost, or "
+                                "nothing ran): unknown, not 0"]
+    assert_problem(client.get("/v1/tenants/recsys/use", params={"period": "2026-11"}, headers=bearer(OPERATOR)), 503, "metering-incomplete")
+    assert client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)).json()["spend"] == 100224
 
 
 def test_serve_with_a_prometheus_url_that_is_not_one_is_one_line_exit_2(served: Served) -> None:
@@ -439,8 +463,8 @@ def test_status_reads_what_each_reconciler_published_and_says_which_cluster_did_
 
 
 @contextlib.contextmanager
-def serving(served: Served, log: Path, *args: str | Path) -> Iterator[int]:
-    """`fleetops serve` on a free loopback port, its log in `log`; stopped (SIGTERM) on the way out."""
+def serve_process(served: Served, log: Path, *args: str | Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`fleetops serve` on a free loopback port, its log in `log`, and its process; stopped (SIGTERM) on the way out."""
     port = free_port()
     with log.open("w") as out:
         proc = subprocess.Popen([*fleetops_command(), "serve", "--env", "prod", "--repo", str(served.repo), "--rev", served.revision,
@@ -451,10 +475,16 @@ def serving(served: Served, log: Path, *args: str | Path) -> Iterator[int]:
         while "serving prod" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)  # readiness: the server loads the revision before it listens
         assert "serving prod" in log.read_text(), log.read_text()
-        yield port
+        yield port, proc
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@contextlib.contextmanager
+def serving(served: Served, log: Path, *args: str | Path) -> Iterator[int]:
+    with serve_process(served, log, *args) as (port, _):
+        yield port
 
 
 def test_serve_on_loopback_answers_and_never_logs_a_token(served: Served, tmp_path: Path) -> None:
@@ -607,3 +637,137 @@ def test_a_quote_past_capacity_is_denied_with_the_fix_in_numbers(client: TestCli
     over = [d for d in body["decisions"] if d["rule"] == "quota.guaranteed_over_capacity" and d["status"] == "deny"]
     assert over and over[0]["fix"].startswith("lower guaranteed nvidia.com/gpu by ")
     assert over[0]["location"]["file"] == "environments/prod.yaml"
+
+
+# --- what cannot silence the API (issue 34, class 7) --------------------------------------------------------------
+
+
+def get(port: int, path: str, token: str | None = None, headers: dict[str, str] | None = None, timeout: float = 20,
+        source: str = "127.0.0.1") -> tuple[int, dict[str, Any]]:
+    """An answer's status and JSON body over loopback, errors included, from the `source` address."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        connection.request("GET", path, headers={**(bearer(token) if token else {}), **(headers or {})})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read(1 << 20) or b"{}")
+    finally:
+        connection.close()
+
+
+def test_a_slow_prometheus_holds_no_route_and_every_metering_request_is_answered(served: Served, server: tuple[str, Script],  # noqa: F811
+                                                                                  tmp_path: Path) -> None:
+    url, script = server
+    script.answer, script.held = metering, threading.Event()  # Prometheus holds its answer until the test lets it go
+    with serving(served, tmp_path / "serve.log", "--prometheus", url) as port:
+        try:
+            answers: list[tuple[int, dict[str, Any]]] = []
+            # More requests than the server has worker threads (40), from 3 addresses: each holds 20 connections at once.
+            ask = lambda source: answers.append(get(port, "/v1/tenants/vision/statements?period=2026-11", VISION, source=source))  # noqa: E731
+            asking = [threading.Thread(target=ask, args=(f"127.0.0.{10 + i % 3}",)) for i in range(60)]
+            for thread in asking:
+                thread.start()
+            assert get(port, "/healthz") == (200, {"status": "ok"})
+            for thread in asking:
+                thread.join(60)
+            assert len(answers) == 60 and {(code, body["type"].rpartition("/")[2]) for code, body in answers} == {(503, "metering-pending")}
+            assert get(port, "/v1/revision", OPERATOR)[0] == 200 and get(port, "/healthz")[0] == 200
+            assert len(script.asked) == 1  # one reading for every request of the period
+        finally:
+            script.held.set()
+        code, body = get(port, "/v1/tenants/vision/statements?period=2026-11", VISION)
+        assert code == 200 and body["total"] == 100224
+
+
+def test_sigterm_stops_serve_within_its_bound_while_prometheus_holds_an_answer(served: Served, server: tuple[str, Script],  # noqa: F811
+                                                                             tmp_path: Path) -> None:
+    url, script = server
+    script.answer, script.held = metering, threading.Event()
+    log = tmp_path / "serve.log"
+    try:
+        with serve_process(served, log, "--prometheus", url) as (port, proc):
+            asking = threading.Thread(target=get, args=(port, "/v1/tenants/vision/statements?period=2026-11", VISION, None, 60))
+            asking.start()
+            deadline = time.monotonic() + 30
+            while not script.asked and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the reading has begun
+            assert script.asked
+            proc.terminate()
+            assert proc.wait(30) == 128 + 15  # 10 s for what is still being answered, then it stops
+            asking.join(60)
+    finally:
+        script.held.set()
+    assert "Traceback" not in log.read_text()
+
+
+def slow_head(port: int, source: str) -> socket.socket:
+    """A connection from `source` that sends part of a request's head and no more (slowloris)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: fleet\r\n")
+    return sock
+
+
+def test_slow_connections_from_one_address_leave_the_others_served(served: Served, tmp_path: Path) -> None:
+    with serving(served, tmp_path / "serve.log") as port, contextlib.ExitStack() as held:
+        slow = [held.enter_context(slow_head(port, "127.0.0.2")) for _ in range(260)]  # past uvicorn's 256 connections
+        assert get(port, "/healthz") == (200, {"status": "ok"})
+        assert get(port, "/v1/revision", OPERATOR)[0] == 200
+        refused = slow[-1].recv(1 << 16)  # the address's connections past its cap were answered at once
+        assert refused.startswith(b"HTTP/1.1 429 ") and b"too-many-connections" in refused
+        assert slow[0].recv(1 << 16) == b""  # and each within it is closed when its head is not whole in time
+
+
+def test_forwarded_headers_count_only_from_a_trusted_proxy(served: Served, tmp_path: Path) -> None:
+    def guesses(port: int) -> list[int]:  # a wrong token, each time "from" another address
+        return [get(port, "/v1/revision", WRONG, {"X-Forwarded-For": f"203.0.113.{i}"})[0] for i in range(5)]
+
+    with serving(served, tmp_path / "serve.log", "--rate-limit", "3/minute") as port:
+        assert guesses(port) == [401, 401, 401, 429, 429]  # loopback's own word is not taken: one client, one budget
+    with serving(served, tmp_path / "proxied.log", "--rate-limit", "3/minute", "--trusted-proxy", "127.0.0.1") as port:
+        assert guesses(port) == [401] * 5  # behind the proxy, each client has its budget
+
+
+def test_a_trusted_proxy_that_is_no_address_is_one_line_exit_2(served: Served) -> None:
+    result = run("serve", "--env", "prod", "--repo", served.repo, "--tokens", served.tokens_path, "--trusted-proxy", "proxy.local")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "--trusted-proxy 'proxy.local': not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)"]
+
+
+OTHER = "a" * 64
+
+
+@pytest.mark.parametrize("second,message", [
+    ({"name": "portal", "sha256": OTHER, "scope": "operator"}, "tokens.2.name: 'portal' names tokens.0 too (line 2): the log and the rate limits tell tokens by their names"),
+    ({"name": "vision-admin", "sha256": auth.digest(VISION), "scope": "operator"},
+     "tokens.2.sha256: the same token as tokens.1 (line 3, tenant 'vision-portal'): a token is one principal, with one scope"),
+])
+def test_a_tokens_file_naming_a_token_twice_is_refused_at_its_line(tmp_path: Path, second: dict[str, str], message: str) -> None:
+    path = tmp_path / "tokens.json"
+    entries = [{"name": "portal", "sha256": auth.digest(OPERATOR), "scope": "operator"},
+               {"name": "vision-portal", "sha256": auth.digest(VISION), "scope": "tenant", "tenant": "vision"}, second]
+    path.write_text('{"tokens": [\n' + ",\n".join(json.dumps(e) for e in entries) + "\n]}\n")
+    with pytest.raises(auth.TokenError) as caught:
+        auth.load(path, {"vision"})
+    assert str(caught.value) == f"{path}:4: {message}" and caught.value.exit_code == 2
+    assert auth.digest(VISION) not in str(caught.value)
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:
+    import asyncio
+
+    import httpx
+
+    app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(body_seconds=1))
+
+    async def stalled() -> Any:
+        yield b'{"changes": ['
+        await asyncio.Event().wait()  # the rest never comes
+
+    async def ask() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://fleet") as client:
+            return await client.post("/v1/quotes", content=stalled(), headers={**bearer(OPERATOR), "Content-Type": "application/json"})
+
+    loop = asyncio.new_event_loop()  # not asyncio.run: it leaves the thread without a loop that later tests' libraries ask for
+    try:
+        assert_problem(loop.run_until_complete(asyncio.wait_for(ask(), 30)), 408, "body-too-slow")
+    finally:
+        loop.close()

@@ -12,7 +12,7 @@ import pytest
 
 from fleetops import envelope, spec, usage
 from fleetops.prometheus import Prometheus
-from tests.fake_prometheus import Fake, serve
+from tests.fake_prometheus import Fake, serve, server  # noqa: F401 - server is a fixture
 from tests.test_plan import ROOT, commit, edit, make_repo, plan
 
 VISION = "guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}"
@@ -67,6 +67,39 @@ def test_utilisation_divides_what_was_held_by_the_physical_devices_behind_the_gu
     assert (pool.pool, pool.physical_devices, pool.physical_devices_after, pool.used_devices) == ("h100-train", 128, 160, 55.0)
     assert pool.utilisation == round(55 / 128, 4)
     assert source.queries == 2  # grouped by label: the same two whatever the number of tenants
+
+
+@pytest.mark.parametrize("h100,a100", [(15.0, float("nan")), (15.0, float("inf")), (-15.0, 3.6)])
+def test_a_sample_that_is_no_number_or_negative_is_unknown_use_not_zero(h100: float, a100: float) -> None:
+    text = (ROOT / "environments" / "prod.yaml").read_text()
+    env = spec.parse_environment(text, "prod.yaml").env
+    head = spec.parse_environment(text.replace("nodes: 16", "nodes: 20", 1), "prod.yaml").env
+    quota = [{"tenant": "vision", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 96, "burst": 160}, "after": {"guaranteed": 140, "burst": 160}}]
+    with serve(Fake(held(h100, a100))) as fake:
+        measured = usage.measure(Prometheus(fake.url), usage.parse_window("30d"), env, head, quota, dt.datetime.now(dt.timezone.utc))
+    (tenant,), (pool,) = measured.tenants, measured.pools
+    bad = a100 if a100 != 3.6 else h100
+    assert measured.status is usage.Status.unavailable
+    assert (tenant.status, tenant.used_devices, tenant.utilisation) == (usage.Status.unavailable, None, None)
+    assert tenant.reason.startswith(f"Prometheus answered {bad!r} for fleetops:tenant_devices:physical of vision on center-bj/")
+    # h100-train's figure is read only when every sample of it is a number of devices
+    assert (pool.status is usage.Status.measured) == (h100 >= 0)
+
+
+def test_a_prometheus_that_trickles_its_answer_is_unknown_use_at_the_query_s_deadline(server) -> None:  # noqa: F811
+    from fleetops import plan as plan_mod
+
+    url, script = server
+    script.body, script.pace = b'{"status": "success", "data": {"resultType": "vector", "result": []}}', 0.2
+    text = (ROOT / "environments" / "prod.yaml").read_text()
+    env = spec.parse_environment(text, "prod.yaml").env
+    quota = [{"tenant": "vision", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 96, "burst": 160}, "after": {"guaranteed": 140, "burst": 160}}]
+    meter = plan_mod.Meter(Prometheus(url, read_timeout=1, query_deadline=2, retries=0), usage.parse_window("30d"))
+    measured = plan_mod.measured(meter, env, env, quota)
+    assert measured.status is usage.Status.unavailable
+    assert measured.tenants[0].reason.endswith("no whole answer within 2 s (the server answers too slowly, or trickles)")
 
 
 def test_what_a_tenant_borrows_on_a_pool_that_does_not_hold_its_guarantee_counts_as_used() -> None:

@@ -115,3 +115,51 @@ def test_a_token_file_that_is_missing_or_too_large_is_named_without_its_contents
     with pytest.raises(PrometheusError) as caught:
         Prometheus("http://localhost:9090", big)
     assert TOKEN not in str(caught.value) and "larger than" in str(caught.value)
+
+
+# --- what is not Prometheus's answer, and a server that never finishes one ------------------------------------
+
+
+def test_a_server_that_trickles_its_answer_is_cut_at_the_query_s_deadline(server) -> None:
+    url, script = server
+    script.body = success({"resultType": "vector", "result": [{"metric": {}, "value": [0, "1"]}]})
+    script.pace = 0.2  # a byte every 0.2 s: every read answers well within its timeout, the answer never ends in time
+    prom = Prometheus(url, read_timeout=1, query_deadline=2, retries=0)
+    with pytest.raises(PrometheusError) as caught:
+        prom.query("x", 0)
+    assert str(caught.value) == (f"{url}/api/v1/query: the answer broke off: no whole answer within 2 s "
+                                 "(the server answers too slowly, or trickles)")
+
+
+def test_the_client_s_deadline_bounds_all_its_queries(server) -> None:
+    url, script = server
+    script.body = success({"resultType": "vector", "result": []})
+    script.pace = 0.2
+    prom = Prometheus(url, read_timeout=1, query_deadline=60, client_deadline=2, retries=0)
+    with pytest.raises(PrometheusError, match="no whole answer within 2 s"):
+        prom.query("x", 0)
+    with pytest.raises(PrometheusError, match="not asked: the 2 s given to Prometheus's queries are spent"):
+        prom.query("x", 0)
+    assert len(script.asked) == 1
+
+
+@pytest.mark.parametrize("result,message", [
+    ([{"metric": {"tenant": "vision"}, "values": [[0, "1"]]}, {"metric": {"tenant": "vision"}, "values": [[60, "1"]]}],
+     "the series {'tenant': 'vision'} is answered twice"),
+    ([{"metric": {"tenant": "vision"}, "values": [[0, "1"], [0, "1"]]}], "a series with the point at 1970-01-01T00:00:00Z twice or out of order"),
+    ([{"metric": {"tenant": "vision"}, "values": [[-3600, "1"]]}], "a point at 1969-12-31T23:00:00Z, not one of the asked steps"),
+    ([{"metric": {"tenant": "vision"}, "values": [[30, "1"]]}], "a point at 1970-01-01T00:00:30Z, not one of the asked steps"),
+])
+def test_a_range_answer_off_the_asked_steps_or_with_a_series_twice_is_refused(server, result: list, message: str) -> None:
+    url, script = server
+    script.body = success({"resultType": "matrix", "result": result})
+    with pytest.raises(PrometheusError) as caught:
+        Prometheus(url).query_range("x", 0, 3600, 60)
+    assert str(caught.value).startswith(f"{url}: an answer to a range query that is not Prometheus's: {message}")
+
+
+def test_an_instant_answer_with_a_series_twice_is_refused(server) -> None:
+    url, script = server
+    script.body = success({"resultType": "vector", "result": [{"metric": {"tenant": "vision"}, "value": [0, "1"]}] * 2})
+    with pytest.raises(PrometheusError, match="the series {'tenant': 'vision'} is answered twice"):
+        Prometheus(url).query("x", 0)

@@ -8,6 +8,7 @@ API server one read.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, some of them local names.
+import asyncio
 import logging
 import threading
 import time
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 from fleetops import __version__, spec
 from fleetops.api import models, quote as quote_mod
 from fleetops.api.auth import Principal, Tokens
-from fleetops.api.metering import TTL_SECONDS, Meter, this_month
+from fleetops.api.metering import TTL_SECONDS, Meter, MeteringBusy, this_month
 from fleetops.api.models import Scope
 from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
@@ -68,17 +69,18 @@ def problem_response(status: int, kind: str, detail: str, headers: dict[str, str
 
 
 _TITLES = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 405: "method not allowed",
-           406: "not acceptable", 413: "content too large", 415: "unsupported media type", 422: "unprocessable content",
+           406: "not acceptable", 408: "request timeout", 413: "content too large", 415: "unsupported media type", 422: "unprocessable content",
            429: "too many requests", 500: "internal error", 503: "unavailable"}
 _KINDS = {404: "not-found", 405: "method-not-allowed", 413: "too-large", 400: "bad-request"}
 
 
 class BodyLimit:
     """Refuses a request body past `limit` bytes with 413: by its Content-Length before a byte is read,
-    and while it streams when it has none (chunked)."""
+    and while it streams when it has none (chunked); and one not whole within `seconds` of the request's
+    head with 408 (a client sending a byte now and then holds a connection and a task)."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, seconds: float):
+        self.app, self.limit, self.seconds = app, limit, seconds
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,11 +91,18 @@ class BodyLimit:
             response = problem_response(413, "too-large", f"a request body holds at most {self.limit} bytes")
             await response(scope, receive, send)
             return
-        received = 0
+        received, whole = 0, False
+        ends = asyncio.get_running_loop().time() + self.seconds
 
         async def bounded() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, whole
+            if whole:  # what follows the body (a disconnect) is waited for as long as the app likes
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), ends - asyncio.get_running_loop().time())
+            except TimeoutError:
+                raise Problem(408, "body-too-slow", f"a request body is sent whole within {self.seconds:g} s") from None
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             received += len(message.get("body", b""))
             if received > self.limit:  # FastAPI answers an HTTPException raised while it reads the body
                 raise Problem(413, "too-large", f"a request body holds at most {self.limit} bytes")
@@ -178,6 +187,8 @@ class Settings:
     rate: str = "120/minute"  # per token, and per client address for requests without a valid token
     max_body_bytes: int = MAX_BODY_BYTES
     quotes_at_once: int = 2  # each renders and judges a fleet: more at once would only share the CPU and add up the memory
+    metering_wait: float = 5.0  # seconds a request waits for its period's statements; then 503, the reading goes on
+    body_seconds: float = 30.0  # for a request's body to arrive whole: 64 KiB takes well under a second
 
 
 def _problem_doc(description: str) -> dict[str, Any]:
@@ -263,7 +274,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         return problem_response(500, "internal", "the server failed; its log says how")
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:  # on the event loop: answered even when every worker thread is busy
         return {"status": "ok"}
 
     @app.get("/v1/revision", response_model=models.Revision)
@@ -295,36 +306,47 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def tenant(name: str, seen: Tagged) -> models.Tenant:
         return _tenant(seen.snapshot, visible_tenant(seen.snapshot, name, seen.who))
 
-    def metered(name: str, who: Principal, period: str | None) -> Statement:
-        """The tenant's statement for the period (default: the month to date) from metering, or why there is none."""
+    async def metered(name: str, who: Principal, period: str | None) -> Statement:
+        """The tenant's statement for the period (default: the month to date) from metering, or why there is none.
+        Awaited on the event loop, never in a worker thread: a slow Prometheus holds no thread another route needs."""
         snapshot = current()
         visible_tenant(snapshot, name, who)
         if meter is None:
             raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}: serve --prometheus URL")
         try:
             month = Period.parse(period or this_month())
-            return meter.statement(snapshot.revision, snapshot.env, month, name)
+            reading = meter.statements(snapshot.revision, snapshot.env, month)
+            made = await asyncio.wait_for(asyncio.wrap_future(reading), settings.metering_wait)
+        except MeteringBusy:
+            raise Problem(503, "metering-busy", "other periods are being read from Prometheus: ask again", {"Retry-After": "10"}) from None
+        except TimeoutError:
+            raise Problem(503, "metering-pending", f"Prometheus has not answered for {month.name} in {settings.metering_wait:g} s; "
+                          "the reading goes on: ask again", {"Retry-After": "10"}) from None
         except PrometheusError as exc:  # its line names the URL without credentials, never the token
             log.warning("metering unavailable: %s", exc.lines[0])
             raise Problem(503, "metering-unavailable", exc.lines[0], {"Retry-After": "30"}) from None
         except StatementError as exc:
             raise Problem(404, "no-metering", exc.lines[0]) from None
+        if unknown := made.incomplete.get(name):
+            raise Problem(503, "metering-incomplete", f"some of {name}'s use in {month.name} is unknown: {unknown[0]}",
+                          {"Retry-After": str(int(TTL_SECONDS))}, problems=unknown)
+        return next(s for s in made.statements if s.tenant == name)
 
     Month = Annotated[str | None, Query(pattern=r"^2[0-9]{3}-(0[1-9]|1[0-2])$", description="calendar month, UTC (default: this month to date)")]
     METERED = {"404": _problem_doc("no such tenant, metering not configured, or no metering in the period"),
-               "503": _problem_doc("Prometheus did not answer: never read as zero use")}
+               "503": _problem_doc("Prometheus did not answer in time, or some of the use is unknown: never read as zero use")}
 
     @app.get("/v1/tenants/{name}/use", response_model=models.Use, responses=METERED)
-    def use(name: str, who: Who, response: Response, period: Month = None) -> models.Use:
+    async def use(name: str, who: Who, response: Response, period: Month = None) -> models.Use:
         """A tenant's device-hours per cluster, pool and resource in a month, and their spend."""
         response.headers.update(METERED_CACHE)
-        return models.Use.of(metered(name, who, period))
+        return models.Use.of(await metered(name, who, period))
 
     @app.get("/v1/tenants/{name}/statements", response_model=Statement, responses=METERED)
-    def statements(name: str, who: Who, response: Response, period: Month = None) -> Statement:
+    async def statements(name: str, who: Who, response: Response, period: Month = None) -> Statement:
         """A tenant's statement for a month, as `fleetops statements --output json` gives it: a postpaid invoice or a prepaid balance."""
         response.headers.update(METERED_CACHE)
-        return metered(name, who, period)
+        return await metered(name, who, period)
 
     @app.get("/v1/decisions", response_model=models.Decisions)
     def decisions(seen: Tagged, _: Operator) -> models.Decisions:
@@ -367,7 +389,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, seconds=settings.body_seconds)
     app.add_middleware(AccessLog)
     return app
 

@@ -4,7 +4,8 @@ The file holds each token's SHA-256, never the token: `{"tokens": [{"name": "por
 "<64 hex>", "scope": "operator"}, {"name": "vision-portal", "sha256": "...", "scope": "tenant",
 "tenant": "vision"}]}`. A presented token is hashed and compared with every entry in constant time
 (hmac.compare_digest, no early exit), so neither the file nor the timing tells a token. Requests are
-logged by the token's name, never by the token.
+logged by the token's name, never by the token. A file naming two entries alike, or holding one hash
+twice (a token that would be a tenant's and an operator's at once), is refused at the entry's line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import json.scanner
 from pathlib import Path
 from typing import Annotated
 
@@ -78,21 +80,58 @@ class Tokens:
         return found
 
 
+def _parsed(raw: str) -> tuple[object, dict[int, int]]:
+    """The JSON document, and the offset at which each of its objects opens (by the object's id): json's own
+    scanner, in its Python form, told to note where it parses an object."""
+    decoder = json.JSONDecoder()
+    opens: dict[int, int] = {}
+
+    def parse_object(s_and_end: tuple[str, int], *args: object) -> tuple[object, int]:
+        made, end = json.decoder.JSONObject(s_and_end, *args)  # type: ignore[attr-defined]
+        opens[id(made)] = s_and_end[1] - 1
+        return made, end
+
+    decoder.parse_object = parse_object  # type: ignore[assignment]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder.decode(raw), opens
+
+
 def load(path: Path, tenants: set[str]) -> Tokens:
-    """The tokens of `path`; each tenant token's tenant must be one of `tenants`. Raises TokenError, one line."""
+    """The tokens of `path`; each tenant token's tenant must be one of `tenants`. Raises TokenError, one line
+    naming the entry's line."""
     try:
-        raw = spec.read_bounded(path, MAX_TOKENS_BYTES, str(path), "the tokens file")
-        document = TokensFile.model_validate(json.loads(raw))
+        raw = spec.read_bounded(path, MAX_TOKENS_BYTES, str(path), "the tokens file").decode()
+        data, opens = _parsed(raw)
     except spec.SpecError as exc:
         raise TokenError(problems=exc.problems[:1]) from None
+    except UnicodeDecodeError as exc:
+        raise TokenError(f"{path}: not JSON: not UTF-8 at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise TokenError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    entries = data.get("tokens") if isinstance(data, dict) else None
+    lines = [raw.count("\n", 0, opens[id(e)]) + 1 if id(e) in opens else None for e in entries] if isinstance(entries, list) else []
+
+    def at(i: int) -> str:
+        return f"{path}:{lines[i]}" if i < len(lines) and lines[i] is not None else str(path)
+
+    try:
+        document = TokensFile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the document"
+        place = at(first["loc"][1]) if len(first["loc"]) > 1 and isinstance(first["loc"][1], int) else str(path)
         # the input is not repeated: it may be a token pasted where its hash belongs
-        raise TokenError(f"{path}: {where}: {first['msg']}") from None
+        raise TokenError(f"{place}: {where}: {first['msg']}") from None
+    named: dict[str, int] = {}
+    hashed: dict[str, int] = {}
     for i, entry in enumerate(document.tokens):
         if entry.tenant is not None and entry.tenant not in tenants:
-            raise TokenError(f"{path}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
+            raise TokenError(f"{at(i)}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
+        if (j := named.setdefault(entry.name, i)) != i:
+            raise TokenError(f"{at(i)}: tokens.{i}.name: {entry.name!r} names tokens.{j} too (line {lines[j]}): the log and the rate limits "
+                             "tell tokens by their names")
+        if (j := hashed.setdefault(entry.sha256, i)) != i:
+            first_entry = document.tokens[j]
+            raise TokenError(f"{at(i)}: tokens.{i}.sha256: the same token as tokens.{j} (line {lines[j]}, {first_entry.scope.value} "
+                             f"{first_entry.name!r}): a token is one principal, with one scope")
     return Tokens(document.tokens)

@@ -11,6 +11,13 @@ spend before it when any was topped up earlier. Device-hours are counted at minu
 minute of the month counts once, as the latest sample at or before it says.
 
 Prices are the environment's as declared now (the revision the command runs on), in the budget's currency.
+
+What cannot be read as use is said as unknown, never billed as 0: a day whose device-hours are no
+number (NaN, Inf) or negative, and a cluster a tenant runs on that has no series at all in the period
+(the metering rules are not loaded there, its Prometheus lost the month, or nothing ran there: the
+series cannot tell these apart). Such a tenant's statement is incomplete: its total is unknown, and
+`fleetops statements` exits 2. An answer that is not Prometheus's (a point off the asked days, a
+series twice) is refused whole by the client (fleetops.prometheus).
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ from pydantic import BaseModel, ValidationError
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.prometheus import Prometheus, Series, finite
+from fleetops.prometheus import Prometheus, finite
 
 DEVICES = "fleetops:tenant_devices:physical"  # modules/metering.py records it: the shared metric contract
 DAY = 86400
 EARLY = 30  # seconds: between two minute steps of the subquery
 ROUND = 6  # decimals kept of device-hours and amounts: a sum of 30 days of minute samples, no more
+DAYS_NAMED = 3  # of the days refused on one pool, the first named; the rest counted
 
 
 class StatementError(FleetopsError):
@@ -109,11 +117,21 @@ class Statements:
     queries: int
     statements: list[Statement]
     unknown: list[str]  # series naming a tenant or pool the environment does not have: not billed, said
+    incomplete: dict[str, list[str]] = field(default_factory=dict)  # tenant -> what of its use is unknown
 
     def document(self) -> dict[str, object]:
         return {"environment": self.environment, "period": self.period.name, "prometheus": self.prometheus,
-                "queries": self.queries, "unknown": self.unknown,
-                "statements": [s.document() for s in self.statements]}
+                "queries": self.queries, "unknown": self.unknown, "incomplete": self.incomplete,
+                "statements": [self.statement_document(s) for s in self.statements]}
+
+    def statement_document(self, statement: Statement) -> dict[str, object]:
+        """A statement as JSON: an incomplete one's total and balance are unknown (null), never the known part's sum."""
+        document = statement.document()
+        if statement.tenant in self.incomplete:
+            document["total"] = None
+            if isinstance(balance := document["balance"], dict):
+                balance.update(spent_in_period=None, remaining=None)
+        return document
 
 
 def _unix(day: datetime.date | datetime.datetime) -> float:
@@ -129,43 +147,67 @@ def device_hours_expr(tenants: Iterable[str] | None = None) -> str:
 
 
 Key = tuple[str, str, str]  # cluster, pool, tenant
+Days = dict[Key, list[tuple[float, float]]]  # (day's end, device-hours of the day)
 
 
-def _daily(series: list[Series]) -> dict[Key, list[tuple[float, float]]]:
-    """(day's end, device-hours of the day) per cluster, pool and tenant; NaN points are no use."""
-    out: dict[Key, list[tuple[float, float]]] = {}
-    for s in series:
+def _day(t: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(t - DAY, datetime.timezone.utc):%Y-%m-%d}"
+
+
+def _refused(key: Key, points: list[tuple[float, float]]) -> str | None:
+    """Why some of a series' days cannot be read as use (no number, or below zero), naming them; None if all can."""
+    bad = [(t, v) for t, v in points if not finite(v) or v < 0]
+    if not bad:
+        return None
+    kinds = " or ".join(sorted({"no number (NaN, Inf)" if not finite(v) else "negative" for _, v in bad}))
+    named = ", ".join(_day(t) for t, _ in bad[:DAYS_NAMED]) + (f" and {len(bad) - DAYS_NAMED} more" if len(bad) > DAYS_NAMED else "")
+    return f"{key[0]}/{key[1]}: device-hours {kinds} on {named}: unknown, not 0"
+
+
+def _read(prom: Prometheus, expr: str, start: float, end: float) -> tuple[Days, dict[Key, str]]:
+    """(day's end, device-hours) for each day of [start, end) that reads as use, and per series why some
+    days do not. Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window
+    holds exactly the day's 1,440 minutes (from 00:00 to 23:59) whether the server's ranges include
+    their start (Prometheus 2) or not (3)."""
+    days: Days = {}
+    refused: dict[Key, str] = {}
+    for s in prom.query_range(expr, start + DAY - EARLY, end - EARLY, DAY):
         key = (s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", ""))
-        out.setdefault(key, []).extend((t, v) for t, v in s.points if finite(v))
-    return out
-
-
-def _read(prom: Prometheus, expr: str, start: float, end: float) -> dict[Key, list[tuple[float, float]]]:
-    """(day's end, device-hours) for each day of [start, end). Each point is asked EARLY seconds before
-    its day's end, so that its `[1d:1m]` window holds exactly the day's 1,440 minutes (from 00:00 to
-    23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
-    days = _daily(prom.query_range(expr, start + DAY - EARLY, end - EARLY, DAY))
-    return {key: [(t + EARLY, v) for t, v in points] for key, points in days.items()}
+        points = [(t + EARLY, v) for t, v in s.points]
+        if (why := _refused(key, points)) is not None:
+            refused[key] = why
+        days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
+    return days, refused
 
 
 def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements:
     """Read the period (and the prepaid tenants' spend before it) and write every tenant's statement."""
     start, end = _unix(period.start), _unix(period.end)
-    usage = _read(prom, device_hours_expr(), start, end)
+    usage, refused = _read(prom, device_hours_expr(), start, end)
     if not usage:
         raise StatementError(f"{prom.url}: no {DEVICES} between {period.start:%Y-%m-%d} and {period.end:%Y-%m-%d}: is the "
                              f"PrometheusRule fleetops-metering loaded and kube-state-metrics scraped? (read as no answer, never as zero use)")
     prepaid = {t.name: t for t in env.tenants if t.billing.mode == Mode.PREPAID}
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
-    before = _read(prom, device_hours_expr(prepaid), earliest, start) if earliest is not None else {}
+    before, refused_before = _read(prom, device_hours_expr(prepaid), earliest, start) if earliest is not None else ({}, {})
 
     groups = {(c.name, g.name): g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
     tenants = {t.name for t in env.tenants}
     unknown = sorted({f"{cluster}/{pool}/{tenant}" for cluster, pool, tenant in usage
                       if tenant not in tenants or (cluster, pool) not in groups})
+    measured = {cluster for cluster, _, _ in usage}
+    metered = {c.name for c in env.clusters if c.pools or c.edge_groups}
 
-    def priced(days: dict[Key, list[tuple[float, float]]], tenant: str, since: float) -> list[Line]:
+    def unknowns(tenant: spec.Tenant) -> list[str]:
+        """What of the tenant's use cannot be read: clusters without a series, days without a number."""
+        out = [f"{cluster}: no {DEVICES} in {period.name} (metering not loaded there, lost, or nothing ran): unknown, not 0"
+               for cluster in tenant.clusters if cluster in metered and cluster not in measured]
+        out += [why for (_, _, name), why in sorted(refused.items()) if name == tenant.name]
+        out += [f"{why} (before {period.name}: the balance's spend)" for (_, _, name), why in sorted(refused_before.items()) if name == tenant.name]
+        return out
+
+    def priced(days: Days, tenant: str, since: float) -> list[Line]:
         lines = []
         for (cluster, pool, name), points in sorted(days.items()):
             group = groups.get((cluster, pool))
@@ -177,8 +219,10 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
                               round(hours, ROUND), price, round(hours * price, ROUND)))
         return lines
 
-    out = []
+    out, incomplete = [], {}
     for tenant in env.tenants:
+        if reasons := unknowns(tenant):
+            incomplete[tenant.name] = reasons
         since = first_top_up.get(tenant.name, float("-inf"))  # prepaid use is paid from the first top-up on
         lines = priced(usage, tenant.name, since)
         total = round(sum(line.amount for line in lines), ROUND)
@@ -189,45 +233,54 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
             balance = Balance(round(top_ups, ROUND), spent_before, total, round(top_ups - spent_before - total, ROUND),
                               tenant.billing.low_balance_at)
         out.append(Statement(tenant.name, Mode(tenant.billing.mode), period.name, env.budget.currency, lines, total, balance))
-    return Statements(env.environment, period, prom.url, prom.queries, out, unknown)
+    return Statements(env.environment, period, prom.url, prom.queries, out, unknown, incomplete)
 
 
 # --- forms ------------------------------------------------------------------------------------
 
 CSV_FIELDS = ["tenant", "mode", "period", "kind", "cluster", "pool", "device_model", "resource", "device_hours",
-              "price_per_device_hour", "amount", "currency"]
+              "price_per_device_hour", "amount", "currency", "note"]
 
 
-def csv_text(statements: Iterable[Statement]) -> str:
-    """One row per invoice line, then the total and, for prepaid tenants, top-ups, spend before and balance."""
+def csv_text(statements: Iterable[Statement], incomplete: dict[str, list[str]]) -> str:
+    """One row per invoice line, then the total and, for prepaid tenants, top-ups, spend before and balance.
+    An incomplete statement has a row per unknown (its note says what) and no amount in its total and balance."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for s in statements:
         head = {"tenant": s.tenant, "mode": str(s.mode), "period": s.period, "currency": s.currency}
+        unknown = incomplete.get(s.tenant, [])
         for line in s.lines:
             writer.writerow(head | {"kind": "line"} | {k: v for k, v in asdict(line).items()})
-        writer.writerow(head | {"kind": "total", "amount": s.total})
+        for why in unknown:
+            writer.writerow(head | {"kind": "unknown", "note": why})
+        writer.writerow(head | {"kind": "total", "amount": "" if unknown else s.total})
         if s.balance is not None:
-            for kind, amount in (("top_ups", s.balance.top_ups), ("spent_before", s.balance.spent_before), ("balance", s.balance.remaining)):
+            for kind, amount in (("top_ups", s.balance.top_ups), ("spent_before", s.balance.spent_before),
+                                 ("balance", "" if unknown else s.balance.remaining)):
                 writer.writerow(head | {"kind": kind, "amount": amount})
     return buffer.getvalue()
 
 
-def text(statement: Statement) -> str:
-    """A statement as a person reads it."""
+def text(statement: Statement, unknown: list[str]) -> str:
+    """A statement as a person reads it; with `unknown`, incomplete, and said so before any figure is added up."""
     title = "Invoice" if statement.mode is Mode.POSTPAID else "Prepaid statement"
     rows = [f"{title} for {statement.tenant}, {statement.period} ({statement.currency})"]
     for line in statement.lines:
         rows.append(f"  {line.cluster}/{line.pool} {line.device_model}: {line.device_hours:,.2f} device-hours x "
                     f"{line.price_per_device_hour:g} = {line.amount:,.2f}")
-    if not statement.lines:
+    if not statement.lines and not unknown:
         rows.append("  no use in the period")
-    rows.append(f"  total: {statement.total:,.2f}")
+    rows += [f"  unknown: {why}" for why in unknown]
+    rows.append(f"  total: unknown (INCOMPLETE: at least {statement.total:,.2f})" if unknown else f"  total: {statement.total:,.2f}")
     if (b := statement.balance) is not None:
-        low = f"; below {b.low_balance_at:,.2f}" if b.low_balance_at is not None and b.remaining < b.low_balance_at else ""
-        rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period "
-                    f"{b.spent_in_period:,.2f} = balance {b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}")
+        if unknown:
+            spent, left = "unknown", f"unknown (at most {b.remaining:,.2f})"
+        else:
+            low = f"; below {b.low_balance_at:,.2f}" if b.low_balance_at is not None and b.remaining < b.low_balance_at else ""
+            spent, left = f"{b.spent_in_period:,.2f}", f"{b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}"
+        rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period {spent} = balance {left}")
     return "\n".join(rows) + "\n"
 
 
@@ -237,14 +290,14 @@ DOCUMENT_BYTES = 64 * 1024 * 1024  # of a statements file: 1,000 tenants' month 
 
 
 class _Balance(BaseModel):
-    remaining: float
+    remaining: float | None
 
 
 class _Summary(BaseModel):
     tenant: str
     mode: Mode
     currency: str
-    total: float
+    total: float | None  # unknown in an incomplete statement
     balance: _Balance | None
 
 
@@ -252,6 +305,7 @@ class _Document(BaseModel):
     environment: str
     period: str
     prometheus: str
+    incomplete: dict[str, list[str]] = {}
     statements: list[_Summary]
 
 
@@ -264,6 +318,10 @@ def audit_summary(path: Path) -> dict[str, object]:
         first = exc.errors()[0]
         where = ".".join(map(str, first["loc"])) or "the document"
         raise StatementError(f"{path}: not the JSON of `fleetops statements --output json`: {where}: {first['msg']}") from None
+    unknown = document.incomplete or {s.tenant: ["total: null"] for s in document.statements if s.total is None}
+    if unknown:  # an audit shows no figure that is not one
+        tenant, reasons = next(iter(unknown.items()))
+        raise StatementError(f"{path}: {len(unknown)} incomplete statements (e.g. {tenant}: {reasons[0]}): not audited")
     return {"environment": document.environment, "period": document.period, "prometheus": document.prometheus,
             "rows": [{"tenant": s.tenant, "mode": str(s.mode), "currency": s.currency, "total": s.total,
                       "balance": None if s.balance is None else s.balance.remaining} for s in document.statements]}
