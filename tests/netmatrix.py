@@ -31,6 +31,7 @@ class Party:
     labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     ports: tuple[spec.Port, ...] = ()  # what it listens on
     source: bool = True  # probes from it
+    twin: bool = False  # a tenant's second pod: probed from its own tenant only
 
     @property
     def pod(self) -> bool:
@@ -55,8 +56,8 @@ def parties(env: spec.Environment, cluster: spec.Cluster) -> list[Party]:
     pods = iter(POD_NETWORK.hosts())
     out: list[Party] = []
 
-    def pod(label: str, end: spec.End, namespace: str, labels: dict[str, str], ports: tuple[spec.Port, ...], source: bool = True) -> None:
-        out.append(Party(label, end, str(next(pods)), namespace, labels, ports, source))
+    def pod(label: str, end: spec.End, namespace: str, labels: dict[str, str], ports: tuple[spec.Port, ...], twin: bool = False) -> None:
+        out.append(Party(label, end, str(next(pods)), namespace, labels, ports, not twin, twin))
 
     service = (spec.Port(SERVICE_PORT),)
     groups = {g.name for g in cluster.edge_groups}
@@ -67,7 +68,7 @@ def parties(env: spec.Environment, cluster: spec.Cluster) -> list[Party]:
         own_groups = [g for g in tenant.edge_groups if g in groups]
         for where in own_groups or [""]:
             pod(f"{tenant.name}@{where}" if where else tenant.name, end, tenant.name, {"app": "probe"}, service)
-        pod(f"{tenant.name}#2", end, tenant.name, {"app": "twin"}, service, source=False)
+        pod(f"{tenant.name}#2", end, tenant.name, {"app": "twin"}, service, twin=True)
     ns = env.reconciler.namespace
     pod(spec.RECONCILER, spec.End(spec.Kind.WORKLOAD, spec.RECONCILER, ns), ns, {kube.NAME_LABEL: spec.RECONCILER},
         (spec.Port(spec.RECONCILER_METRICS_PORT),))
@@ -105,7 +106,7 @@ def cells(env: spec.Environment, cluster: spec.Cluster, everyone: list[Party]) -
         if not source.source:
             continue
         for destination in everyone:
-            if destination == source or (not destination.source and destination.end != source.end):
+            if destination == source or (destination.twin and destination.end != source.end):
                 continue
             for port in destination.ports:
                 out.append(Cell(source, destination, port, reach.allows(cluster.name, source.end, destination.end, port)))
