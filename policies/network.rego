@@ -301,3 +301,22 @@ deny contains d if {
 ports_shown(ports) := "every port" if count(ports) == 0
 
 ports_shown(ports) := concat(",", ports) if count(ports) > 0
+
+# METADATA
+# title: Opening a strict tenant needs approvals
+# description: A change that opens traffic into a tenant marked isolation strict (a flow of fleetops.spec.reach at head that the base did not have, on a port it did not open; input.change.strict_opened from fleetops plan) needs the change rules' number of approvals.
+# custom:
+#   severity: high
+#   control_id: FLEET-NET-06
+#   fix: "get the required approvals from the strict tenant's owners, or leave the tenant closed"
+#   gate: approval
+deny contains d if {
+	some flow in input.change.strict_opened
+	object.get(input.change, "approvals", 0) < data.fleet_data.change.required_approvals
+	d := {
+		"rule": "network.strict_tenant_opened",
+		"severity": "high",
+		"msg": sprintf("%s (isolation strict) needs %d approvals, has %d", [flow.text, data.fleet_data.change.required_approvals, object.get(input.change, "approvals", 0)]),
+		"resource": {"cluster": flow.cluster, "tenant": flow.to, "kind": "Namespace", "name": flow.to},
+	}
+}

@@ -212,3 +212,12 @@ test_a_flow_is_open_only_on_every_port_it_declares if {
 test_ingress_missing_at_the_destination_is_blocked_too if {
 	blocked(network.deny) == {"center: tenant a must be open in from tenant b on every port, but no NetworkPolicy of its namespace opens that ingress: the traffic can never flow"} with input as object.union(base, {"resources": [r | some r in base.resources; r.name != "allow-from-tenants"]})
 }
+
+strict_opened := {"cluster": "center", "to": "a", "from": "b", "ports": ["*"], "opened": true, "strict": true, "text": "center: a ← b :every port opened"}
+
+test_opening_a_strict_tenant_needs_approvals if {
+	decisions := network.deny with input as object.union(base, {"change": {"approvals": 1, "strict_opened": [strict_opened]}})
+	{d.msg | some d in decisions; d.rule == "network.strict_tenant_opened"} == {"center: a ← b :every port opened (isolation strict) needs 2 approvals, has 1"}
+	count(network.deny) == 0 with input as object.union(base, {"change": {"approvals": 2, "strict_opened": [strict_opened]}})
+	count(network.deny) == 0 with input as object.union(base, {"change": {"approvals": 0, "strict_opened": []}})
+}

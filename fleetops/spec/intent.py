@@ -82,11 +82,6 @@ class End:
         """Policed by fleetops's NetworkPolicies: every connection in or out needs a rule."""
         return self.kind in (Kind.TENANT, Kind.WORKLOAD)
 
-    @property
-    def home(self) -> str:
-        """The namespace its NetworkPolicies live in (isolated ends only)."""
-        return self.name if self.kind is Kind.TENANT else self.namespace
-
     def peer(self) -> dict[str, Any] | None:
         """This end as a NetworkPolicy peer (None: every destination, a rule without `to`)."""
         if self.kind in (Kind.TENANT, Kind.NAMESPACE):
@@ -149,9 +144,6 @@ class Flow:
 
     def admits(self, port: Port) -> bool:
         return not self.ports or port in self.ports
-
-    def shown_ports(self) -> str:
-        return ",".join(str(p) for p in self.ports) if self.ports else "every port"
 
     def port_words(self) -> list[str]:
         """Its ports as the policy input writes them: "443/TCP"."""
