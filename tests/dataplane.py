@@ -141,6 +141,7 @@ class Wire:
         self.api, self.node, self.directory = api, node, directory
         self.tag = secrets.token_hex(3)
         self.parties: dict[str, str] = {}  # address -> its namespace
+        self.links: list[str] = []  # the node's end of each party's veth pair
         self.listeners: Listeners | None = None
         self.kube_router: servers.Process | None = None
         from kubernetes import client
@@ -172,6 +173,7 @@ class Wire:
         namespace, outer = f"fo{self.tag}-{index}", f"fo{self.tag}p{index}"
         _ip("netns", "add", namespace)
         self.parties[address] = namespace
+        self.links.append(outer)
         _ip("link", "add", outer, "netns", self.node.namespace, "type", "veth", "peer", "name", "eth0", "netns", namespace)
         _ip("-n", namespace, "addr", "add", f"{address}/32", "dev", "eth0")
         for ns, link in ((namespace, "lo"), (namespace, "eth0"), (self.node.namespace, outer)):
@@ -218,10 +220,16 @@ class Wire:
         if self.listeners is not None:
             self.listeners.stop()
             self.listeners = None
+        # The node's end first, which takes the pair and its route with it at once: a deleted namespace
+        # is freed later, by the kernel's own worker, and its pair with it.
+        for link in self.links:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _ip("-n", self.node.namespace, "link", "del", link)
         for namespace in self.parties.values():
             with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("netns", "del", namespace)  # and its end of the veth pair, and with it the node's
+                _ip("netns", "del", namespace)
         self.parties.clear()
+        self.links.clear()
 
     def reachable_from_node(self, parties: list[Party]) -> list[str]:
         """Every listener, probed from the node (which kube-router lets reach its pods): what does not answer."""

@@ -7,14 +7,15 @@ reconciler and the fleet API; DNS; monitoring; each edge group's model cache) an
 declared endpoint and egress CIDR, the fleet API's clients and an address nothing allows; then a
 real TCP connection (UDP for DNS) for every cell. Expected is the environment's intent
 (fleetops.spec.reach), the model render itself reads; every cell must agree. One API server and one
-kube-router serve every environment, cluster after cluster. The table of cells is printed (-rA shows
+kube-router serve every environment, cluster after cluster (one test: the suite's workers cannot
+split it into several dataplanes). The table of cells is printed (-rA shows
 it) with the figures per environment; the time per environment goes to the run's timings.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,12 +28,6 @@ from tests.netmatrix import Cell, cells, parties
 pytestmark = pytest.mark.real
 
 AGREE_TIMEOUT = 90.0  # kube-router syncs on every change it watches; a cluster's rules land within seconds
-
-
-@pytest.fixture(scope="module")
-def wire(etcd: servers.Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
-    with dataplane(etcd, tmp_path_factory.mktemp("network")) as started:
-        yield started
 
 
 def matrix(wire: Wire, env: spec.Environment, cluster: spec.Cluster, manifests: list[dict]) -> tuple[list[Cell], list[str]]:
@@ -57,8 +52,8 @@ def matrix(wire: Wire, env: spec.Environment, cluster: spec.Cluster, manifests: 
     return todo, observed
 
 
-@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
-def test_every_cell_of_the_probe_matrix_agrees_with_the_intent(wire: Wire, name: str, record_property) -> None:
+def run_environment(wire: Wire, name: str) -> tuple[list[str], list[str], str]:
+    """Every cluster of one environment: the table's rows, those that disagree, and its figures."""
     path = ROOT / "environments" / f"{name}.yaml"
     env, state = spec.load_environment(path), render.render(path, revision="test")
     started = time.monotonic()
@@ -69,14 +64,23 @@ def test_every_cell_of_the_probe_matrix_agrees_with_the_intent(wire: Wire, name:
             ok = (seen == "open") == cell.expected
             total += 1
             allowed += cell.expected
-            rows.append(f"{cluster.name:<16} {cell.source.label:<26} -> {cell.destination.label:<34} {str(cell.port):>7}  "
+            rows.append(f"{cluster.name:<16} {cell.source.label:<28} -> {cell.destination.label:<34} {str(cell.port):>7}  "
                         f"{'allow' if cell.expected else 'deny':<5}  {seen:<8} {'ok' if ok else 'DISAGREES'}")
             if not ok:
                 disagree.append(rows[-1])
-    seconds = time.monotonic() - started
-    print(f"\n{name}: {total} cells, {allowed} allowed, {total - allowed} denied, {total - len(disagree)} agree, in {seconds:.1f}s")
-    print(f"{'cluster':<16} {'from':<26}    {'to':<34} {'port':>7}  {'want':<5}  {'seen':<8}")
-    print("\n".join(rows))
-    record_property("timings", f"network matrix {name}: {total} cells ({allowed} allowed, {total - allowed} denied), "
-                               f"{total - len(disagree)} agree, {seconds:.1f}s")
+    figures = (f"{name}: {total} cells ({allowed} allowed, {total - allowed} denied), {total - len(disagree)} agree, "
+               f"{time.monotonic() - started:.1f}s")
+    return rows, disagree, figures
+
+
+def test_every_cell_of_the_probe_matrix_agrees_with_the_intent(etcd: servers.Etcd, tmp_path: Path, record_property) -> None:
+    disagree, figures = [], []
+    with dataplane(etcd, tmp_path) as wire:
+        for name in ("dev", "staging", "prod"):
+            rows, wrong, line = run_environment(wire, name)
+            disagree += wrong
+            figures.append(line)
+            print(f"\n{line}\n{'cluster':<16} {'from':<28}    {'to':<34} {'port':>7}  {'want':<5}  {'seen':<8}")
+            print("\n".join(rows))
+    record_property("timings", "network matrix " + "; ".join(figures))
     assert not disagree, "\n".join(disagree)
