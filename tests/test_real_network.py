@@ -75,7 +75,9 @@ def run_environment(wire: Wire, name: str) -> tuple[list[str], list[str], str]:
 
 def test_every_cell_of_the_probe_matrix_agrees_with_the_intent(etcd: servers.Etcd, tmp_path: Path, record_property) -> None:
     disagree, figures = [], []
+    started = time.monotonic()
     with dataplane(etcd, tmp_path) as wire:
+        figures.append(f"API server and kube-router up in {time.monotonic() - started:.1f}s")
         for name in ("dev", "staging", "prod"):
             rows, wrong, line = run_environment(wire, name)
             disagree += wrong
