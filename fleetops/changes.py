@@ -150,6 +150,8 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                 for text in _continuity_changes(b, a):
                     add(name, f"{name}: {text}")
     out += _tenant_changes(before, after)
+    out += [{"subject": f"reach/{r['cluster']}/{r['to']}", "text": r["text"], "security": True, "devices": 0, "cost": 0.0}
+            for r in reach_changes(before, after)]
     for model in sorted(set(before.prices) | set(after.prices)):
         p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
@@ -228,6 +230,40 @@ def _tenant_changes(before: spec.Environment, after: spec.Environment) -> list[d
                 add(subject, f"tenant {name}: network isolation or allow lists changed", security=True)
             if set(a.clusters) != set(b.clusters):
                 add(subject, f"tenant {name}: clusters {', '.join(b.clusters)} → {', '.join(a.clusters)}", devices=_guaranteed(a))
+    return out
+
+
+def _openings(env: spec.Environment) -> dict[tuple[str, spec.End, spec.End], set[str]]:
+    """(cluster, destination, source) -> the ports the environment's flows open between them ("*": every port)."""
+    out: dict[tuple[str, spec.End, spec.End], set[str]] = {}
+    for flow in spec.reach(env).flows:
+        if flow.source != flow.destination:
+            out.setdefault((flow.cluster, flow.destination, flow.source), set()).update([str(p) for p in flow.ports] or ["*"])
+    return out
+
+
+def _ports_text(ports: set[str]) -> str:
+    return "every port" if "*" in ports else ",".join(sorted(ports, key=lambda p: (len(p), p)))
+
+
+def reach_changes(before: spec.Environment, after: spec.Environment) -> list[dict[str, Any]]:
+    """Who may newly reach whom, and who no longer may, per cluster, pair and port, from the two sides'
+    network intent (spec.reach): "center-bj: speech ← vision :8080 opened". `strict`: the destination is
+    a tenant whose `isolation` is strict at head (fleet.network's approval rule reads it)."""
+    old, new = _openings(before), _openings(after)
+    strict = {t.name for t in after.tenants if t.isolation == "strict"}
+    out = []
+    for key in sorted(set(old) | set(new)):
+        cluster, destination, source = key
+        into_strict = destination.kind is spec.Kind.TENANT and destination.name in strict
+        was, now = old.get(key, set()), new.get(key, set())
+        opened = set() if "*" in was else (now - was)
+        closed = set() if "*" in now else (was - now)
+        for ports, verb in ((opened, "opened"), (closed, "closed")):
+            if ports:
+                out.append({"cluster": cluster, "to": str(destination), "from": str(source), "ports": sorted(ports),
+                            "opened": verb == "opened", "strict": verb == "opened" and into_strict,
+                            "text": f"{cluster}: {destination} ← {source} :{_ports_text(ports)} {verb}"})
     return out
 
 

@@ -295,6 +295,8 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "policy_files_changed": files["policies"],
         "program_files_changed": files["program"],
         "approvals": approvals,
+        # Flows the change opens into a tenant marked `isolation: strict` (fleet.network reads them).
+        "strict_opened": [r for r in changes.reach_changes(base.env, head.env) if r["strict"]] if base.env and head.env else [],
     }
 
 

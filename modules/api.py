@@ -8,7 +8,6 @@ permission is to read that cluster's reconcile status ConfigMap; everything else
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from fleetops import kube, spec
 from modules.kube import Part, Target
 from modules.reconciler import CACHE, CACHE_ENV, GIT_ENV, RESTRICTED_CONTAINER, deployment, network_policy, role_binding
 
-NAME = "fleetops-api"
+NAME = spec.API
 SELECTOR = {kube.NAME_LABEL: NAME}
 TOKENS = "/etc/fleetops-api/tokens"
 TLS = "/etc/fleetops-api/tls"
@@ -44,10 +43,6 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
         "volumeMounts": [{"name": "cache", "mountPath": CACHE}, {"name": "tokens", "mountPath": TOKENS, "readOnly": True},
                          {"name": "tls", "mountPath": TLS, "readOnly": True}],
     }
-    ingress: list[dict[str, Any]] = (
-        [{"from": [{"ipBlock": {"cidr": cidr}} for cidr in api.allow_from], "ports": [{"port": api.port, "protocol": "TCP"}]}]
-        if api.allow_from else []  # no client named: no one may connect
-    )
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": target.metadata(NAME, ns, labels=SELECTOR)},
         {
@@ -68,18 +63,8 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
             "metadata": target.metadata(NAME, ns, labels=SELECTOR),
             "spec": {"selector": SELECTOR, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]},
         },
-        network_policy(target, NAME, ns, ingress, prometheus_egress(env, api)),
+        network_policy(target, env, NAME),
     ]
-
-
-def prometheus_egress(env: spec.Environment, api: spec.Api) -> list[dict[str, Any]]:
-    """Out to the metering Prometheus, on its port, in the monitoring namespace: nothing more."""
-    if not api.prometheus:
-        return []
-    url = urllib.parse.urlsplit(api.prometheus)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    to = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}]
-    return [{"to": to, "ports": [{"port": port, "protocol": "TCP"}]}]
 
 
 def api_part(target: Target, env: spec.Environment, api: spec.Api) -> Part:

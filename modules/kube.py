@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetops import spec
 from fleetops.kube import FIELD_MANAGER_ANNOTATION, MANAGED_BY, MANAGER, SKIP_AWAIT_ANNOTATION, WAITS_FOR_PODS, CLUSTER_LABEL, ENVIRONMENT_LABEL
 
 
@@ -94,11 +95,20 @@ def cel_list(items: list[str]) -> str:
     return "[" + ", ".join(f"'{i}'" for i in items) + "]"
 
 
-def dns_egress() -> dict[str, Any]:
-    """The NetworkPolicy egress rule to the cluster's DNS (kube-dns in kube-system, port 53 over UDP and TCP):
-    every policy that lets pods out starts from it, a tenant's `allow-dns` and fleetops's own workloads'."""
-    return {
-        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
-    }
+def flow_rule(flow: spec.Flow, ingress: bool) -> dict[str, Any]:
+    """A NetworkPolicy rule of `flow`: from its source (ingress, at the destination) or to its destination
+    (egress, at the source), on its ports. Both ends of a flow are rendered from the same flow, so a
+    declared connection is opened where it leaves as where it arrives."""
+    end = flow.source if ingress else flow.destination
+    peer = {"podSelector": {}} if flow.source == flow.destination else end.peer()
+    rule: dict[str, Any] = {} if peer is None else {"from" if ingress else "to": [peer]}
+    if flow.ports:
+        rule["ports"] = [{"port": p.number, "protocol": str(p.protocol)} for p in flow.ports]
+    return rule
+
+
+def merged(flows: Iterable[spec.Flow], ingress: bool) -> dict[str, Any]:
+    """One rule of flows on the same ports: their peers together (a tenant's allowed tenants, its CIDRs)."""
+    rules = [flow_rule(f, ingress) for f in flows]
+    key = "from" if ingress else "to"
+    return {**rules[0], key: [peer for rule in rules for peer in rule[key]]}

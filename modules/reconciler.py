@@ -11,14 +11,14 @@ fleet: repository URLs often carry a token, which does not belong in Git.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from fleetops import identity, kube, spec
-from modules.kube import Part, Target, dns_egress
+from modules.kube import Part, Target, flow_rule
 
-NAME = "fleetops-reconciler"
-METRICS_PORT = 9090
+NAME = spec.RECONCILER
+METRICS_PORT = spec.RECONCILER_METRICS_PORT
 CACHE = "/var/cache/fleetops"
 SELECTOR = {kube.NAME_LABEL: NAME}
 # Writes through server-side apply are PATCH, and creating an object through apply also needs create.
@@ -26,19 +26,11 @@ OBJECT_VERBS = ["list", "create", "patch", "delete"]
 
 
 # What fleetops's own workloads (the reconciler, the fleet API) share: the Git URL from the Secret
-# `fleetops-git`, a cache volume for what a read-only root cannot hold, the restricted pod standard, and
-# the way out to DNS, the API server and the Git host.
+# `fleetops-git`, a cache volume for what a read-only root cannot hold, the restricted pod standard.
 GIT_ENV = {"name": "FLEETOPS_REPO", "valueFrom": {"secretKeyRef": {"name": "fleetops-git", "key": "url"}}}
 # The root filesystem is read-only: git, discovery caches and temp files go to the cache volume.
 CACHE_ENV = [{"name": "HOME", "value": CACHE}, {"name": "TMPDIR", "value": CACHE}]
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-EGRESS = [
-    dns_egress(),
-    # The API server and the Git host: HTTPS, the API server's own port, SSH.
-    {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]},
-]
-
-
 def role_binding(target: Target, kind: str, name: str, namespace: str) -> dict[str, Any]:
     """Binds the role (or ClusterRole) `name` to the ServiceAccount of the same name."""
     return {
@@ -73,15 +65,19 @@ def deployment(target: Target, name: str, namespace: str, replicas: int, contain
     }
 
 
-def network_policy(target: Target, name: str, namespace: str, ingress: list[dict[str, Any]],
-                   egress: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """The pods of `name`: in, what `ingress` allows; out, DNS, the API server and the Git host, and what `egress` adds."""
+def network_policy(target: Target, env: spec.Environment, name: str) -> dict[str, Any]:
+    """The pods of `name`: in and out, the environment's flows into and out of them (spec.reach: DNS, the
+    API server and the Git host, and what each workload adds), one rule per flow."""
     selector = {kube.NAME_LABEL: name}
+    namespace = env.reconciler.namespace
+    reach, me = spec.reach(env), spec.End(spec.Kind.WORKLOAD, name, namespace)
+    ingress = [flow_rule(f, True) for f in reach.ingress(target.cluster, me)]
+    egress = [flow_rule(f, False) for f in reach.egress(target.cluster, me)]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": target.metadata(name, namespace, labels=selector),
-        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": [*EGRESS, *egress]},
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": egress},
     }
 
 
@@ -162,12 +158,7 @@ def own_manifests(target: Target, env: spec.Environment, cluster: str) -> list[d
             "metadata": target.metadata(NAME, ns, labels=labels),
             "spec": {"selector": labels, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
         },
-        network_policy(target, NAME, ns, [
-            {
-                "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.monitoring.namespace}}}],
-                "ports": [{"port": METRICS_PORT, "protocol": "TCP"}],
-            }
-        ]),
+        network_policy(target, env, NAME),
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "ServiceMonitor",

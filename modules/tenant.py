@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetops import kube, spec
 from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, preemptible_classes, queue_names
-from modules.kube import Part, Target, cel_list, dns_egress, quantity_name
+from modules.kube import Part, Target, cel_list, merged, quantity_name
 
 
 def split(total: int, weights: list[int]) -> list[int]:
@@ -74,7 +74,15 @@ def limit_range_manifest(target: Target, tenant: spec.Tenant) -> dict[str, Any]:
 
 
 def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment) -> list[dict[str, Any]]:
-    def policy(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The tenant's NetworkPolicies: default deny, then one allow per declaration, each rendered from the
+    environment's flows (spec.reach) into and out of this tenant on this cluster: a tenant another lets
+    in (allow_from_tenants) has its egress opened toward it as the other's ingress is opened to it."""
+    def policy(name: str, types: list[str], ingress: list[spec.Flow] = (), egress: list[spec.Flow] = ()) -> dict[str, Any]:
+        body: dict[str, Any] = {"policyTypes": types}
+        if ingress:
+            body["ingress"] = [merged(ingress, True)]
+        if egress:
+            body["egress"] = [merged(egress, False)]
         return {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -82,30 +90,28 @@ def network_manifests(target: Target, tenant: spec.Tenant, env: spec.Environment
             "spec": {"podSelector": {}, **body},
         }
 
+    reach = spec.reach(env)
+    me = spec.End(spec.Kind.TENANT, tenant.name)
+    ingress, egress = reach.ingress(target.cluster, me), reach.egress(target.cluster, me)
+
+    def of(flows: tuple[spec.Flow, ...], reason: spec.Reason) -> list[spec.Flow]:
+        return [f for f in flows if f.reason is reason]
+
     out = []
     if env.network.default_deny:
-        out.append(policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}))
-    if env.network.allow_dns:
-        out.append(policy("allow-dns", {"policyTypes": ["Egress"], "egress": [dns_egress()]}))
-    same = [{"podSelector": {}}]
-    out.append(policy("allow-same-namespace", {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": same}], "egress": [{"to": same}]}))
-    if tenant.network.allow_from_tenants:
-        sources = [
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-            for name in sorted(tenant.network.allow_from_tenants)
-        ]
-        out.append(policy("allow-from-tenants", {"policyTypes": ["Ingress"], "ingress": [{"from": sources}]}))
-    if tenant.network.egress_cidrs:
-        blocks = [{"ipBlock": {"cidr": cidr}} for cidr in sorted(tenant.network.egress_cidrs)]
-        out.append(policy("allow-egress-cidrs", {"policyTypes": ["Egress"], "egress": [{"to": blocks}]}))
-    endpoints = {e.name: e for e in env.network.center_endpoints}
-    for name in sorted(tenant.network.allow_to_endpoints):
-        endpoint = endpoints[name]
-        rule = {
-            "to": [{"ipBlock": {"cidr": endpoint.cidr}}],
-            "ports": [{"port": p, "protocol": "TCP"} for p in endpoint.ports],
-        }
-        out.append(policy(f"allow-endpoint-{name}", {"policyTypes": ["Egress"], "egress": [rule]}))
+        out.append(policy("default-deny", ["Ingress", "Egress"]))
+    if dns := of(egress, spec.Reason.DNS):
+        out.append(policy("allow-dns", ["Egress"], egress=dns))
+    same = of(egress, spec.Reason.SAME)
+    out.append(policy("allow-same-namespace", ["Ingress", "Egress"], ingress=same, egress=same))
+    if sources := of(ingress, spec.Reason.TENANT):
+        out.append(policy("allow-from-tenants", ["Ingress"], ingress=sources))
+    if destinations := of(egress, spec.Reason.TENANT):
+        out.append(policy("allow-to-tenants", ["Egress"], egress=destinations))
+    if blocks := of(egress, spec.Reason.CIDR):
+        out.append(policy("allow-egress-cidrs", ["Egress"], egress=blocks))
+    for flow in of(egress, spec.Reason.ENDPOINT):
+        out.append(policy(f"allow-endpoint-{flow.destination.name}", ["Egress"], egress=[flow]))
     return out
 
 

@@ -5,8 +5,6 @@ package fleet.network
 
 cfg := data.fleet_data.network
 
-tenants := {tenant.name: tenant | some tenant in input.spec.tenants}
-
 network_policies := data.fleet.lib.of_kind("NetworkPolicy")
 
 # A policy that selects every pod for both directions and allows nothing.
@@ -150,11 +148,14 @@ deny contains d if {
 	}
 }
 
-# --- what may open a tenant namespace: only what its allow lists render (modules/tenant.py) ------------
+# --- what may open a tenant namespace: the flows fleetops computed from the environment -------------
 
-namespace_peer(name) := {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+# input.facts.reach.namespaces: "cluster/namespace" -> {ingress, egress}: each flow into or out of that
+# tenant namespace (fleetops.spec.intent, the model render reads too): the other end's name and its
+# ports ("443/TCP"; none: every port); input.facts.reach.peers: each end's name -> the peer it is rendered as.
+reach := input.facts.reach.namespaces
 
-dns_peer := object.union(namespace_peer("kube-system"), {"podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}})
+peers := input.facts.reach.peers
 
 # A peer of the namespace's own pods (podSelector alone), or of a namespace named exactly, possibly
 # narrowed to some of its pods.
@@ -166,39 +167,41 @@ named_namespace(peer) := name if {
 	name := peer.namespaceSelector.matchLabels["kubernetes.io/metadata.name"]
 }
 
-# The peers a tenant's allow lists render (modules/tenant.py), exactly: besides its own pods, ingress
-# from itself and the tenants in allow_from_tenants; egress to itself, cluster DNS when
-# network.allow_dns, and its egress_cidrs. Looked up before anything else is computed. Objects built
-# once by comprehension, not partial rules: OPA re-runs a partial rule's body over every tenant at each
-# lookup by key (8,000,000 evaluations and 24 s for the generated fleet's 1,000 tenants).
-ingress_peers := {tenant.name: peers |
-	some tenant in input.spec.tenants
-	peers := {namespace_peer(name) | some name in array.concat([tenant.name], tenant.network.allow_from_tenants)}
+# A rule's peer is one a flow opens: the flow's own peer, or a namespace the flow opens whole narrowed to
+# some of its pods; and every port of the rule is one of the flow's (a flow without ports opens them all;
+# a rule without ports, or with endPort, asks for more than a flow with ports).
+flow_allows(flow, peer, ports) if {
+	opens_peer(peers[flow.peer], peer)
+	within(ports, flow.ports)
 }
 
-egress_peers := {tenant.name: peers |
-	some tenant in input.spec.tenants
-	cidrs := {{"ipBlock": {"cidr": cidr}} | some cidr in tenant.network.egress_cidrs}
-	peers := ({namespace_peer(tenant.name)} | {p | input.spec.network.allow_dns; p := dns_peer}) | cidrs
+opens_peer(flow_peer, peer) if flow_peer == peer
+
+opens_peer(flow_peer, peer) if {
+	object.keys(flow_peer) == {"namespaceSelector"}
+	named_namespace(peer) == named_namespace(flow_peer)
 }
 
-# What else is allowed: a namespace peer above narrowed to some of its pods, and a center endpoint
-# of allow_to_endpoints with every port of the rule one of the endpoint's.
-ingress_allowed(tenant, peer) if named_namespace(peer) in {tenant.name} | {t | some t in tenant.network.allow_from_tenants}
+within(_, flow_ports) if count(flow_ports) == 0
 
-egress_allowed(tenant, peer, _) if named_namespace(peer) == tenant.name
-
-egress_allowed(tenant, peer, ports) if {
-	object.keys(peer) == {"ipBlock"}
-	some name in tenant.network.allow_to_endpoints
-	some e in input.spec.network.center_endpoints
-	e.name == name
-	e.cidr == peer.ipBlock.cidr
-	on_ports(ports, {port | some port in e.ports})
+within(ports, flow_ports) if {
+	count(ports) > 0
+	every p in ports {
+		not p.endPort
+		port_key(p) in flow_ports
+	}
 }
 
-# Every opening of a tenant namespace's NetworkPolicies that its allow lists do not produce: a rule
-# without peers (every source or destination), or a peer outside the lists (an empty or label-matched
+# Its own namespace by name is its own pods, as the podSelector of the flow to itself.
+allowed(np, _, peer, _) if named_namespace(peer) == np.namespace
+
+allowed(np, direction, peer, rule) if {
+	some flow in reach[sprintf("%s/%s", [np.cluster, np.namespace])][direction]
+	flow_allows(flow, peer, object.get(rule, "ports", []))
+}
+
+# Every opening of a tenant namespace's NetworkPolicies that no flow of its environment asks for: a rule
+# without peers (every source or destination), or a peer no flow names (an empty or label-matched
 # namespaceSelector reaches every namespace or any that takes the label; an ingress ipBlock, undeclared
 # CIDRs, endpoint ports beyond the declared ones).
 openings contains {"np": key(np), "what": sprintf("ingress rule %d allows every source", [i + 1])} if {
@@ -220,8 +223,7 @@ openings contains {"np": key(np), "what": sprintf("ingress rule %d peer %d is no
 	some i, rule in np.manifest.spec.ingress
 	some j, peer in rule.from
 	not same_namespace(peer) # its own pods: most peers, so checked first
-	not peer in ingress_peers[np.namespace]
-	not ingress_allowed(tenants[np.namespace], peer)
+	not allowed(np, "ingress", peer, rule)
 	in_tenant_namespace(np)
 }
 
@@ -230,8 +232,7 @@ openings contains {"np": key(np), "what": sprintf("egress rule %d peer %d is not
 	some i, rule in np.manifest.spec.egress
 	some j, peer in rule.to
 	not same_namespace(peer) # its own pods: most peers, so checked first
-	not peer in egress_peers[np.namespace]
-	not egress_allowed(tenants[np.namespace], peer, object.get(rule, "ports", []))
+	not allowed(np, "egress", peer, rule)
 	in_tenant_namespace(np)
 }
 
@@ -243,7 +244,7 @@ in_tenant_namespace(np) if sprintf("%s/%s", [np.cluster, np.namespace]) in data.
 
 # METADATA
 # title: Tenant NetworkPolicies open only what the allow lists declare
-# description: In a tenant namespace every NetworkPolicy peer is its own pods, cluster DNS, a tenant named in allow_from_tenants (ingress), an egress_cidrs block or a center endpoint on its ports (egress); a rule without peers, an empty or label-matched namespaceSelector, or an ingress ipBlock opens the tenant to more than its environment file says.
+# description: In a tenant namespace every NetworkPolicy peer is one a declared flow opens (facts.reach), its own pods, cluster DNS, a tenant it lets in or one that lets it in (allow_from_tenants), an egress_cidrs block or a center endpoint on its ports; a rule without peers, an empty or label-matched namespaceSelector, or an ingress ipBlock opens the tenant to more than its environment file says.
 # custom:
 #   severity: high
 #   control_id: FLEET-NET-04
@@ -256,5 +257,86 @@ deny contains d if {
 		"severity": "high",
 		"msg": sprintf("%s: NetworkPolicy %s/%s: %s", [np.cluster, np.namespace, np.name, o.what]),
 		"resource": {"cluster": np.cluster, "tenant": np.namespace, "kind": "NetworkPolicy", "namespace": np.namespace, "name": np.name},
+	}
+}
+
+# --- what the environment declares must be open: each flow, at each tenant end -----------------------
+
+# Every (namespace, direction, peer, port) a tenant namespace's NetworkPolicies open, "*" for a rule
+# without ports; built once over the rendered policies, then looked up per flow.
+rendered_openings contains {"ns": sprintf("%s/%s", [np.cluster, np.namespace]), "dir": direction, "peer": peer, "port": port} if {
+	some np in network_policies
+	np.manifest.spec.podSelector == {}
+	some direction, field in {"ingress": "from", "egress": "to"}
+	some rule in np.manifest.spec[direction]
+	some peer in rule[field]
+	some port in rule_ports(rule)
+}
+
+rule_ports(rule) := {"*"} if count(object.get(rule, "ports", [])) == 0
+
+rule_ports(rule) := ports if {
+	count(rule.ports) > 0
+	ports := {port_key(p) | some p in rule.ports}
+}
+
+port_key(p) := sprintf("%v/%s", [p.port, object.get(p, "protocol", "TCP")])
+
+opened(ns, direction, flow) if {
+	count(flow.ports) == 0
+	{"ns": ns, "dir": direction, "peer": peers[flow.peer], "port": "*"} in rendered_openings
+}
+
+opened(ns, direction, flow) if {
+	count(flow.ports) > 0
+	every port in flow.ports {
+		some p in {port, "*"}
+		{"ns": ns, "dir": direction, "peer": peers[flow.peer], "port": p} in rendered_openings
+	}
+}
+
+side_words := {"ingress": ["in from", "ingress"], "egress": ["out to", "egress"]}
+
+# METADATA
+# title: Every declared flow is open at both of its tenant ends
+# description: A flow the environment declares (facts.reach, e.g. speech's allow_from_tenants naming vision) passes only when the destination's NetworkPolicies open its ingress and the source's open its egress; a tenant namespace is isolated both ways, so a flow opened on one side only can never be made.
+# custom:
+#   severity: high
+#   control_id: FLEET-NET-05
+#   fix: "render both ends of every flow from fleetops.spec.reach (modules/tenant.py network_manifests)"
+deny contains d if {
+	some ns, sides in reach
+	some direction, flows in sides
+	some flow in flows
+	not opened(ns, direction, flow)
+	parts := split(ns, "/")
+	d := {
+		"rule": "network.flow_blocked",
+		"severity": "high",
+		"msg": sprintf("%s: tenant %s must be open %s %s on %s, but no NetworkPolicy of its namespace opens that %s: the traffic can never flow", [parts[0], parts[1], side_words[direction][0], flow.peer, ports_shown(flow.ports), side_words[direction][1]]),
+		"resource": {"cluster": parts[0], "tenant": parts[1], "kind": "Namespace", "name": parts[1]},
+	}
+}
+
+ports_shown(ports) := "every port" if count(ports) == 0
+
+ports_shown(ports) := concat(",", ports) if count(ports) > 0
+
+# METADATA
+# title: Opening a strict tenant needs approvals
+# description: A change that opens traffic into a tenant marked isolation strict (a flow of fleetops.spec.reach at head that the base did not have, on a port it did not open; input.change.strict_opened from fleetops plan) needs the change rules' number of approvals.
+# custom:
+#   severity: high
+#   control_id: FLEET-NET-06
+#   fix: "get the required approvals from the strict tenant's owners, or leave the tenant closed"
+#   gate: approval
+deny contains d if {
+	some flow in input.change.strict_opened
+	object.get(input.change, "approvals", 0) < data.fleet_data.change.required_approvals
+	d := {
+		"rule": "network.strict_tenant_opened",
+		"severity": "high",
+		"msg": sprintf("%s (isolation strict) needs %d approvals, has %d", [flow.text, data.fleet_data.change.required_approvals, object.get(input.change, "approvals", 0)]),
+		"resource": {"cluster": flow.cluster, "tenant": flow.to, "kind": "Namespace", "name": flow.to},
 	}
 }

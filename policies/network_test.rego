@@ -26,13 +26,43 @@ base := {
 			tenant("e", "edge", {"allow_to_endpoints": ["registry"]}),
 		],
 	},
-	"facts": {"egress": {}},
+	"facts": {"egress": {}, "reach": {"peers": peers, "namespaces": reach}},
 	"resources": [
-		namespace("center", "a"), deny_all("center", "a"), egress("center", "a", "10.30.0.0/16", 8080),
-		namespace("center", "b"), deny_all("center", "b"),
-		namespace("edge", "e"), deny_all("edge", "e"), egress("edge", "e", "10.20.0.0/24", 443),
+		namespace("center", "a"), deny_all("center", "a"), own("center", "a"), dns("center", "a"), cidrs("center", "a", "10.30.0.0/16"),
+		netpol("center", "a", "allow-from-tenants", {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [ns_peer("b")]}]}),
+		namespace("center", "b"), deny_all("center", "b"), own("center", "b"), dns("center", "b"),
+		netpol("center", "b", "allow-to-tenants", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [ns_peer("a")]}]}),
+		namespace("edge", "e"), deny_all("edge", "e"), own("edge", "e"), dns("edge", "e"), egress("edge", "e", "10.20.0.0/24", 443),
 	],
 }
+
+# facts.reach as fleetops.spec.reach computes it for `base`: a lets b in (so b's egress opens to a).
+ns_peer(name) := {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+dns_peer := object.union(ns_peer("kube-system"), {"podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}})
+
+flow(peer, ports) := {"peer": peer, "ports": ports}
+
+self := flow("itself", [])
+
+dns_flow := flow("cluster DNS", ["53/UDP", "53/TCP"])
+
+peers := {
+	"itself": {"podSelector": {}}, "cluster DNS": dns_peer, "tenant a": ns_peer("a"), "tenant b": ns_peer("b"),
+	"10.30.0.0/16": {"ipBlock": {"cidr": "10.30.0.0/16"}}, "registry (10.20.0.0/24)": {"ipBlock": {"cidr": "10.20.0.0/24"}},
+}
+
+reach := {
+	"center/a": {"ingress": [self, flow("tenant b", [])], "egress": [self, dns_flow, flow("10.30.0.0/16", [])]},
+	"center/b": {"ingress": [self], "egress": [self, dns_flow, flow("tenant a", [])]},
+	"edge/e": {"ingress": [self], "egress": [self, dns_flow, flow("registry (10.20.0.0/24)", ["443/TCP"])]},
+}
+
+own(cluster, ns) := netpol(cluster, ns, "allow-same-namespace", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [{"podSelector": {}}]}], "egress": [{"to": [{"podSelector": {}}]}]})
+
+dns(cluster, ns) := netpol(cluster, ns, "allow-dns", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [dns_peer], "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}]})
+
+cidrs(cluster, ns, cidr) := netpol(cluster, ns, "allow-egress-cidrs", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": cidr}}]}]})
 
 rules(decisions) := {d.rule | some d in decisions}
 
@@ -122,9 +152,8 @@ test_the_allow_lists_themselves_open_nothing if {
 		{"podSelector": {"matchLabels": {"app": "y"}}},
 		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}},
 		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "a"}}, "podSelector": {"matchLabels": {"app": "z"}}},
-		{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
 		{"ipBlock": {"cidr": "10.30.0.0/16"}},
-	]}]}
+	]}, {"to": [dns_peer], "ports": [{"port": 53, "protocol": "UDP"}]}]}
 	count(network.deny) == 0 with input as opened(allowed)
 }
 
@@ -147,8 +176,11 @@ test_peers_outside_the_allow_lists_open_the_tenant if {
 	} with input as opened(wide)
 }
 
+no_dns_egress(sides) := {"ingress": sides.ingress, "egress": [f | some f in sides.egress; f != dns_flow]}
+
 test_dns_is_allowed_only_when_the_environment_allows_it if {
-	no_dns := object.union(opened({"egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]}]}), {"spec": {"network": {"allow_dns": false}}})
+	without := {ns: no_dns_egress(sides) | some ns, sides in reach}
+	no_dns := object.union(opened({"egress": [{"to": [dns_peer]}]}), {"facts": {"reach": {"peers": peers, "namespaces": without}}})
 	"network.tenant_opened" in rules(network.deny) with input as no_dns
 }
 
@@ -177,4 +209,35 @@ test_a_labelled_namespace_the_environment_does_not_declare_is_a_tenant_too if {
 	decisions := network.deny with input as with_resources([namespace("center", "z")])
 	some d in decisions
 	d.msg == "center: tenant namespace z has no default-deny NetworkPolicy for ingress and egress"
+}
+
+blocked(decisions) := {d.msg | some d in decisions; d.rule == "network.flow_blocked"}
+
+test_a_flow_opened_at_one_end_only_is_blocked if {
+	# speech lets vision in, but vision's egress is never opened toward speech: the defect of issue 35.
+	one_sided := [r | some r in base.resources; r.name != "allow-to-tenants"]
+	blocked(network.deny) == {"center: tenant b must be open out to tenant a on every port, but no NetworkPolicy of its namespace opens that egress: the traffic can never flow"} with input as object.union(base, {"resources": one_sided})
+}
+
+test_a_flow_is_open_only_on_every_port_it_declares if {
+	narrowed := [r | some r in base.resources; r.name != "allow-dns"]
+	udp_only := netpol("edge", "e", "allow-dns", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [dns_peer], "ports": [{"port": 53, "protocol": "UDP"}]}]})
+	blocked(network.deny) == {
+		"center: tenant a must be open out to cluster DNS on 53/UDP,53/TCP, but no NetworkPolicy of its namespace opens that egress: the traffic can never flow",
+		"center: tenant b must be open out to cluster DNS on 53/UDP,53/TCP, but no NetworkPolicy of its namespace opens that egress: the traffic can never flow",
+		"edge: tenant e must be open out to cluster DNS on 53/UDP,53/TCP, but no NetworkPolicy of its namespace opens that egress: the traffic can never flow",
+	} with input as object.union(base, {"resources": array.concat(narrowed, [udp_only])})
+}
+
+test_ingress_missing_at_the_destination_is_blocked_too if {
+	blocked(network.deny) == {"center: tenant a must be open in from tenant b on every port, but no NetworkPolicy of its namespace opens that ingress: the traffic can never flow"} with input as object.union(base, {"resources": [r | some r in base.resources; r.name != "allow-from-tenants"]})
+}
+
+strict_opened := {"cluster": "center", "to": "a", "from": "b", "ports": ["*"], "opened": true, "strict": true, "text": "center: a ← b :every port opened"}
+
+test_opening_a_strict_tenant_needs_approvals if {
+	decisions := network.deny with input as object.union(base, {"change": {"approvals": 1, "strict_opened": [strict_opened]}})
+	{d.msg | some d in decisions; d.rule == "network.strict_tenant_opened"} == {"center: a ← b :every port opened (isolation strict) needs 2 approvals, has 1"}
+	count(network.deny) == 0 with input as object.union(base, {"change": {"approvals": 2, "strict_opened": [strict_opened]}})
+	count(network.deny) == 0 with input as object.union(base, {"change": {"approvals": 0, "strict_opened": []}})
 }

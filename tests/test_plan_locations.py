@@ -117,6 +117,11 @@ CASES: dict[str, Case] = {
     "network.edge_egress_not_allowed": EnvEdit("allow_to_endpoints: [mqtt-broker, telemetry]",
                                                "allow_to_endpoints: [mqtt-broker, telemetry]\n      egress_cidrs: [10.99.0.0/16]",
                                                "10.99.0.0/16", "egress_cidrs"),
+    # vision's egress toward speech dropped: speech's ingress from vision left open at one end only.
+    "network.flow_blocked": ProgramEdit('return [o for o in objects if (o["kind"], o["metadata"]["name"]) != ("NetworkPolicy", "allow-to-tenants")]'),
+    "network.strict_tenant_opened": EnvEdit("      allow_to_endpoints: [model-registry]\n\n  - name: speech",
+                                            "      allow_to_endpoints: [model-registry]\n      allow_from_tenants: [vision]\n\n  - name: speech",
+                                            "allow_from_tenants: [vision]", "allow_from_tenants"),
     "network.tenant_opened": added("NetworkPolicy", "networking.k8s.io/v1", "open", '"spec": {"podSelector": {}, "ingress": [{}]}', "vision"),
     "rbac.unbounded_role": added("ClusterRole", f"{RBAC}/v1", "everything", '"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]'),
     "rbac.unjudged_binding": added("ClusterRoleBinding", f"{RBAC}/v1", "vision-admin",

@@ -95,7 +95,15 @@ prometheus-adapter() {
     sigs.k8s.io/prometheus-adapter/cmd/adapter
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter)
+# kube-router: its network-policy controller alone (firewall only, iptables + ipset) is the NetworkPolicy
+# dataplane the probe matrix connects through (tests/test_real_network.py).
+kube-router() {
+  local mod=github.com/cloudnativelabs/kube-router/v2 v
+  v=$(version kube-router "$mod")
+  build_tool kube-router "$v" kube-router -- -ldflags "-s -w -X $mod/pkg/version.Version=$v" "$mod/cmd/kube-router"
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter kube-router)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done

@@ -201,6 +201,26 @@ def egress_coverage(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
     return out
 
 
+def reach_fact(env: spec.Environment) -> dict[str, Any]:
+    """`facts.reach`: per tenant namespace ("cluster/namespace"), each flow into and out of it (spec.reach,
+    the one network model render reads too) as the other end and its ports ("443/TCP"; none: every
+    port), and each end once as the NetworkPolicy peer it is rendered as ("itself": its own pods). The
+    Rego judges the rendered policies against this instead of deriving the pairs from the allow lists
+    again. Ends are named, not repeated: the generated fleet's 4,000 flows take 0.2 MB so."""
+    sides: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    peers: dict[str, Any] = {"itself": {"podSelector": {}}}
+    for flow in spec.reach(env).flows:
+        for end, other, direction in ((flow.destination, flow.source, "ingress"), (flow.source, flow.destination, "egress")):
+            if end.kind is not spec.Kind.TENANT:
+                continue
+            name = "itself" if other == end else other.label
+            if name not in peers:
+                peers[name] = other.peer()
+            entry = sides.setdefault(f"{flow.cluster}/{end.name}", {"ingress": [], "egress": []})
+            entry[direction].append({"peer": name, "ports": flow.port_words()})
+    return {"peers": peers, "namespaces": sides}
+
+
 def build_input(
     env: spec.Environment,
     resources: Iterable[dict[str, Any]],
@@ -225,7 +245,7 @@ def build_input(
         "spec": env.model_dump(mode="json"),
         "resources": entries,
         "by_kind": by_kind,
-        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "grants": granted, "services": grants.services(env, granted)},
+        "facts": {**derived_facts(env), "egress": egress_coverage(entries), "reach": reach_fact(env), "grants": granted, "services": grants.services(env, granted)},
         "live": live.model_dump(mode="json") if live is not None else None,
         "change": change,
         "usage": usage,

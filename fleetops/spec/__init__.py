@@ -5,7 +5,7 @@ pydantic models, their field types and name patterns, LIMITS), `positions` (the 
 every node's line and column), `devices` (physical devices and schedulable units, per group and
 cluster), `nodes` (what a group's nodes carry, which live node is whose), `cost` (prices, and the base revision's reference prices a change is judged at), `placement`
 (the groups open to a tenant, Kueue's resource groups and limits, where each guarantee is held),
-`checks` (validate's refusals across fields) and `document` (reading and validating a file, problems
+`intent` (who may talk to whom on each cluster, on which ports: the network's one model), `checks` (validate's refusals across fields) and `document` (reading and validating a file, problems
 at file:line:col). This module names them all, so that `spec.Environment`, `spec.load_environment`,
 ... read the same wherever they are defined.
 """
@@ -38,6 +38,9 @@ from fleetops.spec.placement import (
     kueue_limit_problem, non_preempting_classes, offline_queue_name, open_groups, preemptible_classes, queue_names,
     restricting_taints, tenant_classes,
 )
+from fleetops.spec.intent import (
+    API, RECONCILER, RECONCILER_METRICS_PORT, End, Flow, Kind, Port, Protocol, Reach, Reason, reach,
+)
 from fleetops.spec.checks import (
     SYSTEM_NAMESPACES, cross_checks, over_limits,
 )
@@ -47,6 +50,7 @@ from fleetops.spec.document import (
 )
 
 __all__ = [
+    "API", "RECONCILER", "RECONCILER_METRICS_PORT", "End", "Flow", "Kind", "Port", "Protocol", "Reach", "Reason", "reach",
     "Api", "Basis", "Billing", "Budget", "CachedModel", "Cidr", "Cluster", "Count", "Currency", "DEFAULT_TOLERATION_SECONDS",
     "DNS_LABEL_RULE", "Device", "Devices", "Disconnect", "Document", "ENVIRONMENTS", "EdgeGroup", "Endpoint",
     "Environment", "Fingerprint", "Fraction", "G", "Grafana", "Group", "GroupNames", "HOURS_PER_MONTH", "Image",

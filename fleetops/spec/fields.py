@@ -523,3 +523,8 @@ class Environment(Model):
     def placement_cache(self) -> dict[str, tuple[list["Tenant"], "Cluster", "Placement"]]:
         """Each cluster's guarantee placement once computed: read it through `guarantee_placement`."""
         return {}
+
+    @functools.cached_property
+    def reach_cache(self) -> dict[str, Any]:
+        """The environment's network intent once computed: read it through `intent.reach`."""
+        return {}
