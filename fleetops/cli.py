@@ -993,7 +993,7 @@ def serve(
     current = snapshot.Current(loaded, stack)
     try:
         if openapi is not None:
-            document = api_app.create_app(current, auth.Tokens([]), lambda: []).openapi()
+            document = api_app.create_app(current, auth.Tokens([]), lambda: [], clusters=lambda c: None).openapi()
             write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
             return
         assert tokens is not None

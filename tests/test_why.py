@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ from tests.cli import run
 from tests.fakes.cluster import MemoryCluster
 from tests.helpers import ROOT
 from tests.kueue_jobs import suspended_job
-from tests.servers import free_port
 from tests.test_plan import make_repo
 
 OPERATOR = "op-why-0a1b2c3d4e5f-not-a-real-secret"
@@ -119,7 +119,9 @@ def test_the_routes_answer_no_such_job_cluster_or_an_unreachable_cluster_as_prob
 
 def test_why_refuses_bad_input_in_one_line_and_exit_2(tmp_path: Path) -> None:
     """Bad selectors, an unknown cluster or tenant, and a cluster that does not answer: one line, exit 2, no traceback."""
-    closed = free_port()
+    refusing = socket.socket()  # bound, never listening: every connection to it is refused
+    refusing.bind(("127.0.0.1", 0))
+    closed = refusing.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "dev",
                                       "clusters": [{"name": "dev", "cluster": {"server": f"https://127.0.0.1:{closed}", "insecure-skip-tls-verify": True}}],
@@ -140,3 +142,4 @@ def test_why_refuses_bad_input_in_one_line_and_exit_2(tmp_path: Path) -> None:
         assert "t0ken" not in done.stderr
     done = run("standing", "--env", "dev", "--tenant", "ml-sandbox", "--cluster", "dev-edge")
     assert done.returncode == 2 and "tenant ml-sandbox is not on dev-edge" in done.stderr
+    refusing.close()

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from kubernetes import client
 
-from fleetops import kube
+from fleetops import envelope, kube
 from tests import servers
 from tests.cli import run
 from tests.helpers import ROOT
@@ -26,6 +27,7 @@ from tests.test_real_kueue import Tenants, cluster_objects, condition, flavors, 
 pytestmark = pytest.mark.real
 
 DEV = ROOT / "environments" / "dev.yaml"
+SCHEMA = jsonschema.Draft202012Validator(envelope.json_schema())
 SPOT = [{**kube.SPOT_TAINT, "operator": "Equal"}]
 
 
@@ -48,7 +50,15 @@ class Asker:
         done = run("why", "--env", self.env, "--cluster", self.cluster, *selector, "--environments", self.environments,
                    "--kubeconfig", self.kubeconfig, "--output", "json")
         assert code is None or done.returncode == code, (done.returncode, done.stdout, done.stderr)
-        return json.loads(done.stdout)
+        document = json.loads(done.stdout)
+        SCHEMA.validate(document)
+        return document
+
+    def table(self, job: str) -> str:
+        done = run("why", "--env", self.env, "--cluster", self.cluster, "--job", job, "--environments", self.environments,
+                   "--kubeconfig", self.kubeconfig)
+        assert done.returncode in (0, 1), done.stderr
+        return done.stdout
 
     def answer(self, job: str, code: int | None = 0) -> dict[str, Any]:
         (one,) = self.why("--job", job, code=code)["answers"]
@@ -58,7 +68,9 @@ class Asker:
         done = run("standing", "--env", self.env, "--tenant", tenant, "--cluster", self.cluster, "--environments", self.environments,
                    "--kubeconfig", self.kubeconfig, "--output", "json")
         assert done.returncode == 0, (done.stdout, done.stderr)
-        return json.loads(done.stdout)["standing"]
+        document = json.loads(done.stdout)
+        SCHEMA.validate(document)
+        return document["standing"]
 
 
 def blocker(answer: dict[str, Any], cause: str) -> dict[str, Any]:
@@ -108,6 +120,9 @@ def test_a_job_waiting_for_a_full_pool_names_the_pool_its_holders_and_how_much_f
     remedies = {r["kind"]: r for r in answer["remedies"]}
     assert "platform-dev/fill" in remedies["wait"]["text"] and "at most 12" in remedies["fewer"]["text"]
     assert remedies["nodes"]["quote"] == {"changes": [{"op": "nodes", "cluster": "dev-center", "pool": "dev-a100", "delta": 1}]}
+    table = asker.table("ml-sandbox/train")
+    assert f"at environments/dev.yaml:{pool['line']}:{pool['column']}: clusters[dev-center].pools[dev-a100].nodes" in table, table
+    assert "holding: platform-dev holds 20 nvidia.com/gpu on dev-a100 (16 within its guarantee, 4 borrowed)" in table, table
 
     (gpu,) = [s for s in asker.standing("platform-dev") if s["resource"] == "nvidia.com/gpu"]
     assert (gpu["guaranteed"], gpu["in_use"], gpu["borrowed"], gpu["pending_jobs"]) == (16, 20, 4, 0), gpu
@@ -246,16 +261,16 @@ def test_pool_nodes_advertising_less_than_declared_are_named_at_the_sharing_and_
     any Ascend advertised (the device plugin not running). Kueue admits by quota; the answers for the admitted jobs
     name why their pods cannot all start, at those lines."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    with servers.Kubelets(tenants.kueue.api) as kubelets:
-        kubelets.register("dev-a100-0", {"nvidia.com/gpu": "16", "cpu": "64", "memory": "512Gi", "pods": "110"})
-        kubelets.register("dev-a100-1", {"nvidia.com/gpu": "4", "cpu": "64", "memory": "512Gi", "pods": "110"})
-        kubelets.register("dev-ascend-0", {"cpu": "64", "memory": "512Gi", "pods": "110"})
-        gpu = tenants.submit("platform-dev", "gpu", {"nvidia.com/gpu": 16}, "training-standard")
-        npu = tenants.submit("platform-dev", "npu", {"huawei.com/Ascend910": 4}, "training-standard")
-        tenants.admitted("platform-dev", gpu)
-        tenants.admitted("platform-dev", npu)
-        asker = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev")
-        gpu_answer, npu_answer = asker.answer("platform-dev/gpu"), asker.answer("platform-dev/npu")
+    kubelets = servers.Kubelets(tenants.kueue.api)  # registered, never renewed: no clock runs here
+    kubelets.register("dev-a100-0", {"nvidia.com/gpu": "16", "cpu": "64", "memory": "512Gi", "pods": "110"})
+    kubelets.register("dev-a100-1", {"nvidia.com/gpu": "4", "cpu": "64", "memory": "512Gi", "pods": "110"})
+    kubelets.register("dev-ascend-0", {"cpu": "64", "memory": "512Gi", "pods": "110"})
+    gpu = tenants.submit("platform-dev", "gpu", {"nvidia.com/gpu": 16}, "training-standard")
+    npu = tenants.submit("platform-dev", "npu", {"huawei.com/Ascend910": 4}, "training-standard")
+    tenants.admitted("platform-dev", gpu)
+    tenants.admitted("platform-dev", npu)
+    asker = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev")
+    gpu_answer, npu_answer = asker.answer("platform-dev/gpu"), asker.answer("platform-dev/npu")
     assert gpu_answer["state"] == "admitted"
     sharing = blocker(gpu_answer, "nodes-advertise-less")
     assert (sharing["line"], sharing["path"]) == (line_of(DEV, "sharing: {mode: time-slicing, replicas: 4}"),
@@ -275,19 +290,17 @@ def test_edge_nodes_not_ready_cordoned_quarantined_or_with_a_skewed_clock_are_na
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
     core = client.CoreV1Api(tenants.kueue.api.client())
     leases = client.CoordinationV1Api(tenants.kueue.api.client())
-    with servers.Kubelets(tenants.kueue.api) as kubelets:
-        for i in range(4):
-            kubelets.register(f"dev-orin-{i}", {"nvidia.com/gpu": "1", "cpu": "8", "memory": "32Gi", "pods": "110"})
-        kubelets.disconnect("dev-orin-0")
-        leases.patch_namespaced_lease("dev-orin-0", servers.NODE_LEASE_NAMESPACE, {"spec": {"renewTime": _ago(600)}})
-        kubelets.disconnect("dev-orin-1")
-        core.patch_node_status("dev-orin-1", {"status": {"conditions": [
-            {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastHeartbeatTime": _ago(60), "lastTransitionTime": _ago(60)}]}})
-        core.patch_node("dev-orin-2", {"metadata": {"annotations": {kube.CORDON_ANNOTATION: "offline"}}, "spec": {"unschedulable": True}})
-        core.patch_node("dev-orin-3", {"spec": {"taints": [dict(kube.QUARANTINE_TAINT)]}})
-        job = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 2}, "inference-critical")
-        tenants.admitted("edge-dev", job)
-        answer = Asker(tenants.kueue, tmp_path, "dev", "dev-edge", "dev-edge").answer("edge-dev/serve")
+    kubelets = servers.Kubelets(tenants.kueue.api)  # registered, never renewed: each Lease keeps the time it is given
+    for i in range(4):
+        kubelets.register(f"dev-orin-{i}", {"nvidia.com/gpu": "1", "cpu": "8", "memory": "32Gi", "pods": "110"})
+    leases.patch_namespaced_lease("dev-orin-0", servers.NODE_LEASE_NAMESPACE, {"spec": {"renewTime": _ago(600)}})
+    core.patch_node_status("dev-orin-1", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastHeartbeatTime": _ago(60), "lastTransitionTime": _ago(60)}]}})
+    core.patch_node("dev-orin-2", {"metadata": {"annotations": {kube.CORDON_ANNOTATION: "offline"}}, "spec": {"unschedulable": True}})
+    core.patch_node("dev-orin-3", {"spec": {"taints": [dict(kube.QUARANTINE_TAINT)]}})
+    job = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 2}, "inference-critical")
+    tenants.admitted("edge-dev", job)
+    answer = Asker(tenants.kueue, tmp_path, "dev", "dev-edge", "dev-edge").answer("edge-dev/serve")
     group = "clusters[dev-edge].edge_groups[dev-jetson]"
     grace = line_of(DEV, "offline_grace_seconds: 120")
     down = blocker(answer, "nodes-not-ready")

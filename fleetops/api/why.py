@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Response
+from pydantic import WithJsonSchema
 
 from fleetops import spec
 from fleetops.api.auth import Principal
@@ -24,6 +25,20 @@ from fleetops.why.jobs import State
 log = logging.getLogger("fleetops.api")
 Connect = Callable[[spec.Cluster], ClusterAPI | None]
 WAITING = (State.PENDING, State.EVICTED, State.RESERVED)
+UNREADABLE = {"503": {"description": "the cluster could not be read (never an empty answer)",
+                      "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}}
+
+
+def _document(field: str, item: str) -> Any:
+    """A route's answer: the environment, revision and tenant, and `field`, a list of the CLI's own `item` (output.schema.json)."""
+    return Annotated[dict[str, Any], WithJsonSchema({
+        "type": "object", "required": ["environment", "revision", "tenant", field],
+        "properties": {"environment": {"type": "string"}, "revision": {"type": "string"}, "tenant": {"type": "string"},
+                       field: {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}}}})]
+
+
+WhyDocument = _document("answers", "why_answer")
+StandingDocument = _document("standing", "standing_row")
 
 
 def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_tenant: Callable[..., spec.Tenant],
@@ -51,7 +66,7 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
                 raise problem(503, "cluster-unreadable", exc.lines[0], {"Retry-After": "10"}) from None
         return out
 
-    @app.get("/v1/tenants/{name}/why")
+    @app.get("/v1/tenants/{name}/why", response_model=WhyDocument, responses=UNREADABLE)
     def why(name: str, who: Who, response: Response, cluster: str | None = None,
             job: Annotated[str | None, Query(max_length=253, description="one job (its name) instead of every waiting one")] = None) -> dict[str, Any]:
         """Why the tenant's jobs wait, as `fleetops why --output json` answers: causes at the environment's lines,
@@ -69,7 +84,7 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
             raise problem(404, "no-such-job", f"no Kueue Workload of job {job!r} of {tenant.name}")
         return {"environment": snapshot.environment, "revision": snapshot.revision, "tenant": tenant.name, "answers": answers}
 
-    @app.get("/v1/tenants/{name}/standing")
+    @app.get("/v1/tenants/{name}/standing", response_model=StandingDocument, responses=UNREADABLE)
     def standing(name: str, who: Who, response: Response, cluster: str | None = None) -> dict[str, Any]:
         """The tenant's guarantee, reachable burst, use, borrowing, lending and pending work per cluster and resource, live."""
         response.headers["Cache-Control"] = "no-store"

@@ -185,14 +185,13 @@ class Cluster:
         self.nodes = {n.name: n for n in grants.tree(live.queues)}
         self.restricted = grants.flavor_restrictions(live.queues)
         self.used: dict[tuple[str, str], int] = {}  # (flavor, resource) -> units every queue holds
-        self.tenant_used: dict[tuple[str, str, str], tuple[int, int]] = {}  # (tenant, flavor, resource) -> (total, borrowed)
+        self.tenant_used: dict[tuple[str, str, str], int] = {}  # (tenant, flavor, resource) -> units its queues hold
         for queue, usage in live.queue_usage.items():
             tenant = live.queue_tenant.get(queue)
-            for fr, (total, borrowed) in usage.items():
+            for fr, total in usage.items():
                 self.used[fr] = self.used.get(fr, 0) + total
                 if tenant is not None:
-                    t, b = self.tenant_used.get((tenant, *fr), (0, 0))
-                    self.tenant_used[(tenant, *fr)] = (t + total, b + borrowed)
+                    self.tenant_used[(tenant, *fr)] = self.tenant_used.get((tenant, *fr), 0) + total
         granted = grants.of_cluster(live.queues)
         self.granted = granted  # tenant -> resource -> flavor -> Grant
         self.holding: dict[str, list[Job]] = {}  # flavor -> jobs holding quota there
@@ -219,9 +218,16 @@ class Cluster:
         return self.document.positions.error(loc, "")
 
     def pool_units(self, flavor: str, resource: str) -> int:
-        """The units the pool's flavor holds in the cluster's queues: its root's subtree (every unit of quota on it)."""
-        roots = [n for n in self.nodes.values() if n.parent is None and n.kind is grants.Kind.COHORT]
-        return sum(n.subtree.get((flavor, resource), 0) for n in roots)
+        """The units of `resource` the pool (Kueue flavor) holds, as the file declares them (0: no such pool in the file)."""
+        group = self.groups.get(flavor)
+        return spec.group_capacity(group.group).get(resource, 0) if group else 0
+
+    def tenant_holds(self, tenant: str, flavor: str, resource: str) -> int:
+        return self.tenant_used.get((tenant, flavor, resource), 0)
+
+    def borrowed(self, tenant: str, flavor: str, resource: str) -> int:
+        """What the tenant holds on the pool beyond its guarantee there: what Kueue may reclaim from it."""
+        return max(0, self.tenant_holds(tenant, flavor, resource) - self.tenant_guarantee(tenant, flavor, resource))
 
     def tenant_reach(self, tenant: str, flavor: str, resource: str) -> int:
         g = self.granted.get(tenant, {}).get(resource, {}).get(flavor)
@@ -360,7 +366,7 @@ def _is_spot_taint(taint: dict[str, Any]) -> bool:
 
 def _room(ctx: Cluster, tenant: spec.Tenant, g: Group, resource: str) -> int:
     """What the tenant could be admitted with on the pool now: its own room there, bounded by the pool's free units."""
-    used, _ = ctx.tenant_used.get((tenant.name, g.name, resource), (0, 0))
+    used = ctx.tenant_holds(tenant.name, g.name, resource)
     free = ctx.pool_units(g.name, resource) - ctx.used.get((g.name, resource), 0)
     return min(ctx.tenant_reach(tenant.name, g.name, resource) - used, free)
 
@@ -397,12 +403,12 @@ def _why_not_now(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, nod
     quota_loc = ("tenants", ti, "quota", resource)
     tenant_room, pool_room = {}, {}
     for g in usable:
-        used, _ = ctx.tenant_used.get((tenant.name, g.name, resource), (0, 0))
+        used = ctx.tenant_holds(tenant.name, g.name, resource)
         tenant_room[g.name] = ctx.tenant_reach(tenant.name, g.name, resource) - used
         pool_room[g.name] = ctx.pool_units(g.name, resource) - ctx.used.get((g.name, resource), 0)
     now = max((min(tenant_room[g.name], pool_room[g.name]) for g in usable), default=0)
     if all(tenant_room[g.name] < units for g in usable):
-        held = sum(ctx.tenant_used.get((tenant.name, g.name, resource), (0, 0))[0] for g in ctx.groups.values())
+        held = sum(ctx.tenant_holds(tenant.name, g.name, resource) for g in ctx.groups.values())
         burst = tenant.quota[resource].burst
         answer.blockers.append(Finding(Cause.TENANT_QUOTA, (
             f"{tenant.name} holds {held} of its burst of {burst} {resource} on {ctx.cluster.name}; {units} more do not fit "
@@ -437,7 +443,7 @@ def _reclaim(ctx: Cluster, answer: Answer, tenant: spec.Tenant, node: grants.Nod
     """Whether Kueue takes the room back for the job (a reclaim of the tenant's guarantee, a preemption of lower
     classes) or the job's class never preempts."""
     job = answer.job
-    used, _ = ctx.tenant_used.get((tenant.name, g.name, resource), (0, 0))
+    used = ctx.tenant_holds(tenant.name, g.name, resource)
     guarantee = ctx.tenant_guarantee(tenant.name, g.name, resource)
     others = [h for h in ctx.holding.get(g.name, []) if h.namespace != tenant.name]
     borrowers = [h for h in _holders(ctx, [g.name], resource) if h.tenant != tenant.name and h.borrowed]
@@ -480,9 +486,9 @@ def _holders(ctx: Cluster, flavors: Iterable[str], resource: str) -> list[Holdin
             if resource in job.assigned.get(flavor, {}):
                 per_tenant.setdefault(job.namespace, []).append(job)
         for tenant, jobs in sorted(per_tenant.items()):
-            total, borrowed = ctx.tenant_used.get((tenant, flavor, resource), (0, 0))
             held = tuple(sorted(((j.key, j.priority_class or "", j.assigned[flavor][resource]) for j in jobs), key=lambda x: (-x[2], x[0])))
-            out.append(Holding(tenant, flavor, resource, total or sum(n for _, _, n in held), borrowed, held))
+            total = ctx.tenant_holds(tenant, flavor, resource) or sum(n for _, _, n in held)
+            out.append(Holding(tenant, flavor, resource, total, max(0, total - ctx.tenant_guarantee(tenant, flavor, resource)), held))
     return out
 
 

@@ -45,7 +45,7 @@ class Live:
     queues: list[Manifest]  # Kueue's ResourceFlavors, Cohorts and ClusterQueues (grants.tree reads them)
     local_queues: dict[tuple[str, str], str]  # (namespace, LocalQueue) -> ClusterQueue
     queue_tenant: dict[str, str]  # ClusterQueue -> tenant (its fleetops.io/tenant label)
-    queue_usage: dict[str, dict[tuple[str, str], tuple[int, int]]]  # ClusterQueue -> (flavor, resource) -> (total, borrowed)
+    queue_usage: dict[str, dict[tuple[str, str], int]]  # ClusterQueue -> (flavor, resource) -> units its work holds
     nodes: inventory.Inventory
     clocks: list[NodeClock]
     status: dict[str, str] | None  # the reconciler's status ConfigMap's data; None when it has written none
@@ -58,7 +58,7 @@ def _list(api: ClusterAPI, api_version: str, kind: str) -> list[Manifest]:
     except NotFound:  # the kind is not served: Kueue is not installed
         raise LiveError(f"{api.name}: the API server serves no {kind} ({api_version}): is Kueue installed?") from None
     except ApiError as exc:
-        raise LiveError(f"{api.name}: list {kind}: {exc}") from None
+        raise LiveError(f"{api.name}: list {kind}: {' '.join(str(exc).split())}") from None  # one line, whatever the server said
     if len(items) > MAX_OBJECTS:
         raise LiveError(f"{api.name}: {len(items):,} {kind} objects, more than the {MAX_OBJECTS:,} fleetops reads")
     return items
@@ -71,15 +71,16 @@ def _amount(value: Any) -> int:
         return 0
 
 
-def _usage(status: Any) -> dict[tuple[str, str], tuple[int, int]]:
-    """(flavor, resource) -> (total, borrowed) of a ClusterQueue's status.flavorsReservation (what admitted and
-    reserved work holds; flavorsUsage counts admitted work only)."""
-    out: dict[tuple[str, str], tuple[int, int]] = {}
+def _usage(status: Any) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> units of a ClusterQueue's status.flavorsReservation (what admitted and reserved work
+    holds; flavorsUsage counts admitted work only). Its `borrowed` is the queue's, not the tenant's: a tenant's
+    non-preempting queue borrows all it holds, from its own tenant's guarantee too, so borrowing is reckoned per tenant."""
+    out: dict[tuple[str, str], int] = {}
     flavors = status.get("flavorsReservation") or status.get("flavorsUsage") or [] if isinstance(status, dict) else []
     for f in flavors if isinstance(flavors, list) else []:
         for r in f.get("resources") or [] if isinstance(f, dict) else []:
             if isinstance(r, dict):
-                out[(str(f.get("name")), str(r.get("name")))] = (_amount(r.get("total", 0)), _amount(r.get("borrowed", 0)))
+                out[(str(f.get("name")), str(r.get("name")))] = _amount(r.get("total", 0))
     return out
 
 
@@ -113,7 +114,7 @@ def read(api: ClusterAPI, env: spec.Environment, cluster: spec.Cluster, namespac
     queues: list[Manifest] = []
     local: dict[tuple[str, str], str] = {}
     tenants: dict[str, str] = {}
-    usage: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
+    usage: dict[str, dict[tuple[str, str], int]] = {}
     for kind in QUEUE_KINDS:
         for obj in _list(api, KUEUE, kind):
             meta = obj.get("metadata") or {}

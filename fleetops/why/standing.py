@@ -43,13 +43,13 @@ def standing(ctx: Cluster, tenant: str) -> list[Standing]:
         per_flavor = granted.get(resource, {})
         in_use = borrowed = lent = 0
         for flavor, grant in per_flavor.items():
-            used, borrows = ctx.tenant_used.get((tenant, flavor, resource), (0, 0))
-            in_use, borrowed = in_use + used, borrowed + borrows
+            used = ctx.tenant_holds(tenant, flavor, resource)
+            in_use, borrowed = in_use + used, borrowed + ctx.borrowed(tenant, flavor, resource)
             # Borrowers take the pool's unguaranteed units first: a guarantee is lent only past them.
-            others = sum(b for (t, f, r), (_, b) in ctx.tenant_used.items() if t != tenant and f == flavor and r == resource)
+            others = sum(ctx.borrowed(t, flavor, resource) for t in ctx.granted if t != tenant)
             guarantees = sum(g[resource][flavor].guaranteed for g in ctx.granted.values() if flavor in g.get(resource, {}))
             shared = ctx.pool_units(flavor, resource) - guarantees
-            lent += min(max(0, grant.guaranteed - (used - borrows)), max(0, others - shared))
+            lent += min(max(0, grant.guaranteed - used), max(0, others - shared))
         units = pending.get(resource, [])
         out.append(Standing(tenant, ctx.cluster.name, resource, sum(g.guaranteed for g in per_flavor.values()),
                             max((g.reachable for g in per_flavor.values()), default=0), in_use, borrowed, lent, len(units), sum(units)))
