@@ -155,7 +155,9 @@ def test_a_job_beyond_its_tenants_burst_names_the_burst_line_and_the_tenants_own
 def test_a_class_that_never_preempts_waits_for_borrowers_within_its_tenants_guarantee(kueue, tmp_path: Path) -> None:
     """environments/dev.yaml:95 `{name: batch-low, ... preemption: Never, ...}`: platform-dev borrows dev-a100 whole
     (32, line 53 `burst: 32`), ml-sandbox's guarantee of 8 included (line 60). ml-sandbox's batch-low job of 8, within
-    its guarantee, goes through its non-preempting queue and waits: the answer names the class's line, not a quota."""
+    its guarantee, goes through its non-preempting queue and waits: the answer names the class's line, not a quota,
+    and `standing` says ml-sandbox lends 8. Then its training-standard job of 8 reclaims the guarantee: Kueue evicts
+    platform-dev's job, whose answer says it was evicted by a reclamation and who holds the pool now."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     fill = tenants.submit("platform-dev", "fill", {"nvidia.com/gpu": 32}, "training-standard")
     tenants.admitted("platform-dev", fill)
@@ -163,12 +165,23 @@ def test_a_class_that_never_preempts_waits_for_borrowers_within_its_tenants_guar
     batch = tenants.submit("ml-sandbox", "batch", {"nvidia.com/gpu": 8}, "batch-low", "ml-sandbox-non-preempting-queue")
     waiting(tenants, "ml-sandbox", batch)
 
-    answer = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev").answer("ml-sandbox/batch")
+    asker = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev")
+    answer = asker.answer("ml-sandbox/batch")
     never = blocker(answer, "class-never-preempts")
     assert (never["line"], never["path"]) == (line_of(DEV, "name: batch-low"), "priority_classes[batch-low].preemption"), never
     assert "within its guarantee" in never["message"] and "platform-dev borrows 16" in never["message"], never
     (held,) = answer["holders"]
     assert (held["tenant"], held["units"], held["borrowed"]) == ("platform-dev", 32, 16)
+    (sandbox,) = [s for s in asker.standing("ml-sandbox") if s["resource"] == "nvidia.com/gpu"]
+    assert (sandbox["in_use"], sandbox["lent"], sandbox["pending_units"]) == (0, 8, 8), sandbox
+
+    # Its class that preempts takes the guarantee back: Kueue evicts platform-dev's borrowing job, and says so.
+    train = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 8}, "training-standard")
+    tenants.admitted("ml-sandbox", train)
+    tenants.evicted("platform-dev", fill)
+    evicted = asker.answer("platform-dev/fill")
+    assert evicted["state"] == "evicted" and "reclamation" in evicted["preemption"], evicted
+    assert any(h["tenant"] == "ml-sandbox" and h["within_guarantee"] >= 8 for h in evicted["holders"]), evicted["holders"]
 
 
 # --- what can never be admitted as asked --------------------------------------------------------------

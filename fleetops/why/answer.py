@@ -207,6 +207,25 @@ class Cluster:
         self.members = members
         self.clocks = {c.node: c.skew_seconds for c in live.clocks}
         self.namespace_tenant = {t.name: t for t in env.tenants if cluster.name in t.clusters}
+        # Work Kueue has evicted (preempted or reclaimed) and not admitted again: a preemption under way or done.
+        self.evicted = [j for j in live.jobs if j.state is State.EVICTED and self.sees(j.namespace)]
+        self._holders: dict[tuple[str, str], list[Holding]] = {}
+
+    def holders(self, flavor: str, resource: str) -> list[Holding]:
+        """Who holds the pool now, per tenant (within its guarantee or borrowed) with its jobs; once per pool and resource."""
+        key = (flavor, resource)
+        if key not in self._holders:
+            per_tenant: dict[str, list[Job]] = {}
+            for job in self.holding.get(flavor, []):
+                if resource in job.assigned.get(flavor, {}):
+                    per_tenant.setdefault(job.namespace, []).append(job)
+            out = []
+            for tenant, jobs in sorted(per_tenant.items()):
+                held = tuple(sorted(((j.key, j.priority_class or "", j.assigned[flavor][resource]) for j in jobs), key=lambda x: (-x[2], x[0])))
+                total = self.tenant_holds(tenant, flavor, resource) or sum(n for _, _, n in held)
+                out.append(Holding(tenant, flavor, resource, total, max(0, total - self.tenant_guarantee(tenant, flavor, resource)), held))
+            self._holders[key] = out
+        return self._holders[key]
 
     def shown(self, tenant: str) -> str:
         return tenant if self.viewer is None or tenant == self.viewer else "another tenant"
@@ -280,6 +299,8 @@ def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
                 _resource(ctx, answer, tenant, ti, node, pod_set, resource, units)
     if job.state is State.ADMITTED:
         answer.blockers = [f for f in answer.nodes if f.cause is not Cause.CLOCK_SKEW]
+    elif job.state is State.EVICTED and answer.preemption is None:
+        answer.preemption = f"Kueue evicted it ({job.reason or 'evicted'}) and it waits to be admitted again: {job.message}"
     answer.blockers = list(dict.fromkeys(answer.blockers))
     answer.nodes = list(dict.fromkeys(answer.nodes))
     answer.holders = [h for h in dict.fromkeys(answer.holders) if ctx.sees(h.tenant)]
@@ -449,7 +470,7 @@ def _reclaim(ctx: Cluster, answer: Answer, tenant: spec.Tenant, node: grants.Nod
     borrowers = [h for h in _holders(ctx, [g.name], resource) if h.tenant != tenant.name and h.borrowed]
     lower = [h for h in ctx.holding.get(g.name, []) if h.priority < job.priority]
     preempts = _preempts(ctx, node)
-    evicting = [h for h in ctx.live.jobs if (h.state is State.EVICTED or ("Preempted" in h.reason and h.holds)) and ctx.sees(h.namespace)]
+    evicting = ctx.evicted
     if used + units <= guarantee and borrowers and others:
         what = f"{tenant.name} is within its guarantee on {g.name} ({used} + {units} of {guarantee}) while " + \
                ", ".join(f"{ctx.shown(b.tenant)} borrows {b.borrowed}" for b in borrowers)
@@ -479,17 +500,7 @@ def _never(ctx: Cluster, tenant: spec.Tenant, job: Job, message: str) -> Finding
 
 def _holders(ctx: Cluster, flavors: Iterable[str], resource: str) -> list[Holding]:
     """Who holds each of these pools now: per tenant, within its guarantee or borrowed, and its jobs."""
-    out = []
-    for flavor in flavors:
-        per_tenant: dict[str, list[Job]] = {}
-        for job in ctx.holding.get(flavor, []):
-            if resource in job.assigned.get(flavor, {}):
-                per_tenant.setdefault(job.namespace, []).append(job)
-        for tenant, jobs in sorted(per_tenant.items()):
-            held = tuple(sorted(((j.key, j.priority_class or "", j.assigned[flavor][resource]) for j in jobs), key=lambda x: (-x[2], x[0])))
-            total = ctx.tenant_holds(tenant, flavor, resource) or sum(n for _, _, n in held)
-            out.append(Holding(tenant, flavor, resource, total, max(0, total - ctx.tenant_guarantee(tenant, flavor, resource)), held))
-    return out
+    return [h for flavor in flavors for h in ctx.holders(flavor, resource)]
 
 
 def _named(ctx: Cluster, flavors: list[str], resource: str, whose: Any) -> str:

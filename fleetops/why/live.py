@@ -8,7 +8,6 @@ per kind. What the cluster holds past `MAX_OBJECTS` of a kind is refused whole, 
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +140,3 @@ def read(api: ClusterAPI, env: spec.Environment, cluster: spec.Cluster, namespac
         status_map = None
     status = {str(k): str(v) for k, v in ((status_map or {}).get("data") or {}).items()} if status_map else None
     return Live(cluster.name, jobs, queues, local, tenants, usage, nodes, clocks, status, problems + nodes.problems)
-
-
-def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
