@@ -788,6 +788,10 @@ def why_command(
     else:
         for problem in live.problems:
             err.print(problem, markup=False, highlight=False)
+        record = live.status or {}
+        # The live queues are what the reconciler last applied: a failed or denied pass leaves them behind the file.
+        sys.stdout.write(f"reconciler on {found.name}: " + (f"revision {record.get('revision') or '-'}, last pass {record.get('result') or '-'}\n"
+                                                            if live.status is not None else "no status record (is fleetops reconciling it?)\n"))
         sys.stdout.write("\n\n".join(a.text() for a in answers) + "\n" if answers else f"no pending job of {tenant} on {found.name}\n")
     raise typer.Exit(code)
 

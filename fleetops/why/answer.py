@@ -284,6 +284,8 @@ def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
                                        f"{ctx.env.environment} names this cluster with that name", ctx.at(("tenants",)), ever=False))
         return answer
     ti = ctx.tenant_index[tenant.name]
+    if job.state is State.EVICTED:
+        answer.preemption = f"Kueue evicted it ({job.reason or 'evicted'}) and it waits to be admitted again: {job.message}"
     queue = ctx.live.local_queues.get((job.namespace, job.queue or ""))
     node = ctx.nodes.get(queue or "")
     if job.state is State.FINISHED:
@@ -299,8 +301,6 @@ def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
                 _resource(ctx, answer, tenant, ti, node, pod_set, resource, units)
     if job.state is State.ADMITTED:
         answer.blockers = [f for f in answer.nodes if f.cause is not Cause.CLOCK_SKEW]
-    elif job.state is State.EVICTED and answer.preemption is None:
-        answer.preemption = f"Kueue evicted it ({job.reason or 'evicted'}) and it waits to be admitted again: {job.message}"
     answer.blockers = list(dict.fromkeys(answer.blockers))
     answer.nodes = list(dict.fromkeys(answer.nodes))
     answer.holders = [h for h in dict.fromkeys(answer.holders) if ctx.sees(h.tenant)]
@@ -468,20 +468,21 @@ def _reclaim(ctx: Cluster, answer: Answer, tenant: spec.Tenant, node: grants.Nod
     guarantee = ctx.tenant_guarantee(tenant.name, g.name, resource)
     others = [h for h in ctx.holding.get(g.name, []) if h.namespace != tenant.name]
     borrowers = [h for h in _holders(ctx, [g.name], resource) if h.tenant != tenant.name and h.borrowed]
-    lower = [h for h in ctx.holding.get(g.name, []) if h.priority < job.priority]
+    # Kueue preempts by priority within the job's own ClusterQueue only (withinClusterQueue); across the cohort it reclaims.
+    lower = [h for h in ctx.holding.get(g.name, []) if h.priority < job.priority and h.cluster_queue == node.name]
     preempts = _preempts(ctx, node)
-    evicting = ctx.evicted
+    evicting = [e for e in ctx.evicted if e is not job]
     if used + units <= guarantee and borrowers and others:
         what = f"{tenant.name} is within its guarantee on {g.name} ({used} + {units} of {guarantee}) while " + \
                ", ".join(f"{ctx.shown(b.tenant)} borrows {b.borrowed}" for b in borrowers)
-        if preempts:
+        if preempts and answer.preemption is None:
             answer.preemption = f"{what}: Kueue reclaims it" + (f" (evicting {', '.join(e.key for e in evicting[:SHOWN])})" if evicting else " at its next cycle")
         else:
             answer.blockers.append(_never(ctx, tenant, job, f"{what}, and the job's class never preempts: it waits for the borrowers to finish"))
     elif lower and not preempts:
         answer.blockers.append(_never(ctx, tenant, job, f"lower classes hold {g.name} ({', '.join(sorted({h.priority_class or '-' for h in lower}))}), "
                                                         "and the job's class never preempts: it waits for them to finish"))
-    elif lower and preempts and evicting:
+    elif lower and preempts and evicting and answer.preemption is None:
         answer.preemption = f"Kueue preempts lower classes for it (evicting {', '.join(e.key for e in evicting[:SHOWN])})"
 
 
