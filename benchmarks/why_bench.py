@@ -44,11 +44,14 @@ GOALS = {"why --job (command, wall)": 3.0, "why --tenant, 1,000 pending (command
          "one job, in process": 0.5, "1,000 pending jobs, in process": 4.0}
 
 
-def submit(server: servers.ApiServer, count: int) -> None:
+def submit(server: servers.ApiServer, kueue: servers.KueueServer, count: int) -> None:
+    """The tenant's burst filled by one job, admitted before the others are submitted (else Kueue admits 32 of them
+    first and the filler waits), then `count` jobs of one GPU that wait for it."""
     from kubernetes import client
 
     jobs = client.BatchV1Api(server.client())
     jobs.create_namespaced_job(TENANT, suspended_job(TENANT, "fill", f"{TENANT}-queue", {"nvidia.com/gpu": 32}, "training-standard"))
+    servers.wait_until(lambda: jobs.read_namespaced_job("fill", TENANT).spec.suspend is False, "the filler admitted", kueue.process, timeout=120)
 
     def create(i: int) -> None:
         jobs.create_namespaced_job(TENANT, suspended_job(TENANT, f"wait-{i:05d}", f"{TENANT}-queue", {"nvidia.com/gpu": 1}, "training-standard"),
@@ -109,7 +112,7 @@ def main() -> int:
                 kubelets.register(f"dev-a100-{i}", {"nvidia.com/gpu": "16", "cpu": "64", "memory": "512Gi", "pods": "110"})
                 kubelets.register(f"dev-spot-{i}", {"nvidia.com/gpu": "4", "cpu": "64", "memory": "512Gi", "pods": "110"})
             began = time.perf_counter()
-            submit(server, args.jobs)
+            submit(server, kueue, args.jobs)
             servers.wait_until(lambda: workloads_decided(server, args.jobs), f"Kueue's decision on {args.jobs} jobs", kueue.process, timeout=600)
             print(f"{args.jobs} pending jobs of {TENANT} and its 32-GPU job in {time.perf_counter() - began:.0f} s", flush=True)
             kubeconfig = server.kubeconfig(Path(tmp) / "kubeconfig", context=CONTEXT)
@@ -121,6 +124,8 @@ def main() -> int:
                 took, counted = in_process(document, kubeconfig, None)
                 figures["1,000 pending jobs, in process"].append(took)
             print(f"answers for the tenant: {counted}")
+            if counted != args.jobs:
+                raise SystemExit(f"why_bench: {counted} answers for {args.jobs} pending jobs")
     return report(f"fleetops why on the real Kueue, {args.jobs} pending jobs, medians of {args.runs}",
                   [Goal(name, statistics.median(values), GOALS[name], " s") for name, values in figures.items()])
 

@@ -277,6 +277,7 @@ def _is_device(resource: str, devices: set[str]) -> bool:
 
 
 def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
+    """Why `job` waits (or, admitted, why its pods may not all start): `devices` are the resources Kueue counts (`device_resources`)."""
     tenant = ctx.namespace_tenant.get(job.namespace)
     answer = Answer(job, ctx.cluster.name, tenant.name if tenant else None)
     if tenant is None:
