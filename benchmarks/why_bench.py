@@ -9,10 +9,13 @@ stay pending (its burst is in use); four pool nodes are registered. Once Kueue h
 job, each figure is the median of `--runs`:
 
 - `fleetops why --job` and `fleetops why --tenant` as a user runs them: the console script in a
-  process of its own, wall time from start to exit (its start-up, the environment file read, one LIST
-  per kind from the API server, every answer, the JSON printed);
-- the same two answers in process (`why.live.read` + `why.answer.explain_all`): what the command adds
-  to its start-up and what the fleet API's route costs per request.
+  process of its own, its CPU seconds from start to exit (its start-up, the environment file read, one
+  LIST per kind from the API server, every answer, the JSON printed);
+- the same two answers in process (`why.live.read` + `why.answer.explain_all`), CPU seconds of this
+  process: what the command adds to its start-up and what the fleet API's route costs per request.
+
+CPU, not wall time, is the goal: on this shared machine the wall time measures the neighbours (it is
+printed beside, with the load average).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,8 +45,10 @@ from tests.kueue_jobs import suspended_job  # noqa: E402
 
 ENVIRONMENT = ROOT / "environments" / "dev.yaml"
 CLUSTER, TENANT, CONTEXT = "dev-center", "ml-sandbox", "dev"
-GOALS = {"why --job (command, wall)": 3.0, "why --tenant, 1,000 pending (command, wall)": 8.0,
-         "one job, in process": 0.5, "1,000 pending jobs, in process": 4.0}
+# CPU seconds of fleetops (the command's process, or this one in process), not wall time: on this shared machine
+# the wall time mostly measures the neighbours (benchmarks/README.md, "What pays"); wall is printed beside.
+GOALS = {"why --job, command CPU": 2.5, "why --tenant, 1,000 pending, command CPU": 4.0,
+         "one job, in process CPU": 0.5, "1,000 pending jobs, in process CPU": 1.5}
 
 
 def submit(server: servers.ApiServer, kueue: servers.KueueServer, count: int) -> None:
@@ -69,25 +76,32 @@ def workloads_decided(server: servers.ApiServer, count: int) -> bool:
     return len(decided) >= count + 1
 
 
-def command(kubeconfig: Path, *selector: str) -> float:
-    began = time.perf_counter()
+def command(kubeconfig: Path, *selector: str) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one `fleetops why` run as a user runs it."""
+    cpu, began = _children_cpu(), time.perf_counter()
     done = subprocess.run([*fleetops_command(), "why", "--env", "dev", "--cluster", CLUSTER, *selector, "--kubeconfig", str(kubeconfig),
                            "--output", "json"], cwd=ROOT, capture_output=True, text=True, check=False)
-    took = time.perf_counter() - began
+    took = (_children_cpu() - cpu, time.perf_counter() - began)
     if done.returncode not in (0, 1):
         raise SystemExit(f"why_bench: fleetops why failed: {done.stderr.strip()}")
     json.loads(done.stdout)
     return took
 
 
-def in_process(document: spec.Document, kubeconfig: Path, job: str | None) -> tuple[float, int]:
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def in_process(document: spec.Document, kubeconfig: Path, job: str | None) -> tuple[float, float, int]:
+    """(CPU seconds, wall seconds, answers) of one read and its answers in this process."""
     found = spec.cluster_by_name(document.env, CLUSTER)
-    began = time.perf_counter()
+    cpu, began = time.process_time(), time.perf_counter()
     api = cluster_mod.connect(CLUSTER, str(kubeconfig), CONTEXT)
     read = live.read(api, document.env, found, TENANT)
     jobs = [j for j in read.jobs if j.name == job] if job else [j for j in read.jobs if not j.holds]
     answers = answer.explain_all(document, found, read, jobs)
-    return time.perf_counter() - began, len(answers)
+    return time.process_time() - cpu, time.perf_counter() - began, len(answers)
 
 
 def main() -> int:
@@ -98,7 +112,7 @@ def main() -> int:
     args = parser.parse_args()
     document = spec.read_environment(ENVIRONMENT, "environments/dev.yaml")
     manifests = render.render(ENVIRONMENT, revision="bench").clusters[CLUSTER]
-    figures: dict[str, list[float]] = {name: [] for name in GOALS}
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in GOALS}
     with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="why-bench-")) as tmp, \
             servers.etcd_server(Path(tmp) / "etcd") as etcd:
         server = servers.ApiServer(CLUSTER, Path(tmp) / "kube", etcd)
@@ -118,16 +132,19 @@ def main() -> int:
             kubeconfig = server.kubeconfig(Path(tmp) / "kubeconfig", context=CONTEXT)
             counted = 0
             for _ in range(args.runs):
-                figures["why --job (command, wall)"].append(command(kubeconfig, "--job", f"{TENANT}/wait-00000"))
-                figures["why --tenant, 1,000 pending (command, wall)"].append(command(kubeconfig, "--tenant", TENANT))
-                figures["one job, in process"].append(in_process(document, kubeconfig, "wait-00000")[0])
-                took, counted = in_process(document, kubeconfig, None)
-                figures["1,000 pending jobs, in process"].append(took)
+                figures["why --job, command CPU"].append(command(kubeconfig, "--job", f"{TENANT}/wait-00000"))
+                figures["why --tenant, 1,000 pending, command CPU"].append(command(kubeconfig, "--tenant", TENANT))
+                figures["one job, in process CPU"].append(in_process(document, kubeconfig, "wait-00000")[:2])
+                *took, counted = in_process(document, kubeconfig, None)
+                figures["1,000 pending jobs, in process CPU"].append((took[0], took[1]))
             print(f"answers for the tenant: {counted}")
             if counted != args.jobs:
                 raise SystemExit(f"why_bench: {counted} answers for {args.jobs} pending jobs")
-    return report(f"fleetops why on the real Kueue, {args.jobs} pending jobs, medians of {args.runs}",
-                  [Goal(name, statistics.median(values), GOALS[name], " s") for name, values in figures.items()])
+    for name, values in figures.items():
+        print(f"  {name}: wall median {statistics.median(w for _, w in values):.2f} s")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return report(f"fleetops why on the real Kueue, {args.jobs} pending jobs, CPU seconds, medians of {args.runs}",
+                  [Goal(name, statistics.median(c for c, _ in values), GOALS[name], " s") for name, values in figures.items()])
 
 
 if __name__ == "__main__":
