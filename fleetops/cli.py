@@ -722,6 +722,139 @@ def reconcile_command(
     reconciler.serve(period, stop)
 
 
+# --- why and standing ---------------------------------------------------------------------------
+
+KubeconfigOpt = Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")]
+ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own")]
+InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")]
+TimeoutOpt = Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")]
+
+
+def live_cluster(document: spec.Document, name: str, kubeconfig: Path | None, context: str | None, in_cluster: bool,
+                 request_timeout: str, namespace: str | None) -> "tuple[spec.Cluster, Any]":
+    """The cluster of the environment named `name`, read live once (`why.live.read`); bad input is exit 2 in one line."""
+    from fleetops import cluster
+    from fleetops.why import live
+
+    found = next((c for c in document.env.clusters if c.name == name), None)
+    if found is None:
+        fail(f"--cluster: no cluster {name!r} in {document.env.environment} (clusters: {', '.join(c.name for c in document.env.clusters)})")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        fail(f"{kubeconfig}:1:1: no such kubeconfig file")
+    timeout = parse_interval(request_timeout, "--request-timeout")
+    api = cluster.connect(found.name, str(kubeconfig) if kubeconfig else found.kubeconfig, context or found.context, in_cluster, timeout)
+    with progress(f"reading {found.name}"):
+        return found, live.read(api, document.env, found, namespace)
+
+
+def read_document(environments: Path, env: str) -> spec.Document:
+    try:
+        return spec.read_environment(env_file(environments, env))
+    except errors.SpecError as exc:
+        fail("\n".join(exc.lines))
+
+
+@app.command("why")
+def why_command(
+    env: EnvOpt,
+    cluster_name: Annotated[str, typer.Option("--cluster", help="The cluster the job was submitted to")],
+    job: Annotated[str | None, typer.Option("--job", help="NAMESPACE/NAME of the job (its Kueue Workload's owner, or the Workload)")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Every pending job of this tenant instead of one")] = None,
+    environments: DirOpt = DEFAULT_DIR,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    in_cluster: InClusterOpt = False,
+    request_timeout: TimeoutOpt = "30s",
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+) -> None:
+    """Why a job waits, in the environment file's terms: what blocks it at which line, who holds the capacity, whether it
+    can ever be admitted as asked, node-level causes and what would let it in. Exit 0 answered, 1 when a job can never be
+    admitted as asked, 2 on bad input or when the cluster cannot be read."""
+    from fleetops.kube import DNS_SUBDOMAIN
+    from fleetops.why import answer as why_answer
+    from fleetops.why.jobs import State
+
+    if (job is None) == (tenant is None):
+        fail("choose one of --job NAMESPACE/NAME or --tenant T")
+    namespace, _, name = (job or "").partition("/")
+    if job is not None and not (spec.is_dns_label(namespace) and name and DNS_SUBDOMAIN.fullmatch(name)):
+        fail(f"--job: expected NAMESPACE/NAME, got {job!r}")
+    document = read_document(environments, env)
+    if tenant is not None and tenant not in {t.name for t in document.env.tenants}:
+        fail(f"--tenant: no tenant {tenant!r} in {env}")
+    found, live = live_cluster(document, cluster_name, kubeconfig, context, in_cluster, request_timeout, namespace or tenant)
+    if job is not None:
+        jobs = [j for j in live.jobs if j.namespace == namespace and name in (j.name, j.workload)]
+        if not jobs:
+            fail(f"--job {job}: no Kueue Workload of that job on {found.name} (was it submitted to a LocalQueue?)")
+    else:
+        jobs = [j for j in live.jobs if j.namespace == tenant and j.state in (State.PENDING, State.EVICTED, State.RESERVED)]
+    answers = why_answer.explain_all(document, found, live, jobs)
+    never = sum(not a.can_ever for a in answers)
+    code = errors.ExitCode.DENIED if never else errors.ExitCode.OK
+    if output is Output.json:
+        counts = {"jobs": len(answers), "never": never, "blocked": sum(bool(a.blockers) for a in answers)}
+        sys.stdout.write(as_json(envelope("why", not never, counts, [errors.Problem(p) for p in live.problems], environment=env,
+                                          cluster=found.name, reconciler=live.status, answers=[a.to_dict() for a in answers])))
+    else:
+        for problem in live.problems:
+            err.print(problem, markup=False, highlight=False)
+        record = live.status or {}
+        # The live queues are what the reconciler last applied: a failed or denied pass leaves them behind the file.
+        sys.stdout.write(f"reconciler on {found.name}: " + (f"revision {record.get('revision') or '-'}, last pass {record.get('result') or '-'}\n"
+                                                            if live.status is not None else "no status record (is fleetops reconciling it?)\n"))
+        sys.stdout.write("\n\n".join(a.text() for a in answers) + "\n" if answers else f"no pending job of {tenant} on {found.name}\n")
+    raise typer.Exit(code)
+
+
+@app.command("standing")
+def standing_command(
+    env: EnvOpt,
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant")],
+    cluster_names: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: every cluster of the tenant")] = None,
+    environments: DirOpt = DEFAULT_DIR,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    in_cluster: InClusterOpt = False,
+    request_timeout: TimeoutOpt = "30s",
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+) -> None:
+    """A tenant's standing on each of its clusters, per device resource: guarantee, reachable burst, in use, borrowed,
+    lent and pending, from the live queues. Exit 0, or 2 on bad input or when a cluster cannot be read."""
+    from fleetops.why import answer as why_answer, standing as why_standing
+
+    document = read_document(environments, env)
+    found = next((t for t in document.env.tenants if t.name == tenant), None)
+    if found is None:
+        fail(f"--tenant: no tenant {tenant!r} in {env}")
+    names = cluster_names or found.clusters
+    if (context or in_cluster) and len(names) != 1:
+        fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
+    rows: list[Any] = []
+    problems: list[str] = []
+    for name in names:
+        if name not in found.clusters:
+            fail(f"--cluster: tenant {tenant} is not on {name} (its clusters: {', '.join(found.clusters)})")
+        c, live = live_cluster(document, name, kubeconfig, context, in_cluster, request_timeout, tenant)
+        rows += why_standing.standing(why_answer.Cluster(document, c, live), tenant)
+        problems += live.problems
+    if output is Output.json:
+        sys.stdout.write(as_json(envelope("standing", True, {"rows": len(rows)}, [errors.Problem(p) for p in problems], environment=env,
+                                          tenant=tenant, standing=[r.to_dict() for r in rows])))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{tenant} in {env}", title_justify="left")
+    columns = ("cluster", "resource", "guaranteed", "reachable", "in use", "borrowed", "lent", "pending jobs", "pending units")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
+    for r in rows:
+        table.add_row(r.cluster, r.resource, *(str(v) for v in (r.guaranteed, r.reachable, r.in_use, r.borrowed, r.lent, r.pending_jobs, r.pending_units)))
+    for problem in problems:
+        err.print(problem, markup=False, highlight=False)
+    out.print(table)
+
+
 @app.command("deploy")  # named apart from the module it runs
 def deploy_command(
     env: EnvOpt,
@@ -891,7 +1024,7 @@ def serve(
     current = snapshot.Current(loaded, stack)
     try:
         if openapi is not None:
-            document = api_app.create_app(current, auth.Tokens([]), lambda: []).openapi()
+            document = api_app.create_app(current, auth.Tokens([]), lambda: [], clusters=lambda c: None).openapi()
             write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
             return
         assert tokens is not None
@@ -905,7 +1038,7 @@ def serve(
             return cluster.connect(c.name, str(kubeconfig) if kubeconfig else c.kubeconfig, c.context, False, timeout)
 
         application = api_app.create_app(current, known, api_app.StatusReader(current, connect),
-                                         api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes), meter)
+                                         api_app.Settings(rate=rate_limit, max_body_bytes=max_body_bytes), meter, connect)
         try:
             sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         except OSError as exc:

@@ -234,7 +234,9 @@ class KubeCluster:
 
     def list(self, api_version: str, kind: str, label_selector: str = "") -> list[Manifest]:
         def go() -> list[Manifest]:
-            body = self._resource(api_version, kind).get(label_selector=label_selector or None).to_dict()
+            # The answer as JSON, not the dynamic client's ResourceInstance: building one and its to_dict took three
+            # quarters of a LIST of 1,000 Kueue Workloads (2.4 + 0.7 s of 4.1 s on a loaded machine).
+            body = json.loads(self._resource(api_version, kind).get(label_selector=label_selector or None, serialize=False).data)
             # LIST items carry no apiVersion/kind of their own.
             return [{"apiVersion": api_version, "kind": kind, **item} for item in body.get("items", [])]
 

@@ -311,7 +311,7 @@ def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]])
     return out
 
 
-def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     """Kubernetes' ToleratesTaint: an empty key with Exists tolerates every taint, an empty effect every effect."""
     if toleration.get("effect") not in (None, "", taint.get("effect")):
         return False
@@ -320,21 +320,31 @@ def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     return toleration.get("key") == taint.get("key") and (toleration.get("operator") == "Exists" or toleration.get("value", "") == taint.get("value", ""))
 
 
-def flavor_taints(objects: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
-    """ResourceFlavor -> its nodes' taints that a job must tolerate to be admitted there (`key=value:Effect`):
-    Kueue checks a Workload's tolerations, with the flavor's own, against the flavor's nodeTaints of
-    effect NoSchedule and NoExecute (PreferNoSchedule keeps no one off)."""
+def flavor_restrictions(objects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """ResourceFlavor -> its nodes' taints that a job must tolerate to be admitted there: Kueue checks a
+    Workload's tolerations, with the flavor's own, against the flavor's nodeTaints of effect NoSchedule and
+    NoExecute (PreferNoSchedule keeps no one off)."""
     out = {}
     for o in objects:
         body = o.get("spec") if o.get("kind") == "ResourceFlavor" and isinstance(o.get("spec"), dict) else None
         if body is None:
             continue
         own = _items(body.get("tolerations"))
-        kept = [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in _items(body.get("nodeTaints"))
-                if t.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(tol, t) for tol in own)]
+        kept = [t for t in _items(body.get("nodeTaints"))
+                if t.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(tol, t) for tol in own)]
         if kept:
             out[str(o["metadata"]["name"])] = kept
     return out
+
+
+def taint_text(taint: dict[str, Any]) -> str:
+    """`key=value:Effect`, as kubectl writes a taint."""
+    return f"{taint.get('key')}{'=' + str(taint['value']) if taint.get('value') else ''}:{taint.get('effect')}"
+
+
+def flavor_taints(objects: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """`flavor_restrictions` as `key=value:Effect`."""
+    return {flavor: [taint_text(t) for t in taints] for flavor, taints in flavor_restrictions(objects).items()}
 
 
 def review(env: spec.Environment | None, granted: Granted) -> dict[str, list[dict[str, Any]]]:

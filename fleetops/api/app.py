@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 
 from fleetops import __version__, spec
-from fleetops.api import models, quote as quote_mod
+from fleetops.api import models, quote as quote_mod, why as why_routes
 from fleetops.api.auth import Principal, Tokens
 from fleetops.api.metering import TTL_SECONDS, Meter, MeteringBusy, this_month
 from fleetops.api.models import Scope
@@ -199,9 +199,10 @@ ERRORS = {str(code): _problem_doc(_TITLES[code]) for code in (400, 401, 403, 404
 
 
 def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable[[], list[models.ClusterStatus]],
-               settings: Settings = Settings(), meter: Meter | None = None) -> FastAPI:
+               settings: Settings = Settings(), meter: Meter | None = None, clusters: why_routes.Connect | None = None) -> FastAPI:
     """The API of what `current()` returns: each request reads one snapshot, and its ETag is that snapshot's.
-    Use and statements come from `meter`; without one they answer 404 metering-not-configured."""
+    Use and statements come from `meter`; without one they answer 404 metering-not-configured. `clusters` reaches
+    each cluster for the live `why` and `standing` of a tenant (fleetops/api/why.py); without it they are not served."""
     app = FastAPI(title="fleetops fleet API", version=__version__, responses=ERRORS, docs_url=None, redoc_url=None,
                   description=f"The environment {current().environment} at one Git revision, read only.")
     rate = limits.parse(settings.rate)
@@ -378,6 +379,9 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
             raise Problem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
         finally:
             quote_slots.release()
+
+    if clusters is not None:
+        why_routes.register(app, current, principal, visible_tenant, clusters, Problem)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
