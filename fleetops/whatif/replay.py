@@ -1,0 +1,351 @@
+"""A trace replayed on the real Kueue in simulated time: the harness plays the clock and the job controller.
+
+The clock jumps from event to event: a job arriving (its Workload created), a job's run ending (its
+Workload marked Finished after exactly its duration since it was last admitted). After each event the
+harness waits until Kueue is quiescent and answers what Kueue did: an admission starts the job's run at
+the event's time; an eviction is acknowledged as a job controller acknowledges it (the quota released,
+the run's work thrown away) and the job waits again, to start over when admitted again.
+
+Quiescent means no change pending, shown, not guessed: a canary Workload in a ClusterQueue of its own
+(no cohort, so it never competes for the fleet's quota) is created after the event; Kueue's informer
+delivers Workload events in order, so when the canary is admitted Kueue has seen the event and run a
+scheduling cycle on it. Rounds repeat until one passes in which no Workload but the canary changed
+(nothing Kueue decides leaves no trace: an admission, a pending reason, an eviction is each a write).
+Every wait is on the watch's next event, with a deadline; none is a sleep.
+
+Kueue orders work it cannot tell apart by a timestamp with one-second resolution and then by random
+UIDs or map order (kueue v0.17.0 baseCompareFunc, CandidatesOrdering, Manager.heads). So that the same
+trace gives the same figures on a quiet or a busy machine, no two Workloads of one priority in a cluster
+are created in the same wall-clock second (the harness waits for the next second when it must: the
+order of creation is the order of arrival), and each admission's QuotaReserved time, which orders the
+victims of a preemption, is rewritten to a time that follows simulated time (`_stamp`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import heapq
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetops.errors import WhatifError
+from fleetops.whatif.trace import Job
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+CANARY = "fleetops-whatif-canary"
+CANARY_RESOURCE = "fleetops.io/whatif-canary"
+SETTLE_SECONDS = 120.0  # one round of the canary: far above a loaded machine's, yet a hung Kueue is told
+MAX_ROUNDS = 200
+WATCH_SECONDS = 300
+# QuotaReserved times written by the harness: far from wall-clock time, ordered as simulated time is.
+STAMP_EPOCH = dt.datetime(1980, 1, 1, tzinfo=dt.timezone.utc)
+STAMP_STRIDE = 200_000  # seconds per event: more than the jobs a trace may hold
+_PREEMPTOR = re.compile(r"UID: ([0-9a-f-]{36})")
+
+
+def canary_objects() -> list[dict[str, Any]]:
+    """The canary's namespace, flavor, ClusterQueue (outside every cohort) and LocalQueue."""
+    labels = {"app.kubernetes.io/managed-by": "fleetops-whatif"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CANARY, "labels": labels}},
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": CANARY, "labels": labels}, "spec": {}},
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": CANARY, "labels": labels}, "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": CANARY}},
+            "resourceGroups": [{"coveredResources": [CANARY_RESOURCE],
+                                "flavors": [{"name": CANARY, "resources": [{"name": CANARY_RESOURCE, "nominalQuota": 1_000_000}]}]}]}},
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": CANARY, "namespace": CANARY, "labels": labels},
+         "spec": {"clusterQueue": CANARY}},
+    ]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """How one job is submitted on one side: its LocalQueue, its class's priority, the taints it tolerates."""
+
+    queue: str
+    priority: int
+    priority_ref: dict[str, str]
+    tolerations: tuple[tuple[str, str, str], ...] = ()
+
+
+def workload(job: Job, how: Submission) -> dict[str, Any]:
+    """The Workload Kueue's Job integration makes of the job's suspended batch/v1 Job: one pod set of
+    `pods` pods each requesting `units` of the resource, in the tenant's queue, at the class's priority."""
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": "whatif", "resources": {"requests": {job.resource: str(job.units)}, "limits": {job.resource: str(job.units)}}}]}
+    if how.tolerations:
+        pod["tolerations"] = [{"key": k, "operator": "Equal", "value": v, "effect": e} for k, v, e in how.tolerations]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
+            "metadata": {"name": job.name, "namespace": job.tenant, "labels": {"fleetops.io/whatif-job": str(job.index)}},
+            "spec": {"queueName": how.queue, "priority": how.priority, "priorityClassRef": how.priority_ref,
+                     "podSets": [{"name": "main", "count": job.pods, "template": {"spec": pod}}]}}
+
+
+@dataclass
+class Run:
+    """One admission of a job: from `start` to `end` (None while running), on `flavor`."""
+
+    start: float
+    flavor: str
+    end: float | None = None
+    preempted_by: int | None = None  # the job whose admission evicted it
+    reason: str = ""  # Kueue's Preempted reason (InClusterQueue, InCohortReclamation, ...)
+
+
+@dataclass
+class Record:
+    """What became of one job on one side."""
+
+    job: Job
+    runs: list[Run] = field(default_factory=list)
+    finished: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.runs) and self.runs[-1].end is None
+
+    @property
+    def first_admitted(self) -> float | None:
+        return self.runs[0].start if self.runs else None
+
+
+def _true(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind and c["status"] == "True"), None)
+
+
+def _time(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Replay:
+    """One cluster of one side: its jobs replayed on a started Kueue (`api`, fleetops.whatif.servers)."""
+
+    def __init__(self, api: Any, jobs: list[Job], submissions: Callable[[Job], Submission], window: float):
+        from kubernetes import client
+
+        self.objects = client.CustomObjectsApi(api)
+        self.jobs, self.submission, self.window = jobs, submissions, window
+        self.records = {j.index: Record(j) for j in jobs}
+        self.by_uid: dict[str, int] = {}
+        self.events: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
+        self.echoes: set[str] = set()  # resourceVersions of the harness's own writes
+        self.created: dict[int, float] = {}  # priority -> creation second of the last Workload of it
+        self.clock = 0.0
+        self.event_no = 0
+        self.canary = 0
+        self.finishing: list[tuple[float, int, int]] = []  # (time, job, run number) heap
+        self.stop = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="whatif-watch", daemon=True)
+
+    # --- the watch -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        try:
+            version = self.objects.list_cluster_custom_object(GROUP, VERSION, "workloads", limit=1)["metadata"]["resourceVersion"]
+            self.events.put({"type": "STARTED", "version": version})
+            while not self.stop.is_set():
+                for event in watch.Watch().stream(self.objects.list_cluster_custom_object, GROUP, VERSION, "workloads",
+                                                  resource_version=version, timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True):
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        self.events.put(event)
+                    if self.stop.is_set():
+                        return
+        except BaseException as exc:  # handed to the replay, which raises it: a thread's exception would only be printed
+            self.events.put(exc)
+
+    def _next(self, deadline: float, what: str) -> dict[str, Any]:
+        try:
+            item = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise WhatifError(f"whatif: Kueue did not {what} within {SETTLE_SECONDS:.0f} s of wall time") from None
+        if isinstance(item, BaseException):
+            raise WhatifError(f"whatif: watching Workloads failed: {item}") from item
+        return item
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> dict[int, Record]:
+        self.watcher.start()
+        try:
+            self._next(time.monotonic() + SETTLE_SECONDS, "list Workloads")
+            self._settle()  # the first canary: Kueue holds the queues
+            arrivals = iter(self.jobs)
+            upcoming = next(arrivals, None)
+            while True:
+                due = self.finishing[0][0] if self.finishing else None
+                if upcoming is not None and (due is None or upcoming.arrival < due):
+                    if upcoming.arrival >= self.window:
+                        upcoming = None
+                        continue
+                    self.clock = upcoming.arrival
+                    self._submit(upcoming)
+                    upcoming = next(arrivals, None)
+                elif due is not None and due < self.window:
+                    _, index, number = heapq.heappop(self.finishing)
+                    self.clock = due
+                    self._finish(index, number)
+                else:
+                    break
+                self.event_no += 1
+                self._settle()
+        finally:
+            self.stop.set()
+        return self.records
+
+    def _submit(self, job: Job) -> None:
+        from kubernetes import client
+
+        how = self.submission(job)
+        last = self.created.get(how.priority)
+        for _ in range(10):
+            if last is not None:
+                _next_second_after(last)
+            made = self.objects.create_namespaced_custom_object(GROUP, VERSION, job.tenant, "workloads", workload(job, how))
+            second = _time(made["metadata"]["creationTimestamp"])
+            if last is None or second > last:
+                break
+            # The server's clock read the same second after ours had passed it: made again, a second on.
+            with contextlib.suppress(client.ApiException):
+                self.objects.delete_namespaced_custom_object(GROUP, VERSION, job.tenant, "workloads", job.name)
+            self._await_gone(job)
+        else:
+            raise WhatifError(f"whatif: {job.name}: could not be created in a second of its own")
+        self.created[how.priority] = second
+        self.by_uid[made["metadata"]["uid"]] = job.index
+        self.echoes.add(made["metadata"]["resourceVersion"])
+
+    def _await_gone(self, job: Job) -> None:
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            event = self._next(deadline, f"delete {job.name}")
+            if event["type"] == "DELETED" and event["object"]["metadata"]["name"] == job.name:
+                return
+
+    def _finish(self, index: int, number: int) -> None:
+        record = self.records[index]
+        if number != len(record.runs) or not record.running:
+            return  # that run was preempted: this end is not its
+        record.runs[-1].end = self.clock
+        record.finished = self.clock
+        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        finished = {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "finished by the replay", "lastTransitionTime": now}
+        done = self.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, record.job.tenant, "workloads", record.job.name, [{"op": "add", "path": "/status/conditions/-", "value": finished}],
+            _content_type="application/json-patch+json")
+        self.echoes.add(done["metadata"]["resourceVersion"])
+
+    # --- quiescence ------------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        for _ in range(MAX_ROUNDS):
+            if not self._round():
+                return
+        raise WhatifError(f"whatif: Kueue did not settle after {MAX_ROUNDS} rounds at simulated second {self.clock:.0f}")
+
+    def _round(self) -> bool:
+        """One canary: whether any Workload but it changed (other than by the harness's own writes) before it was admitted."""
+        self.canary += 1
+        name = f"canary-{self.canary:07d}"
+        if self.canary > 1:
+            self.objects.delete_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", f"canary-{self.canary - 1:07d}")
+        self.objects.create_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name, "namespace": CANARY},
+            "spec": {"queueName": CANARY, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "whatif", "resources": {"requests": {CANARY_RESOURCE: "1"}}}]}}}]}})
+        changed = False
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            event = self._next(deadline, f"admit its canary {name}")
+            obj = event["object"]
+            if obj["metadata"]["namespace"] == CANARY:
+                if obj["metadata"]["name"] == name and event["type"] != "DELETED" and _true(obj, "QuotaReserved"):
+                    return changed
+                continue
+            version = obj["metadata"]["resourceVersion"]
+            if version in self.echoes:
+                self.echoes.discard(version)
+                continue
+            changed = True
+            if event["type"] != "DELETED":
+                self._observe(obj)
+
+    def _observe(self, obj: dict[str, Any]) -> None:
+        """Answer what Kueue did to one job's Workload: an admission starts a run, an eviction ends it."""
+        index = int(obj["metadata"].get("labels", {}).get("fleetops.io/whatif-job", -1))
+        record = self.records.get(index)
+        if record is None or _true(obj, "Finished"):
+            return
+        reserved = _true(obj, "QuotaReserved")
+        evicted = _true(obj, "Evicted")
+        if reserved and evicted:
+            if record.running:
+                run = record.runs[-1]
+                run.end = self.clock
+                preempted = _true(obj, "Preempted")
+                found = _PREEMPTOR.search(evicted.get("message", ""))
+                run.preempted_by = self.by_uid.get(found.group(1)) if found else None
+                run.reason = (preempted or evicted).get("reason", "")
+            self._acknowledge(obj)
+        elif reserved and not record.running:
+            flavors = [f for ps in obj["status"]["admission"]["podSetAssignments"] for f in (ps.get("flavors") or {}).values()]
+            record.runs.append(Run(self.clock, flavors[0] if flavors else ""))
+            heapq.heappush(self.finishing, (self.clock + record.job.duration, index, len(record.runs)))
+            self._stamp(obj, reserved)
+
+    def _stamp(self, obj: dict[str, Any], reserved: dict[str, Any]) -> None:
+        """Rewrite the admission's QuotaReserved time to one that follows simulated time: Kueue preempts
+        the most recently admitted of equals first, and its own second-resolution wall time ties."""
+        index = int(obj["metadata"]["labels"]["fleetops.io/whatif-job"])
+        at = STAMP_EPOCH + dt.timedelta(seconds=self.event_no * STAMP_STRIDE + index)
+        conditions = obj["status"]["conditions"]
+        i = conditions.index(reserved)
+        done = self.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, obj["metadata"]["namespace"], "workloads", obj["metadata"]["name"],
+            [{"op": "test", "path": f"/status/conditions/{i}/type", "value": "QuotaReserved"},
+             {"op": "replace", "path": f"/status/conditions/{i}/lastTransitionTime", "value": at.strftime("%Y-%m-%dT%H:%M:%SZ")}],
+            _content_type="application/json-patch+json")
+        self.echoes.add(done["metadata"]["resourceVersion"])
+
+    def _acknowledge(self, obj: dict[str, Any]) -> None:
+        """What a job controller does when Kueue evicts its job: the job stops and its quota is released
+        (QuotaReserved and Admitted false, no admission), kueue v0.17.0 UnsetQuotaReservationWithCondition."""
+        from kubernetes import client
+
+        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for _ in range(5):
+            conditions = [c for c in obj["status"]["conditions"] if c["type"] not in ("QuotaReserved", "Admitted")]
+            conditions += [{"type": kind, "status": "False", "reason": "Pending", "message": "evicted: stopped by the replay",
+                            "lastTransitionTime": now} for kind in ("QuotaReserved", "Admitted")]
+            try:
+                done = self.objects.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, obj["metadata"]["namespace"], "workloads", obj["metadata"]["name"],
+                    {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"conditions": conditions, "admission": None}},
+                    _content_type="application/merge-patch+json")
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+                obj = self.objects.get_namespaced_custom_object(GROUP, VERSION, obj["metadata"]["namespace"], "workloads", obj["metadata"]["name"])
+                if not _true(obj, "QuotaReserved"):
+                    return
+                continue
+            self.echoes.add(done["metadata"]["resourceVersion"])
+            return
+        raise WhatifError(f"whatif: {obj['metadata']['name']}: the eviction could not be acknowledged (5 conflicts)")
+
+
+def _next_second_after(second: float) -> None:
+    """Until the wall clock is past `second`: Kueue's timestamps have one-second resolution."""
+    remaining = second + 1 - time.time()
+    if remaining > 0:
+        time.sleep(remaining + 0.002)  # a clock boundary, verified on the object the server returns
+
