@@ -475,6 +475,7 @@ def whatif_command(
     jobs: Annotated[int, typer.Option(min=1, max=200_000, help="Generated: how many jobs")] = 300,
     load: Annotated[float, typer.Option(help="Generated: the offered load, device-time asked over device-time there is")] = 0.5,
     seed: Annotated[int, typer.Option(help="Generated: the seed; the same seed gives the same jobs and the same figures")] = 1,
+    cluster: Annotated[list[str] | None, typer.Option("--cluster", help="Generated: jobs only on this cluster, repeated (default: every cluster with a tenant's quota)")] = None,
     window_days: Annotated[float | None, typer.Option(help="CSV: the window in days (default: whole days up to the last arrival)")] = None,
     sides: Annotated[list[Side] | None, typer.Option("--side", help="A side to replay on, repeated: base, head, static, pooled (default: base and head)")] = None,
     base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
@@ -501,7 +502,7 @@ def whatif_command(
         fail(f"{repo}: not a Git repository ({exc})")
     with progress(f"whatif {env}: rendering base and head"), whatif_sides.revisions(top, env, base, head) as (before, after):
         fleet = after.env if whatif_sides.SideKind.HEAD in wanted else before.env
-        jobs_of = (traces.generate(fleet, days, jobs, load, seed) if generate
+        jobs_of = (traces.generate(fleet, days, jobs, load, seed, cluster or ()) if generate
                    else traces.read_csv(trace, fleet, window_days * 86400 if window_days else None))  # type: ignore[arg-type]
         chosen = [{whatif_sides.SideKind.BASE: before, whatif_sides.SideKind.HEAD: after}.get(kind) or whatif_sides.derived(before, kind)
                   for kind in wanted]

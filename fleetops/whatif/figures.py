@@ -148,41 +148,47 @@ def _preemptions(records: dict[int, Record]) -> list[Preemption]:
     return [Preemption(*key, len(lost), round(sum(lost), 3)) for key, lost in sorted(found.items())]
 
 
+def _changes(records: list[Record]) -> dict[float, list[tuple[str, int, int]]]:
+    """moment -> (tenant, change of devices held, change of devices waiting) of every arrival, admission and end."""
+    out: dict[float, list[tuple[str, int, int]]] = defaultdict(list)
+    for r in records:
+        t, d = r.job.tenant, r.job.devices
+        out[r.job.arrival].append((t, 0, d))
+        for run in r.runs:
+            out[run.start].append((t, d, -d))
+            if run.end is not None:
+                out[run.end].append((t, -d, 0 if run.end == r.finished else d))  # a preempted run's job waits again
+    return out
+
+
 def _guarantees(env: spec.Environment, records: list[Record], window: float) -> list[Guarantee]:
-    """Per (cluster, resource), walk the moments anything changed; between two, who held what and who waited."""
+    """Per (cluster, resource), sweep the moments anything changed; between two, who held what and who waited."""
     out = []
-    keys = sorted({(r.job.cluster, r.job.resource) for r in records})
-    for cluster, resource in keys:
+    for cluster, resource in sorted({(r.job.cluster, r.job.resource) for r in records}):
         mine = [r for r in records if (r.job.cluster, r.job.resource) == (cluster, resource)]
         tenants = sorted({r.job.tenant for r in mine})
         guaranteed = {t.name: t.quota[resource].guaranteed for t in env.tenants if resource in t.quota and cluster in t.clusters}
-        moments = sorted({0.0, window, *(r.job.arrival for r in mine), *(x for r in mine for run in r.runs for x in (run.start, run.end) if x is not None)})
-        state = {t: (0.0, 0.0, 0) for t in tenants}  # unhonoured seconds, current stretch, episodes
-        longest = dict.fromkeys(tenants, 0.0)
+        changes = _changes(mine)
+        moments = sorted({*changes, window})
+        held, waiting = dict.fromkeys(tenants, 0), dict.fromkeys(tenants, 0)
+        total, stretch, episodes, longest = (dict.fromkeys(tenants, 0.0), dict.fromkeys(tenants, 0.0), dict.fromkeys(tenants, 0),
+                                             dict.fromkeys(tenants, 0.0))
         for start, end in zip(moments, moments[1:]):
             if start >= window:
                 break
-            held: dict[str, int] = defaultdict(int)
-            waiting: dict[str, int] = defaultdict(int)
-            for r in mine:
-                if r.job.arrival > start:
-                    continue
-                run = next((x for x in r.runs if x.start <= start and (x.end is None or x.end > start)), None)
-                if run is not None:
-                    held[r.job.tenant] += r.job.devices
-                elif r.finished is None or r.finished > start:
-                    waiting[r.job.tenant] += r.job.devices
+            for tenant, more_held, more_waiting in changes[start]:
+                held[tenant] += more_held
+                waiting[tenant] += more_waiting
             borrowing = {t for t in tenants if held[t] > guaranteed.get(t, 0)}
             for t in tenants:
-                short = waiting[t] > 0 and held[t] < min(guaranteed.get(t, 0), held[t] + waiting[t]) and bool(borrowing - {t})
-                total, stretch, episodes = state[t]
-                if short:
-                    total, stretch, episodes = total + (end - start), stretch + (end - start), episodes + (stretch == 0)
-                    longest[t] = max(longest[t], stretch)
+                if waiting[t] > 0 and held[t] < min(guaranteed.get(t, 0), held[t] + waiting[t]) and borrowing - {t}:
+                    episodes[t] += stretch[t] == 0
+                    stretch[t] += end - start
+                    total[t] += end - start
+                    longest[t] = max(longest[t], stretch[t])
                 else:
-                    stretch = 0.0
-                state[t] = (total, stretch, episodes)
-        out += [Guarantee(t, cluster, resource, round(state[t][0] / 60, 1), state[t][2], round(longest[t] / 60, 1)) for t in tenants]
+                    stretch[t] = 0.0
+        out += [Guarantee(t, cluster, resource, round(total[t] / 60, 1), episodes[t], round(longest[t] / 60, 1)) for t in tenants]
     return out
 
 

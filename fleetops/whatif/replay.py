@@ -23,7 +23,6 @@ victims of a preemption, is rewritten to a time that follows simulated time (`_s
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import heapq
 import queue
@@ -203,33 +202,17 @@ class Replay:
         return self.records
 
     def _submit(self, job: Job) -> None:
-        from kubernetes import client
-
         how = self.submission(job)
         last = self.created.get(how.priority)
-        for _ in range(10):
-            if last is not None:
-                _next_second_after(last)
-            made = self.objects.create_namespaced_custom_object(GROUP, VERSION, job.tenant, "workloads", workload(job, how))
-            second = _time(made["metadata"]["creationTimestamp"])
-            if last is None or second > last:
-                break
-            # The server's clock read the same second after ours had passed it: made again, a second on.
-            with contextlib.suppress(client.ApiException):
-                self.objects.delete_namespaced_custom_object(GROUP, VERSION, job.tenant, "workloads", job.name)
-            self._await_gone(job)
-        else:
-            raise WhatifError(f"whatif: {job.name}: could not be created in a second of its own")
+        if last is not None:
+            _next_second_after(last)
+        made = self.objects.create_namespaced_custom_object(GROUP, VERSION, job.tenant, "workloads", workload(job, how))
+        second = _time(made["metadata"]["creationTimestamp"])
+        if last is not None and second <= last:
+            raise WhatifError(f"whatif: {job.name}: the API server's clock read {second:.0f}, not past {last:.0f}: did the clock go back?")
         self.created[how.priority] = second
         self.by_uid[made["metadata"]["uid"]] = job.index
         self.echoes.add(made["metadata"]["resourceVersion"])
-
-    def _await_gone(self, job: Job) -> None:
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while True:
-            event = self._next(deadline, f"delete {job.name}")
-            if event["type"] == "DELETED" and event["object"]["metadata"]["name"] == job.name:
-                return
 
     def _finish(self, index: int, number: int) -> None:
         record = self.records[index]
@@ -300,21 +283,35 @@ class Replay:
             flavors = [f for ps in obj["status"]["admission"]["podSetAssignments"] for f in (ps.get("flavors") or {}).values()]
             record.runs.append(Run(self.clock, flavors[0] if flavors else ""))
             heapq.heappush(self.finishing, (self.clock + record.job.duration, index, len(record.runs)))
-            self._stamp(obj, reserved)
+            self._stamp(obj)
 
-    def _stamp(self, obj: dict[str, Any], reserved: dict[str, Any]) -> None:
+    def _stamp(self, obj: dict[str, Any]) -> None:
         """Rewrite the admission's QuotaReserved time to one that follows simulated time: Kueue preempts
         the most recently admitted of equals first, and its own second-resolution wall time ties."""
+        from kubernetes import client
+
         index = int(obj["metadata"]["labels"]["fleetops.io/whatif-job"])
-        at = STAMP_EPOCH + dt.timedelta(seconds=self.event_no * STAMP_STRIDE + index)
-        conditions = obj["status"]["conditions"]
-        i = conditions.index(reserved)
-        done = self.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, obj["metadata"]["namespace"], "workloads", obj["metadata"]["name"],
-            [{"op": "test", "path": f"/status/conditions/{i}/type", "value": "QuotaReserved"},
-             {"op": "replace", "path": f"/status/conditions/{i}/lastTransitionTime", "value": at.strftime("%Y-%m-%dT%H:%M:%SZ")}],
-            _content_type="application/json-patch+json")
-        self.echoes.add(done["metadata"]["resourceVersion"])
+        at = (STAMP_EPOCH + dt.timedelta(seconds=self.event_no * STAMP_STRIDE + index)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        for _ in range(5):
+            conditions = obj["status"]["conditions"]
+            i = next(n for n, c in enumerate(conditions) if c["type"] == "QuotaReserved")
+            try:
+                done = self.objects.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, "workloads", name,
+                    [{"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+                     {"op": "replace", "path": f"/status/conditions/{i}/lastTransitionTime", "value": at}],
+                    _content_type="application/json-patch+json")
+            except client.ApiException as exc:
+                if exc.status not in (409, 422):
+                    raise
+                obj = self.objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
+                if not _true(obj, "QuotaReserved") or _true(obj, "Evicted"):
+                    return  # evicted meanwhile: the eviction, still to come on the watch, ends this run
+                continue
+            self.echoes.add(done["metadata"]["resourceVersion"])
+            return
+        raise WhatifError(f"whatif: {name}: its admission time could not be written (5 conflicts)")
 
     def _acknowledge(self, obj: dict[str, Any]) -> None:
         """What a job controller does when Kueue evicts its job: the job stops and its quota is released

@@ -24,7 +24,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,17 @@ def http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> 
         return False
 
 
+@contextlib.contextmanager
+def running(process: Process, ready: Callable[[], bool], what: str) -> Iterator[Process]:
+    """`process` started, once `ready`; stopped after, however the block ends."""
+    process.start()
+    try:
+        wait_until(ready, what, process)
+        yield process
+    finally:
+        process.stop()
+
+
 @dataclass
 class Etcd:
     url: str
@@ -139,34 +150,22 @@ def etcd_server(directory: Path, root: Path | None = None, port: Callable[[], in
         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
         "--initial-cluster", f"fleetops=http://127.0.0.1:{peer}",
         "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a throwaway store need not survive a power cut
-    ], directory).start()
-    try:
-        wait_until(lambda: http_ok(f"{url}/health"), "etcd", process)
+    ], directory)
+    with running(process, lambda: http_ok(f"{url}/health"), "etcd"):
         yield Etcd(url, process)
-    finally:
-        process.stop()
 
 
-@dataclass
 class ApiServer:
-    """One kube-apiserver on its own etcd prefix: a fresh, empty cluster."""
+    """One kube-apiserver on its own etcd prefix: a fresh, empty cluster, its admin a static token."""
 
-    directory: Path
-    etcd: Etcd
-    root: Path | None = None
-    port: int = field(default_factory=any_free_port)
-    prefix: str = field(default_factory=lambda: f"/registry-{uuid.uuid4().hex[:12]}")
-    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    process: Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
+    def __init__(self, directory: Path, etcd: Etcd, root: Path | None = None, port: int | None = None):
+        self.directory, self.etcd, self.root = directory, etcd, root
+        self.url = f"https://127.0.0.1:{port or any_free_port()}"
+        self.prefix = f"/registry-{uuid.uuid4().hex[:12]}"
+        self.admin_token = secrets.token_urlsafe(24)
         # kube-apiserver writes a self-signed serving certificate and its CA into --cert-dir.
-        return self.directory / "certs" / "apiserver.crt"
+        self.ca_file = directory / "certs" / "apiserver.crt"
+        self.process: Process | None = None
 
     def start(self) -> ApiServer:
         from cryptography.hazmat.primitives import serialization
@@ -183,7 +182,7 @@ class ApiServer:
         tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
         tokens.chmod(0o600)
         self.process = Process("kube-apiserver", [
-            str(binary), "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            str(binary), "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", f"--secure-port={self.url.rsplit(':', 1)[1]}",
             f"--cert-dir={d / 'certs'}", f"--etcd-servers={self.etcd.url}", f"--etcd-prefix={self.prefix}",
             "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC", f"--token-auth-file={tokens}",
             f"--service-account-issuer={self.url}", f"--service-account-key-file={d / 'sa.pub'}",
@@ -310,9 +309,10 @@ class Kueue:
     holding that folder, so nothing is written outside the run's folder.
     """
 
-    def __init__(self, api: ApiServer, directory: Path, configuration: dict[str, Any], binary: Path,
-                 port: Callable[[], int] = any_free_port):
+    def __init__(self, api: Any, directory: Path, configuration: dict[str, Any], binary: Path,
+                 port: Callable[[], int] = any_free_port, args: tuple[str, ...] = ()):
         self.api, self.directory, self.configuration, self.binary, self.port = api, directory, configuration, binary, port
+        self.args = args
         self.process: Process | None = None
         self.webhook_url = ""
         self.ca = b""
@@ -333,7 +333,7 @@ class Kueue:
         overlay = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={d / 'etc-work'} /etc"
         self.process = Process("kueue", [
             "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
-            str(self.binary), f"--config={d / 'config.yaml'}",
+            str(self.binary), f"--config={d / 'config.yaml'}", *self.args,
         ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
         wait_until(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
         return self
