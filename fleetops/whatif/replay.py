@@ -48,19 +48,55 @@ STAMP_STRIDE = 200_000  # seconds per event: more than the jobs a trace may hold
 _PREEMPTOR = re.compile(r"UID: ([0-9a-f-]{36})")
 
 
-def canary_objects() -> list[dict[str, Any]]:
-    """The canary's namespace, flavor, ClusterQueue (outside every cohort) and LocalQueue."""
+def _queue(name: str, cohort: str | None, units: int) -> list[dict[str, Any]]:
+    """A ClusterQueue of `units` of the canary's resource (in `cohort`) and its LocalQueue in the canary's namespace."""
     labels = {"app.kubernetes.io/managed-by": "fleetops-whatif"}
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CANARY, "labels": labels}},
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": CANARY, "labels": labels}, "spec": {}},
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": CANARY, "labels": labels}, "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": CANARY}},
-            "resourceGroups": [{"coveredResources": [CANARY_RESOURCE],
-                                "flavors": [{"name": CANARY, "resources": [{"name": CANARY_RESOURCE, "nominalQuota": 1_000_000}]}]}]}},
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": CANARY, "namespace": CANARY, "labels": labels},
-         "spec": {"clusterQueue": CANARY}},
-    ]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": CANARY}},
+        "resourceGroups": [{"coveredResources": [CANARY_RESOURCE], "flavors": [{"name": CANARY, "resources": [{"name": CANARY_RESOURCE, "nominalQuota": units}]}]}]}
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": name, "labels": labels}, "spec": spec},
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": name, "namespace": CANARY, "labels": labels},
+             "spec": {"clusterQueue": name}}]
+
+
+def prepared(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[tuple[str, str], str], dict[str, str]]:
+    """A cluster's objects as a replay applies them, (namespace, LocalQueue) -> the root of its cohort tree, and
+    root -> the LocalQueue of its witness.
+
+    Kueue retries the work it found inadmissible one second (of wall time, kueue v0.17.0 requeueBatchPeriod,
+    not configurable) after quota is released in its cohort tree. To know that retry has happened, each
+    tree gets a witness: a ClusterQueue of one unit of the canary's resource (nothing of the fleet's) in the
+    tree's root, whose one pending Workload Kueue admits only in such a retry. A ClusterQueue outside every
+    cohort is given a Cohort of its own, holding nothing (it lends and borrows nothing, so it admits as before)."""
+    parents = {o["metadata"]["name"]: o["spec"].get("parentName") for o in objects if o["kind"] == "Cohort"}
+
+    def root(cohort: str) -> str:
+        seen = set()
+        while parents.get(cohort) and cohort not in seen:
+            seen.add(cohort)
+            cohort = parents[cohort]
+        return cohort
+
+    out: list[dict[str, Any]] = []
+    queue_root: dict[str, str] = {}
+    for o in objects:
+        if o["kind"] == "ClusterQueue" and not o["spec"].get("cohortName"):
+            alone = f"whatif-alone-{o['metadata']['name']}"
+            out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "Cohort", "metadata": {"name": alone}, "spec": {}})
+            o = {**o, "spec": {**o["spec"], "cohortName": alone}}
+        if o["kind"] == "ClusterQueue":
+            queue_root[o["metadata"]["name"]] = root(o["spec"]["cohortName"])
+        out.append(o)
+    roots = sorted(set(queue_root.values()))
+    witnesses = {r: f"whatif-witness-{i}" for i, r in enumerate(roots)}
+    canary = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CANARY}},
+              {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": CANARY}, "spec": {}},
+              *_queue(CANARY, None, 1_000_000), *(o for r in roots for o in _queue(witnesses[r], r, 1))]
+    local = {(o["metadata"]["namespace"], o["metadata"]["name"]): queue_root[o["spec"]["clusterQueue"]]
+             for o in objects if o["kind"] == "LocalQueue" and o["spec"]["clusterQueue"] in queue_root}
+    return out + canary, local, witnesses
 
 
 @dataclass(frozen=True)
@@ -118,6 +154,13 @@ def _true(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind and c["status"] == "True"), None)
 
 
+def _decided(obj: dict[str, Any], reserved: bool) -> bool:
+    """Admitted, or (not `reserved`) found inadmissible: Kueue said why it waits."""
+    if reserved:
+        return _true(obj, "QuotaReserved") is not None
+    return any(c["type"] == "QuotaReserved" and c["status"] == "False" for c in obj.get("status", {}).get("conditions", []))
+
+
 def _time(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -125,7 +168,8 @@ def _time(text: str) -> float:
 class Replay:
     """One cluster of one side: its jobs replayed on a started Kueue (`api`, fleetops.whatif.servers)."""
 
-    def __init__(self, api: Any, jobs: list[Job], submissions: Callable[[Job], Submission], window: float):
+    def __init__(self, api: Any, jobs: list[Job], submissions: Callable[[Job], Submission], window: float,
+                 roots: dict[tuple[str, str], str], witnesses: dict[str, str]):
         from kubernetes import client
 
         self.objects = client.CustomObjectsApi(api)
@@ -138,7 +182,13 @@ class Replay:
         self.clock = 0.0
         self.event_no = 0
         self.canary = 0
+        self.witnessed = 0
         self.finishing: list[tuple[float, int, int]] = []  # (time, job, run number) heap
+        self.roots, self.witnesses = roots, witnesses  # (namespace, LocalQueue) -> tree root; root -> its witness's queue
+        self.held: dict[str, str] = {}  # root -> the admitted Workload holding its witness queue's unit
+        self.pending: dict[str, str] = {}  # root -> the witness Workload waiting for Kueue's retry of the tree
+        self.released: set[str] = set()  # roots where quota was released since their last retry was seen
+        self.submitted: set[int] = set()
         self.stop = threading.Event()
         self.watcher = threading.Thread(target=self._watch, name="whatif-watch", daemon=True)
 
@@ -178,6 +228,9 @@ class Replay:
         try:
             self._next(time.monotonic() + SETTLE_SECONDS, "list Workloads")
             self._settle()  # the first canary: Kueue holds the queues
+            for root in sorted(self.witnesses):
+                self.held[root] = self._witness(root, reserved=True)
+                self.pending[root] = self._witness(root, reserved=False)
             arrivals = iter(self.jobs)
             upcoming = next(arrivals, None)
             while True:
@@ -211,6 +264,7 @@ class Replay:
         if last is not None and second <= last:
             raise WhatifError(f"whatif: {job.name}: the API server's clock read {second:.0f}, not past {last:.0f}: did the clock go back?")
         self.created[how.priority] = second
+        self.submitted.add(job.index)
         self.by_uid[made["metadata"]["uid"]] = job.index
         self.echoes.add(made["metadata"]["resourceVersion"])
 
@@ -220,38 +274,75 @@ class Replay:
             return  # that run was preempted: this end is not its
         record.runs[-1].end = self.clock
         record.finished = self.clock
+        self._mark_finished(record.job.tenant, record.job.name)
+        self.released.add(self._root(record.job))
+
+    def _mark_finished(self, namespace: str, name: str) -> None:
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         finished = {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "finished by the replay", "lastTransitionTime": now}
         done = self.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, record.job.tenant, "workloads", record.job.name, [{"op": "add", "path": "/status/conditions/-", "value": finished}],
+            GROUP, VERSION, namespace, "workloads", name, [{"op": "add", "path": "/status/conditions/-", "value": finished}],
             _content_type="application/json-patch+json")
         self.echoes.add(done["metadata"]["resourceVersion"])
+
+    def _root(self, job: Job) -> str:
+        return self.roots[(job.tenant, self.submission(job).queue)]
 
     # --- quiescence ------------------------------------------------------------------------------
 
     def _settle(self) -> None:
         for _ in range(MAX_ROUNDS):
-            if not self._round():
+            changed = self._round()
+            for root in sorted(self.released):
+                self.released.discard(root)
+                if any(self._root(self.records[i].job) == root and not self.records[i].running and self.records[i].finished is None
+                       for i in self.submitted):
+                    self._retried(root)
+                    changed = True
+            if not changed:
                 return
         raise WhatifError(f"whatif: Kueue did not settle after {MAX_ROUNDS} rounds at simulated second {self.clock:.0f}")
 
     def _round(self) -> bool:
         """One canary: whether any Workload but it changed (other than by the harness's own writes) before it was admitted."""
+        if self.canary:
+            self.objects.delete_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", f"canary-{self.canary:07d}")
         self.canary += 1
-        name = f"canary-{self.canary:07d}"
-        if self.canary > 1:
-            self.objects.delete_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", f"canary-{self.canary - 1:07d}")
+        return self._await(self._create_canary(f"canary-{self.canary:07d}", CANARY), reserved=True)
+
+    def _retried(self, root: str) -> None:
+        """Quota was released in `root`'s tree while work waits there: until Kueue's retry of the tree's
+        inadmissible work has run, shown by the tree's witness being admitted in it."""
+        self._mark_finished(CANARY, self.held[root])
+        self._await(self.pending[root], reserved=True)
+        self.objects.delete_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", self.held[root])
+        self.held[root] = self.pending[root]
+        self.pending[root] = self._witness(root, reserved=False)
+
+    def _witness(self, root: str, reserved: bool) -> str:
+        """A Workload in `root`'s witness queue, once Kueue has admitted it (`reserved`) or found it inadmissible."""
+        self.witnessed += 1
+        name = self._create_canary(f"witness-{self.witnessed:07d}", self.witnesses[root])
+        self._await(name, reserved)
+        return name
+
+    def _create_canary(self, name: str, queue: str) -> str:
         self.objects.create_namespaced_custom_object(GROUP, VERSION, CANARY, "workloads", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name, "namespace": CANARY},
-            "spec": {"queueName": CANARY, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            "spec": {"queueName": queue, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [
                 {"name": "main", "image": "whatif", "resources": {"requests": {CANARY_RESOURCE: "1"}}}]}}}]}})
+        return name
+
+    def _await(self, name: str, reserved: bool) -> bool:
+        """Until Kueue admits the canary-namespace Workload `name` (`reserved`) or says why it waits; whether
+        any job's Workload changed meanwhile (other than by the harness's own writes), each answered."""
         changed = False
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
-            event = self._next(deadline, f"admit its canary {name}")
+            event = self._next(deadline, f"{'admit' if reserved else 'decide on'} its canary {name}")
             obj = event["object"]
             if obj["metadata"]["namespace"] == CANARY:
-                if obj["metadata"]["name"] == name and event["type"] != "DELETED" and _true(obj, "QuotaReserved"):
+                if obj["metadata"]["name"] == name and event["type"] != "DELETED" and _decided(obj, reserved):
                     return changed
                 continue
             version = obj["metadata"]["resourceVersion"]
@@ -279,6 +370,7 @@ class Replay:
                 run.preempted_by = self.by_uid.get(found.group(1)) if found else None
                 run.reason = (preempted or evicted).get("reason", "")
             self._acknowledge(obj)
+            self.released.add(self._root(record.job))
         elif reserved and not record.running:
             flavors = [f for ps in obj["status"]["admission"]["podSetAssignments"] for f in (ps.get("flavors") or {}).values()]
             record.runs.append(Run(self.clock, flavors[0] if flavors else ""))

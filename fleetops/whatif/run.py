@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fleetops.whatif import servers
 from fleetops.whatif.figures import SideFigures, side_figures
-from fleetops.whatif.replay import Record, Replay, canary_objects
+from fleetops.whatif.replay import Record, Replay, prepared
 from fleetops.whatif.sides import Side
 from fleetops.whatif.trace import Trace
 
@@ -27,9 +27,9 @@ def replay_side(side: Side, trace: Trace, etcd: servers.Etcd, folder: Path, opti
     records: dict[int, Record] = {}
     for cluster in sorted({j.cluster for j in trace.jobs}):
         jobs = [j for j in trace.jobs if j.cluster == cluster]
-        with servers.kueue_cluster(etcd, folder / side.kind / cluster, side.clusters[cluster], str(side.kind), options.root,
-                                   extra=canary_objects(), port=options.port) as api:
-            records.update(Replay(api.client(), jobs, side.submission, trace.window).run())
+        objects, roots, witnesses = prepared(side.clusters[cluster])
+        with servers.kueue_cluster(etcd, folder / side.kind / cluster, objects, str(side.kind), options.root, port=options.port) as api:
+            records.update(Replay(api.client(), jobs, side.submission, trace.window, roots, witnesses).run())
     return records
 
 

@@ -364,11 +364,13 @@ def install_crds(api: ApiServer, definitions: list[dict[str, Any]]) -> None:
         try:
             for group, version, plural in lists:
                 objects.list_cluster_custom_object(group, version, plural, limit=1)
+            # and in discovery, where a controller's client looks kinds up when it starts
+            found = {(g, v, r.name) for g, v in {(g, v) for g, v, _ in lists} for r in objects.get_api_resources(g, v).resources}
         except client.ApiException as exc:
-            if exc.status in (404, 429):  # not yet established, or its storage still (re)initialising
+            if exc.status in (404, 429, 503):  # not yet established, its storage still (re)initialising, discovery behind
                 return False
             raise
-        return True
+        return set(lists) <= found
 
     wait_until(served, "Kueue's CRDs served")
 
@@ -389,8 +391,8 @@ def applier(api: ApiServer) -> Callable[[dict[str, Any]], None]:
 
 @contextlib.contextmanager
 def kueue_cluster(etcd: Etcd, directory: Path, manifests: list[dict[str, Any]], side: str, root: Path | None = None,
-                  extra: list[dict[str, Any]] | None = None, port: Callable[[], int] = any_free_port) -> Iterator[ApiServer]:
-    """A fresh kube-apiserver holding what Kueue reads of one cluster's objects (`KUEUE_KINDS`, and `extra`),
+                  port: Callable[[], int] = any_free_port) -> Iterator[ApiServer]:
+    """A fresh kube-apiserver holding what Kueue reads of one cluster's objects (`KUEUE_KINDS`),
     with the real Kueue started on the side's Configuration made fit for a replay; both stopped after."""
     binary = tool("kueue", root)
     assets = binary.resolve().parent
@@ -398,7 +400,7 @@ def kueue_cluster(etcd: Etcd, directory: Path, manifests: list[dict[str, Any]], 
         raise WhatifError(f"whatif: no crds/ beside {binary.resolve()}: Kueue's CRDs come with its build (`make tools`)")
     configuration = replay_configuration(rendered_configuration(manifests, assets / "controller_manager_config.yaml"), side)
     kinds = {kind: rank for rank, kind in enumerate(KUEUE_KINDS)}
-    ordered = sorted((m for m in [*manifests, *(extra or [])] if m["kind"] in kinds), key=lambda m: kinds[m["kind"]])
+    ordered = sorted((m for m in manifests if m["kind"] in kinds), key=lambda m: kinds[m["kind"]])
     with contextlib.ExitStack() as stack:
         api = ApiServer(directory / "kube", etcd, root, port=port())
         stack.callback(api.stop)
