@@ -11,7 +11,10 @@ Quiescent means no change pending, shown, not guessed: a canary Workload in a Cl
 delivers Workload events in order, so when the canary is admitted Kueue has seen the event and run a
 scheduling cycle on it. Rounds repeat until one passes in which no Workload but the canary changed
 (nothing Kueue decides leaves no trace: an admission, a pending reason, an eviction is each a write).
-Every wait is on the watch's next event, with a deadline; none is a sleep.
+Kueue retries inadmissible work one wall-clock second after quota is released (kueue v0.17.0
+requeueBatchPeriod): after a job ends or is evicted while work waits in its cohort tree, the harness
+also waits for that retry, shown by the tree's witness (`prepared`) being admitted in it. Every wait is
+on the watch's next event, with a deadline; none is a sleep.
 
 Kueue orders work it cannot tell apart by a timestamp with one-second resolution and then by random
 UIDs or map order (kueue v0.17.0 baseCompareFunc, CandidatesOrdering, Manager.heads). So that the same
