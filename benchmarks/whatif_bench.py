@@ -27,11 +27,12 @@ from fleetops.errors import WhatifError  # noqa: E402
 from fleetops.whatif import run, sides, trace  # noqa: E402
 
 PROD = ROOT / "environments" / "prod.yaml"
+ENVIRONMENTS = ROOT / "environments"
 GOAL_SECONDS = 600.0
 
 
-def base_side() -> sides.Side:
-    return sides.side_of(sides.SideKind.BASE, "prod", spec.load_environment(PROD), render.render(PROD, revision="bench").clusters)
+def base_side(path: Path = PROD) -> sides.Side:
+    return sides.side_of(sides.SideKind.BASE, path.stem, spec.load_environment(path), render.render(path, revision="bench").clusters)
 
 
 def speed(args: argparse.Namespace) -> int:
@@ -51,8 +52,9 @@ def speed(args: argparse.Namespace) -> int:
 
 
 def claim(args: argparse.Namespace) -> int:
-    env = spec.load_environment(PROD)
-    base = base_side()
+    path = ENVIRONMENTS / f"{args.env}.yaml"
+    env = spec.load_environment(path)
+    base = base_side(path)
     chosen = [base, sides.derived(base, sides.SideKind.STATIC), sides.derived(base, sides.SideKind.POOLED)]
     for load in args.loads:
         rows: dict[str, list[tuple[float, float, int]]] = {str(s.kind): [] for s in chosen}
@@ -80,6 +82,7 @@ def main() -> int:
     parser.add_argument("--cluster", action="append", default=[], help="only jobs on this cluster (repeat); default: every cluster")
     parser.add_argument("--keep", type=Path, help="the servers' folders and logs go here and stay")
     parser.add_argument("--claim", action="store_true", help="base vs static vs pooled at --loads and --seeds")
+    parser.add_argument("--env", default="prod", help="with --claim: the environment (default prod)")
     parser.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args()
