@@ -202,3 +202,14 @@ def test_the_json_document_is_in_the_one_envelope(prod: spec.Environment) -> Non
 
     jsonschema.validate(json.loads(json.dumps(document)), json_schema())
     assert document["command"] == "whatif" and document["sides"][0]["side"] == "base"
+
+
+def test_a_missing_server_is_one_line_naming_it_before_any_starts(prod: spec.Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetops.whatif import run
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it, and no .tools/bin under tmp_path
+    made = trace.generate(prod, 1, 3, 0.5, 1, ["center-bj"])
+    with pytest.raises(WhatifError) as caught:
+        run.replay([], made, run.Options(root=tmp_path, keep=tmp_path / "servers"))
+    assert caught.value.lines == [f"whatif: no etcd in {tmp_path}/.tools/bin or on $PATH: `make tools` builds the real servers"]
+    assert not (tmp_path / "servers").exists()
