@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.goals import Goal, report  # noqa: E402
 from fleetops import render, spec  # noqa: E402
+from fleetops.whatif.sides import pooled  # noqa: E402
 from tests.kueue_jobs import queue_for, suspended_job, tolerating  # noqa: E402
 
 ENVIRONMENT = ROOT / "environments" / "prod.yaml"
@@ -123,31 +124,9 @@ def generate(env: spec.Environment, cluster: spec.Cluster, count: int) -> list[J
 
 def flat(manifests: list[dict[str, Any]], cluster: spec.Cluster) -> list[dict[str, Any]]:
     """The cluster's objects with one ClusterQueue in place of its Cohorts and ClusterQueues, holding
-    the quota they hold together, and every LocalQueue pointing at it."""
-    place = {g.name: i for i, g in enumerate((*cluster.pools, *cluster.edge_groups))}
-    groups: dict[tuple[str, ...], dict[str, Counter[str]]] = {}
-    for m in manifests:
-        if m["kind"] in ("ClusterQueue", "Cohort"):
-            for group in m["spec"].get("resourceGroups", []):
-                flavors = groups.setdefault(tuple(group["coveredResources"]), {})
-                for flavor in group["flavors"]:
-                    for r in flavor["resources"]:
-                        flavors.setdefault(flavor["name"], Counter())[r["name"]] += int(r["nominalQuota"])
-    queue_spec = {
-        "namespaceSelector": {},
-        "queueingStrategy": "BestEffortFIFO",
-        "resourceGroups": [
-            {"coveredResources": list(covered),
-             "flavors": [{"name": name, "resources": [{"name": r, "nominalQuota": flavors[name][r]} for r in covered]}
-                         for name in sorted(flavors, key=lambda name: place.get(name, len(place)))]}
-            for covered, flavors in groups.items()
-        ],
-        "preemption": {"withinClusterQueue": "LowerPriority"},
-    }
-    out = [m for m in manifests if m["kind"] not in ("ClusterQueue", "Cohort", "LocalQueue")]
-    out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": "flat"}, "spec": queue_spec})
-    out += [{**m, "spec": {**m["spec"], "clusterQueue": "flat"}} for m in manifests if m["kind"] == "LocalQueue"]
-    return out
+    the quota they hold together, and every LocalQueue pointing at it: whatif's pooled side, preempting
+    by priority within it."""
+    return pooled(manifests, cluster, {"withinClusterQueue": "LowerPriority"})
 
 
 @dataclass

@@ -12,7 +12,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [["cli_bench.py"], ["render_bench.py"], ["scale_bench.py"], ["plan_bench.py"], ["policy_bench.py"], ["reconcile_bench.py"],
-              ["reconcile_bench.py", "--scales", "0.5", "1", "2", "4"], ["api_bench.py"]]
+              ["reconcile_bench.py", "--scales", "0.5", "1", "2", "4"], ["api_bench.py"],
+              ["whatif_bench.py"]]
 
 
 def main() -> int:

@@ -456,6 +456,66 @@ def plan_command(
     raise typer.Exit(code)
 
 
+# --- whatif --------------------------------------------------------------------------------------
+
+
+class Side(str, Enum):
+    base = "base"
+    head = "head"
+    static = "static"
+    pooled = "pooled"
+
+
+@app.command("whatif")
+def whatif_command(
+    env: EnvOpt,
+    trace: Annotated[Path | None, typer.Option(help="A CSV of jobs: arrival,tenant,class,resource,units,pods,duration[,cluster] (docs/whatif.md)")] = None,
+    generate: Annotated[bool, typer.Option("--generate", help="Replay jobs shaped after Alibaba PAI's GPU trace instead (--days, --jobs, --load, --seed)")] = False,
+    days: Annotated[int, typer.Option(min=1, max=366, help="Generated: the window in days")] = 7,
+    jobs: Annotated[int, typer.Option(min=1, max=200_000, help="Generated: how many jobs")] = 300,
+    load: Annotated[float, typer.Option(help="Generated: the offered load, device-time asked over device-time there is")] = 0.5,
+    seed: Annotated[int, typer.Option(help="Generated: the seed; the same seed gives the same jobs and the same figures")] = 1,
+    cluster: Annotated[list[str] | None, typer.Option("--cluster", help="Generated: jobs only on this cluster, repeated (default: every cluster with a tenant's quota)")] = None,
+    window_days: Annotated[float | None, typer.Option(help="CSV: the window in days (default: whole days up to the last arrival)")] = None,
+    sides: Annotated[list[Side] | None, typer.Option("--side", help="A side to replay on, repeated: base, head, static, pooled (default: base and head)")] = None,
+    base: Annotated[str | None, typer.Option(help="Base revision (default: merge-base of HEAD with the default branch)")] = None,
+    head: Annotated[str | None, typer.Option(help="Head revision (default: the working tree)")] = None,
+    repo: Annotated[Path, typer.Option(help="The fleet's Git repository (its .tools/bin is searched for the servers first)")] = Path("."),
+    write_trace: Annotated[Path | None, typer.Option(help="Also write the jobs replayed here, as a CSV trace")] = None,
+    keep: Annotated[Path | None, typer.Option(help="Keep the servers' folders and logs here (default: a temporary folder, removed)")] = None,
+    output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
+) -> None:
+    """What a change does to the fleet's work: a trace of jobs replayed on the real Kueue, once per side.
+
+    Utilisation per flavor beside the offered load and the backlog, waits per tenant and class,
+    preemptions, guarantees not honoured and fairness, side by side (docs/whatif.md). Exit 2 on bad input
+    or when a server (etcd, kube-apiserver, Kueue from `make tools`) is missing."""
+    from fleetops import git
+    from fleetops.whatif import report, run, sides as whatif_sides, trace as traces
+
+    if (trace is None) == (not generate):
+        fail("whatif: give a --trace FILE or --generate (one of them)")
+    wanted = [whatif_sides.SideKind(s.value) for s in dict.fromkeys(sides or [Side.base, Side.head])]
+    try:
+        top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
+    except git.GitError as exc:
+        fail(f"{repo}: not a Git repository ({exc})")
+    with progress(f"whatif {env}: rendering base and head"), whatif_sides.revisions(top, env, base, head) as (before, after):
+        fleet = after.env if whatif_sides.SideKind.HEAD in wanted else before.env
+        jobs_of = (traces.generate(fleet, days, jobs, load, seed, cluster or ()) if generate
+                   else traces.read_csv(trace, fleet, window_days * 86400 if window_days else None))  # type: ignore[arg-type]
+        chosen = [{whatif_sides.SideKind.BASE: before, whatif_sides.SideKind.HEAD: after}.get(kind) or whatif_sides.derived(before, kind)
+                  for kind in wanted]
+    if write_trace is not None:
+        traces.write_csv(jobs_of, write_trace)
+    with progress(f"whatif {env}: replaying {len(jobs_of.jobs)} jobs on {', '.join(wanted)}"):
+        figures = run.replay(chosen, jobs_of, run.Options(root=top, keep=keep))
+    if output is Output.json:
+        sys.stdout.write(as_json(report.document(env, jobs_of, figures)))
+    else:
+        sys.stdout.write(report.table(env, jobs_of, figures))
+
+
 # --- audit ---------------------------------------------------------------------------------------
 
 

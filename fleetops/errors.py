@@ -98,6 +98,10 @@ class GitError(FleetopsError):
     """A git command failed: no repository, an unknown revision."""
 
 
+class WhatifError(FleetopsError):
+    """A replay could not be made: a bad trace, a missing server, or Kueue that did not settle."""
+
+
 class ForgeError(FleetopsError):
     """The forge could not be asked: no token, no pull request, an HTTP error."""
 

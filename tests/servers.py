@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -35,6 +34,10 @@ from typing import Any, NoReturn
 
 import pytest
 import yaml
+
+from fleetops.whatif import servers as product
+# The servers' parts `fleetops whatif` runs too: one copy, the product's.
+from fleetops.whatif.servers import Etcd, Process, http_ok, running, tls_pair, wait_until  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".tools" / "bin"
@@ -111,62 +114,6 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in this worker's block of {_PORTS_PER_WORKER} from {_PORTS_FROM}")
 
 
-def wait_until(ready: Callable[[], bool], what: str, process: Process | None = None, timeout: float = START_TIMEOUT) -> None:
-    """Poll `ready` until it holds; fail early with the server's log when its process exits."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        if process is not None and not process.alive:
-            raise RuntimeError(f"{what}: the process exited ({process.returncode}); log:\n{process.tail()}")
-        time.sleep(delay)  # a readiness poll, not a timing assumption: it ends as soon as the server answers
-        delay = min(delay * 2, 0.25)
-    raise TimeoutError(f"{what}: not ready within {timeout:.0f}s" + (f"; log:\n{process.tail()}" if process else ""))
-
-
-class Process:
-    """A server process whose output goes to a log file in its folder."""
-
-    def __init__(self, name: str, argv: list[str], directory: Path, env: dict[str, str] | None = None):
-        self.name, self.argv, self.directory, self.env = name, argv, directory, env
-        self.log = directory / f"{name}.log"
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Process:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as log:
-            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env={**os.environ, **(self.env or {})}, start_new_session=True)
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self.popen is None else self.popen.poll()
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if not self.alive:
-            return
-        assert self.popen is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)
-        try:
-            self.popen.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
 # --- OPA ------------------------------------------------------------------------------------------
 
 # OPA's own example of token authorization (docs: "Authentication and Authorization"): the token the
@@ -209,42 +156,14 @@ def opa_server(directory: Path) -> Iterator[Opa]:
         process.stop()
 
 
-def http_ok(url: str, token: str | None = None, ca_file: Path | None = None) -> bool:
-    import requests
-
-    try:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return requests.get(url, timeout=1, headers=headers, verify=str(ca_file) if ca_file else True).ok
-    except requests.RequestException:
-        return False
-
-
 # --- etcd and kube-apiserver ----------------------------------------------------------------------
-
-
-@dataclass
-class Etcd:
-    url: str
-    process: Process
 
 
 @contextlib.contextmanager
 def etcd_server(directory: Path) -> Iterator[Etcd]:
-    binary = tool("etcd")
-    client, peer = free_port(), free_port()
-    url = f"http://127.0.0.1:{client}"
-    process = Process("etcd", [
-        str(binary), "--name", "fleetops-test", "--data-dir", str(directory / "data"),
-        "--listen-client-urls", url, "--advertise-client-urls", url,
-        "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-        "--initial-cluster", f"fleetops-test=http://127.0.0.1:{peer}",
-        "--unsafe-no-fsync", "--log-level", "error",  # as envtest: a test store need not survive a power cut
-    ], directory).start()
-    try:
-        wait_until(lambda: http_ok(f"{url}/health"), "etcd", process)
-        yield Etcd(url, process)
-    finally:
-        process.stop()
+    tool("etcd")
+    with product.etcd_server(directory, ROOT, free_port) as etcd:
+        yield etcd
 
 
 def _openssl(*args: str) -> None:
@@ -436,60 +355,6 @@ def kueue_assets() -> Path:
     return tool("kueue").resolve().parent
 
 
-def tls_pair(directory: Path, subject: str = "127.0.0.1", ips: tuple[str, ...] = ("127.0.0.1",), dns: tuple[str, ...] = ()) -> bytes:
-    """A test CA (ca.crt) and a certificate for `subject`, valid for `ips` and `dns`, signed by it
-    (tls.crt, tls.key); the CA's PEM."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    life = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
-
-    def certificate(subject: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> x509.Certificate:
-        builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                   .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(life[0]).not_valid_after(life[1])
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if not ca and (ips or dns):  # a client certificate names no address
-            import ipaddress
-            names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetops test CA")])
-    ca = certificate("fleetops test CA", ca_key, ca_name, ca_key, ca=True)
-    serving = certificate(subject, key, ca_name, ca_key, ca=False)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    return ca.public_bytes(serialization.Encoding.PEM)
-
-
-def kueue_loopback_config(rendered: dict[str, Any], directory: Path, webhook_port: int, health_port: int) -> dict[str, Any]:
-    """The Configuration fleetops renders, with only what a Kueue outside a cluster, on 127.0.0.1, needs:
-    its webhooks served with the test's certificate (internal certificate management issues one for the
-    in-cluster Service name, which a loopback URL never matches), probes on a free loopback port, no
-    metrics or visibility server (both want certificates at fixed paths and fixed ports), and the
-    namespace of its leader election Lease, which in a pod is the pod's own."""
-    election = rendered.get("leaderElection", {})
-    return {
-        **rendered,
-        "leaderElection": {**election, "resourceNamespace": election.get("resourceNamespace") or rendered.get("namespace", "kueue-system")},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(directory / "webhook-certs")},
-        "internalCertManagement": {"enable": False},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "metrics": {"bindAddress": "0"},
-        "featureGates": {**rendered.get("featureGates", {}), "VisibilityOnDemand": False},
-    }
-
-
 def kueue_webhooks(url: str, ca: bytes) -> list[dict[str, Any]]:
     """Kueue's webhook configurations from its module, each webhook pointed at `url` with the test CA."""
     import base64
@@ -508,7 +373,7 @@ def kueue_webhooks(url: str, ca: bytes) -> list[dict[str, Any]]:
     return out
 
 
-class KueueServer:
+class KueueServer(product.Kueue):
     """The real Kueue controller for one API server, started with the Configuration fleetops renders.
 
     Internal certificate management off, Kueue still reads a metrics certificate from the fixed
@@ -517,29 +382,13 @@ class KueueServer:
     """
 
     def __init__(self, api: ApiServer, directory: Path, configuration: dict[str, Any]):
-        self.api, self.directory, self.configuration = api, directory, configuration
-        self.process: Process | None = None
+        super().__init__(api, directory, configuration, tool("kueue"), free_port, args=("--zap-log-level=2",))
 
     def start(self) -> KueueServer:
-        binary = tool("kueue")
         if shutil.which("unshare") is None:
             missing("no unshare (util-linux): Kueue needs a mount namespace for its fixed certificate path")
-        d = self.directory
-        ca = tls_pair(d / "webhook-certs")
-        upper = d / "etc-upper"
-        shutil.copytree(d / "webhook-certs", upper / "kueue" / "metrics" / "certs", dirs_exist_ok=True)
-        (d / "etc-work").mkdir(parents=True, exist_ok=True)
-        webhook_port, health_port = free_port(), free_port()
-        config = kueue_loopback_config(self.configuration, d, webhook_port, health_port)
-        (d / "config.yaml").write_text(yaml.safe_dump(config))
-        kubeconfig = self.api.kubeconfig(d / "kubeconfig")
-        overlay = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={d / 'etc-work'} /etc"
-        self.process = Process("kueue", [
-            "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{overlay} && exec "$0" "$@"',
-            str(binary), f"--config={d / 'config.yaml'}", "--zap-log-level=2",
-        ], d, env={"KUBECONFIG": str(kubeconfig)}).start()
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "kueue", self.process)
-        self._register_webhooks(f"https://127.0.0.1:{webhook_port}", ca)
+        super().start()
+        self._register_webhooks(self.webhook_url, self.ca)
         return self
 
     def _register_webhooks(self, url: str, ca: bytes) -> None:
@@ -556,10 +405,6 @@ class KueueServer:
         jobs = client.BatchV1Api(self.api.client())
         wait_until(lambda: jobs.create_namespaced_job("default", probe, dry_run="All").spec.suspend is True,
                    "Kueue's webhooks in effect", self.process)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
 
 
 def kueue_crds() -> list[dict[str, Any]]:
@@ -761,9 +606,6 @@ def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: I
     process = Process("prometheus", [
         str(binary), f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
         "--storage.tsdb.retention.time=3650d", f"--query.lookback-delta={lookback}", "--log.level=warn",
-    ], directory).start()
-    try:
-        wait_until(lambda: http_ok(f"{url}/-/ready"), "prometheus", process)
+    ], directory)
+    with running(process, lambda: http_ok(f"{url}/-/ready"), "prometheus"):
         yield Prometheus(url, process)
-    finally:
-        process.stop()

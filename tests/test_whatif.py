@@ -1,0 +1,215 @@
+"""`fleetops whatif` without servers: the trace a user writes or generates, the derived sides, the figures.
+
+The replay on the real Kueue is tests/test_whatif_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fleetops import render, spec
+from fleetops.errors import WhatifError
+from fleetops.whatif import figures, sides, trace
+from fleetops.whatif.replay import Record, Run
+from tests.cli import run as run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PROD = ROOT / "environments" / "prod.yaml"
+HEADER = "arrival,tenant,class,resource,units,pods,duration\n"
+
+
+@pytest.fixture(scope="module")
+def prod() -> spec.Environment:
+    return spec.load_environment(PROD)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    return path
+
+
+def test_a_csv_trace_is_read_in_arrival_order_onto_the_tenants_cluster(prod: spec.Environment, tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "3600,vision,training-high,nvidia.com/gpu,8,2,7200\n0,speech,inference-critical,nvidia.com/gpu,1,1,600\n")
+    read = trace.read_csv(path, prod)
+    assert [(j.arrival, j.tenant, j.cluster, j.devices) for j in read.jobs] == [(0, "speech", "center-bj", 1), (3600, "vision", "center-bj", 16)]
+    assert [j.index for j in read.jobs] == [0, 1]
+    assert read.window == trace.DAY
+
+
+@pytest.mark.parametrize(("row", "column", "words"), [
+    ("x,vision,training-high,nvidia.com/gpu,1,1,60", "arrival", "a number of seconds expected, got 'x'"),
+    ("0,nobody,training-high,nvidia.com/gpu,1,1,60", "tenant", "no tenant 'nobody'"),
+    ("0,vision,batch-low,nvidia.com/gpu,1,1,60", "class", "may not use priority class 'batch-low'"),
+    ("0,vision,training-high,fpga.intel.com/region-ce48969398f05f33946d560708be108a,1,1,60", "resource", "has no quota"),
+    ("0,vision,training-high,nvidia.com/gpu,1.5,1,60", "units", "a whole number expected"),
+    ("0,vision,training-high,nvidia.com/gpu,0,1,60", "units", "must be >= 1"),
+    ("0,vision,training-high,nvidia.com/gpu,1,1,-5", "duration", "must be >= 1"),
+    ("0,vision,training-high,nvidia.com/gpu,81,2,60", "units", "more than tenant vision's burst 160: it could never be admitted"),
+])
+def test_a_bad_row_is_refused_at_its_line_naming_the_column(prod: spec.Environment, tmp_path: Path, row: str, column: str, words: str) -> None:
+    path = write(tmp_path, HEADER + "0,speech,inference-critical,nvidia.com/gpu,1,1,600\n" + row + "\n")
+    with pytest.raises(WhatifError) as caught:
+        trace.read_csv(path, prod, display="jobs.csv")
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.path) == ("jobs.csv", 3, column)
+    assert words in problem.message
+    assert str(problem).startswith(f"jobs.csv:3: {column}: ")
+
+
+def test_a_cluster_column_must_name_one_of_the_tenants_clusters_with_the_resource(prod: spec.Environment, tmp_path: Path) -> None:
+    path = write(tmp_path, "arrival,tenant,class,resource,units,pods,duration,cluster\n0,llm-pretrain,training-high,nvidia.com/gpu,8,1,60,center-sh\n"
+                           "0,llm-pretrain,training-high,nvidia.com/gpu,8,1,60,edge-gz-gateway\n")
+    with pytest.raises(WhatifError) as caught:
+        trace.read_csv(path, prod, display="jobs.csv")
+    assert [str(p) for p in caught.value.problems] == [
+        "jobs.csv:3: cluster: tenant llm-pretrain has no nvidia.com/gpu on cluster 'edge-gz-gateway' (it has: center-bj, center-sh)"]
+
+
+@pytest.mark.parametrize("text", ["arrival,tenant,class\n0,vision,training-high\n", HEADER, HEADER.replace("duration", "duration,colour")])
+def test_a_header_without_the_columns_or_a_file_without_jobs_is_refused_at_line_1(prod: spec.Environment, tmp_path: Path, text: str) -> None:
+    with pytest.raises(WhatifError) as caught:
+        trace.read_csv(write(tmp_path, text), prod, display="jobs.csv")
+    assert caught.value.problems[0].line == 1
+
+
+def test_the_same_seed_generates_the_same_jobs_and_another_seed_others(prod: spec.Environment) -> None:
+    one, again, other = (trace.generate(prod, 7, 400, 0.5, seed) for seed in (1, 1, 2))
+    assert one.jobs == again.jobs
+    assert one.jobs != other.jobs
+
+
+def test_generated_jobs_offer_the_load_asked_of_each_resource_with_the_traces_shape(prod: spec.Environment) -> None:
+    made = trace.generate(prod, 30, 20_000, 0.5, 3, ["center-bj"])
+    offered = made.offered(prod)
+    assert set(offered) == {("center-bj", "nvidia.com/gpu"), ("center-bj", "huawei.com/Ascend910")}
+    assert all(0.45 <= load <= 0.55 for load in offered.values()), offered
+    hours = [j.arrival % trace.DAY // 3600 for j in made.jobs]
+    assert sum(1 for h in hours if 10 <= h < 17) > 2 * sum(1 for h in hours if 0 <= h < 7)  # diurnal: working hours busier than the night
+    assert statistics.mode(j.units for j in made.jobs) == 1 and max(j.pods for j in made.jobs) > 1  # one unit most often; multi-pod tasks
+
+
+def test_every_parameter_of_the_shape_names_its_source() -> None:
+    for name, parameter in trace.shape().items():
+        if name != "about":
+            assert "NSDI'22" in parameter["source"] or "Not given" in parameter["source"], name
+
+
+def test_a_written_trace_reads_back_as_the_same_jobs(prod: spec.Environment, tmp_path: Path) -> None:
+    made = trace.generate(prod, 2, 50, 0.5, 1)
+    trace.write_csv(made, tmp_path / "t.csv")
+    again = trace.read_csv(tmp_path / "t.csv", prod, made.window)
+    assert [(j.tenant, j.priority_class, j.resource, j.units, j.pods, j.cluster, round(j.arrival), round(j.duration)) for j in again.jobs] == \
+        [(j.tenant, j.priority_class, j.resource, j.units, j.pods, j.cluster, round(j.arrival), round(j.duration)) for j in made.jobs]
+
+
+# --- the sides derived from one environment -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(prod: spec.Environment) -> sides.Side:
+    return sides.side_of(sides.SideKind.BASE, "r1", prod, render.render(PROD, revision="r1").clusters)
+
+
+def test_static_lends_nothing_between_tenants_and_never_preempts(base: sides.Side) -> None:
+    objects = sides.derived(base, sides.SideKind.STATIC).clusters["center-bj"]
+    assert not [o for o in objects if o["kind"] == "Cohort" and "parentName" in o["spec"]]
+    queues = [o for o in objects if o["kind"] == "ClusterQueue"]
+    assert queues and all(q["spec"]["preemption"] == sides.NEVER for q in queues)
+    # each tenant's queues keep its guarantee as their quota: the tenant's own cohort still joins them
+    assert {q["spec"]["cohortName"] for q in queues} == {o["spec"]["cohortName"] for o in base.clusters["center-bj"] if o["kind"] == "ClusterQueue"}
+
+
+def test_pooled_is_one_queue_holding_the_whole_capacity_every_tenant_queue_points_at(base: sides.Side, prod: spec.Environment) -> None:
+    objects = sides.derived(base, sides.SideKind.POOLED).clusters["center-bj"]
+    (queue,) = [o for o in objects if o["kind"] == "ClusterQueue"]
+    held = {(f["name"], r["name"]): r["nominalQuota"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"] for r in f["resources"]}
+    cluster = spec.cluster_by_name(prod, "center-bj")
+    assert held == {(g.name, r): n for g in cluster.pools for r, n in spec.group_capacity(g).items()}
+    assert {o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"} == {sides.POOLED}
+    assert not [o for o in objects if o["kind"] == "Cohort"]
+
+
+def test_a_class_that_never_preempts_is_sent_to_the_tenants_non_preempting_queue(base: sides.Side) -> None:
+    assert base.queues[("research", "batch-low")] == "research-non-preempting-queue"
+    assert base.queues[("research", "training-standard")] == "research-queue"
+    job = trace.Job(0, 0, "vision", "training-high", "nvidia.com/gpu", 8, 1, 60, "center-bj")
+    made = base.submission(job)
+    assert (made.queue, made.priority) == ("vision-queue", 10000)
+    assert ("dedicated", "training", "NoSchedule") in made.tolerations  # h100-train's taint: the tenant's job may land there
+
+
+# --- figures ---------------------------------------------------------------------------------------------------
+
+
+def job(index: int, tenant: str, arrival: float, devices: int = 8, cls: str = "training-high") -> trace.Job:
+    return trace.Job(index, arrival, tenant, cls, "nvidia.com/gpu", devices, 1, 3600, "center-bj")
+
+
+def test_waits_count_a_job_never_admitted_with_the_wait_it_had_by_the_end() -> None:
+    records = [Record(job(0, "vision", 0), [Run(0, "h100-train", 3600)], 3600), Record(job(1, "vision", 0), [Run(7200, "h100-train", None)]),
+               Record(job(2, "vision", 3600))]
+    w = figures.waits("vision", records, end=4 * 3600)
+    assert (w.jobs, w.p50, w.p99, w.never_admitted) == (3, 2.0, 3.0, 1)
+    assert w.over_an_hour == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_a_guarantee_is_unhonoured_while_its_tenant_waits_below_it_and_another_borrows(prod: spec.Environment) -> None:
+    # research (guarantee 8) holds 40 from the start; speech (guarantee 120) waits for 64 from t=600 until 1800
+    hog = Record(job(0, "research", 0, 40, "training-standard"), [Run(0, "a100-infer", 1800)], 1800)
+    waiting = Record(job(1, "speech", 600, 64, "inference-critical"), [Run(1800, "a100-infer", None)])
+    found = {g.tenant: g for g in figures._guarantees(prod, [hog, waiting], 3600)}
+    assert (found["speech"].unhonoured_minutes, found["speech"].episodes, found["speech"].longest_minutes) == (20.0, 1, 20.0)
+    assert found["research"].unhonoured_minutes == 0
+
+
+def test_jain_is_one_when_every_tenant_gets_the_same_share_of_its_guarantee_and_less_when_not(prod: spec.Environment) -> None:
+    even = [Record(job(0, "vision", 0, 96), [Run(0, "h100-train", None)]), Record(job(1, "speech", 0, 120), [Run(0, "a100-infer", None)])]
+    skewed = [Record(job(0, "vision", 0, 96), [Run(0, "h100-train", None)]), Record(job(1, "speech", 0, 12), [Run(0, "a100-infer", None)])]
+    assert figures._fairness(prod, even, 3600) == 1.0
+    assert figures._fairness(prod, skewed, 3600) < 0.7
+
+
+# --- the command -----------------------------------------------------------------------------------------------
+
+
+def test_whatif_refuses_a_bad_trace_at_its_line_before_any_server_starts(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "0,vision,training-high,nvidia.com/gpu,1,1,60\n0,vision,nope,nvidia.com/gpu,1,1,60\n")
+    result = run_cli("whatif", "--env", "prod", "--trace", str(path), "--head", "HEAD", "--base", "HEAD", "--keep", str(tmp_path / "servers"))
+    assert result.returncode == 2
+    assert f"{path}:3: class: tenant vision may not use priority class 'nope'" in result.stderr
+    assert not (tmp_path / "servers").exists()
+
+
+def test_whatif_asks_for_a_trace_or_a_generator_and_says_so() -> None:
+    result = run_cli("whatif", "--env", "prod")
+    assert result.returncode == 2
+    assert "give a --trace FILE or --generate" in result.stderr
+
+
+def test_the_json_document_is_in_the_one_envelope(prod: spec.Environment) -> None:
+    from fleetops.envelope import json_schema
+    from fleetops.whatif import report
+
+    made = trace.generate(prod, 1, 5, 0.5, 1, ["center-bj"])
+    records = {j.index: Record(j, [Run(j.arrival, "h100-train", None)]) for j in made.jobs}
+    document = report.document("prod", made, [figures.side_figures("base", "r1", prod, made, records)])
+    import jsonschema
+
+    jsonschema.validate(json.loads(json.dumps(document)), json_schema())
+    assert document["command"] == "whatif" and document["sides"][0]["side"] == "base"
+
+
+def test_a_missing_server_is_one_line_naming_it_before_any_starts(prod: spec.Environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetops.whatif import run
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it, and no .tools/bin under tmp_path
+    made = trace.generate(prod, 1, 3, 0.5, 1, ["center-bj"])
+    with pytest.raises(WhatifError) as caught:
+        run.replay([], made, run.Options(root=tmp_path, keep=tmp_path / "servers"))
+    assert caught.value.lines == [f"whatif: no etcd in {tmp_path}/.tools/bin or on $PATH: `make tools` builds the real servers"]
+    assert not (tmp_path / "servers").exists()
