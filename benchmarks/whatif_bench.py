@@ -1,7 +1,7 @@
 """A month of jobs replayed on the real Kueue, base and head: how long `fleetops whatif` takes.
 
     .venv/bin/python benchmarks/whatif_bench.py [--days 30] [--jobs 10000] [--load 0.5] [--seed 1] [--cluster center-bj]
-    .venv/bin/python benchmarks/whatif_bench.py --claim [--loads 0.3 0.5 0.7] [--seeds 1 2 3]   # docs/whatif.md's table
+    .venv/bin/python benchmarks/whatif_bench.py --claim [--loads 0.3 0.5 0.7] [--seeds 1 2 3] [--parallel 3]   # docs/whatif.md's table
 
 The default run generates a PAI-shaped trace of environments/prod.yaml and replays it on base and head
 (both the bundled prod fleet: the work a review of any change does), through the product's own servers
@@ -13,6 +13,7 @@ side's allocation utilisation, p99 wait and backlog: the figures docs/whatif.md 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import statistics
 import sys
 import time
@@ -51,25 +52,32 @@ def speed(args: argparse.Namespace) -> int:
                   [Goal("replay of base and head, wall seconds", wall, GOAL_SECONDS, " s")])
 
 
-def claim(args: argparse.Namespace) -> int:
-    path = ENVIRONMENTS / f"{args.env}.yaml"
-    env = spec.load_environment(path)
+def claim_run(env_name: str, days: int, jobs: int, load: float, seed: int, clusters: list[str]) -> list[tuple[str, float, float, int, float]]:
+    """One (load, seed) of the claim: (side, utilisation, p99 wait h, backlog jobs, offered load) of base, static, pooled.
+
+    Each run starts servers of its own, so runs go side by side: the replay waits on Kueue's wall seconds, not the CPU."""
+    path = ENVIRONMENTS / f"{env_name}.yaml"
     base = base_side(path)
     chosen = [base, sides.derived(base, sides.SideKind.STATIC), sides.derived(base, sides.SideKind.POOLED)]
+    work = trace.generate(base.env, days, jobs, load, seed, clusters)
+    return [(f.side, f.total_utilisation, f.waits_all.p99, f.backlog_jobs, f.offered_load) for f in run.replay(chosen, work, run.Options(root=ROOT))]
+
+
+def claim(args: argparse.Namespace) -> int:
+    runs = [(load, seed) for load in args.loads for seed in args.seeds]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.parallel) as pool:
+        done = dict(zip(runs, pool.map(claim_run, *zip(*((args.env, args.days, args.jobs, load, seed, args.cluster) for load, seed in runs)))))
+    print(f"{args.env}, {args.jobs} jobs over {args.days} days{' on ' + ', '.join(args.cluster) if args.cluster else ''}, "
+          f"seeds {' '.join(map(str, args.seeds))}: median [range] over seeds")
+    print("| offered load (asked / measured) | side | allocation utilisation | p99 wait | backlog at the end |\n|---|---|---|---|---|")
     for load in args.loads:
-        rows: dict[str, list[tuple[float, float, int]]] = {str(s.kind): [] for s in chosen}
-        offered = []
-        for seed in args.seeds:
-            work = trace.generate(env, args.days, args.jobs, load, seed, args.cluster)
-            for f in run.replay(chosen, work, run.Options(root=ROOT)):
-                rows[f.side].append((f.total_utilisation, f.waits_all.p99, f.backlog_jobs))
-                offered.append(f.offered_load)
-        print(f"offered load {load} (measured {statistics.median(offered):.2f}), seeds {' '.join(map(str, args.seeds))}:", flush=True)
-        for side, values in rows.items():
-            util, p99, backlog = zip(*values)
-            print(f"  {side:<7} utilisation {statistics.median(util):.1%} [{min(util):.1%}-{max(util):.1%}]  "
-                  f"p99 wait {statistics.median(p99):.1f} h [{min(p99):.1f}-{max(p99):.1f}]  backlog {statistics.median(backlog):.0f} jobs "
-                  f"[{min(backlog)}-{max(backlog)}]", flush=True)
+        rows = [row for seed in args.seeds for row in done[(load, seed)]]
+        offered = statistics.median(row[4] for row in rows)
+        for n, side in enumerate(dict.fromkeys(row[0] for row in rows)):
+            _, util, p99, backlog, _ = zip(*(row for row in rows if row[0] == side))
+            print(f"| {f'{load} / {offered:.2f}' if n == 0 else ''} | {side} | {statistics.median(util):.1%} [{min(util):.1%}-{max(util):.1%}] | "
+                  f"{statistics.median(p99):.1f} h [{min(p99):.1f}-{max(p99):.1f}] | {statistics.median(backlog):.0f} [{min(backlog)}-{max(backlog)}] |",
+                  flush=True)
     return 0
 
 
@@ -85,6 +93,7 @@ def main() -> int:
     parser.add_argument("--env", default="prod", help="with --claim: the environment (default prod)")
     parser.add_argument("--loads", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--parallel", type=int, default=1, help="with --claim: (load, seed) runs side by side, each on servers of its own")
     args = parser.parse_args()
     try:
         return claim(args) if args.claim else speed(args)

@@ -9,12 +9,21 @@ the run's work thrown away) and the job waits again, to start over when admitted
 Quiescent means no change pending, shown, not guessed: a canary Workload in a ClusterQueue of its own
 (no cohort, so it never competes for the fleet's quota) is created after the event; Kueue's informer
 delivers Workload events in order, so when the canary is admitted Kueue has seen the event and run a
-scheduling cycle on it. Rounds repeat until one passes in which no Workload but the canary changed
-(nothing Kueue decides leaves no trace: an admission, a pending reason, an eviction is each a write).
+scheduling cycle on it. Nothing Kueue decides leaves no trace (an admission, a pending reason, an
+eviction is each a write), so rounds repeat until two in a row pass in which no Workload but the canary
+changed. Two, because one cycle can hold the canary and another decision: the canary's admission is
+written by a goroutine (kueue v0.17.0 Scheduler.admit) while the cycle goes on to write evictions and
+pending reasons, so a clean first round can end before those writes land. The second canary is
+created after the first was admitted, so a later cycle admits it, after the earlier cycle's writes.
 Kueue retries inadmissible work one wall-clock second after quota is released (kueue v0.17.0
 requeueBatchPeriod): after a job ends or is evicted while work waits in its cohort tree, the harness
 also waits for that retry, shown by the tree's witness (`prepared`) being admitted in it. Every wait is
 on the watch's next event, with a deadline; none is a sleep.
+
+Evictions are acknowledged once Kueue is quiescent, one at a time in the order of the jobs' indices,
+each followed by quiescence and the tree's retry. A job controller releases its victims' quota one by
+one at moments no trace chooses; between two releases Kueue runs cycles on a partly freed cohort, so
+releasing them as the watch delivers them made the replay depend on the machine's speed.
 
 Kueue orders work it cannot tell apart by a timestamp with one-second resolution and then by random
 UIDs or map order (kueue v0.17.0 baseCompareFunc, CandidatesOrdering, Manager.heads). So that the same
@@ -43,7 +52,8 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 CANARY = "fleetops-whatif-canary"
 CANARY_RESOURCE = "fleetops.io/whatif-canary"
 SETTLE_SECONDS = 120.0  # one round of the canary: far above a loaded machine's, yet a hung Kueue is told
-MAX_ROUNDS = 200
+CLEAN_ROUNDS = 2  # rounds in a row with no change that make quiescence (see the module's docstring)
+MAX_ROUNDS = 200  # rounds without quiescence before a Kueue that keeps changing is told
 WATCH_SECONDS = 300
 # QuotaReserved times written by the harness: far from wall-clock time, ordered as simulated time is.
 STAMP_EPOCH = dt.datetime(1980, 1, 1, tzinfo=dt.timezone.utc)
@@ -191,6 +201,7 @@ class Replay:
         self.held: dict[str, str] = {}  # root -> the admitted Workload holding its witness queue's unit
         self.pending: dict[str, str] = {}  # root -> the witness Workload waiting for Kueue's retry of the tree
         self.released: set[str] = set()  # roots where quota was released since their last retry was seen
+        self.evicted: dict[int, dict[str, Any]] = {}  # job -> its evicted Workload, not yet acknowledged
         self.submitted: set[int] = set()
         self.stop = threading.Event()
         self.watcher = threading.Thread(target=self._watch, name="whatif-watch", daemon=True)
@@ -294,17 +305,36 @@ class Replay:
     # --- quiescence ------------------------------------------------------------------------------
 
     def _settle(self) -> None:
-        for _ in range(MAX_ROUNDS):
-            changed = self._round()
-            for root in sorted(self.released):
-                self.released.discard(root)
-                if any(self._root(self.records[i].job) == root and not self.records[i].running and self.records[i].finished is None
-                       for i in self.submitted):
+        """Until Kueue is quiescent, every tree that released quota while work waits in it has been retried,
+        and every eviction is acknowledged (each release quiesced and retried before the next)."""
+        clean = rounds = 0
+        while True:
+            rounds += 1
+            if rounds > MAX_ROUNDS:
+                raise WhatifError(f"whatif: Kueue did not settle after {MAX_ROUNDS} rounds at simulated second {self.clock:.0f}")
+            clean = 0 if self._round() else clean + 1
+            if clean < CLEAN_ROUNDS:
+                continue
+            clean = rounds = 0
+            waiting = [root for root in sorted(self.released) if self._waits_in(root)]
+            self.released.clear()
+            if waiting:
+                for root in waiting:
                     self._retried(root)
-                    changed = True
-            if not changed:
+            elif self.evicted:
+                self._release(min(self.evicted))
+            else:
                 return
-        raise WhatifError(f"whatif: Kueue did not settle after {MAX_ROUNDS} rounds at simulated second {self.clock:.0f}")
+
+    def _waits_in(self, root: str) -> bool:
+        """Whether a submitted job that is not running and not finished waits in `root`'s cohort tree."""
+        return any(self._root(self.records[i].job) == root and not self.records[i].running and self.records[i].finished is None
+                   for i in self.submitted)
+
+    def _release(self, index: int) -> None:
+        """Acknowledge one job's eviction: its quota is released in its tree."""
+        self._acknowledge(self.evicted.pop(index))
+        self.released.add(self._root(self.records[index].job))
 
     def _round(self) -> bool:
         """One canary: whether any Workload but it changed (other than by the harness's own writes) before it was admitted."""
@@ -373,8 +403,7 @@ class Replay:
                 found = _PREEMPTOR.search(evicted.get("message", ""))
                 run.preempted_by = self.by_uid.get(found.group(1)) if found else None
                 run.reason = (preempted or evicted).get("reason", "")
-            self._acknowledge(obj)
-            self.released.add(self._root(record.job))
+            self.evicted[index] = obj
         elif reserved and not record.running:
             flavors = [f for ps in obj["status"]["admission"]["podSetAssignments"] for f in (ps.get("flavors") or {}).values()]
             record.runs.append(Run(self.clock, flavors[0] if flavors else ""))
