@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import math
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,33 +42,6 @@ class Edited:
         return self._first.get(scope)
 
 
-# The field of its item a rule is about, when the item has several (a tenant's quota: guaranteed or burst).
-_RULE_FIELD: dict[str, spec.Loc] = {
-    "quota.guaranteed_over_capacity": ("guaranteed",),
-    "quota.tenant_share": ("guaranteed",),
-    "quota.burst_over_capacity": ("burst",),
-    "priority.value_outside_band": ("value",),
-    "priority.batch_preempts": ("preemption",),
-    "priority.multiple_global_defaults": ("global_default",),
-    "edge.latency": ("latency_ms",),
-    "edge.missing_fingerprints": ("fingerprints",),
-    "network.egress_anywhere": ("network", "egress_cidrs"),
-    "quota.unbounded_device": ("quota",),  # the quota it lacks; a pool it gained is found as the tenant's edit
-    "autoscaling.max_beyond_burst": ("replicas", "max"),
-    "autoscaling.spend_over_budget": ("replicas", "max"),
-}
-# Fields outside a decision's item that make the rule fire for it: a fleet-wide setting, or what the
-# cost is made of (a cost increase is about the edit that costs; being over budget, about the budget).
-_RULE_CAUSES: dict[str, tuple[spec.Loc, ...]] = {
-    "network.missing_default_deny": (("network", "default_deny"),),
-    "network.edge_egress_not_allowed": (("network", "center_endpoints"),),
-    "change.cost_increase_approvals": (("clusters",), ("prices",)),
-    "budget.alert_threshold": (("budget", "alert_at"),),  # a lowered threshold, when the budget itself is not edited
-    "autoscaling.max_beyond_burst": (("tenants",), ("scheduler",)),  # a lowered burst, or less lent
-    "autoscaling.spend_over_budget": (("budget", "monthly"), ("prices",), ("clusters",)),
-}
-
-
 def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
             edited: Edited = Edited()) -> list[PlanDecision]:
     """Each decision with where it comes from (`location`), how to fix it, its gate (a deny that
@@ -83,21 +56,22 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
         row = dict(row)
         if row["status"] == DecisionStatus.DENY and rule is not None and rule.gate is policy.Resolution.APPROVAL:
             row["status"] = DecisionStatus.APPROVAL.value
-        if (where := location(row, env, positions, edited)) is not None:
+        if (where := location(row, env, positions, edited, rule.field if rule else (), rule.causes if rule else ())) is not None:
             row["location"] = where
-        row["fix"] = suggest_fix(row, env) or (rule.fix if rule else "")
+        row["fix"] = fix(rule.fix, row) if rule else ""
         out.append(PlanDecision.of(row, waivers.get(row.get("waived_by") or "")))
     return out
 
 
 def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
-             edited: Edited) -> dict[str, Any] | None:
+             edited: Edited, rule_field: spec.Loc = (), causes: Sequence[spec.Loc] = ()) -> dict[str, Any] | None:
     """The file, line and column a decision is about: the first changed line of the policy or program
     file a change rule is about; else the edited field of the environment file's item its subject
     comes from (the rule's own field of it, else any edited field in it, else a field that makes the
     rule fire for it); a decision about rendered objects nothing in the environment file explains is
-    the program change's; else the item's field the rule is about."""
-    subject, rule = row.get("subject") or {}, row["rule"]
+    the program change's; else the item's field the rule is about. The rule's field and causes are
+    its METADATA's (`custom.location`)."""
+    subject = row.get("subject") or {}
     kind = subject.get("kind")
     if kind == "Policies" and edited.policy_files:
         return _first_change(edited.policy_files)
@@ -110,8 +84,8 @@ def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.
     item = locate(subject, env)
     if kind == "DeviceResource" and not subject.get("tenant"):  # a cluster's sum: the quota this change edited there
         item = _edited_quota(subject, env, edited) or item
-    own = item + _RULE_FIELD.get(rule, ())
-    for scope in (own, item, *_RULE_CAUSES.get(rule, ())):
+    own = item + rule_field
+    for scope in (own, item, *causes):
         if (loc := edited.first_within(scope)) is not None:
             return _at(positions, loc)
     if edited.program_files and not row.get("waived_by"):
@@ -171,26 +145,10 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     return ("environment",)
 
 
-def suggest_fix(row: dict[str, Any], env: spec.Environment | None) -> str:
-    """The numbers of a fix where the decision gives them: quota over capacity by how much, or how many nodes;
-    a burst Kueue will not grant, to what. The numbers are the decision's `figures`, as the rule computed them."""
-    figures, subject = row.get("figures") or {}, row.get("subject") or {}
-    resource, cluster = subject.get("name"), subject.get("cluster")
-    if row["rule"] == "quota.burst_unreachable" and {"burst", "reachable"} <= figures.keys():
-        reach = figures["reachable"]
-        return (f"lower {subject.get('tenant')}'s burst {resource} to {reach} on {cluster or 'its cluster'}, or add "
-                f"{figures['burst'] - reach} {resource} no tenant guarantees to its pools, "
-                "or let the tenants lend more of their guarantee (scheduler.lend_fraction)")
-    if row["rule"] in ("autoscaling.max_beyond_burst", "autoscaling.spend_over_budget") and "fits" in figures:
-        raise_what = f"{subject.get('tenant')}'s burst on {cluster}" if row["rule"] == "autoscaling.max_beyond_burst" else "budget.monthly in its own reviewed PR"
-        return f"lower {subject.get('tenant')}/{subject.get('name')}'s replicas.max to {figures['fits']}, or raise {raise_what}"
-    if row["rule"] != "quota.guaranteed_over_capacity" or not {"quota", "limit", "headroom_percent"} <= figures.keys() or env is None:
-        return ""
-    excess, keep = figures["quota"] - figures["limit"], 1 - figures["headroom_percent"] / 100
-    fixes = [f"lower guaranteed {resource} by {excess} across the tenants on {cluster}"]
-    pools = [g for c in env.clusters if c.name == cluster for g in c.pools if resource in spec.group_capacity(g)]
-    if pools:
-        pool = pools[0]
-        per_node = spec.group_capacity(pool)[resource] / pool.nodes
-        fixes.append(f"add {math.ceil(excess / (per_node * keep))} nodes to {pool.name}")
-    return ", or ".join(fixes + ["merge a waiver first in its own PR"])
+def fix(alternatives: Sequence[str], row: dict[str, Any]) -> str:
+    """A rule's fix (METADATA `custom.fix`) with the decision's values in it: `{name}` is a value of its
+    resource, figures or fix_values, as the rule computed them (so a message can be reworded freely);
+    an alternative naming a value the decision does not give is left out."""
+    values = {**(row.get("subject") or {}), **(row.get("figures") or {}), **(row.get("fix_values") or {})}
+    shown = [text for text in alternatives if all(name in values for _, name, _, _ in string.Formatter().parse(text) if name)]
+    return ", or ".join(text.format_map(values) for text in shown)

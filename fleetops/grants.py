@@ -206,14 +206,19 @@ def total(per_flavor: dict[str, Grant]) -> Grant:
 
 def cluster_totals(nodes: list[Node]) -> dict[str, dict[str, int]]:
     """resource -> {quota: every unit of quota in the cluster's tree, shared: what its roots hold for
-    anyone to borrow (capacity no tenant guarantees, and what tenants lend)}."""
+    anyone to borrow (capacity no tenant guarantees, and what tenants lend)}, on the flavors an active
+    ClusterQueue lists: Kueue admits a job only onto a flavor of its queue, so a pool no tenant may use
+    (policies' `capacity.unused_group`) is quota in the tree that no one is granted."""
+    listed = {fr for node in nodes if node.kind is Kind.QUEUE and node.active for fr in node.quotas}
     out: dict[str, dict[str, int]] = {}
     for node in nodes:
-        for (_, resource), quota in node.quotas.items():
-            out.setdefault(resource, {"quota": 0, "shared": 0})["quota"] += quota.nominal
+        for (flavor, resource), quota in node.quotas.items():
+            if (flavor, resource) in listed:
+                out.setdefault(resource, {"quota": 0, "shared": 0})["quota"] += quota.nominal
         if node.parent is None and node.kind is Kind.COHORT:
-            for (_, resource), amount in node.subtree.items():
-                out.setdefault(resource, {"quota": 0, "shared": 0})["shared"] += amount
+            for (flavor, resource), amount in node.subtree.items():
+                if (flavor, resource) in listed:
+                    out.setdefault(resource, {"quota": 0, "shared": 0})["shared"] += amount
     return out
 
 

@@ -451,7 +451,8 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
         verdict = policy.evaluate_input(document, engine=policy.engine_from(), policies_dir=policies)
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
-    rows = policy.report_rows(verdict) + [
+    # With the values only the fix reads (`fix_values`): the reports and the decision record show none.
+    rows = [{**row, "fix_values": d.fix_values} for row, d in zip(policy.report_rows(verdict), verdict.decisions, strict=True)] + [
         {"status": DecisionStatus.WARN.value, "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
          "package": "fleet.waivers", "waived_by": None}
         for problem in verdict.waiver_problems

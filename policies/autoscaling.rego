@@ -19,7 +19,10 @@ subject(s) := {"kind": "Service", "cluster": s.cluster, "tenant": s.tenant, "nam
 # custom:
 #   severity: high
 #   control_id: FLEET-SCALE-01
-#   fix: "lower the service's replicas.max, or raise the tenant's burst on those pools"
+#   fix:
+#     - "lower {tenant}/{name}'s replicas.max to {fits}"
+#     - "raise {tenant}'s burst on {cluster}"
+#   location: {field: replicas.max, causes: [tenants, scheduler]} # a lowered burst, or less lent
 deny contains d if {
 	some i, s in input.spec.services
 	f := input.facts.services[i]
@@ -46,7 +49,10 @@ spend := budget.cost + at_max_total
 # custom:
 #   severity: high
 #   control_id: FLEET-SCALE-02
-#   fix: "lower the service's replicas.max, or raise budget.monthly in its own reviewed PR"
+#   fix:
+#     - "lower {tenant}/{name}'s replicas.max to {fits}"
+#     - "raise budget.monthly in its own reviewed PR"
+#   location: {field: replicas.max, causes: [budget.monthly, prices, clusters]}
 deny contains d if {
 	budget.cost <= budget.budget.monthly # else budget.over_budget says it, and no max of the services' would fit
 	spend > budget.budget.monthly

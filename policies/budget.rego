@@ -28,14 +28,18 @@ percent := round((cost * 100) / budget.monthly)
 # custom:
 #   severity: high
 #   control_id: FLEET-BUDGET-01
-#   fix: "lower nodes or quota in this environment, or raise budget.monthly in its own reviewed PR"
+#   fix: "lower nodes or quota in this environment by {over} {currency} a month, or raise budget.monthly in its own reviewed PR"
+#   location: {causes: [clusters, prices]} # what the change did to the cost, when the budget itself is not edited
 deny contains d if {
 	cost > budget.monthly
+	over := round(cost) - round(budget.monthly)
 	d := {
 		"rule": "budget.over_budget",
 		"severity": "high",
-		"msg": sprintf("projected monthly cost %d %s%s exceeds the budget of %d (%d%%)", [round(cost), budget.currency, priced, round(budget.monthly), percent]),
+		"msg": sprintf("projected monthly cost %d %s%s exceeds the budget of %d by %d (%d%%)", [round(cost), budget.currency, priced, round(budget.monthly), over, percent]),
 		"resource": {"kind": "Budget", "name": input.environment},
+		"figures": {"cost": round(cost), "budget": round(budget.monthly), "over": over},
+		"fix_values": {"currency": budget.currency},
 	}
 }
 
@@ -45,6 +49,7 @@ deny contains d if {
 # custom:
 #   severity: low
 #   control_id: FLEET-BUDGET-02
+#   location: {causes: [budget.alert_at]} # a lowered threshold, when the budget itself is not edited
 warn contains d if {
 	some threshold in budget.alert_at
 	cost >= budget.monthly * threshold

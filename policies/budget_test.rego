@@ -36,7 +36,7 @@ test_base_prices_judge_the_budget_when_higher if {
 	decisions := budget.deny with input as planned(500, 1500)
 	some d in decisions
 	d.rule == "budget.over_budget"
-	d.msg == "projected monthly cost 1500 USD at the base revision's prices exceeds the budget of 1000 (150%)"
+	d.msg == "projected monthly cost 1500 USD at the base revision's prices exceeds the budget of 1000 by 500 (150%)"
 }
 
 test_head_prices_judge_the_budget_when_higher if {

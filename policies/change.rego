@@ -45,7 +45,7 @@ deny contains d if {
 		"rule": "change.quota_raise_approvals",
 		"severity": "high",
 		"msg": sprintf("%s: tenant %s %s %s raised %d -> %d needs %d approvals, has %d", [q.cluster, q.tenant, q.resource, field, q.before[field], q.after[field], cfg.required_approvals, approvals]),
-		"resource": {"cluster": q.cluster, "tenant": q.tenant, "kind": "DeviceResource", "name": q.resource},
+		"resource": {"cluster": q.cluster, "tenant": q.tenant, "kind": "DeviceResource", "name": q.resource, "field": field},
 	}
 }
 
@@ -70,6 +70,7 @@ cost_note := " at the base revision's prices" if judged_cost > change.cost_after
 #   control_id: FLEET-CHANGE-02
 #   fix: "get the required approvals, or add capacity in smaller steps"
 #   gate: approval
+#   location: {causes: [clusters, prices]} # a cost increase is about the edit that costs
 deny contains d if {
 	short
 	change.cost_before > 0

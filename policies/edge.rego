@@ -35,6 +35,7 @@ deny contains d if {
 #   severity: medium
 #   control_id: FLEET-EDGE-02
 #   fix: "lower latency_ms to the data.yaml edge limit, or serve the workload from a center cluster"
+#   location: {field: latency_ms}
 deny contains d if {
 	some [cluster, group] in edge_groups
 	group.latency_ms > cfg.max_latency_ms
@@ -78,6 +79,7 @@ deny contains d if {
 #   severity: high
 #   control_id: FLEET-EDGE-04
 #   fix: "list the devices' key fingerprints (sha256:...) under the edge group's fingerprints"
+#   location: {field: fingerprints}
 deny contains d if {
 	some [cluster, group] in edge_groups
 	count(object.get(group, "fingerprints", [])) == 0

@@ -29,6 +29,7 @@ default_denied contains sprintf("%s/%s", [np.cluster, np.namespace]) if {
 #   severity: high
 #   control_id: FLEET-NET-01
 #   fix: "keep the default-deny NetworkPolicy the tenant component renders (check modules/tenant.py)"
+#   location: {causes: [network.default_deny]}
 deny contains d if {
 	some namespace in data.fleet.lib.tenant_namespaces
 	not namespace in default_denied
@@ -52,6 +53,7 @@ family_names := {"ipv4": "IPv4", "ipv6": "IPv6"}
 #   severity: high
 #   control_id: FLEET-NET-02
 #   fix: "name endpoints in network.center_endpoints and allow them by name, or narrow the tenant's egress_cidrs"
+#   location: {field: network.egress_cidrs}
 deny contains d if {
 	some fact in input.facts.egress
 	some family, _ in family_names
@@ -136,6 +138,7 @@ on_ports(ports, allowed) if {
 #   severity: high
 #   control_id: FLEET-NET-03
 #   fix: "allow only endpoints named in network.center_endpoints from edge tenants"
+#   location: {causes: [network.center_endpoints]}
 deny contains d if {
 	some block in edge_egress_blocks
 	np := block.np

@@ -20,6 +20,7 @@ outside(value, band) if value > band.max
 #   severity: high
 #   control_id: FLEET-PRIO-01
 #   fix: "set the value inside its workload's band in policies/data.yaml priority.bands"
+#   location: {field: value}
 deny contains d if {
 	some r in priority_classes
 	band := bands[workload_of(r)]
@@ -39,6 +40,7 @@ deny contains d if {
 #   severity: high
 #   control_id: FLEET-PRIO-02
 #   fix: "keep global_default on one priority class"
+#   location: {field: global_default}
 deny contains d if {
 	some cluster, _ in input.facts.capacity
 	defaults := sort([r.name | some r in priority_classes; r.cluster == cluster; r.manifest.globalDefault == true])
@@ -58,6 +60,7 @@ deny contains d if {
 #   severity: medium
 #   control_id: FLEET-PRIO-03
 #   fix: "set preemption: Never on batch priority classes"
+#   location: {field: preemption}
 deny contains d if {
 	some r in priority_classes
 	workload_of(r) == "batch"

@@ -23,7 +23,11 @@ enforced contains sprintf("%s/%s/%s", [r.cluster, r.namespace, key]) if {
 # custom:
 #   severity: high
 #   control_id: FLEET-QUOTA-01
-#   fix: "lower the tenants' guaranteed quota, or add nodes to a pool of this device, or merge a waiver first in its own PR"
+#   fix:
+#     - "lower guaranteed {name} by {excess} across the tenants on {cluster}"
+#     - "add {nodes} nodes to {pool}"
+#     - "merge a waiver first in its own PR"
+#   location: {field: guaranteed}
 deny contains d if {
 	some cluster, per in input.facts.quota
 	some resource, q in per
@@ -36,8 +40,17 @@ deny contains d if {
 		"msg": sprintf("%s: guaranteed %s quota %d exceeds %d (capacity %d less %d%% headroom)", [cluster, resource, q.guaranteed, limit, units, round(cfg.headroom * 100)]),
 		"resource": {"cluster": cluster, "kind": "DeviceResource", "name": resource},
 		"figures": {"quota": q.guaranteed, "limit": limit, "capacity": units, "headroom_percent": round(cfg.headroom * 100)},
+		"fix_values": object.union({"excess": q.guaranteed - limit}, nodes_for(cluster, resource, q.guaranteed - limit, round(cfg.headroom * 100))),
 	}
 }
+
+# The first pool of `cluster` (in file order) with `resource`, and how many more of its nodes hold `excess`
+# units with the headroom kept free: the fix of quota.guaranteed_over_capacity; none where no pool has it.
+nodes_for(cluster, resource, excess, headroom_percent) := {"pool": pool.name, "nodes": ceil(excess / ((units / pool.nodes) * (1 - (headroom_percent / 100))))} if {
+	pools := [p | some c in input.spec.clusters; c.name == cluster; some p in c.pools; input.facts.groups[p.name].units[resource]]
+	pool := pools[0]
+	units := input.facts.groups[pool.name].units[resource]
+} else := {}
 
 # METADATA
 # title: Burst quota fits capacity
@@ -46,6 +59,7 @@ deny contains d if {
 #   severity: high
 #   control_id: FLEET-QUOTA-02
 #   fix: "lower the tenants' burst quota, or add nodes to a pool of this device, or merge a waiver first in its own PR"
+#   location: {field: burst}
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters
@@ -66,7 +80,10 @@ deny contains d if {
 # custom:
 #   severity: high
 #   control_id: FLEET-QUOTA-06
-#   fix: "lower the tenant's burst to what Kueue grants, or add capacity no tenant guarantees to its pools, or let the tenants lend more of their guarantee (scheduler.lend_fraction)"
+#   fix:
+#     - "lower {tenant}'s burst {name} to {reachable} on {cluster}"
+#     - "add {short} {name} no tenant guarantees to its pools"
+#     - "let the tenants lend more of their guarantee (scheduler.lend_fraction)"
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters
@@ -79,6 +96,7 @@ deny contains d if {
 		"msg": sprintf("%s: tenant %s bursts to %d %s but Kueue grants it at most %d on an idle cluster (guaranteed %d)", [cluster, tenant.name, q.burst, resource, g.reachable, g.guaranteed]),
 		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource, "field": "burst"},
 		"figures": {"burst": q.burst, "reachable": g.reachable, "guaranteed": g.guaranteed},
+		"fix_values": {"short": q.burst - g.reachable},
 	}
 }
 
@@ -89,6 +107,7 @@ deny contains d if {
 #   severity: medium
 #   control_id: FLEET-QUOTA-03
 #   fix: "lower this tenant's guaranteed quota, or add capacity, or merge a waiver first in its own PR"
+#   location: {field: guaranteed}
 deny contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters
@@ -131,6 +150,7 @@ deny contains d if {
 # custom:
 #   severity: low
 #   control_id: FLEET-QUOTA-05
+#   location: {field: quota} # the quota it lacks; a pool it gained is found as the tenant's edit
 warn contains d if {
 	some tenant in input.spec.tenants
 	some cluster in tenant.clusters

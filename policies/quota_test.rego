@@ -102,3 +102,22 @@ test_burst_unreachable_is_silent_when_kueue_grants_the_burst if {
 	met := object.union(base, {"facts": {"grants": granted(100)}})
 	not "quota.burst_unreachable" in rules(quota.deny) with input as met
 }
+
+test_guaranteed_over_capacity_names_the_pool_and_nodes_of_its_fix if {
+	# 11 over 90 on the first pool with the device (p2: 8 per node): 11 / (8 x 0.9) -> 2 nodes; p0 has none of it.
+	clusters := [{"name": "c1", "pools": [{"name": "p0", "nodes": 2}, {"name": "p2", "nodes": 4}, {"name": "p1", "nodes": 10}]}]
+	groups := {"p0": {"units": {"fpga.intel.com/arria10": 2}}, "p2": {"units": {"nvidia.com/gpu": 32}}, "p1": {"units": {"nvidia.com/gpu": 100}}}
+	over := object.union(base, {"spec": {"clusters": clusters}, "facts": {"groups": groups, "quota": {"c1": {"nvidia.com/gpu": {"guaranteed": 101}}}}})
+	ds := quota.deny with input as over
+	some d in ds
+	d.rule == "quota.guaranteed_over_capacity"
+	d.fix_values == {"excess": 11, "pool": "p2", "nodes": 2}
+}
+
+test_guaranteed_over_capacity_without_a_pool_of_the_device_gives_no_nodes if {
+	over := object.union(base, {"spec": {"clusters": [{"name": "c1", "pools": []}]}, "facts": {"quota": {"c1": {"nvidia.com/gpu": {"guaranteed": 91}}}}})
+	ds := quota.deny with input as over
+	some d in ds
+	d.rule == "quota.guaranteed_over_capacity"
+	d.fix_values == {"excess": 1}
+}

@@ -182,6 +182,9 @@ CASES: dict[str, Case] = {
         also=(("pools: [h100-train, a100-infer, ascend-910b]", "pools: [h100-train, a100-infer]"),
               ("      huawei.com/Ascend910: {guaranteed: 16, burst: 32}\n", ""))),
     "change.policy_files_changed": PolicyEdit("data.yaml", "# a reviewed comment\n"),
+    "capacity.unused_group": EnvEdit("      - name: fpga-arria10\n", "      - name: a100-spare\n        device: {resource: nvidia.com/gpu, model: A100-SXM4-80GB, per_node: 8}\n"
+                                     "        nodes: 2\n        match: {name_pattern: \"sh-a100-s-*\"}\n      - name: fpga-arria10\n",
+                                     "- name: a100-spare", "name"),
     "capacity.live_below_guaranteed": Exempt("compares the live Ready nodes with the guarantees: the reconciler's, "
                                              "which reports it by cluster and resource (tests/test_reconcile.py)"),
 }

@@ -37,9 +37,9 @@ def test_adding_nodes_is_said_in_fleet_terms_first(repo: Path) -> None:
     assert first < text.index("<details>")  # before any object-level detail
     # Physical devices and schedulable units apart: a100-infer's time-slicing makes 480 units of 192 GPUs.
     assert "| center-bj | `nvidia.com/gpu` | 192 → 256 | 480 → 544 | ×2.5 → ×2.12 | 272 | 472 | 43.3 → 50.0 |" in text
-    # Over prod's budget: the denial names the budget's line and the way out.
-    line = next(n for n, text_line in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if text_line.startswith("budget:"))
-    assert f"- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 (113%) — `environments/prod.yaml:{line}`" in text
+    # Over prod's budget: the denial says by how much, at the line that raised the cost (not the budget's, left alone), and the way out.
+    line = next(n for n, text_line in enumerate((repo / "environments" / "prod.yaml").read_text().splitlines(), 1) if "nodes: 24" in text_line)
+    assert f"- `budget.over_budget` projected monthly cost 675469 USD exceeds the budget of 600000 by 75469 (113%) — `environments/prod.yaml:{line}`" in text
 
 
 def test_a_new_tenant_is_one_line_with_its_quota(repo: Path) -> None:
@@ -267,9 +267,13 @@ def test_a_new_large_environment_is_summarised_in_totals_with_capacity_and_group
     assert "| center-0 | `nvidia.com/gpu` | 2,080 | 7,360 | ×3.54 | 126 | 504 | 98.3 |" in text
     assert "(1,000 allow_to_endpoints, 392 name_pattern, 200 fingerprints, 4 edge_runtime, 3 center_endpoints)" in top
     # Every folded section is there, as many rows as fit, and says how many are left to the full plan.
-    added = json.loads(plan(repo, "--env", "large", "--output", "json").stdout)["objects"]["added"]
+    full = json.loads(plan(repo, "--env", "large", "--output", "json").stdout)
+    added = full["objects"]["added"]
+    # The 2,600 approvals, and a capacity.unused_group warning for each of the generator's groups no tenant may use.
+    unused = [d for d in full["decisions"] if d["rule"] == "capacity.unused_group"]
+    assert len(full["decisions"]) == 2_600 + len(unused) and all(d["status"] == "warn" for d in unused)
     kinds = len({(o["cluster"], o["kind"]) for o in added})
-    for title in ("Environment file changes (12,145, ", "Policy decisions (2,600, ", "Capacity per cluster and device resource (52)",
+    for title in ("Environment file changes (12,145, ", f"Policy decisions ({len(full['decisions']):,}, ", "Capacity per cluster and device resource (52)",
                   f"Objects per cluster and kind ({kinds:,}, ", f"Object changes ({len(added):,}, "):
         assert f"<summary>{title}" in text
     # One security notice per kind of field with many, at its first line, not 1,599 notices.

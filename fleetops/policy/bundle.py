@@ -137,8 +137,16 @@ class RuleMeta:
     description: str
     severity: Severity
     control_id: str
-    fix: str = ""  # custom.fix: how to resolve a decision of this rule, for the plan and check
+    # custom.fix: how to resolve a decision of this rule, for the plan: one text, or alternatives
+    # ("..., or ..."); `{name}` is a value of the decision (its resource, figures or fix_values), and an
+    # alternative naming a value the decision does not give is left out.
+    fix: tuple[str, ...] = ()
     gate: Resolution = Resolution.CHANGE
+    # custom.location: where in the environment file a decision of this rule is, beside the item its
+    # resource names: `field`, the field of that item the rule is about (a quota's `guaranteed`), and
+    # `causes`, fields elsewhere whose edit makes it fire (a fleet-wide setting, what a cost is made of).
+    field: spec.Loc = ()
+    causes: tuple[spec.Loc, ...] = ()
 
 
 _RULE_ID = re.compile(r'"rule":\s*"([a-z_]+\.[a-z_]+)"')
@@ -171,9 +179,30 @@ def rule_metadata(bundle: Bundle) -> list[RuleMeta]:
             where = f"{display_path(bundle.directory / name)}:{line}"
             out.append(RuleMeta(name, line, match.group(2), rule_id.group(1) if rule_id else "", str(meta.get("title", "")),
                                 str(meta.get("description", "")), word(custom.get("severity"), Severity, f"{where}: METADATA custom.severity is"),
-                                str(custom.get("control_id", "")), str(custom.get("fix", "")),
-                                word(custom.get("gate", Resolution.CHANGE), Resolution, f"{where}: METADATA custom.gate is")))
+                                str(custom.get("control_id", "")), _texts(custom.get("fix", ()), f"{where}: METADATA custom.fix"),
+                                word(custom.get("gate", Resolution.CHANGE), Resolution, f"{where}: METADATA custom.gate is"),
+                                *_location(custom.get("location") or {}, f"{where}: METADATA custom.location")))
     return out
+
+
+def _texts(value: Any, said: str) -> tuple[str, ...]:
+    """One text or a list of them (`custom.fix`, `custom.location.causes`)."""
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list | tuple) or not all(isinstance(t, str) and t for t in texts):
+        raise PolicyError(f"{said} is {value!r}, not a text or a list of texts (policies/README.md)")
+    return tuple(texts)
+
+
+def _location(value: Any, said: str) -> tuple[spec.Loc, tuple[spec.Loc, ...]]:
+    """`custom.location` ({field: a.b, causes: [c.d, ...]}, dotted paths of the environment file) as paths;
+    anything else is refused: a misspelt key would leave the rule's decisions at the wrong line."""
+    if not isinstance(value, dict) or not set(value) <= {"field", "causes"}:
+        raise PolicyError(f"{said} is {value!r}, not a mapping of field and causes (policies/README.md)")
+    field = _texts(value.get("field", []), f"{said}.field")
+    if len(field) > 1:
+        raise PolicyError(f"{said}.field is {value['field']!r}, not one dotted path")
+    causes = _texts(value.get("causes", []), f"{said}.causes")
+    return (tuple(field[0].split(".")) if field else ()), tuple(tuple(c.split(".")) for c in causes)
 
 
 def word(value: Any, kind: type[_Word], said: str) -> _Word:

@@ -22,6 +22,9 @@ class Decision:
     # that the plan's fix reads them rather than parsing a message a policy author may reword.
     figures: dict[str, Any] = field(default_factory=dict)
     waived_by: str | None = None  # file:line of the waiver
+    # Values the rule's fix (METADATA custom.fix) names beyond its resource and figures (how many nodes
+    # to add, to which pool): only the plan's fix reads them, so they are in no report and no record.
+    fix_values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> DecisionStatus:
@@ -63,6 +66,7 @@ def to_decisions(results: Results) -> list[Decision]:
                                       f"{package}: a decision of {d.get('rule')} has severity"),
                         resource=d.get("resource") if isinstance(d.get("resource"), dict) else {},
                         figures=d.get("figures") if isinstance(d.get("figures"), dict) else {},
+                        fix_values=d.get("fix_values") if isinstance(d.get("fix_values"), dict) else {},
                     )
                 )
     # Stable order for reports and digests: denies first, then by rule and resource.
