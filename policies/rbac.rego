@@ -244,30 +244,3 @@ deny contains d if {
 		"resource": ref(b),
 	}
 }
-
-# The fleet API's roles (modules/api.py, `fleetops serve`): it answers questions, tenants' tokens among them, and
-# quotes changes without making them, so whatever a role of that name grants is read: get, list, watch.
-api_role := "fleetops-api"
-
-read_verbs := {"get", "list", "watch"}
-
-# METADATA
-# title: The fleet API only reads
-# description: A Role or ClusterRole named fleetops-api (the fleet API, `fleetops serve`) grants no verb but get, list and watch; the API answers tenants' tokens and quotes changes without making them, so a write it could make would be made for whoever asks it.
-# custom:
-#   severity: high
-#   control_id: FLEET-RBAC-06
-#   fix: "leave the verb out of modules/api.py's roles: what `why`, `standing` and the status read is listed there"
-deny contains d if {
-	some r in roles
-	r.name == api_role
-	some i, rule in r.manifest.rules
-	some verb in rule.verbs
-	not verb in read_verbs
-	d := {
-		"rule": "rbac.api_writes",
-		"severity": "high",
-		"msg": sprintf("%s: %s %s rule %d grants the verb %s: the fleet API only reads (get, list, watch)", [r.cluster, r.kind, name_of(r), i + 1, verb]),
-		"resource": ref(r),
-	}
-}

@@ -135,31 +135,3 @@ test_the_reconcilers_account_follows_its_namespace if {
 test_powerful_accounts_are_those_bound_to_sensitive_roles if {
 	rbac.powerful_accounts == {"c/fleetops-system/fleetops-reconciler", "c/kube-system/ascend-device-plugin-npu"} with input as base
 }
-
-api_reads := [
-	{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "clusterqueues"], "verbs": ["list"]},
-	{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-]
-
-test_the_fleet_apis_roles_that_only_read_pass if {
-	count(msgs(rbac.deny, "rbac.api_writes")) == 0 with input as with_resources([
-		cluster_role("fleetops-api", api_reads),
-		role("fleetops-system", "fleetops-api", [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["fleetops-status"], "verbs": ["get"]}]),
-	])
-}
-
-test_a_fleet_api_role_that_writes_is_denied_whatever_it_writes if {
-	msgs(rbac.deny, "rbac.api_writes") == {
-		"c: ClusterRole fleetops-api rule 1 grants the verb patch: the fleet API only reads (get, list, watch)",
-		"c: Role fleetops-system/fleetops-api rule 2 grants the verb delete: the fleet API only reads (get, list, watch)",
-	} with input as with_resources([
-		cluster_role("fleetops-api", [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]}]),
-		role("fleetops-system", "fleetops-api", [api_reads[1], {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["delete"]}]),
-	])
-}
-
-test_another_role_may_write_what_the_fleet_api_may_not if {
-	count(msgs(rbac.deny, "rbac.api_writes")) == 0 with input as with_resources([
-		cluster_role("kueue-editor", [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["patch"]}]),
-	])
-}
