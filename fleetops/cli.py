@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from fleetops.output import Format as PlanFormat  # noqa: E402
 if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the policy engine or JSON Schema
     from rich.table import Table
 
-    from fleetops import emit, policy
+    from fleetops import cluster, emit, policy
     from fleetops import render
 
 app = typer.Typer(
@@ -707,6 +708,38 @@ def print_pass(result: Any) -> None:
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {applied}", highlight=False)
 
 
+# --- the options of commands that reach live clusters (reconcile, why, standing) -----------------------
+
+KubeconfigOpt = Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")]
+ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")]
+InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")]
+TimeoutOpt = Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")]
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """How a command reaches its clusters: --kubeconfig, --context, --in-cluster and --request-timeout, checked once."""
+
+    kubeconfig: Path | None
+    context: str | None
+    in_cluster: bool
+    timeout: float
+
+    @classmethod
+    def of(cls, kubeconfig: Path | None, context: str | None, in_cluster: bool, request_timeout: str, clusters: list[str]) -> "LiveOptions":
+        """The options as given, or exit 2 in one line: a context or the pod's account reaches one of `clusters` only."""
+        if (context or in_cluster) and len(clusters) != 1:
+            fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
+        if kubeconfig is not None and not kubeconfig.is_file():
+            fail(f"{kubeconfig}:1:1: no such kubeconfig file")
+        return cls(kubeconfig, context, in_cluster, parse_interval(request_timeout, "--request-timeout"))
+
+    def connect(self, c: spec.Cluster) -> "cluster.ClusterAPI":
+        from fleetops import cluster
+
+        return cluster.connect(c.name, str(self.kubeconfig) if self.kubeconfig else c.kubeconfig, self.context or c.context, self.in_cluster, self.timeout)
+
+
 @app.command("reconcile")  # named apart from the module it runs
 def reconcile_command(
     env: EnvOpt,
@@ -719,14 +752,14 @@ def reconcile_command(
     prune: Annotated[bool, typer.Option("--prune", help="Delete managed objects that Git no longer has")] = False,
     force_conflicts: Annotated[bool, typer.Option("--force-conflicts", help="Take fields other managers own (hand edits) back for Git")] = False,
     clusters: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: all of the environment")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")] = None,
-    context: Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")] = None,
-    in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")] = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    in_cluster: InClusterOpt = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where the repository is cloned (default ~/.cache/fleetops/repos)")] = None,
     identity: Annotated[str | None, typer.Option(help="Leader election identity (default: host name); only the Lease holder writes", envvar="FLEETOPS_IDENTITY")] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
-    request_timeout: Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")] = "30s",
+    request_timeout: TimeoutOpt = "30s",
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Keep the live fleet equal to Git: fetch, validate, render, gate, then apply, prune and fix nodes per cluster."""
@@ -734,27 +767,17 @@ def reconcile_command(
     import socket
     import threading
 
-    from fleetops import cluster
     from fleetops import reconcile
 
     if once == (interval is not None):
         fail("choose one of --once or --interval DURATION")
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
-    if (context or in_cluster) and len(clusters or []) != 1:
-        fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"{kubeconfig}:1:1: no such kubeconfig file")
+    reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
     period = parse_interval(interval, "--interval") if interval else 0.0
-    timeout = parse_interval(request_timeout, "--request-timeout")
-
-    def connect(c: spec.Cluster) -> "cluster.ClusterAPI":
-        config = str(kubeconfig) if kubeconfig else c.kubeconfig
-        return cluster.connect(c.name, config, context or c.context, in_cluster, timeout)
-
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = reconcile.Reconciler(
-        env, reconcile.GitSource(repo, ref, cache_dir), connect, gate=None, opts=opts, only=clusters or None,
+        env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
     if once:
@@ -784,25 +807,14 @@ def reconcile_command(
 
 # --- why and standing ---------------------------------------------------------------------------
 
-KubeconfigOpt = Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")]
-ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own")]
-InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")]
-TimeoutOpt = Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")]
-
-
-def live_cluster(document: spec.Document, name: str, kubeconfig: Path | None, context: str | None, in_cluster: bool,
-                 request_timeout: str, namespace: str | None) -> "tuple[spec.Cluster, Any]":
+def live_cluster(document: spec.Document, name: str, reach: "LiveOptions", namespace: str | None) -> "tuple[spec.Cluster, Any]":
     """The cluster of the environment named `name`, read live once (`why.live.read`); bad input is exit 2 in one line."""
-    from fleetops import cluster
     from fleetops.why import live
 
     found = next((c for c in document.env.clusters if c.name == name), None)
     if found is None:
         fail(f"--cluster: no cluster {name!r} in {document.env.environment} (clusters: {', '.join(c.name for c in document.env.clusters)})")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"{kubeconfig}:1:1: no such kubeconfig file")
-    timeout = parse_interval(request_timeout, "--request-timeout")
-    api = cluster.connect(found.name, str(kubeconfig) if kubeconfig else found.kubeconfig, context or found.context, in_cluster, timeout)
+    api = reach.connect(found)
     with progress(f"reading {found.name}"):
         return found, live.read(api, document.env, found, namespace)
 
@@ -832,7 +844,7 @@ def why_command(
     admitted as asked, 2 on bad input or when the cluster cannot be read."""
     from fleetops.kube import DNS_SUBDOMAIN
     from fleetops.why import answer as why_answer
-    from fleetops.why.jobs import State
+    from fleetops.why.jobs import select
 
     if (job is None) == (tenant is None):
         fail("choose one of --job NAMESPACE/NAME or --tenant T")
@@ -842,16 +854,13 @@ def why_command(
     document = read_document(environments, env)
     if tenant is not None and tenant not in {t.name for t in document.env.tenants}:
         fail(f"--tenant: no tenant {tenant!r} in {env}")
-    found, live = live_cluster(document, cluster_name, kubeconfig, context, in_cluster, request_timeout, namespace or tenant)
-    if job is not None:
-        jobs = [j for j in live.jobs if j.namespace == namespace and name in (j.name, j.workload)]
-        if not jobs:
-            fail(f"--job {job}: no Kueue Workload of that job on {found.name} (was it submitted to a LocalQueue?)")
-    else:
-        jobs = [j for j in live.jobs if j.namespace == tenant and j.state in (State.PENDING, State.EVICTED, State.RESERVED)]
+    reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, [cluster_name])
+    found, live = live_cluster(document, cluster_name, reach, namespace or tenant)
+    jobs = select(live.jobs, namespace or tenant or "", name or None)
+    if job is not None and not jobs:
+        fail(f"--job {job}: no Kueue Workload of that job on {found.name} (was it submitted to a LocalQueue?)")
     answers = why_answer.explain_all(document, found, live, jobs)
     never = sum(not a.can_ever for a in answers)
-    code = errors.ExitCode.DENIED if never else errors.ExitCode.OK
     if output is Output.json:
         counts = {"jobs": len(answers), "never": never, "blocked": sum(bool(a.blockers) for a in answers)}
         sys.stdout.write(as_json(envelope("why", not never, counts, [errors.Problem(p) for p in live.problems], environment=env,
@@ -859,12 +868,8 @@ def why_command(
     else:
         for problem in live.problems:
             err.print(problem, markup=False, highlight=False)
-        record = live.status or {}
-        # The live queues are what the reconciler last applied: a failed or denied pass leaves them behind the file.
-        sys.stdout.write(f"reconciler on {found.name}: " + (f"revision {record.get('revision') or '-'}, last pass {record.get('result') or '-'}\n"
-                                                            if live.status is not None else "no status record (is fleetops reconciling it?)\n"))
-        sys.stdout.write("\n\n".join(a.text() for a in answers) + "\n" if answers else f"no pending job of {tenant} on {found.name}\n")
-    raise typer.Exit(code)
+        sys.stdout.write(why_answer.report(found.name, live.status, answers, tenant))
+    raise typer.Exit(errors.ExitCode.DENIED if never else errors.ExitCode.OK)
 
 
 @app.command("standing")
@@ -877,42 +882,49 @@ def standing_command(
     context: ContextOpt = None,
     in_cluster: InClusterOpt = False,
     request_timeout: TimeoutOpt = "30s",
+    prometheus: Annotated[str | None, typer.Option("--prometheus", envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus holding metering's history: the minutes below guarantee while others borrowed (unknown without it)")] = None,
+    prometheus_token_file: PrometheusTokenOpt = None,
+    window: Annotated[str, typer.Option("--window", help="How far back the minutes below guarantee are counted (24h, 7d)")] = "24h",
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """A tenant's standing on each of its clusters, per device resource: guarantee, reachable burst, in use, borrowed,
-    lent and pending, from the live queues. Exit 0, or 2 on bad input or when a cluster cannot be read."""
-    from fleetops.why import answer as why_answer, standing as why_standing
+    lent and pending, from the live queues, and with --prometheus the minutes it spent below its guarantee while others
+    borrowed. Exit 0, or 2 on bad input or when a cluster or Prometheus cannot be read."""
+    from fleetops import prometheus as prom, usage
+    from fleetops.why import answer as why_answer, history, standing as why_standing
 
     document = read_document(environments, env)
     found = next((t for t in document.env.tenants if t.name == tenant), None)
     if found is None:
         fail(f"--tenant: no tenant {tenant!r} in {env}")
+    try:
+        span = usage.parse_window(window)
+    except ValueError as exc:
+        fail(f"--window: {exc}")
     names = cluster_names or found.clusters
-    if (context or in_cluster) and len(names) != 1:
-        fail(f"{'--context' if context else '--in-cluster'} reaches one cluster: use it with exactly one --cluster")
-    rows: list[Any] = []
-    problems: list[str] = []
     for name in names:
         if name not in found.clusters:
             fail(f"--cluster: tenant {tenant} is not on {name} (its clusters: {', '.join(found.clusters)})")
-        c, live = live_cluster(document, name, kubeconfig, context, in_cluster, request_timeout, tenant)
-        rows += why_standing.standing(why_answer.Cluster(document, c, live), tenant)
+    reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, names)
+    source = prom.Prometheus(prometheus, token_file=prometheus_token_file) if prometheus else None
+    rows: list[Any] = []
+    problems: list[str] = []
+    for name in names:
+        c, live = live_cluster(document, name, reach, tenant)
+        past = (lambda resource, c=c: history.measure(source, document.env, c, tenant, resource, span)) if source else None
+        try:
+            rows += why_standing.standing(why_answer.Cluster(document, c, live), tenant, past)
+        except prom.PrometheusError as exc:
+            fail(exc.lines[0])
         problems += live.problems
     if output is Output.json:
         sys.stdout.write(as_json(envelope("standing", True, {"rows": len(rows)}, [errors.Problem(p) for p in problems], environment=env,
                                           tenant=tenant, standing=[r.to_dict() for r in rows])))
         return
-    from rich.table import Table
-
-    table = Table(title=f"{tenant} in {env}", title_justify="left")
-    columns = ("cluster", "resource", "guaranteed", "reachable", "in use", "borrowed", "lent", "pending jobs", "pending units")
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
-    for r in rows:
-        table.add_row(r.cluster, r.resource, *(str(v) for v in (r.guaranteed, r.reachable, r.in_use, r.borrowed, r.lent, r.pending_jobs, r.pending_units)))
     for problem in problems:
         err.print(problem, markup=False, highlight=False)
-    out.print(table)
+    out.print(why_standing.table(rows, f"{tenant} in {env}"))
+    sys.stdout.write("".join(f"{line}\n" for line in why_standing.notes(rows)))  # whole lines: a wrapped basis reads wrong
 
 
 @app.command("deploy")  # named apart from the module it runs

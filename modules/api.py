@@ -2,8 +2,10 @@
 
 It runs in the reconciler's namespace of one cluster, from the reconciler's image, reading the same
 Git repository (Secret `fleetops-git`, key `url`). Its bearer tokens' hashes and its TLS certificate
-come from Secrets whoever installs the fleet creates; neither belongs in Git. Its only Kubernetes
-permission is to read that cluster's reconcile status ConfigMap; everything else it serves is Git's.
+come from Secrets whoever installs the fleet creates; neither belongs in Git. Its Kubernetes
+permissions are reads: that cluster's reconcile status ConfigMap, and what `why` and `standing`
+read live (fleetops.why.live: LISTs of Kueue's queues and Workloads, the nodes and their Leases).
+Everything else it serves is Git's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from modules.kube import Part, Target
 from modules.reconciler import CACHE, CACHE_ENV, GIT_ENV, RESTRICTED_CONTAINER, deployment, network_policy, role_binding
 
 NAME = spec.API
+# What fleetops.why.live.read lists, cluster-wide, and nothing else: it never gets, watches or writes these.
+WHY_READS = [
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "clusterqueues", "cohorts", "localqueues", "resourceflavors"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    # the nodes' clocks (kube-node-lease); cluster.ClusterAPI lists a kind across namespaces only
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]},
+]
 SELECTOR = {kube.NAME_LABEL: NAME}
 TOKENS = "/etc/fleetops-api/tokens"
 TLS = "/etc/fleetops-api/tls"
@@ -53,6 +62,8 @@ def manifests(target: Target, env: spec.Environment, api: spec.Api) -> list[dict
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [kube.STATUS_CONFIGMAP], "verbs": ["get"]}],
         },
         role_binding(target, "Role", NAME, ns),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": target.metadata(NAME, labels=SELECTOR), "rules": WHY_READS},
+        role_binding(target, "ClusterRole", NAME, ns),
         deployment(target, NAME, ns, api.replicas, container, [
             {"name": "tokens", "secret": {"secretName": api.tokens_secret, "items": [{"key": "tokens.json", "path": "tokens.json"}]}},
             {"name": "tls", "secret": {"secretName": api.tls_secret}},

@@ -31,7 +31,7 @@ def test_the_api_runs_on_its_declared_cluster_only_with_the_reconcilers_image() 
     for cluster in prod().clusters:
         assert bool(api_objects(cluster)) == (cluster == env.api.cluster)
     objects = api_objects(env.api.cluster)
-    assert set(objects) == {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "NetworkPolicy"}
+    assert set(objects) == {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "NetworkPolicy"}
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == env.reconciler.image
@@ -43,14 +43,22 @@ def test_the_api_runs_on_its_declared_cluster_only_with_the_reconcilers_image() 
     assert schema.validate_objects(prod().objects()) == []
 
 
-def test_its_only_right_is_to_read_the_reconcile_status_of_its_cluster() -> None:
+def test_its_rights_are_to_read_the_reconcile_status_and_list_what_why_reads() -> None:
     objects = api_objects("center-bj")
     assert objects["Role"]["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [kube.STATUS_CONFIGMAP], "verbs": ["get"]}]
     assert objects["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": objects["Role"]["metadata"]["namespace"]}]
-    assert not any(m["kind"] in ("ClusterRole", "ClusterRoleBinding") and m["metadata"]["name"] == NAME for m in prod().clusters["center-bj"])
-    # the reconciler may write the API's Role only if it holds its rule: Kubernetes refuses an escalation
+    assert objects["ClusterRoleBinding"]["subjects"] == objects["RoleBinding"]["subjects"]
+    # `why` and `standing` list Kueue's queues and Workloads, the nodes and their Leases: list, and no other verb
+    cluster_rules = objects["ClusterRole"]["rules"]
+    assert {v for r in cluster_rules for v in r["verbs"]} == {"list"}
+    assert {(g, res) for r in cluster_rules for g in r["apiGroups"] for res in r["resources"]} == {
+        *(("kueue.x-k8s.io", k) for k in ("workloads", "clusterqueues", "cohorts", "localqueues", "resourceflavors")),
+        ("", "nodes"), ("coordination.k8s.io", "leases")}
+    # the reconciler may write the API's roles only if it holds their rules: Kubernetes refuses an escalation
     reconciler_role = next(m for m in prod().clusters["center-bj"] if m["kind"] == "ClusterRole" and m["metadata"]["name"] == "fleetops-reconciler")
-    assert objects["Role"]["rules"][0] in reconciler_role["rules"]
+    held = {(g, res, v) for r in reconciler_role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    for rule in [objects["Role"]["rules"][0], *cluster_rules]:
+        assert {(g, res, v) for g in rule["apiGroups"] for res in rule["resources"] for v in rule["verbs"]} <= held, rule
 
 
 def test_only_the_declared_clients_may_connect() -> None:

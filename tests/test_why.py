@@ -143,3 +143,27 @@ def test_why_refuses_bad_input_in_one_line_and_exit_2(tmp_path: Path) -> None:
     done = run("standing", "--env", "dev", "--tenant", "ml-sandbox", "--cluster", "dev-edge")
     assert done.returncode == 2 and "tenant ml-sandbox is not on dev-edge" in done.stderr
     refusing.close()
+
+
+def test_the_change_that_would_let_a_job_in_comes_judged_as_the_fleet_apis_quote_of_it(api: TestClient) -> None:
+    """ml-sandbox's job waits for dev-a100: growing the pool by a node would let it in. The answer carries that change
+    judged as POST /v1/quotes judges it (the same verdict and cost); the tenant's token sees only the verdict and the
+    cost's change, the operator's the decisions too."""
+    def nodes_remedy(token: str) -> dict[str, Any]:
+        (answer,) = get(api, "/v1/tenants/ml-sandbox/why?cluster=dev-center", token).json()["answers"]
+        return next(r for r in answer["remedies"] if r["kind"] == "nodes")
+
+    operator, tenant = nodes_remedy(OPERATOR), nodes_remedy(SANDBOX)
+    assert operator["quote"] == tenant["quote"] == {"changes": [{"op": "nodes", "cluster": "dev-center", "pool": "dev-a100", "delta": 1}]}
+    quoted = api.post("/v1/quotes", json=operator["quote"], headers={"Authorization": f"Bearer {OPERATOR}"})
+    assert quoted.status_code == 200, quoted.text
+    judged = quoted.json()
+    assert operator["quoted"]["verdict"] == tenant["quoted"]["verdict"] == judged["verdict"]
+    assert operator["quoted"]["cost"] == judged["cost"] and judged["cost"]["delta"] > 0, judged["cost"]
+    assert operator["quoted"]["decisions"] == judged["decisions"]
+    assert tenant["quoted"] == {"verdict": judged["verdict"], "cost": {"delta": judged["cost"]["delta"], "currency": judged["cost"]["currency"]}}
+
+
+def test_standing_without_metering_history_says_the_minutes_below_guarantee_are_unknown_never_zero(api: TestClient) -> None:
+    rows = get(api, "/v1/tenants/ml-sandbox/standing", SANDBOX).json()["standing"]
+    assert rows and all(r["below_guarantee_minutes"] is None and r["below_guarantee_basis"] == "unknown (no history: give --prometheus)" for r in rows), rows

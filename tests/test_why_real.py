@@ -65,9 +65,9 @@ class Asker:
         (one,) = self.why("--job", job, code=code)["answers"]
         return one
 
-    def standing(self, tenant: str) -> list[dict[str, Any]]:
+    def standing(self, tenant: str, *more: str) -> list[dict[str, Any]]:
         done = run("standing", "--env", self.env, "--tenant", tenant, "--cluster", self.cluster, "--environments", self.environments,
-                   "--kubeconfig", self.kubeconfig, "--output", "json")
+                   "--kubeconfig", self.kubeconfig, "--output", "json", *more)
         assert done.returncode == 0, (done.stdout, done.stderr)
         document = json.loads(done.stdout)
         SCHEMA.validate(document)
@@ -93,6 +93,23 @@ def waiting(tenants: Tenants, tenant: str, uid: str) -> str:
     return reserved["message"]
 
 
+GPU = "nvidia.com/gpu"
+
+
+def fill_then_wait(tenants: Tenants, fill: tuple[str, str, int], ask: tuple[str, str, int], cls: str = "training-standard",
+                   ask_class: str | None = None, queue: str | None = None) -> tuple[str, str, str]:
+    """The scenario most causes share: `fill` = (tenant, job, GPUs) admitted and counted in its queue's usage, then
+    `ask` submitted (of `ask_class`, default `cls`, into `queue`, default the tenant's) and left pending by Kueue.
+    The uids of both jobs and Kueue's reason for leaving the second pending."""
+    holder, name, units = fill
+    held = tenants.submit(holder, name, {GPU: units}, cls)
+    tenants.admitted(holder, held)
+    tenants.usage(holder, units)
+    tenant, name, units = ask
+    asked = tenants.submit(tenant, name, {GPU: units}, ask_class or cls, queue)
+    return held, asked, waiting(tenants, tenant, asked)
+
+
 # --- the quota: a pool full of others' work, the tenant's own burst, a class that never preempts ----------
 
 
@@ -104,11 +121,9 @@ def test_a_job_waiting_for_a_full_pool_names_the_pool_its_holders_and_how_much_f
     and the pool grown by a node as the change that would let it in; `standing` says the same of platform-dev. The
     reconciler's last pass on the cluster (its status ConfigMap) is said beside the answer."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    fill = tenants.submit("platform-dev", "fill", {"nvidia.com/gpu": 20}, "training-standard")
+    fill, _, reason = fill_then_wait(tenants, ("platform-dev", "fill", 20), ("ml-sandbox", "train", 16))
     assert flavors(tenants.admitted("platform-dev", fill)) == {"nvidia.com/gpu": "dev-a100"}
-    tenants.usage("platform-dev", 20)
-    asked = tenants.submit("ml-sandbox", "train", {"nvidia.com/gpu": 16}, "training-standard")
-    assert "insufficient unused quota" in waiting(tenants, "ml-sandbox", asked)
+    assert "insufficient unused quota" in reason
 
     # The reconciler's record of its last pass in the cluster, as fleetops.reconcile writes it.
     record = {"environment": "dev", "revision": "4f1c2a9", "result": "ok", "message": ""}
@@ -137,6 +152,36 @@ def test_a_job_waiting_for_a_full_pool_names_the_pool_its_holders_and_how_much_f
     assert (gpu["guaranteed"], gpu["in_use"], gpu["borrowed"], gpu["pending_jobs"]) == (16, 20, 4, 0), gpu
     (sandbox,) = [s for s in asker.standing("ml-sandbox") if s["resource"] == "nvidia.com/gpu"]
     assert (sandbox["guaranteed"], sandbox["in_use"], sandbox["lent"], sandbox["pending_jobs"], sandbox["pending_units"]) == (8, 0, 0, 1, 16), sandbox
+    # Without metering's history the minutes below guarantee are unknown, and said so: never 0.
+    assert (sandbox["below_guarantee_minutes"], sandbox["below_guarantee_basis"]) == (None, "unknown (no history: give --prometheus)")
+    assert "unknown (no history: give --prometheus)" in run("standing", "--env", "dev", "--tenant", "ml-sandbox", "--cluster", "dev-center",
+                                                            "--kubeconfig", asker.kubeconfig).stdout
+
+
+def test_minutes_below_guarantee_while_others_borrowed_are_counted_from_metering_history(kueue, tmp_path: Path) -> None:
+    """Metering's recorded series (fleetops:tenant_devices:physical, physical devices of running pods) in a real
+    Prometheus: over the last hour platform-dev ran 5 A100s of dev-a100 (20 units at its time-slicing x4, past its
+    guarantee of 16, line 53) for 30 minutes and 4 (16, within it) otherwise; ml-sandbox (guarantee 8, line 60) ran
+    nothing. `standing --prometheus --window 1h` says ml-sandbox spent 30 minutes below its guarantee while others
+    borrowed, platform-dev none, with the window, series and Prometheus the figure depends on."""
+    import time
+
+    from fleetops.usage import DEVICES
+
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    base = int(time.time()) // 60 * 60
+    labels = 'cluster="dev-center",pool="dev-a100",resource="nvidia.com/gpu",tenant="platform-dev"'
+    # a sample a minute from 90 minutes ago to 10 minutes ahead; borrowing in [base-45m, base-15m): inside the hour
+    # however many minutes pass before the command asks
+    samples = [f"{DEVICES}{{{labels}}} {5 if base - 2700 <= t < base - 900 else 4} {t}" for t in range(base - 5400, base + 660, 60)]
+    with servers.prometheus_server(tmp_path / "prometheus", "\n".join(samples) + "\n# EOF\n") as prometheus:
+        asker = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev")
+        history = ("--prometheus", prometheus.url, "--window", "1h")
+        rows = {t: next(s for s in asker.standing(t, *history) if s["resource"] == "nvidia.com/gpu") for t in ("ml-sandbox", "platform-dev")}
+    assert rows["ml-sandbox"]["below_guarantee_minutes"] == 30, rows["ml-sandbox"]
+    assert rows["platform-dev"]["below_guarantee_minutes"] == 0, rows["platform-dev"]
+    basis = rows["ml-sandbox"]["below_guarantee_basis"]
+    assert "last 1 hour" in basis and DEVICES in basis and prometheus.url in basis, basis
 
 
 def test_a_job_beyond_its_tenants_burst_names_the_burst_line_and_the_tenants_own_work(kueue, tmp_path: Path) -> None:
@@ -144,11 +189,7 @@ def test_a_job_beyond_its_tenants_burst_names_the_burst_line_and_the_tenants_own
     lines 28-30): edge-dev holds 3; one more waits although the group has a device free. The answer points at
     the burst, names edge-dev's own job to wait for and the quota change (+1 burst) as the fleet API's quote."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-edge")))
-    serve = tenants.submit("edge-dev", "serve", {"nvidia.com/gpu": 3}, "inference-critical")
-    tenants.admitted("edge-dev", serve)
-    tenants.usage("edge-dev", 3)
-    more = tenants.submit("edge-dev", "more", {"nvidia.com/gpu": 1}, "inference-critical")
-    waiting(tenants, "edge-dev", more)
+    fill_then_wait(tenants, ("edge-dev", "serve", 3), ("edge-dev", "more", 1), "inference-critical")
 
     answer = Asker(tenants.kueue, tmp_path, "dev", "dev-edge", "dev-edge").answer("edge-dev/more")
     burst = blocker(answer, "tenant-quota")
@@ -168,11 +209,8 @@ def test_a_class_that_never_preempts_waits_for_borrowers_within_its_tenants_guar
     and `standing` says ml-sandbox lends 8. Then its training-standard job of 8 reclaims the guarantee: Kueue evicts
     platform-dev's job, whose answer says it was evicted by a reclamation and who holds the pool now."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    fill = tenants.submit("platform-dev", "fill", {"nvidia.com/gpu": 32}, "training-standard")
-    tenants.admitted("platform-dev", fill)
-    tenants.usage("platform-dev", 32)
-    batch = tenants.submit("ml-sandbox", "batch", {"nvidia.com/gpu": 8}, "batch-low", "ml-sandbox-non-preempting-queue")
-    waiting(tenants, "ml-sandbox", batch)
+    fill, _, _ = fill_then_wait(tenants, ("platform-dev", "fill", 32), ("ml-sandbox", "batch", 8), ask_class="batch-low",
+                                queue="ml-sandbox-non-preempting-queue")
 
     asker = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev")
     answer = asker.answer("ml-sandbox/batch")
@@ -253,11 +291,7 @@ def test_a_spot_pool_with_room_is_named_when_the_jobs_class_may_not_go_there(kue
     full (platform-dev's 32). data-prep's training-standard job waits: dev-spot has the room, but training-standard
     (line 94) is not preemptible, so it may not go there: the answer names the full pool and the class's line."""
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
-    fill = tenants.submit("platform-dev", "fill", {"nvidia.com/gpu": 32}, "training-standard")
-    tenants.admitted("platform-dev", fill)
-    tenants.usage("platform-dev", 32)
-    train = tenants.submit("data-prep", "train", {"nvidia.com/gpu": 2}, "training-standard")
-    waiting(tenants, "data-prep", train)
+    fill_then_wait(tenants, ("platform-dev", "fill", 32), ("data-prep", "train", 2))
 
     answer = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev").answer("data-prep/train")
     spot = blocker(answer, "spot-not-accepted")
@@ -335,3 +369,57 @@ def test_edge_nodes_not_ready_cordoned_quarantined_or_with_a_skewed_clock_are_na
     assert (skew["line"], skew["path"]) == (line_of(DEV, "name: dev-jetson"), group), skew
     seconds = int(re.search(r"dev-orin-0 ([-+][0-9]+)s", skew["message"]).group(1))
     assert -620 < seconds < -580, skew  # ten minutes behind, give or take the seconds the test took
+
+
+# --- the fleet API's own rights: what `serve` answers `why` with -------------------------------------------
+
+
+def test_the_fleet_apis_service_account_answers_why_and_standing_and_writes_nothing(kueue, tmp_path: Path) -> None:
+    """dev.yaml with an `api:` section on dev-center: the ServiceAccount, roles and bindings rendered for the fleet API
+    (modules/api.py), applied to the real kube-apiserver; a token of that ServiceAccount (TokenRequest, as its pod
+    gets one) answers `why` and `standing` as the admin's does, and is refused every write of what it reads."""
+    from kubernetes import dynamic
+
+    from fleetops import render
+    from modules.api import NAME
+    from tests.test_real_kube import service_account_token
+
+    path = variant(tmp_path, "dev", {"\nprices:": "\napi: {cluster: dev-center, allow_from: [10.20.0.0/16]}\n\nprices:"})
+    state = render.render(path, revision="r1").clusters["dev-center"]
+    tenants = Tenants(kueue(state))
+    _, asked, reason = fill_then_wait(tenants, ("platform-dev", "fill", 20), ("ml-sandbox", "train", 16))
+    assert "insufficient unused quota" in reason
+    servers.Kubelets(tenants.kueue.api).register("dev-a100-0", {"nvidia.com/gpu": "16", "cpu": "64", "memory": "512Gi", "pods": "110"})
+
+    # kueue() applied every object of the cluster: the API's own are among them, as the reconciler applies them
+    kinds = {m["kind"] for m in state if m["metadata"]["name"] == NAME}
+    assert {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} <= kinds, kinds
+    namespace = next(m for m in state if m["kind"] == "ServiceAccount" and m["metadata"]["name"] == NAME)["metadata"]["namespace"]
+    server = tenants.kueue.api
+    token = service_account_token(server, namespace, NAME)
+    as_api = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev", path.parent)
+    as_api.kubeconfig = servers.write_kubeconfig(tmp_path / "api.kubeconfig", {"dev": (server, token)})
+    admin = Asker(tenants.kueue, tmp_path, "dev", "dev-center", "dev", path.parent)
+    answer = as_api.answer("ml-sandbox/train")
+    assert answer == admin.answer("ml-sandbox/train")
+    assert blocker(answer, "pool-size")["path"] == "clusters[dev-center].pools[dev-a100].nodes"
+    assert [h["tenant"] for h in answer["holders"]] == ["platform-dev"]
+    assert as_api.standing("platform-dev") == admin.standing("platform-dev")
+
+    dyn = dynamic.DynamicClient(server.client(token=token))
+    workload = next(w for w in client.CustomObjectsApi(server.client()).list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "ml-sandbox", "workloads")["items"] if w["metadata"]["ownerReferences"][0]["uid"] == asked)
+    writes = [
+        lambda: dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="Workload").delete(name=workload["metadata"]["name"], namespace="ml-sandbox"),
+        lambda: dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue").patch(
+            name="ml-sandbox", body={"metadata": {"labels": {"x": "y"}}}, content_type="application/merge-patch+json"),
+        lambda: dyn.resources.get(api_version="v1", kind="Node").patch(name="dev-a100-0", body={"spec": {"unschedulable": True}},
+                                                                      content_type="application/merge-patch+json"),
+        lambda: dyn.resources.get(api_version="coordination.k8s.io/v1", kind="Lease").delete(name="dev-a100-0", namespace=servers.NODE_LEASE_NAMESPACE),
+        lambda: dyn.resources.get(api_version="v1", kind="ConfigMap").get(namespace=namespace),  # reads beyond its one ConfigMap, too
+        lambda: dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="Workload").get(name=workload["metadata"]["name"], namespace="ml-sandbox"),
+    ]
+    for write in writes:
+        with pytest.raises(client.exceptions.ApiException) as refused:
+            write()
+        assert refused.value.status == 403, refused.value

@@ -381,7 +381,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
             quote_slots.release()
 
     if clusters is not None:
-        why_routes.register(app, current, principal, visible_tenant, clusters, Problem)
+        why_routes.register(app, current, principal, visible_tenant, clusters, Problem, meter.prometheus if meter else None)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

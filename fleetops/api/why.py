@@ -4,9 +4,17 @@
 its clusters; `GET /v1/tenants/{name}/standing[?cluster=C]` its standing. A tenant token asks of its own
 tenant only (403 otherwise), and its answers are made for it: other tenants' names, jobs and use never
 appear in them (the pool's free units do, as Kueue's own message on the job says them).
+
+A remedy that is a change of the environment file (a tenant's quota, a pool's nodes) carries its quote request;
+here it is also judged, as `POST /v1/quotes` judges it (`quoted`): `fleetops.why` sits below the API and plan and
+cannot render or judge, so the route composes the two. Each distinct change is judged once per question, at most
+MAX_QUOTES of them (each renders and judges the fleet). A tenant token sees the verdict and the cost's change only:
+the decisions and capacity of a quote speak of the whole fleet. `standing`'s minutes below guarantee come from the
+server's `--prometheus` (metering's history), unknown without it.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations.
+import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -15,16 +23,20 @@ from fastapi import Depends, FastAPI, Query, Response
 from pydantic import WithJsonSchema
 
 from fleetops import spec
+from fleetops.api import models, quote as quote_mod
 from fleetops.api.auth import Principal
 from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
-from fleetops.why import answer as why_answer, live as why_live, standing as why_standing
-from fleetops.why.jobs import State
+from fleetops.prometheus import Prometheus
+from fleetops.usage import Window, parse_window
+from fleetops.why import answer as why_answer, history, live as why_live, standing as why_standing
+from fleetops.why.jobs import select
 
 log = logging.getLogger("fleetops.api")
+MAX_QUOTES = 3  # distinct changes judged per question: each renders and judges the fleet, seconds of CPU
+HISTORY = parse_window("24h")  # how far back `standing` counts the minutes below guarantee
 Connect = Callable[[spec.Cluster], ClusterAPI | None]
-WAITING = (State.PENDING, State.EVICTED, State.RESERVED)
 UNREADABLE = {"503": {"description": "the cluster could not be read (never an empty answer)",
                       "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}}
 
@@ -41,10 +53,35 @@ WhyDocument = _document("answers", "why_answer")
 StandingDocument = _document("standing", "standing_row")
 
 
+def quoted(snapshot: Snapshot, request: dict[str, Any], viewer: str | None) -> dict[str, Any]:
+    """A remedy's change judged as `POST /v1/quotes` judges it: the operator sees the verdict, decisions, quota changes,
+    objects and cost; a tenant (`viewer`) the verdict and the cost's change only. A change the revision refuses is said so."""
+    try:
+        judged = quote_mod.quote(snapshot, models.QuoteRequest.model_validate(request))
+    except FleetopsError as exc:
+        return {"verdict": None, "refused": exc.lines[0]}
+    if viewer is not None:
+        cost = judged["cost"]
+        return {"verdict": judged["verdict"], "cost": {"delta": cost["delta"], "currency": cost["currency"]}}
+    return {k: judged[k] for k in ("verdict", "counts", "decisions", "quota_changes", "objects", "cost")}
+
+
+def quote_remedies(snapshot: Snapshot, answers: list[dict[str, Any]], viewer: str | None) -> None:
+    """Each remedy's quote request of `answers` judged in place (`quoted`), each distinct change once, at most MAX_QUOTES."""
+    judged: dict[str, dict[str, Any]] = {}
+    for remedy in (r for a in answers for r in a["remedies"] if r["quote"] is not None):
+        key = json.dumps(remedy["quote"], sort_keys=True)
+        if key not in judged:
+            judged[key] = (quoted(snapshot, remedy["quote"], viewer) if len(judged) < MAX_QUOTES else
+                           {"verdict": None, "refused": f"not judged: more than {MAX_QUOTES} changes in one answer (POST /v1/quotes judges it)"})
+        remedy["quoted"] = judged[key]
+
+
 def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_tenant: Callable[..., spec.Tenant],
-             connect: Connect, problem: Callable[..., Exception]) -> None:
+             connect: Connect, problem: Callable[..., Exception], prometheus: Prometheus | None = None, window: Window = HISTORY) -> None:
     """Add the routes to `app`: `who` is its dependency naming the token's principal, `visible_tenant` its check
-    that the token may see the tenant, `problem(status, kind, detail)` its problem+json error."""
+    that the token may see the tenant, `problem(status, kind, detail)` its problem+json error; `prometheus` holds
+    metering's history for `standing` (unknown without it)."""
     Who = Annotated[Principal, Depends(who)]
 
     def read(snapshot: Snapshot, tenant: spec.Tenant, cluster: str | None) -> list[tuple[spec.Document, spec.Cluster, why_live.Live]]:
@@ -77,11 +114,10 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
         viewer = who.tenant  # None for an operator: it sees every tenant's holdings
         answers = []
         for document, found, live in read(snapshot, tenant, cluster):
-            mine = [j for j in live.jobs if j.namespace == tenant.name]
-            jobs = [j for j in mine if job in (j.name, j.workload)] if job else [j for j in mine if j.state in WAITING]
-            answers += [a.to_dict() for a in why_answer.explain_all(document, found, live, jobs, viewer)]
+            answers += [a.to_dict() for a in why_answer.explain_all(document, found, live, select(live.jobs, tenant.name, job or None), viewer)]
         if job is not None and not answers:
             raise problem(404, "no-such-job", f"no Kueue Workload of job {job!r} of {tenant.name}")
+        quote_remedies(snapshot, answers, viewer)
         return {"environment": snapshot.environment, "revision": snapshot.revision, "tenant": tenant.name, "answers": answers}
 
     @app.get("/v1/tenants/{name}/standing", response_model=StandingDocument, responses=UNREADABLE)
@@ -90,6 +126,12 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
         response.headers["Cache-Control"] = "no-store"
         snapshot = current()
         tenant = visible_tenant(snapshot, name, who)
-        rows = [r.to_dict() for document, found, live in read(snapshot, tenant, cluster)
-                for r in why_standing.standing(why_answer.Cluster(document, found, live, tenant.name), tenant.name)]
+        rows = []
+        for document, found, live in read(snapshot, tenant, cluster):
+            past = (lambda resource, c=found: history.measure(prometheus, snapshot.env, c, tenant.name, resource, window)) if prometheus else None
+            try:
+                rows += [r.to_dict() for r in why_standing.standing(why_answer.Cluster(document, found, live, tenant.name), tenant.name, past)]
+            except FleetopsError as exc:  # Prometheus did not answer: no figure rather than a wrong one
+                log.warning("standing: metering unreadable: %s", exc.lines[0])
+                raise problem(503, "metering-unreadable", exc.lines[0], {"Retry-After": "10"}) from None
         return {"environment": snapshot.environment, "revision": snapshot.revision, "tenant": tenant.name, "standing": rows}

@@ -124,6 +124,9 @@ class State(StrEnum):
     FINISHED = "finished"
 
 
+WAITING = (State.PENDING, State.EVICTED, State.RESERVED)  # what `why --tenant` and the API answer by default
+
+
 @dataclass(frozen=True)
 class Toleration:
     key: str
@@ -252,3 +255,10 @@ def read_job(raw: dict[str, Any]) -> Job:
     return Job(meta.namespace, owner, meta.name, spec.queueName, priority_class, spec.priority or 0, tuple(pod_sets), state,
                (cond.message or "") if cond else "", (cond.reason or "") if cond else "",
                admission.clusterQueue if admission is not None and state in (State.RESERVED, State.ADMITTED) else None, assigned, since)
+
+
+def select(jobs: list[Job], namespace: str, name: str | None = None) -> list[Job]:
+    """The jobs of `namespace` a question is about: the one named `name` (its owner's name or its Workload's), or,
+    without a name, every one still waiting (pending, evicted, or reserved and not yet admitted)."""
+    mine = [j for j in jobs if j.namespace == namespace]
+    return [j for j in mine if name in (j.name, j.workload)] if name is not None else [j for j in mine if j.state in WAITING]

@@ -1,13 +1,16 @@
 """Where a tenant stands on a cluster now, per device resource: its guarantee (what Kueue's live queues
 hold for it), what it holds, what of that it borrows, what of its guarantee others hold while it does not
-use it (lent), and its pending work."""
+use it (lent), its pending work, and from metering's history how long it sat below its guarantee while
+others borrowed (`history`; unknown without it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fleetops.why.answer import Cluster, device_resources
+from fleetops.why.history import UNKNOWN, BelowGuarantee
 from fleetops.why.jobs import State
 
 
@@ -23,13 +26,18 @@ class Standing:
     lent: int  # of its guarantee, unused, held by others borrowing past the pool's unguaranteed units
     pending_jobs: int
     pending_units: int
+    below: BelowGuarantee = UNKNOWN
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**{k: v for k, v in self.__dict__.items() if k != "below"}, **self.below.to_dict()}
 
 
-def standing(ctx: Cluster, tenant: str) -> list[Standing]:
-    """The tenant's standing per device resource it has quota for (or asks for) on the cluster."""
+History = Callable[[str], BelowGuarantee]  # resource -> the tenant's minutes below its guarantee on the cluster
+
+
+def standing(ctx: Cluster, tenant: str, history: History | None = None) -> list[Standing]:
+    """The tenant's standing per device resource it has quota for (or asks for) on the cluster; `history` (metering's
+    Prometheus) gives its minutes below guarantee while others borrowed, unknown without it."""
     granted = ctx.granted.get(tenant, {})
     devices = device_resources(ctx.env)
     pending: dict[str, list[int]] = {}
@@ -52,5 +60,28 @@ def standing(ctx: Cluster, tenant: str) -> list[Standing]:
             lent += min(max(0, grant.guaranteed - used), max(0, others - shared))
         units = pending.get(resource, [])
         out.append(Standing(tenant, ctx.cluster.name, resource, sum(g.guaranteed for g in per_flavor.values()),
-                            max((g.reachable for g in per_flavor.values()), default=0), in_use, borrowed, lent, len(units), sum(units)))
+                            max((g.reachable for g in per_flavor.values()), default=0), in_use, borrowed, lent, len(units), sum(units),
+                            history(resource) if history else UNKNOWN))
     return out
+
+
+COLUMNS = ("cluster", "resource", "guaranteed", "reachable", "in use", "borrowed", "lent", "pending jobs", "pending units",
+           "below guarantee (min)")
+
+
+def table(rows: list[Standing], title: str) -> Any:
+    """`standing`'s table output (a rich Table); what its last column depends on is `notes`."""
+    from rich.table import Table
+
+    out = Table(title=title, title_justify="left")
+    for col in COLUMNS:
+        out.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
+    for r in rows:
+        out.add_row(r.cluster, r.resource, *(str(v) for v in (r.guaranteed, r.reachable, r.in_use, r.borrowed, r.lent, r.pending_jobs, r.pending_units)),
+                    "unknown" if r.below.minutes is None else f"{r.below.minutes:g}")
+    return out
+
+
+def notes(rows: list[Standing]) -> list[str]:
+    """What the minutes below guarantee depend on (or why they are unknown): a line per distinct basis."""
+    return [f"minutes below guarantee while others borrowed: {basis}" for basis in sorted({r.below.basis for r in rows})]
