@@ -41,9 +41,10 @@ def _block(tenant: int, pools_per_cluster: int, centers: int) -> range:
 
 
 def synthetic_environment(scale: float = 1.0, name: str = "large", *, center_clusters: int = CENTER_CLUSTERS,
-                          edge_clusters: int | None = None, tenants: int | None = None, edge_groups: int | None = None) -> dict[str, Any]:
+                          edge_clusters: int | None = None, tenants: int | None = None, edge_groups: int | None = None,
+                          nodes: int = 40) -> dict[str, Any]:
     """A fleet of `scale`; a shape may be given instead (clusters, tenants, edge groups over all edge clusters),
-    e.g. a PAI-like one of 2 center and 2 edge clusters, 355 tenants and 60 edge groups."""
+    e.g. a PAI-like one of 2 center and 2 edge clusters, 355 tenants and 60 edge groups; `nodes` per pool."""
     pools_per_cluster = max(1, round(12.5 * scale))
     edge_clusters = edge_clusters or EDGE_CLUSTERS * max(1, math.ceil(scale))
     groups_per_edge = max(1, round((edge_groups or 50 * scale * EDGE_CLUSTERS) / edge_clusters))
@@ -57,7 +58,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large", *, center_clu
                 {
                     "name": f"c{c}-pool{p}",
                     "device": device,
-                    "nodes": 40,
+                    "nodes": nodes,
                     "sharing": sharing,
                     "match": {"name_pattern": f"c{c}-pool{p}-*"},
                 }
