@@ -33,20 +33,24 @@ def _fingerprint(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def _block(tenant: int, pools_per_cluster: int) -> range:
+def _block(tenant: int, pools_per_cluster: int, centers: int) -> range:
     """The pools one tenant may use: a block of consecutive pools, one of each kind where there are enough."""
     blocks = max(1, pools_per_cluster // len(POOL_KINDS))
-    start = (tenant // CENTER_CLUSTERS) % blocks * len(POOL_KINDS)
+    start = (tenant // centers) % blocks * len(POOL_KINDS)
     return range(start, min(start + len(POOL_KINDS), pools_per_cluster))
 
 
-def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, Any]:
+def synthetic_environment(scale: float = 1.0, name: str = "large", *, center_clusters: int = CENTER_CLUSTERS,
+                          edge_clusters: int | None = None, tenants: int | None = None, edge_groups: int | None = None,
+                          nodes: int = 40) -> dict[str, Any]:
+    """A fleet of `scale`; a shape may be given instead (clusters, tenants, edge groups over all edge clusters),
+    e.g. a PAI-like one of 2 center and 2 edge clusters, 355 tenants and 60 edge groups; `nodes` per pool."""
     pools_per_cluster = max(1, round(12.5 * scale))
-    edge_clusters = EDGE_CLUSTERS * max(1, math.ceil(scale))
-    groups_per_edge = max(1, round(50 * scale * EDGE_CLUSTERS / edge_clusters))
-    tenants = max(1, round(1000 * scale))
+    edge_clusters = edge_clusters or EDGE_CLUSTERS * max(1, math.ceil(scale))
+    groups_per_edge = max(1, round((edge_groups or 50 * scale * EDGE_CLUSTERS) / edge_clusters))
+    tenants = tenants or max(1, round(1000 * scale))
     clusters: list[dict[str, Any]] = []
-    for c in range(CENTER_CLUSTERS):
+    for c in range(center_clusters):
         pools = []
         for p in range(pools_per_cluster):
             device, sharing = POOL_KINDS[p % len(POOL_KINDS)]
@@ -54,7 +58,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 {
                     "name": f"c{c}-pool{p}",
                     "device": device,
-                    "nodes": 40,
+                    "nodes": nodes,
                     "sharing": sharing,
                     "match": {"name_pattern": f"c{c}-pool{p}-*"},
                 }
@@ -94,7 +98,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 }
             )
             continue
-        c = t % CENTER_CLUSTERS
+        c = t % center_clusters
         resources = {"nvidia.com/gpu": {"guaranteed": 2, "burst": 8}}
         if t % 3 == 0 and pools_per_cluster > 3:  # small scales have no Ascend pool to draw from
             resources["huawei.com/Ascend910"] = {"guaranteed": 1, "burst": 4}
@@ -107,7 +111,7 @@ def synthetic_environment(scale: float = 1.0, name: str = "large") -> dict[str, 
                 "quota": resources,
                 # Only the pools of its quota's devices (a reachable pool without quota is a policy warning),
                 # in one block of len(POOL_KINDS) pools: a tenant's reach does not grow with the fleet.
-                "pools": [f"c{c}-pool{p}" for p in _block(t, pools_per_cluster) if POOL_KINDS[p % len(POOL_KINDS)][0]["resource"] in resources],
+                "pools": [f"c{c}-pool{p}" for p in _block(t, pools_per_cluster, center_clusters) if POOL_KINDS[p % len(POOL_KINDS)][0]["resource"] in resources],
                 "network": {"allow_to_endpoints": ["model-registry"]},
             }
         )

@@ -68,24 +68,12 @@ def config_map_manifest(target: Target) -> dict[str, Any]:
     }
 
 
-def unguaranteed(cluster: spec.Cluster, env: spec.Environment) -> dict[tuple[str, str], int]:
-    """(flavor, resource) -> the units of the pool that no tenant's guarantee on the cluster holds."""
-    free = {(g.name, r): units for g in (*cluster.pools, *cluster.edge_groups) for r, units in spec.group_capacity(g).items()}
-    for (_, resource), shares in spec.guarantee_placement(env, cluster).held.items():
-        for flavor, units in shares.items():
-            free[(flavor, resource)] -= units
-    for group in cluster.edge_groups:  # the group's offline ClusterQueue holds these outside every cohort
-        if group.offline_work is not None:
-            free[(group.name, group.device.resource)] -= group.offline_work.devices
-    return free
-
-
 def cohort_manifest(target: Target, cluster: spec.Cluster, env: spec.Environment) -> dict[str, Any]:
     """The cluster's root Cohort, parent of every tenant's: it holds the capacity no tenant is guaranteed,
     so that a tenant's burst can reach it on an idle cluster (Kueue lends only quota some node of the
     tree holds: without it, burst stopped at what the other tenants' guarantees lend)."""
     groups = [*cluster.pools, *cluster.edge_groups]
-    free = unguaranteed(cluster, env)
+    free = spec.unguaranteed(cluster, spec.guarantee_placement(env, cluster).held)
     offered = sorted({r for g in groups for r in spec.group_capacity(g)})
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",

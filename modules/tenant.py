@@ -121,18 +121,18 @@ Amounts = Callable[[int, int, int], dict[str, int]]  # (guaranteed, burst - guar
 def resource_groups(tenant: spec.Tenant, groups: list[spec.Group], placement: spec.Placement, lend_fraction: float,
                     amounts: Amounts) -> list[dict[str, Any]]:
     """Kueue resourceGroups for the tenant's device quotas, each flavor's numbers given by `amounts`:
-    the guarantee where `placement` holds it, what it may borrow beyond spread by capacity."""
-    by_name = {g.name: g for g in groups}
+    the guarantee where `placement` holds it, what it may borrow beyond spread by what it can borrow on
+    each pool (spec.Placement.borrowable), so that every unit of the allowance can be used."""
     out = []
     for resources, flavors in bundles(sorted(tenant.quota), groups):
         quotas: dict[str, list[dict[str, int]]] = {}
         for resource in resources:
             quota = tenant.quota[resource]
-            weights = [spec.group_capacity(by_name[f]).get(resource, 0) for f in flavors]
+            weights = [placement.borrowable(tenant.name, resource, f, lend_fraction) for f in flavors]
             held = placement.held.get((tenant.name, resource), {})
             nominal = [held.get(f, 0) for f in flavors]
             borrow = split(quota.burst - quota.guaranteed, weights)
-            quotas[resource] = [amounts(n, b, int(n * lend_fraction)) for n, b in zip(nominal, borrow)]
+            quotas[resource] = [amounts(n, b, spec.lent(n, lend_fraction)) for n, b in zip(nominal, borrow)]
         out.append(
             {
                 "coveredResources": resources,

@@ -121,6 +121,7 @@ deny contains d if {
 		"severity": "medium",
 		"msg": sprintf("%s: tenant %s guarantees %d of %d %s, above the %d%% share limit (%d)", [cluster, tenant.name, q.guaranteed, units, resource, round(cfg.max_tenant_share * 100), limit]),
 		"resource": {"cluster": cluster, "tenant": tenant.name, "kind": "DeviceResource", "name": resource},
+		"figures": {"guaranteed": q.guaranteed, "units": units, "limit": limit},
 	}
 }
 

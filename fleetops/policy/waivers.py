@@ -33,6 +33,9 @@ class Waiver(StrictModel):
     ticket: str = Field(min_length=1)
     created: dt.date
     expires: dt.date
+    # The decision's figures when it was accepted (`figures` of `check --output json`): the waiver waives
+    # that breach only, not a larger or different one of the same rule and scope.
+    accepted: dict[str, int | float | str | bool] | None = None
 
     @field_validator("created", "expires", mode="before")
     @classmethod
@@ -141,9 +144,36 @@ def load_waivers(path: Path, today: dt.date) -> Waivers:
     return Waivers(active, problems)
 
 
+def _figures(figures: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in figures.items())
+
+
+def review(waiver: LoadedWaiver, decision: Decision) -> str | None:
+    """Why `waiver`, matching `decision` by rule and scope, does not waive it, or None when it does. A
+    waiver is bound to the figures it accepted: a decision stating other ones (a larger share, a pool
+    shrunk under the same share) is a breach nobody accepted. A waiver that recorded none is bound by
+    its rule and scope alone."""
+    accepted, now = waiver.waiver.accepted, decision.figures
+    if accepted is None:  # bound by scope alone, as before figures were recorded
+        return None
+    if all(now.get(k) == v for k, v in accepted.items()):
+        return None
+    current = {k: now.get(k, "unknown") for k in accepted}
+    return f"waived at {_figures(accepted)} ({waiver.where}); now {_figures(current)}: needs review"
+
+
 def apply_waivers(decisions: list[Decision], environment: str, waivers: list[LoadedWaiver]) -> list[Decision]:
+    """Each decision waived by the first waiver that matches it and accepted its figures; one that
+    matches but accepted other figures leaves it standing, its message saying so."""
     out = []
     for d in decisions:
-        match = next((w for w in waivers if w.waiver.matches(environment, d)), None)
-        out.append(Decision(**{**d.__dict__, "waived_by": match.where}) if match else d)
+        matches = [w for w in waivers if w.waiver.matches(environment, d)]
+        notes = [review(w, d) for w in matches]
+        waiver = next((w for w, note in zip(matches, notes) if note is None), None)
+        if waiver is not None:
+            out.append(Decision(**{**d.__dict__, "waived_by": waiver.where}))
+        elif matches:
+            out.append(Decision(**{**d.__dict__, "msg": f"{d.msg} ({notes[0]})"}))
+        else:
+            out.append(d)
     return out

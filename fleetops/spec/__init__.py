@@ -36,7 +36,7 @@ from fleetops.spec.cost import (
 from fleetops.spec.placement import (
     KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, KueueLimits, Placement, bundles, eligible_groups, guarantee_placement,
     kueue_limit_problem, non_preempting_classes, offline_queue_name, open_groups, preemptible_classes, queue_names,
-    restricting_taints, tenant_classes,
+    lent, restricting_taints, tenant_classes, unguaranteed,
 )
 from fleetops.spec.intent import (
     API, RECONCILER, RECONCILER_METRICS_PORT, End, Flow, Kind, Port, Protocol, Reach, Reason, reach,
@@ -62,9 +62,9 @@ __all__ = [
     "TopUp", "Url", "Workload", "YAML_LOADER", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
     "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",
-    "judged_hour_price", "kueue_limit_problem", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
+    "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
     "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
     "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "queue_names", "quota_sums",
     "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
-    "unit_hour_price", "yaml_errors",
+    "unguaranteed", "unit_hour_price", "yaml_errors",
 ]

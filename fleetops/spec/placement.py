@@ -2,7 +2,7 @@
 limits on them), the priority classes each tenant's queues take, and where each guarantee is held."""
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleetops.spec.devices import group_capacity, is_spot
@@ -129,6 +129,16 @@ class Placement:
 
     held: dict[tuple[str, str], dict[str, int]]  # (tenant, resource) -> pool or edge group -> units
     refused: list[tuple[Loc, str]]  # where the file asks for a placement no pool can hold, and why
+    shared: dict[tuple[str, str], int] = field(default_factory=dict)  # (flavor, resource) -> what anyone may borrow there
+
+    def borrowable(self, tenant: str, resource: str, flavor: str, lend_fraction: float) -> int:
+        """What `tenant` may borrow of `resource` on `flavor` on an idle cluster, beyond its own guarantee:
+        the units no guarantee holds and what the other tenants lend (scheduler.lend_fraction). A tenant's
+        borrowing allowance (burst - guaranteed) is split over its pools by this, never by their capacity:
+        a share given to a pool whose units are all guaranteed to others could never be used, its burst
+        would be unreachable and lowering it would not help (each share shrinks with it)."""
+        own = self.held.get((tenant, resource), {}).get(flavor, 0)
+        return max(self.shared.get((flavor, resource), 0) - lent(own, lend_fraction), 0)
 
 
 class _Claim(NamedTuple):
@@ -188,7 +198,11 @@ def _place(env: Environment) -> dict[str, tuple[Cluster, Placement]]:
             groups = [g for g in eligible_groups(tenant, [clusters[cname]]) if not is_spot(g)]
             claims[cname] += [_Claim(ti, tenant, resource, quota, [g for g in groups if (g.name, resource) in units[cname]])
                               for resource, quota in sorted(tenant.quota.items())]
-    return {name: (cluster, _place_on(cluster, claims[name], units[name])) for name, cluster in clusters.items()}
+    out = {}
+    for name, cluster in clusters.items():
+        placement = _place_on(cluster, claims[name], units[name])
+        out[name] = (cluster, Placement(placement.held, placement.refused, _shared(cluster, placement.held, env.scheduler.lend_fraction)))
+    return out
 
 
 def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int]) -> Placement:
@@ -234,6 +248,35 @@ def _place_on(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str
     placement.refused.extend(_over_committed(cluster, claims, units, used, holders, tainted, squeezed))
     placement.refused.sort(key=lambda problem: problem[0])
     return placement
+
+
+def lent(units: int, lend_fraction: float) -> int:
+    """What a tenant lends of `units` of guarantee on one pool to the cluster's Cohort (its Cohort's
+    lendingLimit, modules/tenant.py): the rest it keeps back for itself."""
+    return int(units * lend_fraction)
+
+
+def unguaranteed(cluster: Cluster, held: dict[tuple[str, str], dict[str, int]]) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> the units of the pool that no guarantee `held` on the cluster holds (what the
+    cluster's root Cohort holds, modules/scheduler.py; below 0 where guarantees pass the pool's units)."""
+    free = {(g.name, r): units for g in (*cluster.pools, *cluster.edge_groups) for r, units in group_capacity(g).items()}
+    for (_, resource), shares in held.items():
+        for flavor, units in shares.items():
+            free[(flavor, resource)] -= units
+    for group in cluster.edge_groups:  # the group's offline ClusterQueue holds these outside every cohort
+        if group.offline_work is not None:
+            free[(group.name, group.device.resource)] -= group.offline_work.devices
+    return free
+
+
+def _shared(cluster: Cluster, held: dict[tuple[str, str], dict[str, int]], lend_fraction: float) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> what the cluster's Cohort holds for anyone to borrow on an idle cluster: the
+    units no guarantee holds, and what every tenant lends of its guarantee."""
+    room = {key: max(units, 0) for key, units in unguaranteed(cluster, held).items()}
+    for (_, resource), shares in held.items():
+        for flavor, units in shares.items():
+            room[(flavor, resource)] = room.get((flavor, resource), 0) + lent(units, lend_fraction)
+    return room
 
 
 def _over_committed(cluster: Cluster, claims: list[_Claim], units: dict[tuple[str, str], int],
