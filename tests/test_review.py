@@ -119,10 +119,12 @@ def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None
 
 
 def merge_waiver(repo: Path, owner: str, reason: str, ticket: str) -> None:
-    """A month's waiver of center-sh's GPU headroom, merged first in its own change (as the fix says)."""
+    """A month's waiver of center-sh's GPU headroom, merged first in its own change (as the fix says); the bundled
+    llm-pretrain share waiver is widened in the same change to the 60 of 64 the tests then ask for."""
     git(repo, "checkout", "-q", "main")
     waivers = repo / "policies" / "waivers.yaml"
-    waivers.write_text(waivers.read_text() + (
+    widened = waivers.read_text().replace("accepted: {guaranteed: 48, units: 64}", "accepted: {guaranteed: 60, units: 64}")
+    waivers.write_text(widened + (
         "  - rule: quota.guaranteed_over_capacity\n"
         "    scope: {environment: prod, cluster: center-sh, resource: DeviceResource/nvidia.com/gpu}\n"
         f"    owner: {owner}\n    reason: {reason}\n    ticket: {ticket}\n"
@@ -354,7 +356,7 @@ def test_the_review_shows_what_kueue_will_grant_each_tenant_largest_first(repo: 
     assert {"cluster": "center-bj", "resource": "nvidia.com/gpu", "quota": 480, "guaranteed": 272, "shared": 480} in result["grants"]["clusters"]
     text = comment(repo)
     assert "<details><summary>What Kueue will grant on an idle cluster (" in text
-    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 20 | 8 |" in text
+    assert "| center-bj | research | `nvidia.com/gpu` | 8 | 40 | 40 | 21 | 8 |" in text
     assert "| center-bj | all tenants | `nvidia.com/gpu` | 272 | 480 | — | — | 480 |" in text
     assert text.index("| center-bj | all tenants | `nvidia.com/gpu`") < text.index("| center-bj | speech |") < text.index("| center-bj | research |")
 
