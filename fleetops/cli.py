@@ -938,6 +938,8 @@ def deploy_command(
     passphrase_file: Annotated[Path | None, typer.Option(help="File holding the passphrase of the stack's secrets (default: $PULUMI_CONFIG_PASSPHRASE_FILE or $PULUMI_CONFIG_PASSPHRASE)")] = None,
     pulumi: Annotated[Path | None, typer.Option(help="Pulumi CLI (default: .tools/bin/pulumi from `make tools`, else pulumi on PATH)")] = None,
     provider: Annotated[Path | None, typer.Option(help="pulumi-resource-kubernetes binary to install (default: beside the Pulumi CLI)")] = None,
+    install_crds: Annotated[bool, typer.Option("--install-crds", help="First install the CRDs fleetops ships (fleetops/crds/) that the fleet's objects need, where a cluster lacks them")] = False,
+    parallelism: Annotated[int | None, typer.Option(min=1, help="Resource operations Pulumi runs at once (default: Pulumi's, 4 per CPU; benchmarks/README.md)")] = None,
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Deploy (or --preview) an environment with Pulumi, through the Automation API, with the policy pack: exit 0 done, 1 denied by policy, 2 bad input or a failed deploy."""
@@ -949,15 +951,17 @@ def deploy_command(
     render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
-            result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), kubeconfig=kubeconfig,
-                                    passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
+            result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
+                                parallelism=parallelism, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     except deploy.DeployError as exc:
         fail(str(exc))
     code = 0 if result.ok else 1 if result.denied else 2
     if output is Output.json:
         sys.stdout.write(as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict())))
     else:
-        changes = ", ".join(f"{n} to {op}" for op, n in sorted(result.changes.items())) or "no changes"
+        # A preview's changes are to come; an up's were made (a failed up reports what it did and what failed).
+        done = operation is deploy.Operation.up
+        changes = ", ".join(f"{op} {n}" if done else f"{n} to {op}" for op, n in sorted(result.changes.items())) or "no changes"
         verdict = "done" if result.ok else "denied by the policy pack" if result.denied else "failed"
         out.print(f"pulumi {operation.value} of stack {result.stack} (environment {env}): {changes}; {verdict}", markup=False, highlight=False)
         out.print(f"state: {result.state}", markup=False, highlight=False)

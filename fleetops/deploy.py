@@ -24,7 +24,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fleetops import git, spec
+import yaml
+
+from fleetops import git, render, spec
+from fleetops.cluster import KubeCluster
+from fleetops.errors import ApiError, KubeconfigError
 
 PROGRAM = Path("stacks") / "__main__.py"
 PACK = Path("policies") / "pack" / "analyzer"
@@ -33,8 +37,69 @@ PASSPHRASE_VARIABLES = ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FI
 MAX_ERROR_LINES = 40
 
 
+CRDS = Path(__file__).resolve().parent / "crds"
+# What installs each API group the fleet's custom resources belong to, as the README's "Deploying with
+# Pulumi" says; `fleetops deploy --install-crds` installs the CRDs fleetops ships (fleetops/crds/).
+INSTALLED_BY = {
+    "kueue.x-k8s.io": "Kueue v0.17.0 (its Helm chart oci://registry.k8s.io/kueue/charts/kueue --version 0.17.0, or its manifests)",
+    "monitoring.coreos.com": "prometheus-operator's CRDs (the prometheus-operator-crds Helm chart of prometheus-community)",
+    "apps.kubeedge.io": "KubeEdge's CloudCore (keadm init)",
+    "apps.openyurt.io": "OpenYurt's yurt-manager (the openyurt/yurt-manager Helm chart)",
+}
+# How long a CRD `--install-crds` applied may take to be served.
+ESTABLISH_SECONDS = 60
+
+
 class DeployError(Exception):
     """Bad input: no Pulumi CLI or provider, no passphrase, no such environment."""
+
+
+def shipped_crds() -> dict[tuple[str, str], dict[str, Any]]:
+    """The CRDs fleetops ships, by (group, kind) of the objects they serve."""
+    crds = [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
+    return {(c["spec"]["group"], c["spec"]["names"]["kind"]): c for c in crds}
+
+
+def established(live: dict[str, Any] | None) -> bool:
+    conditions = ((live or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+def needed_crds(state: render.DesiredState, crds: dict[tuple[str, str], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """By cluster, the shipped CRDs its rendered custom resources need, each once."""
+    needed: dict[str, list[dict[str, Any]]] = {}
+    for cluster, manifests in state.clusters.items():
+        kinds = sorted({(m["apiVersion"].split("/")[0], m["kind"]) for m in manifests} & set(crds))
+        needed[cluster] = [crds[k] for k in kinds]
+    return needed
+
+
+def cluster_api(cluster: spec.Cluster, kubeconfig: Path | None) -> KubeCluster:
+    """The cluster as the provider reaches it: --kubeconfig, else the cluster's own, else $KUBECONFIG."""
+    return KubeCluster(cluster.name, kubeconfig=str(kubeconfig) if kubeconfig else cluster.kubeconfig, context=cluster.context)
+
+
+def missing_apis(env: spec.Environment, state: render.DesiredState, kubeconfig: Path | None, install: bool = False) -> list[str]:
+    """What each cluster lacks to accept the fleet's custom resources: one line per CRD not served, with
+    what installs it. With `install`, the CRDs fleetops ships are applied first (and waited for)."""
+    import time
+
+    needed = needed_crds(state, shipped_crds())
+    missing: list[str] = []
+    for cluster in env.clusters:
+        api = cluster_api(cluster, kubeconfig)
+        for crd in needed[cluster.name]:
+            name = crd["metadata"]["name"]
+            if install:
+                api.apply(crd, field_manager="fleetops")
+            deadline = time.monotonic() + (ESTABLISH_SECONDS if install else 0)
+            while not (ok := established(api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name))) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if not ok:
+                group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+                missing.append(f"{cluster.name} (context {cluster.context}): {kind}.{group} is not served (no CRD {name}): "
+                               f"install {INSTALLED_BY.get(group, 'its operator')}, or `fleetops deploy --install-crds`")
+    return missing
 
 
 class Operation(str, Enum):
@@ -184,9 +249,28 @@ def open_stack(engine: Engine, repo: Path, environment: str, stack_name: str) ->
     return stack
 
 
-def run(repo: Path, environment: str, stack_name: str, operation: Operation, state: Path, **engine: Any) -> Result:
+class Tally:
+    """What the engine did, step by step, from its events: a failed `up` still created what it created."""
+
+    def __init__(self) -> None:
+        self.changes: dict[str, int] = {}
+
+    def __call__(self, event: Any) -> None:
+        if event.res_outputs_event is not None and not event.res_outputs_event.planning:
+            self.count(str(event.res_outputs_event.metadata.op.value))
+        elif event.res_op_failed_event is not None:
+            self.count("failed")
+
+    def count(self, op: str) -> None:
+        if op != "same":
+            self.changes[op] = self.changes.get(op, 0) + 1
+
+
+def run(repo: Path, environment: str, stack_name: str, operation: Operation, state: Path, *, install_crds: bool = False,
+        parallelism: int | None = None, **engine: Any) -> Result:
     """Preview or deploy `environment` as stack `stack_name`, with the policy pack, state in `state`
-    (`engine`: the options of `prepare`)."""
+    (`engine`: the options of `prepare`; `parallelism`: Pulumi's, by default its own, 4 per CPU). The CRDs its custom resources need must be served first (with
+    `install_crds`, those fleetops ships are installed): a cluster lacking one is said, and nothing runs."""
     from pulumi import automation as auto
 
     repo = repo.resolve()
@@ -194,20 +278,30 @@ def run(repo: Path, environment: str, stack_name: str, operation: Operation, sta
     if not (repo / PROGRAM).is_file() or not spec_file.is_file():
         raise DeployError(f"{spec_file}: no such environment (or no {PROGRAM} in {repo}): run from the fleet repository or pass --repo")
     prepared = prepare(repo, state, **engine)
+    common = {"stack": stack_name, "environment": environment, "operation": operation, "state": str(state)}
+    desired = render.render(spec_file, revision="-")
+    try:
+        missing = missing_apis(spec.load_environment(spec_file), desired, engine.get("kubeconfig"), install=install_crds)
+    except (ApiError, KubeconfigError) as exc:  # a cluster that cannot be read cannot be deployed to either
+        missing = [str(exc)]
+    if missing:
+        return Result(**common, ok=False, denied=False, changes={}, outputs={},
+                      messages=["the clusters lack APIs the fleet's objects need; nothing was changed:", *missing])
     # An inline program's project folder is this process's: the policy pack judges the repository there.
     os.chdir(repo)
     packs = [str(repo / PACK)]
-    common = {"stack": stack_name, "environment": environment, "operation": operation, "state": str(state)}
+    tally = Tally()
+    knobs = {"parallelism": parallelism} if parallelism else {}
     try:
         stack = open_stack(prepared, repo, environment, stack_name)
         if operation is Operation.preview:
-            preview = stack.preview(policy_packs=packs)
+            preview = stack.preview(policy_packs=packs, **knobs)
             changes = {op: n for op, n in preview.change_summary.items() if op != "same"}
             return Result(**common, ok=True, denied=False, changes=changes, outputs={}, messages=[])
-        up = stack.up(policy_packs=packs)
+        up = stack.up(policy_packs=packs, on_event=tally, **knobs)
     except auto.CommandError as exc:  # the engine's own words, its last lines: a violation, a refused object, a wrong passphrase
         text = str(exc)
-        return Result(**common, ok=False, denied=bool(_VIOLATION.search(text)), changes={}, outputs={}, messages=[last_lines(text)])
+        return Result(**common, ok=False, denied=bool(_VIOLATION.search(text)), changes=tally.changes, outputs={}, messages=[last_lines(text)])
     changes = {op: n for op, n in (up.summary.resource_changes or {}).items() if op != "same"}
     outputs = {name: value.value for name, value in up.outputs.items() if not value.secret}
     return Result(**common, ok=up.summary.result == "succeeded", denied=False, changes=changes, outputs=outputs, messages=[])

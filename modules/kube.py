@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetops import spec
-from fleetops.kube import FIELD_MANAGER_ANNOTATION, MANAGED_BY, MANAGER, SKIP_AWAIT_ANNOTATION, WAITS_FOR_PODS, CLUSTER_LABEL, ENVIRONMENT_LABEL
+from fleetops.kube import Key, FIELD_MANAGER_ANNOTATION, MANAGED_BY, MANAGER, SKIP_AWAIT_ANNOTATION, WAITS_FOR_PODS, CLUSTER_LABEL, ENVIRONMENT_LABEL
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,31 @@ class Part:
 
     def build(self) -> list[dict[str, Any]]:
         return [self.target.stamp(m) for m in self.objects()] if self.target else []
+
+
+# Kinds that run pods: they need the ServiceAccount and ConfigMaps their pod template names.
+WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
+
+
+def prerequisites(manifest: dict[str, Any]) -> list[Key]:
+    """The objects that must exist before `manifest` is created, the one declaration of order: `pulumi up`
+    (modules.program, as `depends_on`), render's and the reconciler's apply order (fleetops.kube.apply_order,
+    proven to agree by tests/test_deploy_order.py) follow it.
+
+    A namespaced object needs its Namespace (else: "namespaces X not found"); a workload its pod's
+    ServiceAccount and ConfigMap volumes (else the pods fail to start). A custom resource needs its CRD
+    served and a Kueue object Kueue's webhooks: those are installed before the fleet, not by it (the
+    README's "Deploying with Pulumi"; `fleetops deploy` checks the CRDs are served before it runs).
+    Only keys are returned: a prerequisite the fleet does not declare (kube-system) is the cluster's."""
+    meta = manifest["metadata"]
+    namespace = meta.get("namespace") or ""
+    needed: list[Key] = [("v1", "Namespace", "", namespace)] if namespace else []
+    if manifest["kind"] in WORKLOADS:
+        pod = manifest["spec"]["template"]["spec"]
+        if pod.get("serviceAccountName"):
+            needed.append(("v1", "ServiceAccount", namespace, pod["serviceAccountName"]))
+        needed += [("v1", "ConfigMap", namespace, v["configMap"]["name"]) for v in pod.get("volumes", []) if "configMap" in v]
+    return needed
 
 
 def quantity_name(resource: str) -> str:

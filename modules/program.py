@@ -14,9 +14,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleetops import spec
-from fleetops.kube import object_name
+from fleetops.kube import Key, apply_order, key_of, object_name
 from modules.fleet import fleet
-from modules.kube import Part
+from modules.kube import Part, prerequisites
 
 # Built-in kinds get their typed pulumi_kubernetes class (so `pulumi up` knows their schema);
 # every other kind is a custom resource whose CRD is installed by its own operator.
@@ -75,19 +75,41 @@ class CustomObject(k8s.apiextensions.CustomResource):
 K8S_VERSION = importlib.metadata.version("pulumi_kubernetes")
 
 
-class Component(pulumi.ComponentResource):
-    """One fleet concept (`Part.type`: fleetops:fleet:Tenant, ...) with its objects and sub-components."""
+# An object waiting to be registered: the component it belongs to, its cluster's provider, the manifest.
+Pending = list[tuple[pulumi.ComponentResource, k8s.Provider | None, dict[str, Any]]]
 
-    def __init__(self, part: Part, provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None):
+
+class Component(pulumi.ComponentResource):
+    """One fleet concept (`Part.type`: fleetops:fleet:Tenant, ...) with its objects and sub-components.
+
+    A cluster's objects are registered once its whole subtree is built, in apply order, each with
+    `depends_on` its prerequisites (modules.kube.prerequisites): the engine creates objects in
+    parallel, and without them created a tenant's objects before its Namespace at fleet scale
+    (issue 42). The parent of each object, hence its URN, is its part's component as before."""
+
+    def __init__(self, part: Part, provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None,
+                 pending: Pending | None = None):
         super().__init__(part.type, part.name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        pending = [] if pending is None else pending
         if part.provider is not None:
             provider = k8s.Provider(part.name, **part.provider, opts=child)
-        for manifest in part.build():
-            declare(object_name(part.target.cluster, manifest), manifest, pulumi.ResourceOptions(parent=self, provider=provider))
+            pending = []  # this cluster's own
+        pending += [(self, provider, manifest) for manifest in part.build()]
         for sub in part.parts:
-            Component(sub, provider, opts=child)
+            Component(sub, provider, opts=child, pending=pending)
+        if part.provider is not None:
+            register_cluster(part.target.cluster, pending)
         self.register_outputs(part.outputs)
+
+
+def register_cluster(cluster: str, pending: Pending) -> None:
+    """A cluster's objects in apply order, each depending on those of its prerequisites the fleet declares."""
+    declared: dict[Key, pulumi.CustomResource] = {}
+    for parent, provider, manifest in sorted(pending, key=lambda p: apply_order(p[2])):
+        needs = [declared[k] for k in prerequisites(manifest) if k in declared]
+        opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=needs)
+        declared[key_of(manifest)] = declare(object_name(cluster, manifest), manifest, opts)
 
 
 def deploy(env: spec.Environment) -> Component:

@@ -56,3 +56,22 @@ def test_what_render_refuses_is_refused_before_pulumi_starts(tmp_path: Path) -> 
     assert [line.split(": [")[0] for line in out.stderr.splitlines()] == [
         f"{envs / 'dev.yaml'}: rendered object fails its schema: center-a: ResourceFlavor a100-ts: spec.nodeTaints"]
     assert not (tmp_path / "state").exists()
+
+
+def test_a_failed_up_counts_what_the_engine_did_not_no_changes() -> None:
+    # An `up` that created 2 objects and failed 1 said "no changes; failed": the engine's events count.
+    from pulumi.automation import events
+
+    from fleetops.deploy import Tally
+
+    def step(op: events.OpType, failed: bool = False, planning: bool | None = None) -> events.EngineEvent:
+        meta = events.StepEventMetadata(op=op, urn="urn", type="t", provider="p")
+        done = None if failed else events.ResOutputsEvent(metadata=meta, planning=planning)
+        fail = events.ResOpFailedEvent(metadata=meta, status=1, steps=1) if failed else None
+        return events.EngineEvent(sequence=0, timestamp=0, res_outputs_event=done, res_op_failed_event=fail)
+
+    tally = Tally()
+    for event in [step(events.OpType.CREATE), step(events.OpType.CREATE), step(events.OpType.SAME),
+                  step(events.OpType.CREATE, planning=True), step(events.OpType.CREATE, failed=True)]:
+        tally(event)
+    assert tally.changes == {"create": 2, "failed": 1}
