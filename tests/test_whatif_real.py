@@ -100,9 +100,6 @@ def test_a_class_made_non_preempting_preempts_no_one(tmp_path: Path) -> None:
     assert waits_of(after, "platform-dev") > waits_of(before, "platform-dev")  # it now waits for the borrowers to finish
 
 
-@pytest.mark.xfail(reason="known defect, issue 36 open: in a clean-clone CI run (2026-12-06) the busy replay of this slice "
-                          "differed from the quiet one in platform-dev's preemptions and unhonoured minutes; the replay is "
-                          "not yet deterministic under load (docs/whatif.md, Determinism)", strict=False)
 def test_the_same_trace_and_seed_give_the_same_figures_on_a_quiet_and_a_busy_machine(tmp_path: Path) -> None:
     env = spec.load_environment(DEV)
     # The slice .ci/run replays: before the witness kept its holders, two runs of it differed (ml-sandbox p99 8.98 h against 2.92 h).
