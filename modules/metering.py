@@ -28,7 +28,7 @@ from typing import Any
 
 from fleetops import kube, spec
 from modules.kube import Part, Target
-from modules.monitoring import prometheus_rule
+from modules.monitoring import alert, prometheus_rule
 
 DEVICES = "fleetops:tenant_devices:physical"
 SPEND = "fleetops:tenant_spend:per_hour"
@@ -119,13 +119,18 @@ def budget_rules(env: spec.Environment) -> list[dict[str, Any]]:
     ]
     for k, fraction in enumerate(sorted(budget.alert_at)):
         limit = fraction * budget.monthly
-        rules.append({
-            "alert": "FleetopsBudgetMonthToDate",
-            "expr": f'sum({MONTH_TO_DATE}{{currency="{budget.currency}"}}) > {_number(limit)}',
-            "labels": {"severity": "critical" if k == len(budget.alert_at) - 1 else "warning", "threshold": _number(fraction)},
-            "annotations": {"summary": f"Month-to-date spend {{{{ $value | humanize }}}} {budget.currency} passed {fraction:.0%} "
-                                       f"of the monthly budget ({_number(budget.monthly)} {budget.currency})"},
-        })
+        rules.append(alert(
+            "FleetopsBudgetMonthToDate",
+            f'sum({MONTH_TO_DATE}{{currency="{budget.currency}"}}) > {_number(limit)}',
+            severity="critical" if k == len(budget.alert_at) - 1 else "warning",
+            labels={"threshold": _number(fraction)},
+            summary=f"Month-to-date spend {{{{ $value | humanize }}}} {budget.currency} passed {fraction:.0%} "
+                    f"of the monthly budget ({_number(budget.monthly)} {budget.currency})",
+            description=f"What environment {env.environment} has spent since the 1st (00:00 UTC), over every cluster, pool and tenant, "
+                        f"is {{{{ $value | humanize }}}} {budget.currency}: past {fraction:.0%} of its "
+                        f"monthly budget of {_number(budget.monthly)} {budget.currency} (budget.alert_at). Spend goes on at the rate the "
+                        f"running pods hold devices until they finish or are stopped.",
+        ))
     for tenant in env.tenants:
         billing = tenant.billing
         if billing.mode != "prepaid":
@@ -139,13 +144,17 @@ def budget_rules(env: spec.Environment) -> list[dict[str, Any]]:
         rules.append({"record": BALANCE, "labels": dict(who),
                       "expr": f'({top_ups}) - (sum(sum_over_time({PREPAID_SPEND}{{tenant="{tenant.name}"}}[{BALANCE_RANGE}])) * {slot} or vector(0))'})
         if billing.low_balance_at is not None:
-            rules.append({
-                "alert": "FleetopsPrepaidBalanceLow",
-                "expr": f'{BALANCE}{{tenant="{tenant.name}"}} < {_number(billing.low_balance_at)}',
-                "labels": {"severity": "warning", "tenant": tenant.name},
-                "annotations": {"summary": f"{tenant.name}'s prepaid balance is {{{{ $value | humanize }}}} {budget.currency}, "
-                                           f"under {_number(billing.low_balance_at)}: top up"},
-            })
+            rules.append(alert(
+                "FleetopsPrepaidBalanceLow",
+                f'{BALANCE}{{tenant="{tenant.name}"}} < {_number(billing.low_balance_at)}',
+                severity="warning",
+                labels={"tenant": tenant.name},
+                summary=f"{tenant.name}'s prepaid balance is {{{{ $value | humanize }}}} {budget.currency}, "
+                        f"under {_number(billing.low_balance_at)}: top up",
+                description=f"Tenant {{{{ $labels.tenant }}}}'s top-ups to date, less what its pods have spent on every cluster since "
+                            f"the first one, leave {{{{ $value | humanize }}}} {{{{ $labels.currency }}}}, under its low_balance_at of "
+                            f"{_number(billing.low_balance_at)}: at zero its statement shows it overdrawn (fleetops statements exits 1).",
+            ))
     return rules
 
 

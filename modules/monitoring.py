@@ -14,6 +14,8 @@ Every device series gets `cluster` (static) and `pool` (the node's fleetops.io/p
 fleetops.io/edge-group label, read with attachMetadata.node), and `tenant` where the exporter maps
 the device to a pod: its `namespace` is the tenant's. Targets on nodes of other groups are dropped.
 Every PrometheusRule, ServiceMonitor and PodMonitor carries the environment's Prometheus selector labels.
+Every alert carries a summary, a description of what it means for the fleet (naming what fired) and the
+link of its runbook, a section of docs/runbooks.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from modules.scheduler import NAMESPACE as KUEUE_NAMESPACE
 MONITORING_API = "monitoring.coreos.com/v1"
 JETSON_MODEL_PREFIX = "Jetson"
 SCRAPE_INTERVAL = "30s"
+# Each alert's runbook is the section of this file headed with the alert's name, linked from the repository's
+# root (GitHub's anchor of a heading is the heading lower-cased): the environment file has no field for it.
+RUNBOOKS = "docs/runbooks.md"
 
 
 class Exporter(StrEnum):
@@ -105,38 +110,61 @@ def tenant_relabelings(tenants: list[str]) -> list[dict[str, Any]]:
              "replacement": "$1", "action": "replace"}]
 
 
-def _alert(name: str, expr: str, duration: str, severity: str, summary: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def runbook_url(alert_name: str) -> str:
+    return f"{RUNBOOKS}#{alert_name.lower()}"
+
+
+def alert(name: str, expr: str, *, severity: str, summary: str, description: str, duration: str | None = None,
+          labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An alerting rule as every one fleetops renders: a one-line summary, a description of what it means for
+    the fleet with the labels that say what fired (Prometheus templating), and its runbook's link."""
     return {
         "alert": name,
         "expr": expr,
-        "for": duration,
+        **({"for": duration} if duration else {}),
         "labels": {"severity": severity, **(labels or {})},
-        "annotations": {"summary": summary},
+        "annotations": {"summary": summary, "description": description, "runbook_url": runbook_url(name)},
     }
 
 
 def _utilisation_alert(cluster: spec.Cluster, mon: spec.Monitoring, series: Utilisation) -> dict[str, Any]:
-    return _alert(
+    low, minutes = mon.gpu_utilisation_low_percent, mon.gpu_utilisation_for_minutes
+    return alert(
         series.alert,
-        f'avg by (cluster, pool) ({series.metric}{{cluster="{cluster.name}"}}) < {mon.gpu_utilisation_low_percent}',
-        f"{mon.gpu_utilisation_for_minutes}m",
-        "warning",
-        f"{series.device} utilisation of pool {{{{ $labels.pool }}}} on {{{{ $labels.cluster }}}} under "
-        f"{mon.gpu_utilisation_low_percent}% for {mon.gpu_utilisation_for_minutes} minutes",
+        f'avg by (cluster, pool) ({series.metric}{{cluster="{cluster.name}"}}) < {low}',
+        duration=f"{minutes}m",
+        severity="warning",
+        summary=f"{series.device} utilisation of pool {{{{ $labels.pool }}}} on {{{{ $labels.cluster }}}} under {low}% for {minutes} minutes",
+        description=f"The {series.device}s of pool {{{{ $labels.pool }}}} on cluster {{{{ $labels.cluster }}}} have been busy under {low}% "
+                    f"on average for {minutes} minutes (now {{{{ $value | humanize }}}}%): the fleet pays for them while they sit "
+                    f"mostly idle, and the guarantees that hold them keep other tenants' work off them.",
     )
+
+
+def _disconnect_effect(group: spec.EdgeGroup) -> str:
+    """What the group's pods on an unreachable node do, as its `disconnect` says."""
+    if group.disconnect.action == "move":
+        return (f"its pods are evicted {group.disconnect.after_seconds}s after the node went unreachable and replaced on the "
+                f"group's other nodes (disconnect: move), which must have room for them")
+    return "its pods stay bound and the edge runtime runs them on offline (disconnect: stay); nothing they do reaches the fleet until it is back"
 
 
 def _edge_offline(cluster: spec.Cluster, group: spec.EdgeGroup) -> dict[str, Any]:
     # The node-name glob as a regex; a backslash doubled for the PromQL string it is written into.
     glob = group.match.name_pattern or group.name + "-*"
     nodes = glob.replace(".", "\\\\.").replace("*", ".*").replace("?", ".").replace("[!", "[^")
-    return _alert(
+    grace = group.offline_grace_seconds
+    return alert(
         "FleetEdgeNodeOffline",
         f'kube_node_status_condition{{condition="Ready",status="true",node=~"{nodes}"}} == 0',
-        f"{group.offline_grace_seconds}s",
-        "critical",
-        f"Edge node {{{{ $labels.node }}}} of {group.name} on {cluster.name} offline longer than {group.offline_grace_seconds}s",
-        {"cluster": cluster.name, "pool": group.name},
+        duration=f"{grace}s",
+        severity="critical",
+        summary=f"Edge node {{{{ $labels.node }}}} of {group.name} on {cluster.name} offline longer than {grace}s",
+        # $labels are the series' (kube-state-metrics': node, condition, status), not the rule's own labels.
+        description=f"Node {{{{ $labels.node }}}} of edge group {group.name} on cluster {cluster.name} has not been "
+                    f"Ready for longer than the group's offline grace ({grace}s): its devices no longer count in the group's "
+                    f"capacity, and {_disconnect_effect(group)}.",
+        labels={"cluster": cluster.name, "pool": group.name},
     )
 
 
@@ -145,21 +173,27 @@ def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str,
     # kueue_admission_wait_time_seconds{cluster_queue} (histogram, creation to admission).
     minutes = mon.kueue_pending_minutes
     return [
-        _alert(
+        alert(
             "FleetKueueWorkloadsPending",
             'sum by (cluster, cluster_queue) (kueue_pending_workloads) > 0',
-            f"{minutes}m",
-            "warning",
-            f"ClusterQueue {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} has had workloads pending for {minutes} minutes",
+            duration=f"{minutes}m",
+            severity="warning",
+            summary=f"ClusterQueue {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} has had workloads pending for {minutes} minutes",
+            description=f"{{{{ $value | humanize }}}} workloads wait in ClusterQueue {{{{ $labels.cluster_queue }}}} on cluster "
+                        f"{{{{ $labels.cluster }}}}, and it has not been empty for {minutes} minutes: Kueue is not admitting the tenant's "
+                        f"jobs there, so they do not start.",
         ),
-        _alert(
+        alert(
             "FleetKueueAdmissionSlow",
             "histogram_quantile(0.9, sum by (cluster, cluster_queue, le) (rate(kueue_admission_wait_time_seconds_bucket[30m])))"
             f" > {minutes * 60}",
-            "15m",
-            "warning",
-            f"90% of the workloads admitted by {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} in the last 30 minutes "
-            f"waited up to {{{{ $value | humanizeDuration }}}} (over {minutes} minutes)",
+            duration="15m",
+            severity="warning",
+            summary=f"90% of the workloads admitted by {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} in the last 30 minutes "
+                    f"waited up to {{{{ $value | humanizeDuration }}}} (over {minutes} minutes)",
+            description=f"Workloads of ClusterQueue {{{{ $labels.cluster_queue }}}} on cluster {{{{ $labels.cluster }}}} start, but late: "
+                        f"one in ten admitted in the last 30 minutes waited {{{{ $value | humanizeDuration }}}} or longer from creation "
+                        f"to admission, over the {minutes} minutes the environment allows (monitoring.kueue_pending_minutes).",
         ),
     ]
 
@@ -178,13 +212,16 @@ def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, 
             {
                 "name": "fleetops.quota",
                 "rules": [
-                    _alert(
+                    alert(
                         "FleetQuotaExhausted",
                         'kube_resourcequota{type="used",resource=~"requests\\\\..*"} / ignoring(type) '
                         f'kube_resourcequota{{type="hard",resource=~"requests\\\\..*"}} > {ratio}',
-                        "15m",
-                        "warning",
-                        f"{{{{ $labels.namespace }}}} uses more than {mon.quota_exhaustion_percent}% of its {{{{ $labels.resource }}}} quota",
+                        duration="15m",
+                        severity="warning",
+                        summary=f"{{{{ $labels.namespace }}}} uses more than {mon.quota_exhaustion_percent}% of its {{{{ $labels.resource }}}} quota",
+                        description=f"Tenant namespace {{{{ $labels.namespace }}}} has held over {mon.quota_exhaustion_percent}% of its "
+                                    f"{{{{ $labels.resource }}}} ResourceQuota for 15 minutes (now {{{{ $value | humanizePercentage }}}}): "
+                                    f"once it is full, its pods asking for more are refused at creation, whatever the cluster has free.",
                     )
                 ],
             }

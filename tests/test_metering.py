@@ -146,7 +146,11 @@ def test_month_to_date_spend_resets_on_the_first_and_the_budget_alert_follows_it
         "alert_rule_test": [
             _fired("FleetopsBudgetMonthToDate", 17 * DAY, []),  # 4897 of 5000: not yet
             _fired("FleetopsBudgetMonthToDate", 20 * DAY, [{"exp_labels": half, "exp_annotations": {
-                "summary": "Month-to-date spend 5.761k USD passed 50% of the monthly budget (10000 USD)"}}]),
+                "summary": "Month-to-date spend 5.761k USD passed 50% of the monthly budget (10000 USD)",
+                "description": f"What environment {env.environment} has spent since the 1st (00:00 UTC), over every cluster, pool and "
+                               "tenant, is 5.761k USD: past 50% of its monthly budget of 10000 USD (budget.alert_at). Spend goes on at "
+                               "the rate the running pods hold devices until they finish or are stopped.",
+                "runbook_url": "docs/runbooks.md#fleetopsbudgetmonthtodate"}}]),
             _fired("FleetopsBudgetMonthToDate", 31 * DAY + 60, []),  # a new month: silent again
         ],
     }]}
@@ -169,7 +173,11 @@ def test_a_prepaid_balance_counts_top_ups_from_their_day_and_spend_since_the_fir
         "alert_rule_test": [
             _fired("FleetopsPrepaidBalanceLow", 10 * DAY, []),  # 9999 left
             _fired("FleetopsPrepaidBalanceLow", 14 * DAY, [{"exp_labels": low, "exp_annotations": {
-                "summary": "vision's prepaid balance is 8.847k USD, under 9000: top up"}}]),
+                "summary": "vision's prepaid balance is 8.847k USD, under 9000: top up",
+                "description": "Tenant vision's top-ups to date, less what its pods have spent on every cluster since the first one, "
+                               "leave 8.847k USD, under its low_balance_at of 9000: at zero its statement shows it overdrawn "
+                               "(fleetops statements exits 1).",
+                "runbook_url": "docs/runbooks.md#fleetopsprepaidbalancelow"}}]),
             _fired("FleetopsPrepaidBalanceLow", 20 * DAY, []),  # topped up
         ],
     }]}

@@ -4,6 +4,7 @@ environment's Prometheus and Grafana pick up, and every alert run by the real pr
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> render.DesiredState:
 
 @pytest.fixture(scope="module")
 def bundled() -> dict[str, render.DesiredState]:
-    return {name: render.render(ROOT / "environments" / f"{name}.yaml", revision="rev-test") for name in ("dev", "staging", "prod")}
+    """Every environment the repository ships (environments/*.yaml), by name."""
+    return {path.stem: render.render(path, revision="rev-test") for path in sorted((ROOT / "environments").glob("*.yaml"))}
 
 
 def fleet_rules(state: render.DesiredState) -> dict[str, list[dict[str, Any]]]:
@@ -82,6 +84,47 @@ def test_every_rule_and_monitor_carries_the_prometheus_selector(state: render.De
     for name, bundle in bundled.items():
         objects = [m for _, m in bundle.objects() if m["kind"] in MONITORS]
         assert objects and all(m["metadata"]["labels"].get("release") == "kube-prometheus-stack" for m in objects), name
+
+
+
+# --- what an alert tells the one it pages ---------------------------------------------------------
+
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RUNBOOK_PARTS = ("**What fired.**", "**Check first.**", "**What to do.**")
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation but '-' and '_' dropped, spaces as '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def runbook_sections() -> dict[str, str]:
+    """docs/runbooks.md's second-level sections, by their GitHub anchor."""
+    sections = re.split(r"^## ", RUNBOOKS.read_text(), flags=re.MULTILINE)[1:]
+    return {github_anchor(s.split("\n", 1)[0]): s for s in sections}
+
+
+def rendered_alerts(states: list[render.DesiredState]) -> list[dict[str, Any]]:
+    """Every alerting rule of every PrometheusRule rendered (fleet monitoring and metering alike)."""
+    return [rule for s in states for _, m in s.objects() if m["kind"] == "PrometheusRule"
+            for group in m["spec"]["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_every_alert_says_what_it_means_and_links_its_runbook(state: render.DesiredState, bundled: dict[str, render.DesiredState]) -> None:
+    # Alerts carried a summary only: whoever was paged had no runbook and no word on what it meant for the fleet.
+    alerts = rendered_alerts([state, *bundled.values()])
+    assert {"FleetGPUUtilisationLow", "FleetEdgeNodeOffline", "FleetopsBudgetMonthToDate", "FleetopsPrepaidBalanceLow"} <= {a["alert"] for a in alerts}
+    for alert in alerts:
+        notes = alert.get("annotations", {})
+        assert {"summary", "description", "runbook_url"} <= set(notes), (alert["alert"], notes)
+        assert notes["description"].strip() and notes["description"] != notes["summary"], (alert["alert"], notes["description"])
+    sections = runbook_sections()
+    for alert in alerts:
+        notes = alert["annotations"]
+        page, _, anchor = notes["runbook_url"].partition("#")
+        assert page == "docs/runbooks.md" and (ROOT / page).is_file(), notes["runbook_url"]
+        assert anchor in sections, f"{alert['alert']}: no section #{anchor} in docs/runbooks.md"
+        assert all(part in sections[anchor] for part in RUNBOOK_PARTS), f"docs/runbooks.md#{anchor} lacks one of {RUNBOOK_PARTS}"
 
 
 def test_dashboards_reach_the_grafana_sidecar_with_datasource_and_variables(state: render.DesiredState) -> None:
@@ -169,12 +212,20 @@ def _alert_case(eval_time: str, alertname: str, series: list[dict[str, str]], al
     return {"interval": "1m", "input_series": series, "alert_rule_test": [{"eval_time": eval_time, "alertname": alertname, "exp_alerts": alerts}]}
 
 
+def _notes(alert: str, summary: str, description: str) -> dict[str, str]:
+    """An alert's annotations as promtool expands them: its runbook is docs/runbooks.md's section of its name."""
+    return {"summary": summary, "description": description, "runbook_url": f"docs/runbooks.md#{alert.lower()}"}
+
+
 def _utilisation_cases(alert: str, metric: str, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     low = {"series": f'{metric}{{cluster="center-a",pool="a100-ts",node="n1",id="0"}}', "values": "10x50"}
     busy = {"series": f'{metric}{{cluster="center-a",pool="h100-mig",node="n2",id="0"}}', "values": "90x50"}
     other = {"series": f'{metric}{{cluster="elsewhere",pool="a100-ts",node="n3",id="0"}}', "values": "5x50"}
     fired = [{"exp_labels": {"severity": "warning", "cluster": "center-a", "pool": "a100-ts"},
-              "exp_annotations": {"summary": f"{device} utilisation of pool a100-ts on center-a under 30% for 30 minutes"}}]
+              "exp_annotations": _notes(alert, f"{device} utilisation of pool a100-ts on center-a under 30% for 30 minutes",
+                                        f"The {device}s of pool a100-ts on cluster center-a have been busy under 30% on average for 30 minutes "
+                                        "(now 10%): the fleet pays for them while they sit mostly idle, and the guarantees that hold them "
+                                        "keep other tenants' work off them.")}]
     return ([_alert_case("35m", alert, [low, busy, other], fired)],
             [_alert_case("25m", alert, [low, busy, other], []),  # not yet 30 minutes
              _alert_case("45m", alert, [busy, other], [])])
@@ -185,7 +236,11 @@ def _edge_cases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return {"series": f'kube_node_status_condition{{condition="Ready",status="true",node="{node}"}}', "values": values}
 
     fired = [{"exp_labels": {"severity": "critical", "cluster": "edge-b", "pool": "jetson", "node": "jetson-1", "condition": "Ready", "status": "true"},
-              "exp_annotations": {"summary": "Edge node jetson-1 of jetson on edge-b offline longer than 240s"}}]
+              "exp_annotations": _notes("FleetEdgeNodeOffline", "Edge node jetson-1 of jetson on edge-b offline longer than 240s",
+                                        "Node jetson-1 of edge group jetson on cluster edge-b has not been Ready for longer than the group's "
+                                        "offline grace (240s): its devices no longer count in the group's capacity, and its pods stay bound "
+                                        "and the edge runtime runs them on offline (disconnect: stay); nothing they do reaches the fleet "
+                                        "until it is back.")}]
     return ([_alert_case("6m", "FleetEdgeNodeOffline", [ready("jetson-1", "0x10"), ready("jetson-2", "1x10")], fired)],
             [_alert_case("3m", "FleetEdgeNodeOffline", [ready("jetson-1", "0x10")], []),  # within its grace
              _alert_case("6m", "FleetEdgeNodeOffline", [ready("gateway-1", "0x10"), ready("jetson-2", "1x10")], [])])
@@ -196,7 +251,10 @@ def _quota_cases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return {"series": f'kube_resourcequota{{namespace="vision",resource="requests.nvidia.com/gpu",type="{kind}"}}', "values": values}
 
     fired = [{"exp_labels": {"severity": "warning", "namespace": "vision", "resource": "requests.nvidia.com/gpu"},
-              "exp_annotations": {"summary": "vision uses more than 90% of its requests.nvidia.com/gpu quota"}}]
+              "exp_annotations": _notes("FleetQuotaExhausted", "vision uses more than 90% of its requests.nvidia.com/gpu quota",
+                                        "Tenant namespace vision has held over 90% of its requests.nvidia.com/gpu ResourceQuota for 15 "
+                                        "minutes (now 95%): once it is full, its pods asking for more are refused at creation, whatever "
+                                        "the cluster has free.")}]
     return ([_alert_case("20m", "FleetQuotaExhausted", [quota("used", "19x30"), quota("hard", "20x30")], fired)],
             [_alert_case("20m", "FleetQuotaExhausted", [quota("used", "17x30"), quota("hard", "20x30")], [])])
 
@@ -204,7 +262,9 @@ def _quota_cases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def _kueue_pending_cases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     pending = 'kueue_pending_workloads{cluster="center-a",cluster_queue="vision",status="%s"}'
     fired = [{"exp_labels": {"severity": "warning", "cluster": "center-a", "cluster_queue": "vision"},
-              "exp_annotations": {"summary": "ClusterQueue vision on center-a has had workloads pending for 30 minutes"}}]
+              "exp_annotations": _notes("FleetKueueWorkloadsPending", "ClusterQueue vision on center-a has had workloads pending for 30 minutes",
+                                        "2 workloads wait in ClusterQueue vision on cluster center-a, and it has not been empty for 30 "
+                                        "minutes: Kueue is not admitting the tenant's jobs there, so they do not start.")}]
     return ([_alert_case("35m", "FleetKueueWorkloadsPending", [{"series": pending % "active", "values": "2x40"},
                                                                {"series": pending % "inadmissible", "values": "0x40"}], fired)],
             [_alert_case("35m", "FleetKueueWorkloadsPending", [{"series": pending % "active", "values": "2x10 0x30"},
@@ -219,7 +279,11 @@ def _kueue_wait_cases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
     # One workload admitted a minute, each after 10 to 60 minutes: the 90th percentile is 55 minutes.
     fired = [{"exp_labels": {"severity": "warning", "cluster": "center-a", "cluster_queue": "vision"},
-              "exp_annotations": {"summary": "90% of the workloads admitted by vision on center-a in the last 30 minutes waited up to 55m 0s (over 30 minutes)"}}]
+              "exp_annotations": _notes("FleetKueueAdmissionSlow",
+                                        "90% of the workloads admitted by vision on center-a in the last 30 minutes waited up to 55m 0s (over 30 minutes)",
+                                        "Workloads of ClusterQueue vision on cluster center-a start, but late: one in ten admitted in the "
+                                        "last 30 minutes waited 55m 0s or longer from creation to admission, over the 30 minutes the "
+                                        "environment allows (monitoring.kueue_pending_minutes).")}]
     return ([_alert_case("60m", "FleetKueueAdmissionSlow", buckets("0x70", "0+1x70"), fired)],
             [_alert_case("60m", "FleetKueueAdmissionSlow", buckets("0+1x70", "0+1x70"), [])])
 
