@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,6 +16,9 @@ from tests.helpers import ROOT
 
 WORKFLOWS = [ROOT / "docs" / "ci" / "github-actions.yml", ROOT / "docs" / "ci" / "gitlab-ci.yml"]
 CALL = re.compile(r"\.venv/bin/fleetops ((?:[^\n\\]|\\\n)+)")
+EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}")
+# How a GitHub job may name a secret: `secrets.NAME`, or the environment's own `secrets[format('NAME_{0}', env.FLEETOPS_ENV)]`.
+SECRET = re.compile(r"secrets(?:\.(\w+)|\[format\('(\w+)\{0\}', env\.FLEETOPS_ENV\)\])")
 
 
 def invocations(path: Path) -> list[tuple[str, list[str]]]:
@@ -29,6 +35,21 @@ def script_of(job: dict) -> str:
     return "\n".join(flat)
 
 
+def deploy_jobs(flow: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The GitHub jobs that run `pulumi up`, as (job name, job) by the GitHub environment each runs under."""
+    return {job.get("environment"): (name, job) for name, job in flow["jobs"].items()
+            if any("pulumi up" in str(step.get("run", "")) for step in job["steps"])}
+
+
+def secrets_read(what: Any, env: str) -> set[str]:
+    """The secrets `what` (a job, a step, an env mapping) reads as GitHub resolves their names for environment
+    `env` (in capitals: GitHub's secret names are case-insensitive)."""
+    expressions = EXPRESSION.findall(json.dumps(what))
+    named = [SECRET.findall(e) for e in expressions if "secrets" in e]
+    assert all(len(n) == 1 for n in named), f"a secret read in a form this test does not resolve: {expressions}"
+    return {(static or prefix + env).upper() for [(static, prefix)] in named}
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_every_fleetops_call_in_the_workflow_exists(path: Path) -> None:
     yaml.safe_load(path.read_text())
@@ -42,13 +63,40 @@ def test_every_fleetops_call_in_the_workflow_exists(path: Path) -> None:
 
 def test_github_plans_once_per_environment_and_deploys_one_at_a_time() -> None:
     flow = yaml.safe_load(WORKFLOWS[0].read_text())
-    plan, deploy = flow["jobs"]["plan"], flow["jobs"]["deploy"]
+    plan = flow["jobs"]["plan"]
     steps = "\n".join(str(s.get("run", "")) for s in plan["steps"])
     assert steps.count("fleetops plan") == 1 and plan["strategy"]["matrix"]["env"] == ["dev", "staging", "prod"]
     assert "fleetops approvals github" in steps and "--output github" in steps
-    assert deploy["concurrency"] == {"group": "fleetops-deploy", "cancel-in-progress": False}
+    for env, (_, job) in deploy_jobs(flow).items():  # one deploy of each environment at a time, never cancelled half-way
+        assert job["concurrency"] == {"group": f"fleetops-deploy-{env}", "cancel-in-progress": False}
     triggers = flow[True]  # YAML 1.1 reads the key `on` as true
     assert triggers["pull_request_review"]["types"] == ["submitted", "dismissed"]
+
+
+def test_github_deploys_each_environment_under_its_own_environment_and_secrets() -> None:
+    # One matrix job deployed dev, staging and prod under the one GitHub environment `production` with one
+    # KUBECONFIG and one Pulumi token: prod's reviewers gated dev, and dev's deploy held prod's credentials.
+    flow = yaml.safe_load(WORKFLOWS[0].read_text())
+    deploys = deploy_jobs(flow)
+    assert list(deploys) == ["dev", "staging", "prod"]
+    read = {env: secrets_read(job, env) for env, (_, job) in deploys.items()}
+    for env, (name, job) in deploys.items():
+        suffix = env.upper()
+        assert job["env"]["FLEETOPS_ENV"] == env, name  # deployed under its own protection rules, reviewers and environment secrets
+        assert read[env] == {f"FLEETOPS_KUBECONFIG_{suffix}", f"PULUMI_CONFIG_PASSPHRASE_{suffix}", f"PULUMI_ACCESS_TOKEN_{suffix}"}, name
+        assert not secrets_read(job.get("env", {}), env), f"{name}: a secret in the job's env reaches every step"
+        runs = {str(step.get("run", "")): step for step in job["steps"]}
+        assert '.venv/bin/fleetops check --env "$FLEETOPS_ENV"' in runs
+        for command in (f'pulumi preview --stack "$FLEETOPS_ENV"', f'pulumi up --yes --stack "$FLEETOPS_ENV"'):
+            step = next(step for run, step in runs.items() if run.startswith(command))
+            assert secrets_read(step["env"]["PULUMI_ACCESS_TOKEN"], env) == {f"PULUMI_ACCESS_TOKEN_{suffix}"}, (name, command)
+        credentials = next(step for run, step in runs.items() if "KUBECONFIG=" in run and "PULUMI_CONFIG_PASSPHRASE_FILE=" in run)
+        assert {secrets_read(value, env).pop() for value in credentials["env"].values()} == read[env], name
+        assert "exit 1" in credentials["run"], f"{name}: a missing secret must stop the deploy"
+    for a, b in itertools.combinations(read, 2):
+        assert not read[a] & read[b], f"{a} and {b} share {read[a] & read[b]}"
+    # prod only after staging deployed, staging only after dev.
+    assert deploys["staging"][1]["needs"] == deploys["dev"][0] and deploys["prod"][1]["needs"] == deploys["staging"][0]
 
 
 def test_the_gate_runs_the_bases_fleetops_and_takes_the_head_as_data() -> None:
