@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fleetops import render
+from fleetops import render, spec
 from modules import dashboards
 from tests import promtool
 from tests.helpers import find, one, render_env, small_env
@@ -126,6 +126,21 @@ def test_every_alert_says_what_it_means_and_links_its_runbook(state: render.Desi
         assert anchor in sections, f"{alert['alert']}: no section #{anchor} in docs/runbooks.md"
         assert all(part in sections[anchor] for part in RUNBOOK_PARTS), f"docs/runbooks.md#{anchor} lacks one of {RUNBOOK_PARTS}"
 
+
+
+def test_an_edge_alert_says_what_its_groups_disconnect_does_with_the_pods(bundled: dict[str, render.DesiredState]) -> None:
+    said = set()
+    for name, state in bundled.items():
+        env = spec.load_environment(ROOT / "environments" / f"{name}.yaml")
+        groups = {(c.name, g.name): g.disconnect for c in env.clusters for g in c.edge_groups}
+        for alert in rendered_alerts([state]):
+            if alert["alert"] == "FleetEdgeNodeOffline":
+                disconnect = groups[alert["labels"]["cluster"], alert["labels"]["pool"]]
+                description = alert["annotations"]["description"]
+                assert f"(disconnect: {disconnect.action})" in description, description
+                assert disconnect.action == "stay" or f"evicted {disconnect.after_seconds}s after the node went unreachable" in description
+                said.add(disconnect.action)
+    assert said == {"stay", "move"}  # the bundled environments have both
 
 def test_dashboards_reach_the_grafana_sidecar_with_datasource_and_variables(state: render.DesiredState) -> None:
     configmap = one(state, "center-a", "ConfigMap", "fleetops-dashboards", "monitoring")
