@@ -137,24 +137,23 @@ def read(path: Path) -> TokensRead:
         place = _place(path, lines, first["loc"][1]) if len(first["loc"]) > 1 and isinstance(first["loc"][1], int) else str(path)
         # the input is not repeated: it may be a token pasted where its hash belongs
         raise TokenError(f"{place}: {where}: {first['msg']}") from None
-    read = TokensRead(path, document.tokens, lines)
+    checked = TokensRead(path, document.tokens, lines)
     named: dict[str, int] = {}
     hashed: dict[str, int] = {}
     for i, entry in enumerate(document.tokens):
         if (j := named.setdefault(entry.name, i)) != i:
-            raise TokenError(f"{read.at(i)}: tokens.{i}.name: {entry.name!r} names tokens.{j} too (line {lines[j]}): the log and the rate limits "
+            raise TokenError(f"{checked.at(i)}: tokens.{i}.name: {entry.name!r} names tokens.{j} too (line {lines[j]}): the log and the rate limits "
                              "tell tokens by their names")
         if (j := hashed.setdefault(entry.sha256, i)) != i:
             first_entry = document.tokens[j]
-            raise TokenError(f"{read.at(i)}: tokens.{i}.sha256: the same token as tokens.{j} (line {lines[j]}, {first_entry.scope.value} "
+            raise TokenError(f"{checked.at(i)}: tokens.{i}.sha256: the same token as tokens.{j} (line {lines[j]}, {first_entry.scope.value} "
                              f"{first_entry.name!r}): a token is one principal, with one scope")
-    return read
+    return checked
 
 
-def admit(read: TokensRead, tenants: set[str]) -> Tokens:
+def admit(given: TokensRead, tenants: set[str]) -> Tokens:
     """The tokens read, each tenant token's tenant one of `tenants` (the environment served). Raises TokenError at the entry's line."""
-    for i, entry in enumerate(read.entries):
+    for i, entry in enumerate(given.entries):
         if entry.tenant is not None and entry.tenant not in tenants:
-            raise TokenError(f"{read.at(i)}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
-    return Tokens(read.entries)
-
+            raise TokenError(f"{given.at(i)}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
+    return Tokens(given.entries)
