@@ -129,9 +129,16 @@ def fail(message: str, code: int = errors.ExitCode.BAD_INPUT) -> NoReturn:
 def env_file(directory: Path, name: str) -> Path:
     path = spec.environment_path(name, directory)
     if not path.exists():  # what exists but is no regular file is refused, and said so, as it is read
-        known = sorted(p.stem for p in directory.glob("*.yaml"))
-        fail(f"{path}:1:1: no environment {name!r} (known: {', '.join(known) or 'none'})")
+        fail(str(spec.no_environment(path, name, (p.stem for p in directory.glob("*.yaml")))))
     return path
+
+
+def given_file(path: Path, option: str) -> None:
+    """A file named on the command line to be read is one, or exit 2 in one line: one that is not there is no empty file."""
+    if not path.exists():
+        fail(f"{option} {path}: no such file")
+    if not path.is_file():
+        fail(f"{option} {path}: {'a folder, not a file' if path.is_dir() else 'not a regular file'}")
 
 
 def checked_or_problems(path: Path, revision: str | None = None, engine: str = "direct",
@@ -433,7 +440,7 @@ def plan_command(
             result.usage.model_dump(mode="json") if result.usage else None))
     except git.GitError as exc:
         fail(f"{repo}: not a Git repository ({exc})")
-    except prom.PrometheusError as exc:  # a URL or token file that cannot be used: bad input, before anything is judged
+    except (prom.PrometheusError, errors.UnknownEnvironment) as exc:  # bad input, before anything is judged: no plan to show
         fail(str(exc))
     except (plan.PlanError, policy.PolicyError) as exc:
         # Every form of the plan says the change cannot be judged, replacing an earlier verdict; exit 2.
@@ -542,6 +549,8 @@ def audit_command(
     from fleetops import audit
     from fleetops import git
 
+    if decision_log is not None:  # a log named is one to read: a typo must not read as an empty history
+        given_file(decision_log, "--decision-log")
     paths = sorted(environments.glob("*.yaml")) if env == "all" else [env_file(environments, env)]
     if not paths:
         fail(f"{environments}: no environment files")
@@ -1079,8 +1088,10 @@ def serve(
         except ValueError:
             fail(f"--trusted-proxy {proxy!r}: not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)")
     period = parse_interval(refresh, "--refresh") if refresh else 0.0
-    # A bad URL or token file is said before the revision is loaded, not after. The server's client lives as long as
+    # A bad tokens file, Prometheus URL or token file is said before the revision is loaded (rendered, judged), not
+    # after; the tenants the tokens name are checked once it is. The Prometheus client lives as long as
     # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
+    given_tokens = auth.read(tokens) if openapi is None and tokens is not None else None
     meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file, client_deadline=None)) if prometheus is not None else None
     source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
 
@@ -1103,8 +1114,8 @@ def serve(
             document = api_app.create_app(current, auth.Tokens([]), lambda: [], clusters=lambda c: None).openapi()
             write_files({openapi: json.dumps(document, indent=2, sort_keys=True) + "\n"}, "the OpenAPI document")
             return
-        assert tokens is not None
-        known = auth.load(tokens, {t.name for t in loaded.env.tenants})
+        assert given_tokens is not None
+        known = auth.admit(given_tokens, {t.name for t in loaded.env.tenants})
         timeout = 10.0
         own = loaded.env.api.cluster if loaded.env.api else None
 

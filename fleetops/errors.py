@@ -71,6 +71,22 @@ class FleetopsError(Exception):
         return [str(p) for p in self._problems] or str(self).splitlines() or [type(self).__name__]
 
 
+# What a failed HTTP request's exception says, in a few words: urllib3 and requests nest reprs that name the
+# connection pool, the retries and the whole request path (and, in a URL given with them, its credentials).
+_CONNECTION_FAILURES = (
+    ("Connection refused", "connection refused"), ("ConnectTimeout", "no connection in time"), ("timed out", "timed out"),
+    ("Name or service not known", "host name not found"), ("NameResolution", "host name not found"),
+    ("CERTIFICATE_VERIFY_FAILED", "TLS certificate not trusted"), ("SSLError", "TLS handshake failed"),
+    ("too many 5", "the server kept failing (HTTP 5xx)"), ("RemoteDisconnected", "the server closed the connection"),
+)
+
+
+def connection_failure(exc: BaseException) -> str | None:
+    """Why a request to a server got no answer (connection refused, timed out, ...), or None when `exc` is no such failure."""
+    text = f"{type(exc).__name__} {exc}"
+    return next((reason for marker, reason in _CONNECTION_FAILURES if marker in text), None)
+
+
 class SpecError(FleetopsError):
     """One or more problems in an environment file, each where it was found."""
 
@@ -84,6 +100,11 @@ class RenderError(FleetopsError):
 
 class PlanError(FleetopsError):
     """Bad input: an unknown revision, an invalid environment at head, a side that cannot render."""
+
+
+class UnknownEnvironment(PlanError):
+    """`--env` names an environment at neither revision: a typo said in one line with the names there are, not a
+    change that cannot be judged (no review comment is made of it)."""
 
 
 class IsolationError(FleetopsError):

@@ -25,13 +25,13 @@ from typing import Any
 
 from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.errors import PlanError, Problem
+from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
 from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
                                   status_counts)
 from fleetops.prometheus import PrometheusError
-from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, resolve, stamp, survey
+from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
 
 
 @dataclass
@@ -326,6 +326,9 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
     env_rel = spec.environment_path(env_name).as_posix()
     head = resolve(repo, head_rev) if head_rev else WORKTREE
     base = resolve(repo, base_rev) if base_rev else default_base(repo, "HEAD" if head == WORKTREE else head)
+    known = environments(repo, base) | environments(repo, head)
+    if env_name not in known:  # asked before anything is taken out of Git or rendered
+        raise UnknownEnvironment(problems=[spec.no_environment(env_rel, env_name, known, f" at base {base[:12]} or head")])
     with contextlib.ExitStack() as stack:
         policy_files_changed = changed_files(repo, base, head, ["policies/"], stack)
         program_files_changed = changed_files(repo, base, head, PROGRAM_PATHSPECS, stack)
@@ -339,8 +342,6 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
         if not policies.is_dir():
             raise PlanError(f"base {base[:12]} has no policies/ to judge the change with (fail closed)")
         before, after = sides.base(), sides.head()
-        if not before.exists and not after.exists:
-            raise PlanError(f"{env_rel}: no such environment at base {base[:12]} or head")
         policy_files, program_files = policy_files_changed(), program_files_changed()
         return assess(env_name, env_rel, before, after, base_tree, (policy_files, program_files), first_lines(), approvals,
                       revisions[0].runs_here, stamp(repo, head), meter)

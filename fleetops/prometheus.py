@@ -27,7 +27,7 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from fleetops.errors import FleetopsError
+from fleetops.errors import FleetopsError, connection_failure
 
 CONNECT_TIMEOUT = 5.0  # seconds: an unreachable server is known in seconds
 READ_TIMEOUT = 60.0  # seconds: a month of range queries over a large fleet takes a while on a busy server
@@ -271,15 +271,7 @@ class Prometheus:
         """A failed request in a few words, not urllib3's nested repr (which names the whole URL)."""
         if deadline.expired:
             return f"no whole answer within {deadline.seconds:.3g} s (the server answers too slowly, or trickles)"
-        text = f"{type(exc).__name__} {exc}"
-        for marker, reason in (("Connection refused", "connection refused"), ("ConnectTimeout", "no connection in time"),
-                               ("timed out", "timed out"), ("Name or service not known", "host name not found"),
-                               ("NameResolution", "host name not found"), ("CERTIFICATE_VERIFY_FAILED", "TLS certificate not trusted"),
-                               ("SSLError", "TLS handshake failed"), ("too many 5", "the server kept failing (HTTP 5xx)"),
-                               ("RemoteDisconnected", "the server closed the connection")):
-            if marker in text:
-                return reason
-        return type(exc).__name__
+        return connection_failure(exc) or type(exc).__name__
 
     def _scrub(self, text: str) -> str:
         if self._secret:

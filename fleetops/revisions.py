@@ -15,11 +15,11 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from fleetops import git, isolate
+from fleetops import git, isolate, spec
 from fleetops.errors import PlanError, Problem
 
 WORKTREE = "WORKTREE"
@@ -34,6 +34,15 @@ def resolve(repo: Path, rev: str) -> str:
         return git.run(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     except git.GitError:
         raise PlanError(f"{repo}: unknown revision {rev!r}") from None
+
+
+def environments(repo: Path, rev: str) -> set[str]:
+    """The names of the environment files at `rev` (in the working tree for WORKTREE)."""
+    if rev == WORKTREE:
+        return {p.stem for p in (repo / spec.ENVIRONMENTS).glob("*.yaml")}
+    folder = PurePosixPath(spec.ENVIRONMENTS.as_posix())
+    paths = (PurePosixPath(entry.split("\t", 1)[1]) for entry in filter(None, _listing(repo, rev, [f"{folder}/"]).split("\0")))
+    return {p.stem for p in paths if p.parent == folder and p.suffix == ".yaml"}
 
 
 def default_base(repo: Path, head: str = "HEAD") -> str:

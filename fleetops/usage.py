@@ -109,7 +109,7 @@ class TenantUsage(BaseModel):
     reason: str = ""
     used_devices: float | None = None  # physical devices held on average over the window
     utilisation: float | None = None  # used_devices / guaranteed_devices; None without a guarantee
-    spend: float | None = None  # on this cluster over the window, all its resources
+    spend: float | None = None  # on this cluster over the window, all its resources; None: unknown (no spend series)
     currency: str = ""
 
 
@@ -235,9 +235,11 @@ def measure(source: Source, window: Window, before: spec.Environment | None, aft
             tenants.append(row.model_copy(update={"reason": why}))
             continue
         used = sum(held.get((row.cluster, pool, row.tenant), 0.0) for pool in pools)
-        money, unit = spent.get((row.cluster, row.tenant), (0.0, currency))
+        # No spend series is no spend recorded, not nothing spent: unknown (None), while the use is measured.
+        money, unit = spent.get((row.cluster, row.tenant), (None, ""))
         tenants.append(row.model_copy(update={
-            "status": Status.measured, "used_devices": round(used, 2), "spend": round(money, 2), "currency": unit or currency,
+            "status": Status.measured, "used_devices": round(used, 2), "spend": None if money is None else round(money, 2),
+            "currency": unit or currency,
             "utilisation": round(used / row.guaranteed_devices, 4) if row.guaranteed_devices else None}))
     pools_out = []
     for pool_row in pool_rows:
@@ -275,6 +277,12 @@ def _arrow(before: int, after: int) -> str:
     return f"{before:,}" if before == after else f"{before:,} → {after:,}"
 
 
+def _spent(t: TenantUsage, window: str) -> str:
+    if t.spend is None:
+        return f"spend unknown: Prometheus has no {SPEND} series for {t.tenant} on {t.cluster} in the last {window}"
+    return f"{t.spend:,.0f} {t.currency} spent"
+
+
 def lines(usage: Usage) -> list[str]:
     """One plain line per tenant quota and pool, as the review shows them (the caller escapes them)."""
     window = parse_window(usage.window).spoken()
@@ -283,10 +291,9 @@ def lines(usage: Usage) -> list[str]:
         head = f"{t.tenant} on {t.cluster}: {_arrow(t.guaranteed, t.guaranteed_after)} {t.resource} guaranteed, "
         if t.status is not Status.measured:
             out.append(head + f"utilisation unknown: {t.reason}")
-        elif t.utilisation is None:
-            out.append(head + f"{_num(t.used_devices)} devices held on average over {window}; {t.spend:,.0f} {t.currency} spent")
         else:
-            out.append(head + f"{t.utilisation:.0%} used over {window}; {t.spend:,.0f} {t.currency} spent")
+            used = f"{_num(t.used_devices)} devices held on average" if t.utilisation is None else f"{t.utilisation:.0%} used"
+            out.append(head + f"{used} over {window}; {_spent(t, usage.window)}")
     for p in usage.pools:
         head = f"pool {p.pool} on {p.cluster}: {_arrow(p.physical_devices, p.physical_devices_after)} devices, "
         if p.status is not Status.measured:

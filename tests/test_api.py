@@ -75,7 +75,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with contextlib.ExitStack() as stack:
         snapshot = snapshot_mod.load(repo, "prod", revision, stack)
         path = tokens_file(tmp / "tokens.json")
-        yield Served(repo, revision, snapshot, auth.load(path, {"vision", "speech", "llm-pretrain"}), path)
+        yield Served(repo, revision, snapshot, auth.admit(auth.read(path), {"vision", "speech", "llm-pretrain"}), path)
 
 
 @pytest.fixture(scope="module")
@@ -542,6 +542,24 @@ def test_a_bad_tokens_file_is_one_line_exit_2(served: Served, tmp_path: Path, co
     assert "plaintext-token" not in result.stderr
 
 
+@pytest.mark.parametrize("name,content,message", [
+    ("missing.json", None, "no such file"),
+    ("tokens.json", "{", "not JSON"),
+    ("tokens.json", '{"tokens": []}', "tokens: List should have at least 1 item"),
+])
+def test_a_tokens_file_is_refused_before_the_fleet_is_loaded(tmp_path: Path, name: str, content: str | None, message: str) -> None:
+    # Refused only after rendering and judging the whole fleet: here the repository is not even Git, so a
+    # tokens file named in the one line says it was read first.
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    (tmp_path / "repo").mkdir()
+    result = run("serve", "--env", "prod", "--repo", tmp_path / "repo", "--tokens", path, "--listen", "127.0.0.1:0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(str(path)) and message in line, result.stderr
+
+
 def test_serving_beyond_loopback_without_tls_is_refused(served: Served) -> None:
     result = run("serve", "--env", "prod", "--repo", served.repo, "--tokens", served.tokens_path, "--listen", "0.0.0.0:8443")
     assert result.returncode == 2 and "--tls-cert" in result.stderr and "Traceback" not in result.stderr
@@ -607,7 +625,7 @@ def test_a_newer_commit_is_served_once_loaded_whole_and_an_invalid_one_never(tmp
     first = git(repo, "rev-parse", "HEAD").strip()
     stack = contextlib.ExitStack()
     current = snapshot_mod.Current(snapshot_mod.load(repo, "prod", first, stack), stack)
-    tokens = auth.load(tokens_file(tmp_path / "tokens.json"), {"vision"})
+    tokens = auth.admit(auth.read(tokens_file(tmp_path / "tokens.json")), {"vision"})
     client = TestClient(api_app.create_app(current, tokens, lambda: []))
     fetch = lambda: (repo, git(repo, "rev-parse", "HEAD").strip())  # noqa: E731 - the branch's head, as serve --refresh reads it
     try:
@@ -746,7 +764,7 @@ def test_a_tokens_file_naming_a_token_twice_is_refused_at_its_line(tmp_path: Pat
                {"name": "vision-portal", "sha256": auth.digest(VISION), "scope": "tenant", "tenant": "vision"}, second]
     path.write_text('{"tokens": [\n' + ",\n".join(json.dumps(e) for e in entries) + "\n]}\n")
     with pytest.raises(auth.TokenError) as caught:
-        auth.load(path, {"vision"})
+        auth.admit(auth.read(path), {"vision"})
     assert str(caught.value) == f"{path}:4: {message}" and caught.value.exit_code == 2
     assert auth.digest(VISION) not in str(caught.value)
 

@@ -28,10 +28,17 @@ def shipped_rules() -> set[str]:
     }
 
 
+def empty_log(folder: Path) -> Path:
+    """A decision log nothing was written to yet (a log named must exist: a typo is no empty history)."""
+    log = folder / "decisions.jsonl"
+    log.touch()
+    return log
+
+
 @pytest.fixture(scope="module")
 def report_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("audit") / "audit.json"
-    done = run("audit", "--output", "json", "-o", str(out), "--decision-log", str(out.parent / "none.jsonl"))
+    done = run("audit", "--output", "json", "-o", str(out), "--decision-log", str(empty_log(out.parent)))
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text())
 
@@ -80,7 +87,7 @@ def test_json_is_stable_across_runs(tmp_path: Path) -> None:
     outs = []
     for i in range(2):
         path = tmp_path / f"a{i}.json"
-        assert run("audit", "--output", "json", "-o", str(path), "--env", "dev", "--decision-log", str(tmp_path / "none")).returncode == 0
+        assert run("audit", "--output", "json", "-o", str(path), "--env", "dev", "--decision-log", str(empty_log(tmp_path))).returncode == 0
         outs.append(path.read_bytes())
     assert outs[0] == outs[1]
 
@@ -275,7 +282,7 @@ def test_report_renders_in_headless_chromium_without_console_errors(report_html:
 
 def test_markdown_report_lists_rules_decisions_and_waivers(tmp_path: Path) -> None:
     out = tmp_path / "audit.md"
-    done = run("audit", "--env", "prod", "--output", "markdown", "-o", str(out), "--decision-log", str(tmp_path / "none"))
+    done = run("audit", "--env", "prod", "--output", "markdown", "-o", str(out), "--decision-log", str(empty_log(tmp_path)))
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert text.startswith("# fleetops policy audit")
@@ -323,7 +330,7 @@ def test_last_change_counts_an_edit_to_the_rules_metadata(tmp_path: Path) -> Non
     quota.write_text(quota.read_text().replace("# title: Guaranteed quota fits capacity with headroom", "# title: Guaranteed quota fits capacity, with headroom", 1))
     _git(repo, "commit", "-qam", "retitle", author="second")
     out = tmp_path / "a.json"
-    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(empty_log(tmp_path)), cwd=repo)
     assert done.returncode == 0, done.stderr
     rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
     assert rules["quota.guaranteed_over_capacity"]["last_change"]["author"] == "second"
@@ -351,7 +358,7 @@ def test_codeowners_of_a_rules_file_are_its_owners(tmp_path: Path) -> None:
     (repo / ".github" / "CODEOWNERS").write_text("* @everyone\npolicies/ @fleet-policy-owners\npolicies/quota.rego @capacity-team\n")
     _git(repo, "init", "-q")
     out = tmp_path / "a.json"
-    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(tmp_path / "none.jsonl"), cwd=repo)
+    done = run("audit", "--env", "dev", "--output", "json", "-o", str(out), "--decision-log", str(empty_log(tmp_path)), cwd=repo)
     assert done.returncode == 0, done.stderr
     rules = {r["rule"]: r for r in json.loads(out.read_text())["policies"]}
     assert rules["quota.tenant_share"]["owners"][-1] == "@capacity-team" and "@fleet-policy-owners" not in rules["quota.tenant_share"]["owners"]
@@ -421,7 +428,7 @@ def test_statements_given_to_the_audit_appear_in_html_and_markdown(tmp_path: Pat
     given.write_text(json.dumps(STATEMENTS))
     md, page = tmp_path / "audit.md", tmp_path / "audit.html"
     for out, form in ((md, "markdown"), (page, "html")):
-        done = run("audit", "--env", "dev", "--output", form, "-o", str(out), "--statements", str(given), "--decision-log", str(tmp_path / "none"))
+        done = run("audit", "--env", "dev", "--output", form, "-o", str(out), "--statements", str(given), "--decision-log", str(empty_log(tmp_path)))
         assert done.returncode == 0, done.stderr
     text = md.read_text()
     assert "## Statements: dev, 2026-11" in text
@@ -445,3 +452,22 @@ def test_a_decision_log_line_with_a_status_no_gate_writes_is_listed_as_malformed
     done = run("audit", "--env", "dev", "--decision-log", str(log), "--output", "markdown", "-o", str(md))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert f"decision log: 1 malformed line(s) left out of the history: {log}:1" in done.stderr
+
+
+@pytest.mark.parametrize("given,what", [("missing.jsonl", "no such file"), (".", "a folder, not a file")])
+def test_a_decision_log_given_that_is_no_file_is_bad_input_and_no_report(tmp_path: Path, given: str, what: str) -> None:
+    # A mistyped --decision-log read as an empty history: the report said "no decision log entries" and exit 0.
+    log, out = tmp_path / given, tmp_path / "audit.md"
+    done = run("audit", "--env", "dev", "--decision-log", str(log), "--output", "markdown", "-o", str(out))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"--decision-log {log}: {what}"
+    assert not out.exists()
+
+
+def test_the_default_decision_log_not_yet_written_is_an_empty_history(tmp_path: Path) -> None:
+    # Nothing has been checked in a fresh clone: .fleetops/decisions.jsonl does not exist yet, and that is no error.
+    out = tmp_path / "audit.json"
+    done = run("audit", "--env", "dev", "--environments", ROOT / "environments", "--policies", POLICIES, "--output", "json",
+               "-o", str(out), cwd=tmp_path, env={"FLEETOPS_DECISION_LOG": ""})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["history"]["entries"] == 0 and not (tmp_path / ".fleetops").exists()

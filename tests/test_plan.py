@@ -426,3 +426,13 @@ def test_a_new_top_up_is_a_field_change_with_its_date_as_written(repo: Path) -> 
     assert change["new"][-1] == {"date": "2026-12-01", "amount": 50000}
     md = plan(repo, "--env", "prod")
     assert md.returncode == 0 and "Traceback" not in md.stderr and "2026-12-01" in md.stdout
+
+
+def test_an_environment_at_neither_side_is_one_line_naming_the_known_ones(repo: Path) -> None:
+    # A typo in --env printed a whole "cannot be judged" comment (and wrote it as artifacts) without the names to choose from.
+    (repo / "environments" / "lab.yaml").write_text((repo / "environments" / "dev.yaml").read_text())  # at head only
+    out = plan(repo, "--env", "prdo", "--artifacts", repo.parent / "artifacts")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    base = git(repo, "rev-parse", "main").strip()[:12]
+    assert out.stderr.strip() == f"environments/prdo.yaml:1:1: no environment 'prdo' at base {base} or head (known: dev, lab, prod, staging)"
+    assert not (repo.parent / "artifacts").exists() and not (repo.parent / "decisions.jsonl").exists()

@@ -69,6 +69,21 @@ def test_utilisation_divides_what_was_held_by_the_physical_devices_behind_the_gu
     assert source.queries == 2  # grouped by label: the same two whatever the number of tenants
 
 
+def test_a_tenant_without_a_spend_series_has_spent_an_unknown_amount_not_zero() -> None:
+    # Its devices are measured, but Prometheus holds no fleetops:tenant_spend:per_hour for it (no price
+    # recorded, the rule not loaded): the review read "0 USD spent".
+    text = (ROOT / "environments" / "prod.yaml").read_text()
+    env = spec.parse_environment(text, "prod.yaml").env
+    quota = [{"tenant": "vision", "cluster": "center-bj", "resource": "nvidia.com/gpu",
+              "before": {"guaranteed": 96, "burst": 160}, "after": {"guaranteed": 140, "burst": 160}}]
+    with serve(Fake({usage.DEVICES: held(15.0, 3.6)[usage.DEVICES]})) as fake:
+        measured = usage.measure(Prometheus(fake.url), usage.parse_window("30d"), env, env, quota, dt.datetime.now(dt.timezone.utc))
+    (tenant,) = measured.tenants
+    assert (tenant.status, tenant.utilisation, tenant.spend) == (usage.Status.measured, 0.31, None)
+    assert usage.lines(measured) == ["vision on center-bj: 96 → 140 nvidia.com/gpu guaranteed, 31% used over 30 days; spend unknown: "
+                                     "Prometheus has no fleetops:tenant_spend:per_hour series for vision on center-bj in the last 30d"]
+
+
 @pytest.mark.parametrize("h100,a100", [(15.0, float("nan")), (15.0, float("inf")), (-15.0, 3.6)])
 def test_a_sample_that_is_no_number_or_negative_is_unknown_use_not_zero(h100: float, a100: float) -> None:
     text = (ROOT / "environments" / "prod.yaml").read_text()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests import cli
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,12 +108,15 @@ def test_check_a_policy_that_does_not_parse_exits_2_in_one_line(tmp_path):
     assert not (tmp_path / "decisions.jsonl").exists()
 
 
-def test_check_an_unreachable_opa_exits_2_and_never_prints_the_token(tmp_path):
-    proc = run("check", "--env", "dev", "--opa-url", "http://127.0.0.1:9", tmp_path=tmp_path, FLEETOPS_OPA_TOKEN="s3cret-opa-token")
+def test_check_an_unreachable_opa_exits_2_in_one_line_and_never_prints_the_token(tmp_path):
+    port = free_port()  # nothing listens there
+    proc = run("check", "--env", "dev", "--opa-url", f"http://admin:hunter2@127.0.0.1:{port}", tmp_path=tmp_path,
+               FLEETOPS_OPA_TOKEN="s3cret-opa-token")
     no_traceback(proc)
     assert proc.returncode == 2
-    assert "OPA at http://127.0.0.1:9" in proc.stderr and "failing closed" in proc.stderr
-    assert "s3cret-opa-token" not in proc.stdout + proc.stderr
+    # one line naming the server (without its credentials) and what failed; urllib3's text said neither plainly
+    assert proc.stderr.strip() == f"OPA at http://127.0.0.1:{port}: no answer: connection refused (no decision: failing closed)"
+    assert "s3cret-opa-token" not in proc.stdout + proc.stderr and not (tmp_path / "decisions.jsonl").exists()
 
 
 def test_check_a_bad_live_inventory_exits_2_naming_the_file(tmp_path):

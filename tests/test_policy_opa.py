@@ -292,8 +292,10 @@ def test_an_unreachable_server_fails_closed():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once the socket closes
     env, state = prod()
-    with pytest.raises(policy.PolicyError, match=rf"OPA at http://127\.0\.0\.1:{port}: upload .*lib\.rego: ConnectionError"):
+    with pytest.raises(policy.PolicyError) as caught:
         policy.evaluate(env, state, engine=policy.OpaEngine(f"http://127.0.0.1:{port}", token=TOKEN), today=TODAY)
+    # what failed in a few words, not urllib3's pool, retries and request path
+    assert str(caught.value) == f"OPA at http://127.0.0.1:{port}: no answer: connection refused"
 
 
 def test_a_server_that_never_answers_times_out():
@@ -302,8 +304,9 @@ def test_a_server_that_never_answers_times_out():
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)  # connections queue in the backlog; nothing ever reads them
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        with pytest.raises(policy.PolicyError, match="Timeout"):
+        with pytest.raises(policy.PolicyError) as caught:
             policy.evaluate(env, state, engine=policy.OpaEngine(url, token=TOKEN, timeout=0.2), today=TODAY)
+    assert str(caught.value) == f"OPA at {url}: no answer: timed out"
 
 
 @pytest.mark.parametrize("url", ["ftp://opa:8181", "http://opa:8181/v1/data", "opa:8181"])

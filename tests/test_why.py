@@ -72,7 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[snapshot_
         {"name": "sandbox-portal", "sha256": auth.digest(SANDBOX), "scope": "tenant", "tenant": "ml-sandbox"}]}))
     with contextlib.ExitStack() as stack:
         snapshot = snapshot_mod.load(repo, "dev", "HEAD", stack)
-        yield snapshot, auth.load(tokens, {t.name for t in snapshot.env.tenants})
+        yield snapshot, auth.admit(auth.read(tokens), {t.name for t in snapshot.env.tenants})
 
 
 @pytest.fixture

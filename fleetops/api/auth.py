@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import json.scanner
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -96,9 +97,27 @@ def _parsed(raw: str) -> tuple[object, dict[int, int]]:
     return decoder.decode(raw), opens
 
 
-def load(path: Path, tenants: set[str]) -> Tokens:
-    """The tokens of `path`; each tenant token's tenant must be one of `tenants`. Raises TokenError, one line
-    naming the entry's line."""
+@dataclass(frozen=True)
+class TokensRead:
+    """A tokens file read and checked on its own (JSON, entries, no name or hash twice), before the
+    environment it serves is loaded; `admit` checks its tenant tokens against that environment."""
+
+    path: Path
+    entries: list[Entry]
+    lines: list[int | None]  # the line each entry opens on
+
+    def at(self, i: int) -> str:
+        return _place(self.path, self.lines, i)
+
+
+def _place(path: Path, lines: list[int | None], i: int) -> str:
+    """`file:line` of entry `i`, or the file alone where its line is not known."""
+    return f"{path}:{lines[i]}" if i < len(lines) and lines[i] is not None else str(path)
+
+
+def read(path: Path) -> TokensRead:
+    """The tokens of `path`, checked as far as the file alone can be. Raises TokenError, one line naming the
+    entry's line: `serve` reads it before it loads anything, so a missing or broken file is said at once."""
     try:
         raw = spec.read_bounded(path, MAX_TOKENS_BYTES, str(path), "the tokens file").decode()
         data, opens = _parsed(raw)
@@ -110,28 +129,31 @@ def load(path: Path, tenants: set[str]) -> Tokens:
         raise TokenError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
     entries = data.get("tokens") if isinstance(data, dict) else None
     lines = [raw.count("\n", 0, opens[id(e)]) + 1 if id(e) in opens else None for e in entries] if isinstance(entries, list) else []
-
-    def at(i: int) -> str:
-        return f"{path}:{lines[i]}" if i < len(lines) and lines[i] is not None else str(path)
-
     try:
         document = TokensFile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the document"
-        place = at(first["loc"][1]) if len(first["loc"]) > 1 and isinstance(first["loc"][1], int) else str(path)
+        place = _place(path, lines, first["loc"][1]) if len(first["loc"]) > 1 and isinstance(first["loc"][1], int) else str(path)
         # the input is not repeated: it may be a token pasted where its hash belongs
         raise TokenError(f"{place}: {where}: {first['msg']}") from None
+    checked = TokensRead(path, document.tokens, lines)
     named: dict[str, int] = {}
     hashed: dict[str, int] = {}
     for i, entry in enumerate(document.tokens):
-        if entry.tenant is not None and entry.tenant not in tenants:
-            raise TokenError(f"{at(i)}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
         if (j := named.setdefault(entry.name, i)) != i:
-            raise TokenError(f"{at(i)}: tokens.{i}.name: {entry.name!r} names tokens.{j} too (line {lines[j]}): the log and the rate limits "
+            raise TokenError(f"{checked.at(i)}: tokens.{i}.name: {entry.name!r} names tokens.{j} too (line {lines[j]}): the log and the rate limits "
                              "tell tokens by their names")
         if (j := hashed.setdefault(entry.sha256, i)) != i:
             first_entry = document.tokens[j]
-            raise TokenError(f"{at(i)}: tokens.{i}.sha256: the same token as tokens.{j} (line {lines[j]}, {first_entry.scope.value} "
+            raise TokenError(f"{checked.at(i)}: tokens.{i}.sha256: the same token as tokens.{j} (line {lines[j]}, {first_entry.scope.value} "
                              f"{first_entry.name!r}): a token is one principal, with one scope")
-    return Tokens(document.tokens)
+    return checked
+
+
+def admit(given: TokensRead, tenants: set[str]) -> Tokens:
+    """The tokens read, each tenant token's tenant one of `tenants` (the environment served). Raises TokenError at the entry's line."""
+    for i, entry in enumerate(given.entries):
+        if entry.tenant is not None and entry.tenant not in tenants:
+            raise TokenError(f"{given.at(i)}: tokens.{i}.tenant: no tenant {entry.tenant!r} in the environment served")
+    return Tokens(given.entries)

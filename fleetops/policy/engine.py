@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from fleetops.errors import PolicyError
+from fleetops.errors import PolicyError, connection_failure
 from fleetops.policy.bundle import DATA_FILE, DATA_ROOT, Bundle, display_path, package_of
 
 DEFAULT_TIMEOUT = 30.0
@@ -279,6 +279,8 @@ class OpaEngine:
             return exc
         if refused := self._refused(exc):
             return refused
+        if reason := connection_failure(exc):  # which request met it says nothing more: the server is not answering
+            return PolicyError(f"OPA at {self.url}: no answer: {reason}")
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         if isinstance(detail, (dict, list)):
             detail = json.dumps(detail)[:300]

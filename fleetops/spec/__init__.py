@@ -45,7 +45,7 @@ from fleetops.spec.checks import (
     SYSTEM_NAMESPACES, cross_checks, over_limits,
 )
 from fleetops.spec.document import (
-    ENVIRONMENTS, MAX_PRUNES, Document, environment_path, load_environment, parse_environment, read_bounded,
+    ENVIRONMENTS, MAX_PRUNES, Document, environment_path, load_environment, no_environment, parse_environment, read_bounded,
     read_environment,
 )
 
@@ -63,7 +63,7 @@ __all__ = [
     "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",
     "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
-    "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
+    "no_environment", "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
     "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "queue_names", "quota_sums",
     "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
     "unguaranteed", "unit_hour_price", "yaml_errors",

@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,6 +249,11 @@ ENVIRONMENTS = Path("environments")  # the folder of environment files, in a fle
 def environment_path(name: str, folder: Path = ENVIRONMENTS) -> Path:
     """The file of environment `name` (a DNS label, never a path) in `folder`."""
     return folder / f"{name}.yaml"
+
+
+def no_environment(path: str | Path, name: str, known: Iterable[str], where: str = "") -> Problem:
+    """`--env NAME` that names no environment file (`where` it was looked for), with the names there are to choose from."""
+    return Problem(f"no environment {name!r}{where} (known: {', '.join(sorted(set(known))) or 'none'})", str(path), 1, 1)
 
 
 def load_environment(path: str | Path, display: str | None = None) -> Environment:
