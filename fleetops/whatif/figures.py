@@ -203,8 +203,9 @@ def _use(records: list[Record], window: float) -> dict[str, float]:
     return use
 
 
-def _fairness(env: spec.Environment, records: list[Record], use: dict[str, float], window: float) -> float:
+def _fairness(env: spec.Environment, records: list[Record], window: float) -> float:
     """Jain's index over the tenants with a guarantee the trace asks of: (sum x)^2 / (n sum x^2), x = use / guarantee."""
+    use = _use(records, window)
     asked = {(r.job.tenant, r.job.cluster, r.job.resource) for r in records}
     owed: dict[str, float] = defaultdict(float)
     for t in env.tenants:
@@ -212,7 +213,7 @@ def _fairness(env: spec.Environment, records: list[Record], use: dict[str, float
             for cluster in t.clusters:
                 if (t.name, cluster, resource) in asked:
                     owed[t.name] += quota.guaranteed * window
-    shares = [use.get(t, 0.0) / owed[t] for t in owed if owed[t] > 0]
+    shares = [use[t] / owed[t] for t in owed if owed[t] > 0]
     squares = sum(x * x for x in shares)
     return round(sum(shares) ** 2 / (len(shares) * squares), 4) if squares else 1.0
 
@@ -228,7 +229,6 @@ def side_figures(side: str, revision: str, env: spec.Environment, trace: Trace, 
     capacity = spec.capacity(env)
     weight = {key: capacity[key[0]][key[1]] for key in offered}
     backlog = [r for r in arrived if not r.running and r.finished is None]
-    use = _use(arrived, window)
     by_tenant: dict[str, list[Record]] = defaultdict(list)
     by_class: dict[str, list[Record]] = defaultdict(list)
     for r in arrived:
@@ -242,7 +242,7 @@ def side_figures(side: str, revision: str, env: spec.Environment, trace: Trace, 
         waits_by_tenant=[waits(t, rs, window) for t, rs in sorted(by_tenant.items())],
         waits_by_class=[waits(c, rs, window) for c, rs in sorted(by_class.items())],
         waits_all=waits("all", arrived, window), preemptions=_preemptions(records),
-        guarantees=_guarantees(env, arrived, window), fairness=_fairness(env, arrived, use, window),
+        guarantees=_guarantees(env, arrived, window), fairness=_fairness(env, arrived, window),
         jobs=len(arrived), finished=sum(1 for r in arrived if r.finished is not None),
-        device_hours_by_tenant={t: round(use[t] / HOUR, 3) for t in sorted(use)},
+        device_hours_by_tenant={t: round(seconds / HOUR, 3) for t, seconds in sorted(_use(arrived, window).items())},
     )
