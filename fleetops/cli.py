@@ -419,6 +419,7 @@ def plan_command(
     prometheus: Annotated[str | None, typer.Option(envvar="FLEETOPS_PROMETHEUS_URL", help="Prometheus to measure the use of what the change touches (the judge's own, never the revision's)")] = None,
     usage_window: Annotated[str, typer.Option(callback=_usage_window, help="How far back use is measured: 30d, 12h, 2w")] = "30d",
     prometheus_token_file: PrometheusTokenOpt = None,
+    whatif: Annotated[Path | None, typer.Option("--whatif", metavar="TRACE", help="Also replay this CSV trace of jobs on the real Kueue at base and head: what the change does to the work (docs/whatif.md)")] = None,
 ) -> None:
     """What a change does to the fleet, objects, capacity, quota, cost and measured use, judged by the base revision's policies.
 
@@ -429,8 +430,12 @@ def plan_command(
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
         source = prom.Prometheus(prometheus, token_file=prometheus_token_file) if prometheus else None
-        meter = plan.Meter(source, usage.parse_window(usage_window))
-        with progress(f"planning {env}: rendering base and head, diffing, judging"):
+        work = None
+        if whatif is not None:  # the trace replayed on the plan's own sides: plan itself never imports whatif
+            from fleetops.whatif import run as replay
+            work = replay.work(whatif, replay.Options(root=top))
+        meter = plan.Meter(source, usage.parse_window(usage_window), work)
+        with progress(f"planning {env}: rendering base and head, diffing, {f'replaying {whatif}, ' if whatif else ''}judging"):
             result = plan.build(top, env, base, head, approvals, meter)
         if require_base_program and not result.policy.judge_program_is_base:
             fail(f"plan: the fleetops running is not the program of the base revision {result.base.revision[:12]}: "

@@ -29,7 +29,7 @@ from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
 from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
-                                  status_counts)
+                                  Work, status_counts)
 from fleetops.prometheus import PrometheusError
 from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
 
@@ -303,10 +303,13 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
 @dataclass(frozen=True)
 class Meter:
     """Where the judge reads what the fleet used: its own Prometheus, from its command line, never from
-    the revision under review; `source` None when none was given."""
+    the revision under review; `source` None when none was given. `work`: what the change does to the
+    work, computed by the caller from the two rendered sides (plan --whatif replays a trace on them:
+    fleetops.whatif.run.work) as plain data, the policy input's `change.work`; None: not asked."""
 
     source: usage.Source | None = None
     window: usage.Window = usage.parse_window("30d")
+    work: Callable[[Side, Side], dict[str, Any]] | None = None
 
 
 def measured(meter: Meter, before: spec.Environment | None, after: spec.Environment | None,
@@ -362,6 +365,9 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     facts = change_facts(env_name, before, after, quota, groups, {"policies": policy_files, "program": program_files},
                          approvals, (cost_before, cost_after))
     check_schema(after, env_rel)  # a head the API server would refuse is refused before it is judged
+    work = meter.work(before, after) if meter.work is not None else None
+    if work is not None:  # only when asked: a plan without --whatif judges the input it always did
+        facts["work"] = work
     used = measured(meter, before.env, after.env, quota)
     kueue = grants.of_fleet(after.clusters)  # read once: the policy input, `grants` and `services` share it
     rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
@@ -401,6 +407,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         cost=Cost(cost_before, cost_after, currency),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
+        work=Work.of(work) if work is not None else None,
         judgement=verdict.judgement(),
     )
 

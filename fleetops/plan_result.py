@@ -310,6 +310,47 @@ class Grants:
         return cls([TenantGrant(**r) for r in review["tenants"]], [ClusterGrant(**c) for c in review["clusters"]])
 
 
+@dataclass(frozen=True)
+class TenantWork:
+    """One tenant's jobs of the trace, base → head (`_after`): queueing delay in hours (a job never admitted
+    counts with the wait it had by the window's end), device-hours admitted, jobs never admitted."""
+
+    tenant: str
+    jobs: int
+    wait_p50_hours: float
+    wait_p50_hours_after: float
+    wait_p99_hours: float
+    wait_p99_hours_after: float
+    device_hours: float
+    device_hours_after: float
+    never_admitted: int
+    never_admitted_after: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the change does to the work (plan --whatif): a trace replayed on the real Kueue at base and at
+    head (fleetops.whatif.report.impact), with what the figures depend on: the trace's source, jobs and
+    window, the load it offers each side, the assumptions of the replay."""
+
+    source: str
+    jobs: int
+    window_hours: float
+    utilisation: float  # allocation: device-time admitted / device-time there is, over what the trace asks of
+    utilisation_after: float
+    offered_load: float  # device-time asked / device-time there is: the ceiling of the utilisation
+    offered_load_after: float
+    backlog_jobs: int  # waiting at the window's end
+    backlog_jobs_after: int
+    tenants: list[TenantWork]
+    assumptions: list[str]
+
+    @classmethod
+    def of(cls, row: Row) -> Work:
+        """From the plain data the policies read (`input.change.work`)."""
+        return cls(**{**row, "tenants": [TenantWork(**t) for t in row["tenants"]]})
+
+
 def _key(key: ObjectKey) -> dict[str, str]:
     return dict(zip(("cluster", "apiVersion", "kind", "namespace", "name"), key))
 
@@ -350,6 +391,7 @@ class PlanResult:
     cost: Cost = Cost(0.0, 0.0, "")
     policy: PolicyReview = PolicyReview("", True, [], [])
     usage: usage.Usage | None = None
+    work: Work | None = None  # what it does to the work; None: not asked (plan --whatif)
     judgement: Judgement | None = None  # how the policies judged it; None: not judged (verdict invalid)
 
     @property
@@ -396,6 +438,7 @@ class PlanResult:
             "cost": self.cost.to_json(),
             "policy": self.policy.to_json(),
             "usage": self.usage.model_dump(mode="json") if self.usage is not None else None,
+            **({"work": asdict(self.work)} if self.work is not None else {}),  # only when asked: the same plan without it
             "decisions": self.decision_rows(),
             "counts": self.counts,
             "judgement": self.judgement.to_json(),

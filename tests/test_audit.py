@@ -341,7 +341,7 @@ def test_each_rule_says_where_it_is_enforced_and_who_owns_it(report_json: dict) 
     rules = {r["rule"]: r for r in report_json["policies"]}
     # input.change and input.usage exist only in a plan, input.live only where the reconciler reads live nodes;
     # network.strict_tenant_opened reads the flows the change opens (input.change.strict_opened).
-    review_only = {r for r in rules if r.startswith(("change.", "usage."))} | {"network.strict_tenant_opened"}
+    review_only = {r for r in rules if r.startswith(("change.", "usage.", "work."))} | {"network.strict_tenant_opened"}
     assert {r for r, p in rules.items() if p["enforced_by"] == ["review"]} == review_only
     assert rules["capacity.live_below_guaranteed"]["enforced_by"] == ["reconciler"]
     assert rules["budget.over_budget"]["enforced_by"] == ["review", "Pulumi pack", "reconciler"]  # the plan-only costing is one alternative

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetops import audit, isolate, policy
+from fleetops import audit, isolate, plan, policy
 from fleetops import usage
 from tests.fake_prometheus import Answer, Fake, serve
 from tests.test_plan import ROOT, commit, make_repo, plan_json
@@ -31,6 +31,7 @@ class EnvEdit:
     key: str
     also: tuple[tuple[str, str], ...] = ()
     prometheus: dict[str, Answer] | None = None  # what a Prometheus holds, for the rules over measured use
+    work: dict | None = None  # what a trace replayed at base and head gives (plan --whatif), for the rules over the work
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,14 @@ VISION_GPU = "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: 
 VISION_RAISED = VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace("a100-infer: 48", "a100-infer: 92")
 # A center-bj where vision and h100-train sat nearly idle over the window.
 IDLE = {usage.DEVICES: [({"cluster": "center-bj", "pool": "h100-train", "tenant": "vision"}, 2.0)], usage.SPEND: []}
+
+# vision's jobs of a trace wait 4 h longer at head (the figures `fleetops.whatif.report.impact` makes; replayed for real in
+# tests/test_whatif_real.py).
+VISION_WAITS = {"source": "jobs.csv", "jobs": 3, "window_hours": 24.0, "utilisation": 0.2, "utilisation_after": 0.15, "offered_load": 0.2,
+                "offered_load_after": 0.2, "backlog_jobs": 0, "backlog_jobs_after": 0, "assumptions": [],
+                "tenants": [{"tenant": "vision", "jobs": 3, "wait_p50_hours": 0.0, "wait_p50_hours_after": 2.0, "wait_p99_hours": 0.0,
+                             "wait_p99_hours_after": 4.0, "device_hours": 48.0, "device_hours_after": 48.0, "never_admitted": 0,
+                             "never_admitted_after": 0}]}
 
 ASCEND_POOL = """      - name: ascend-910b
         device: {resource: huawei.com/Ascend910, model: Ascend910B, per_node: 8}
@@ -169,6 +178,7 @@ CASES: dict[str, Case] = {
     "change.program_approvals": ProgramEdit("return objects"),
     "usage.guarantee_raise_underused": EnvEdit(VISION_GPU, VISION_RAISED, "guaranteed: 140", "guaranteed", prometheus=IDLE),
     "usage.pool_growth_idle": EnvEdit("nodes: 16", "nodes: 40", "nodes: 40", "nodes", prometheus=IDLE),
+    "work.wait_worse": EnvEdit(VISION_GPU, VISION_GPU.replace("burst: 160", "burst: 120"), "burst: 120", "burst", work=VISION_WAITS),
     "change.price_below_reference_approvals": EnvEdit("model: H100-SXM-80GB, per_node: 8}\n        nodes: 16", "model: H100-SXM-80GB-B, per_node: 8}\n        nodes: 16",
                                                       "H100-SXM-80GB-B, per_node", "model", also=(("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.9\n  H100-SXM-80GB-B: 2.5\n"),)),
     "change.price_decrease_approvals": EnvEdit("  H100-SXM-80GB: 2.9\n", "  H100-SXM-80GB: 2.5\n", "H100-SXM-80GB: 2.5", "H100-SXM-80GB"),
@@ -278,6 +288,9 @@ def test_each_rule_is_located_at_the_field_the_change_edited(rule: str, tmp_path
     if isinstance(case, EnvEdit) and case.prometheus is not None:
         with serve(Fake(case.prometheus)) as fake:
             _, result = plan_json(repo, "--approvals", "0", "--prometheus", fake.url)
+    elif isinstance(case, EnvEdit) and case.work is not None:  # handed over as the CLI hands over a replay's figures
+        figures = case.work
+        result = plan.build(repo, "prod", None, None, 0, plan.Meter(work=lambda before, after: figures)).to_json()
     else:
         _, result = plan_json(repo, "--approvals", "0")
     decisions = fired(result, rule)

@@ -108,7 +108,7 @@ def test_no_data_file_with_rules_that_read_it_is_refused(tmp_path: Path) -> None
     policies = copy_policies(tmp_path / "policies")
     (policies / "data.yaml").unlink()
     lines = refusal(policies)
-    assert len(lines) == 9 and re.fullmatch(r".*data\.yaml:1:1: quota: missing: the rules that read it would never fire \(.*data\.schema\.json requires it\)", lines[0]), lines
+    assert len(lines) == 10 and re.fullmatch(r".*data\.yaml:1:1: quota: missing: the rules that read it would never fire \(.*data\.schema\.json requires it\)", lines[0]), lines
 
 
 def test_without_a_schema_no_data_is_declared_and_every_read_is_refused(tmp_path: Path) -> None:

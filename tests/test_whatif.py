@@ -174,6 +174,25 @@ def test_jain_is_one_when_every_tenant_gets_the_same_share_of_its_guarantee_and_
     assert figures._fairness(prod, skewed, 3600) < 0.7
 
 
+def test_the_impact_of_a_change_is_each_tenant_s_wait_and_device_hours_base_to_head(prod: spec.Environment) -> None:
+    from fleetops.whatif import report
+
+    made = trace.Trace((job(0, "vision", 0), job(1, "speech", 0)), 4 * 3600, "jobs.csv")
+    # base: both admitted at once; head: vision's first run preempted after 1 h, run again from 2 h; speech waits 3 h
+    base = figures.side_figures("base", "b", prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", 3600)], 3600),
+                                                          1: Record(made.jobs[1], [Run(0, "a100-infer", 3600)], 3600)})
+    head = figures.side_figures("head", "h", prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", 3600, reason="Preempted"),
+                                                                                   Run(7200, "h100-train", 10800)], 10800),
+                                                          1: Record(made.jobs[1], [Run(10800, "a100-infer", None)])})
+    assert head.device_hours_by_tenant == {"speech": 8.0, "vision": 16.0}  # the run thrown away was held too
+    found = report.impact(base, head, made)
+    rows = {t["tenant"]: t for t in found["tenants"]}
+    assert (rows["speech"]["wait_p99_hours"], rows["speech"]["wait_p99_hours_after"]) == (0.0, 3.0)
+    assert (rows["vision"]["device_hours"], rows["vision"]["device_hours_after"]) == (8.0, 16.0)
+    assert (found["source"], found["jobs"], found["window_hours"]) == ("jobs.csv", 2, 4.0)
+    assert found["offered_load"] == base.offered_load and found["utilisation_after"] == head.total_utilisation
+
+
 # --- the command -----------------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ The jobs are written out here, so that what each side must do is plain: dev-cent
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from fleetops import render, spec
 from fleetops.whatif import report, run, sides, trace
 from fleetops.whatif.figures import SideFigures
 from tests import servers
+from tests.test_plan import commit, edit, make_repo, plan
 
 pytestmark = pytest.mark.real
 
@@ -69,6 +71,34 @@ def test_a_quota_cut_for_one_tenant_raises_that_tenants_p99_wait(tmp_path: Path)
     assert waits_of(before, "ml-sandbox") == 0.0
     assert waits_of(after, "ml-sandbox") == 4.0  # the third job waits for the two runs of 2 h before it
     assert waits_of(after, "platform-dev") == waits_of(before, "platform-dev") == 0.0
+
+
+def test_plan_whatif_shows_a_quota_cut_raising_that_tenants_p99_wait_and_asks_approvals(tmp_path: Path) -> None:
+    # The scenario above through `fleetops plan --whatif`: the plan's own base and head, the user's CSV, the review.
+    repo = make_repo(tmp_path)
+    edit(repo, "nvidia.com/gpu: {guaranteed: 8, burst: 32}", "nvidia.com/gpu: {guaranteed: 8, burst: 8}", env="dev")
+    commit(repo, "ml-sandbox: burst 8")
+    jobs_csv = tmp_path / "jobs.csv"
+    jobs_csv.write_text("arrival,tenant,class,resource,units,pods,duration\n"
+                        + "3600,ml-sandbox,training-standard,nvidia.com/gpu,8,1,7200\n" * 3
+                        + "3600,platform-dev,training-standard,nvidia.com/gpu,8,1,7200\n")
+    out = plan(repo, "--env", "dev", "--output", "json", "--whatif", jobs_csv, "--artifacts", tmp_path / "artifacts",
+               env={"PATH": f"{servers.BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    assert "Traceback" not in out.stderr, out.stderr
+    result = json.loads(out.stdout)
+    work = result["work"]
+    tenants = {t["tenant"]: t for t in work["tenants"]}
+    ml, platform = tenants["ml-sandbox"], tenants["platform-dev"]
+    assert (ml["wait_p99_hours"], ml["wait_p99_hours_after"]) == (0.0, 4.0)  # the third job waits for the two runs before it
+    assert (platform["wait_p99_hours"], platform["wait_p99_hours_after"]) == (0.0, 0.0)
+    assert ml["device_hours"] == ml["device_hours_after"] == 48.0  # the same work done, later
+    assert (work["source"], work["jobs"], work["window_hours"]) == (str(jobs_csv), 4, 24.0)
+    assert work["offered_load"] == work["offered_load_after"] > 0
+    approvals = [d for d in result["decisions"] if d["status"] == "approval"]
+    assert [d["rule"] for d in approvals] == ["work.wait_worse"] and "tenant ml-sandbox's p99 wait grows 0 h -> 4 h" in approvals[0]["msg"]
+    assert out.returncode == 1 and result["verdict"] == "needs-approval"
+    comment = (tmp_path / "artifacts" / "comment.md").read_text()
+    assert "| ml-sandbox | 3 | 0.00 → 2.00 | 0.00 → 4.00 | 48 | 0 |" in comment
 
 
 def test_a_pool_added_lowers_that_flavors_utilisation_and_the_waits(tmp_path: Path) -> None:

@@ -422,9 +422,32 @@ def with_capacity(plan: PlanResult) -> Fold:
     return Fold("Capacity per cluster and device resource", table[:2], [[row] for row in table[2:]] if whole else [])
 
 
+def _hours(before: float, after: float) -> str:
+    return _arrow(f"{before:,.2f}", f"{after:,.2f}")
+
+
+def work_table(plan: PlanResult) -> Fold:
+    """What the change does to the work (plan --whatif): the trace, the fleet's utilisation beside the load
+    it offers, then per tenant wait and use base → head, the p99 wait that grows most first."""
+    work = plan.work
+    if work is None:
+        return Fold("What it does to the work", [], [])
+    load = f"{work.offered_load:.1%}" if work.offered_load == work.offered_load_after else f"{work.offered_load:.1%} → {work.offered_load_after:.1%}"
+    head = [f"{_code(work.source)}: {work.jobs:,} job(s) over {_num(work.window_hours)} h, replayed on the real Kueue at base and at head "
+            "(simulated time: docs/whatif.md).", "",
+            f"**Allocation utilisation** {_arrow(f'{work.utilisation:.1%}', f'{work.utilisation_after:.1%}')} at an offered load "
+            f"(the ceiling) of {load}; **backlog at the end** {_arrow(work.backlog_jobs, work.backlog_jobs_after)} job(s).", "",
+            "| tenant | jobs | wait p50 (h) | wait p99 (h) | device-hours used | never admitted |", "|---|---:|---:|---:|---:|---:|"]
+    tenants = sorted(work.tenants, key=lambda t: (-(t.wait_p99_hours_after - t.wait_p99_hours), t.tenant))
+    rows = [[f"| {_text(t.tenant)} | {t.jobs:,} | {_hours(t.wait_p50_hours, t.wait_p50_hours_after)} "
+             f"| {_hours(t.wait_p99_hours, t.wait_p99_hours_after)} | {_arrow(_num(t.device_hours), _num(t.device_hours_after))} "
+             f"| {_arrow(t.never_admitted, t.never_admitted_after)} |"] for t in tenants]
+    return Fold("What it does to the work", head, rows, noun="tenant(s)")
+
+
 def _folds(plan: PlanResult) -> list[Fold]:
     """The folded sections, most important first."""
-    return [spec_fields(plan), decision_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
+    return [spec_fields(plan), decision_table(plan), work_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
             object_summary(plan), object_changes(plan)]
 
 

@@ -94,6 +94,8 @@ class SideFigures:
     jobs: int = 0
     finished: int = 0
     notes: list[str] = field(default_factory=list)
+    # tenant -> device-hours admitted in the window, runs later preempted included (what it held, not what it finished)
+    device_hours_by_tenant: dict[str, float] = field(default_factory=dict)
 
     def preemptions_by_class(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -192,13 +194,19 @@ def _guarantees(env: spec.Environment, records: list[Record], window: float) -> 
     return out
 
 
-def _fairness(env: spec.Environment, records: list[Record], window: float) -> float:
-    """Jain's index over the tenants with a guarantee the trace asks of: (sum x)^2 / (n sum x^2), x = use / guarantee."""
+def _use(records: list[Record], window: float) -> dict[str, float]:
+    """tenant -> device-seconds admitted: every run, to its end or to the window's."""
     use: dict[str, float] = defaultdict(float)
-    asked = {(r.job.tenant, r.job.cluster, r.job.resource) for r in records}
     for r in records:
         for run in r.runs:
             use[r.job.tenant] += r.job.devices * ((run.end if run.end is not None else window) - run.start)
+    return use
+
+
+def _fairness(env: spec.Environment, records: list[Record], window: float) -> float:
+    """Jain's index over the tenants with a guarantee the trace asks of: (sum x)^2 / (n sum x^2), x = use / guarantee."""
+    use = _use(records, window)
+    asked = {(r.job.tenant, r.job.cluster, r.job.resource) for r in records}
     owed: dict[str, float] = defaultdict(float)
     for t in env.tenants:
         for resource, quota in t.quota.items():
@@ -236,4 +244,5 @@ def side_figures(side: str, revision: str, env: spec.Environment, trace: Trace, 
         waits_all=waits("all", arrived, window), preemptions=_preemptions(records),
         guarantees=_guarantees(env, arrived, window), fairness=_fairness(env, arrived, window),
         jobs=len(arrived), finished=sum(1 for r in arrived if r.finished is not None),
+        device_hours_by_tenant={t: round(seconds / HOUR, 3) for t, seconds in sorted(_use(arrived, window).items())},
     )

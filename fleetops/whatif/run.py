@@ -7,12 +7,18 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from fleetops.errors import WhatifError
 from fleetops.whatif import servers
 from fleetops.whatif.figures import SideFigures, side_figures
 from fleetops.whatif.replay import Record, Replay, prepared
-from fleetops.whatif.sides import Side
-from fleetops.whatif.trace import Trace
+from fleetops.whatif.report import impact
+from fleetops.whatif.sides import Side, SideKind, side_of
+from fleetops.whatif.trace import Trace, read_csv
+
+if TYPE_CHECKING:  # the plan's sides, as plan.Meter hands them over
+    from fleetops import plan
 
 
 @dataclass(frozen=True)
@@ -45,3 +51,22 @@ def replay(sides: list[Side], trace: Trace, options: Options = Options()) -> lis
                 records = replay_side(side, trace, etcd, folder, options)
                 out.append(side_figures(str(side.kind), side.revision, side.env, trace, records))
     return out
+
+
+def work(path: Path, options: Options = Options()) -> Callable[[plan.Side, plan.Side], dict[str, Any]]:
+    """`plan --whatif`: what the plan's change does to the work of the CSV trace at `path`, replayed on the
+    plan's own rendered base and head (`report.impact`, plain data for `plan.Meter.work`). The trace is
+    read against head, as `fleetops whatif` reads it for base and head, so both commands give one trace
+    the same figures."""
+    def replayed(before: plan.Side, after: plan.Side) -> dict[str, Any]:
+        both = []
+        for kind, side in ((SideKind.BASE, before), (SideKind.HEAD, after)):
+            if not side.exists or side.env is None:
+                raise WhatifError(f"plan --whatif: the environment does not exist at {kind} {side.revision[:12]}: there is nothing to replay "
+                                  f"{path} on (plan it without --whatif)")
+            both.append(side_of(kind, side.revision, side.env, side.clusters))
+        jobs = read_csv(path, both[1].env)
+        base, head = replay(both, jobs, options)
+        return impact(base, head, jobs)
+
+    return replayed
