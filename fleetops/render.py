@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fleetops import git, schema, spec
 from fleetops.errors import Problem, RenderError
-from fleetops.kube import apply_order, object_key
+from fleetops.kube import apply_order, describe, key_of, object_key
+
+if TYPE_CHECKING:
+    from fleetops.sdk_render import Declared
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_PROGRAM = ROOT / "stacks" / "__main__.py"
@@ -78,8 +81,9 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
         from fleetops import sdk_render
 
         config = {"environment": env.environment, "specFile": str(env_file), "revision": revision}
-        clusters, resources = sdk_render.collect(program, config, env.environment, [c.name for c in env.clusters])
+        clusters, resources, declared = sdk_render.collect(program, config, env.environment, [c.name for c in env.clusters])
         for cluster, manifests in clusters.items():
+            check_declared_order(program, cluster, manifests, declared)
             finish(cluster, manifests)
     elif engine == "direct":
         from modules import fleet
@@ -92,6 +96,22 @@ def render_environment(env: spec.Environment, env_file: str | Path, revision: st
     else:
         raise ValueError(f"unknown render engine {engine!r}")
     return DesiredState(environment=env.environment, revision=revision, clusters=clusters, resources=resources)
+
+
+def check_declared_order(program: Path, cluster: str, manifests: list[dict[str, Any]], declared: Declared) -> None:
+    """Every object the program registers waits for its prerequisites (modules.kube.prerequisites) that
+    the fleet declares too: the engine creates in parallel whatever waits for nothing, and a tenant's
+    objects created before their Namespace fail the first `pulumi up` (issue 42). RenderError naming
+    the first object that does not wait, by sort."""
+    from modules.kube import prerequisites
+
+    keys = {object_key(cluster, m)[1:] for m in manifests}
+    missing = sorted((describe(key_of(m)), describe(need)) for m in manifests for need in prerequisites(m)
+                     if need in keys and need not in declared.get((cluster, key_of(m)), set()))
+    if missing:
+        what, need = missing[0]
+        raise RenderError(f"{program}: {cluster}'s {what} is registered without depends_on its {need}: the engine may create it "
+                          f"first and the API server refuses it ({len(missing)} such objects)")
 
 
 def check_object_count(count: int, display: str, where: str = "in all") -> None:

@@ -21,6 +21,7 @@ from pulumi.runtime.mocks import MockMonitor
 
 from fleetops import spec
 from fleetops.errors import RenderError
+from fleetops.kube import Key, key_of
 
 PROVIDER_TYPE = "pulumi:providers:kubernetes"
 # What an input known only after deployment (another resource's output) deserialises to in a preview.
@@ -72,17 +73,20 @@ class _Recorder(pulumi.runtime.Mocks):
 
 
 class _Monitor(MockMonitor):
-    """The SDK's mock monitor, plus the URN uniqueness check the real engine makes.
+    """The SDK's mock monitor, plus the URN uniqueness check the real engine makes, and what each
+    resource was declared to depend on (the engine creates in parallel what depends on nothing).
 
     The one reach past the documented mocks (`set_mocks`' `monitor` argument, the SDK's own class):
-    `Mocks.new_resource` is told a resource's type and name but not its parent, so only the monitor
-    knows its URN. RegisterResource is the engine protocol's method, left to the SDK after the check;
-    tests/test_sdk_render.py fails if the SDK stops calling it.
+    `Mocks.new_resource` is told a resource's type and name but neither its parent nor its
+    dependencies, so only the monitor knows its URN and what it waits for. RegisterResource is the
+    engine protocol's method, left to the SDK after the check; tests/test_sdk_render.py fails if the
+    SDK stops calling it.
     """
 
     def __init__(self, mocks: pulumi.runtime.Mocks):
         super().__init__(mocks)
         self.duplicate_urns: list[str] = []
+        self.registered: dict[str, tuple[str, tuple[str, ...]]] = {}  # URN -> (name, the URNs it depends on)
         self.lock = threading.Lock()  # registrations arrive on the SDK's thread pool: check and store as one step
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
@@ -90,7 +94,18 @@ class _Monitor(MockMonitor):
         with self.lock:
             if urn in self.resources:
                 self.duplicate_urns.append(urn)
+            self.registered[urn] = (request.name, tuple(request.dependencies))
             return super().RegisterResource(request)
+
+    def depends_on(self, objects: list[tuple[str, str, dict[str, Any]]]) -> dict[str, set[Key]]:
+        """Each Kubernetes object's resource name -> the objects (keys) it was registered to wait for."""
+        kind = lambda urn: urn.rsplit("::", 2)[-2].rsplit(":", 1)[-1]  # noqa: E731 - urn:...::<parent$>kubernetes:<group/version>:<Kind>::<name>
+        key_by_urn: dict[str, Key] = {}
+        names = {(name, manifest["kind"]): key_of(manifest) for name, _, manifest in objects}
+        for urn, (name, _) in self.registered.items():
+            if (name, kind(urn)) in names:
+                key_by_urn[urn] = names[(name, kind(urn))]
+        return {name: {key_by_urn[d] for d in deps if d in key_by_urn} for urn, (name, deps) in self.registered.items() if urn in key_by_urn}
 
 
 def run_program(program: Path, config: dict[str, str], stack: str) -> tuple[_Recorder, _Monitor]:
@@ -119,8 +134,12 @@ def run_program(program: Path, config: dict[str, str], stack: str) -> tuple[_Rec
     return recorder, monitor
 
 
-def collect(program: Path, config: dict[str, str], stack: str, clusters: list[str]) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """The objects the program declares by cluster, and how many resources it registered."""
+Declared = dict[tuple[str, Key], set[Key]]  # (cluster, object) -> the objects of its cluster it waits for
+
+
+def collect(program: Path, config: dict[str, str], stack: str, clusters: list[str]) -> tuple[dict[str, list[dict[str, Any]]], int, Declared]:
+    """The objects the program declares by cluster, how many resources it registered, and what each
+    object was declared to depend on."""
     recorder, monitor = run_program(program, config, stack)
     # The SDK's thread pool registers in no fixed order: name the first problem by sort, the same every run.
     if recorder.unknown:
@@ -132,6 +151,9 @@ def collect(program: Path, config: dict[str, str], stack: str, clusters: list[st
     unbound = [name for cluster, name, _ in placed if cluster not in out]
     if unbound:
         raise RenderError(f"{program}: resource {min(unbound)!r} is not bound to a cluster provider")
-    for cluster, _, manifest in placed:
+    waits = monitor.depends_on(recorder.objects)
+    declared: Declared = {}
+    for cluster, name, manifest in placed:
         out[cluster].append(manifest)
-    return out, recorder.count
+        declared[(cluster, key_of(manifest))] = waits.get(name, set())
+    return out, recorder.count, declared

@@ -8,12 +8,19 @@ fleet failed that way).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
 from benchmarks import generate
 from fleetops import render
+from fleetops.errors import RenderError
 from fleetops.kube import apply_order, describe, key_of, kind_rank
 from modules.kube import prerequisites
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def generated(tmp_path, scale: float):
@@ -44,3 +51,28 @@ def test_a_workload_needs_its_service_account_and_config_maps() -> None:
                      {"name": "a", "configMap": {"name": "cfg"}}, {"name": "b", "emptyDir": {}}]}}}}
     assert prerequisites(daemonset) == [("v1", "Namespace", "", "ns"), ("v1", "ServiceAccount", "ns", "sa"), ("v1", "ConfigMap", "ns", "cfg")]
     assert prerequisites({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}) == []
+
+
+# The stack program as it was before issue 42 (objects registered with no depends_on), run as
+# `render --engine pulumi` runs any program: under the SDK's mocks.
+WAITS_FOR_NOTHING = '''
+import runpy
+import modules.program
+declared = modules.program.prerequisites
+modules.program.prerequisites = lambda manifest: []
+try:
+    runpy.run_path({program!r}, run_name="__main__")
+finally:
+    modules.program.prerequisites = declared
+'''
+
+
+def test_a_program_whose_objects_wait_for_nothing_is_refused_naming_the_first(tmp_path) -> None:
+    """The first `up` of a generated fleet failed with "namespaces … not found" because the engine was
+    told no order (issue 42); that program is refused before any engine runs it. The fleet's own program
+    passes the same check on every bundled environment and the generated fleet at three scales
+    (tests/test_render.py renders them all through it)."""
+    program = tmp_path / "__main__.py"
+    program.write_text(WAITS_FOR_NOTHING.format(program=str(render.STACK_PROGRAM)))
+    with pytest.raises(RenderError, match=r"center-bj's .* is registered without depends_on its Namespace \S+: the engine may create it first"):
+        render.render(ROOT / "environments" / "prod.yaml", revision="r", engine="pulumi", program=program)
