@@ -2,7 +2,8 @@
 
     nice -n 19 .venv/bin/python benchmarks/deploy_bench.py --scale 0.05
     nice -n 19 .venv/bin/python benchmarks/deploy_bench.py --scale 0.05 --parallelism 8 64   # Pulumi's knob
-    nice -n 19 .venv/bin/python benchmarks/deploy_bench.py --scale 0.2 --centers 16 --edges 4
+    nice -n 19 .venv/bin/python benchmarks/deploy_bench.py --scale 0.2
+    nice -n 19 .venv/bin/python benchmarks/deploy_bench.py --scale 0.05 --step-checkpoints         # Pulumi's default checkpoints
 
 Each operation is one `fleetops deploy` process (the Automation API: the program runs in it, the Pulumi
 CLI, one Kubernetes provider per cluster and the policy pack below it). Per operation: wall time; CPU
@@ -112,7 +113,7 @@ def one_line_change(repo: Path, doc: dict) -> None:
     (repo / "environments" / "dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def bench(scale: float, centers: int, edges: int, parallelism: int | None, work: Path) -> dict:
+def bench(scale: float, centers: int, edges: int, parallelism: int | None, step_checkpoints: bool, work: Path) -> dict:
     repo, doc = fleet_repo(work / "fleet", scale, centers, edges)
     names = [c["name"] for c in doc["clusters"]]
     with servers.etcd_server(work / "etcd") as etcd:
@@ -129,13 +130,15 @@ def bench(scale: float, centers: int, edges: int, parallelism: int | None, work:
                       "--provider", str(servers.tool("pulumi-resource-kubernetes")), "--output", "json"]
             if parallelism:
                 deploy += ["--parallelism", str(parallelism)]
+            if step_checkpoints:
+                deploy.append("--step-checkpoints")
             rows = {"first up": measured(deploy, repo), "no-change up": measured(deploy, repo)}
             one_line_change(repo, doc)
             rows["preview, one-line change"] = measured([*deploy, "--preview"], repo)
         finally:
             for server in started:
                 server.stop()
-    return {"scale": scale, "clusters": len(names), "parallelism": parallelism or "default", "rows": rows}
+    return {"scale": scale, "clusters": len(names), "parallelism": parallelism or "default", "checkpoints": "every step" if step_checkpoints else "at the end", "rows": rows}
 
 
 def main() -> int:
@@ -144,11 +147,12 @@ def main() -> int:
     parser.add_argument("--centers", type=int, default=generate.CENTER_CLUSTERS)
     parser.add_argument("--edges", type=int, default=generate.EDGE_CLUSTERS)
     parser.add_argument("--parallelism", type=int, nargs="*", default=[0], help="Pulumi's parallelism (0: fleetops' default)")
+    parser.add_argument("--step-checkpoints", action="store_true", help="the engine writes its state after every step (Pulumi's default), not once at the end")
     args = parser.parse_args()
     for parallelism in args.parallelism:
         with tempfile.TemporaryDirectory(prefix="deploy-bench-") as work:
-            result = bench(args.scale, args.centers, args.edges, parallelism, Path(work))
-        print(f"scale {result['scale']}, {result['clusters']} clusters, parallelism {result['parallelism']}")
+            result = bench(args.scale, args.centers, args.edges, parallelism, args.step_checkpoints, Path(work))
+        print(f"scale {result['scale']}, {result['clusters']} clusters, parallelism {result['parallelism']}, checkpoints {result['checkpoints']}")
         for name, row in result["rows"].items():
             print(f"  {name:26} wall {row['wall_s']:7.1f} s  cpu {row['cpu_s']:7.1f} s  peak {row['peak_mib']:6} MiB  {row['changes']}")
     return 0

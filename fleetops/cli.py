@@ -954,6 +954,7 @@ def deploy_command(
     provider: Annotated[Path | None, typer.Option(help="pulumi-resource-kubernetes binary to install (default: beside the Pulumi CLI)")] = None,
     install_crds: Annotated[bool, typer.Option("--install-crds", help="First install the CRDs fleetops ships (fleetops/crds/) that the fleet's objects need, where a cluster lacks them")] = False,
     parallelism: Annotated[int | None, typer.Option(min=1, help="Resource operations Pulumi runs at once (default: Pulumi's, 4 per CPU; benchmarks/README.md)")] = None,
+    step_checkpoints: Annotated[bool, typer.Option("--step-checkpoints", help="Write the stack's state after every step, as Pulumi does by default (slower at fleet scale: benchmarks/README.md); by default it is written once, at the end")] = False,
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """Deploy (or --preview) an environment with Pulumi, through the Automation API, with the policy pack: exit 0 done, 1 denied by policy, 2 bad input or a failed deploy."""
@@ -966,7 +967,7 @@ def deploy_command(
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
             result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
-                                parallelism=parallelism, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
+                                parallelism=parallelism, step_checkpoints=step_checkpoints, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     except deploy.DeployError as exc:
         fail(str(exc))
     code = 0 if result.ok else 1 if result.denied else 2

@@ -267,10 +267,16 @@ class Tally:
 
 
 def run(repo: Path, environment: str, stack_name: str, operation: Operation, state: Path, *, install_crds: bool = False,
-        parallelism: int | None = None, **engine: Any) -> Result:
+        parallelism: int | None = None, step_checkpoints: bool = False, **engine: Any) -> Result:
     """Preview or deploy `environment` as stack `stack_name`, with the policy pack, state in `state`
     (`engine`: the options of `prepare`; `parallelism`: Pulumi's, by default its own, 4 per CPU). The CRDs its custom resources need must be served first (with
-    `install_crds`, those fleetops ships are installed): a cluster lacking one is said, and nothing runs."""
+    `install_crds`, those fleetops ships are installed): a cluster lacking one is said, and nothing runs.
+
+    The engine writes the stack's state once, at the end (PULUMI_SKIP_CHECKPOINTS), unless
+    `step_checkpoints`: Pulumi's default rewrites the whole state after every step, which made the
+    first `up` of a 1,584-resource fleet over four times slower (benchmarks/README.md, "deploy at fleet
+    scale"). What a crash then leaves unrecorded, the next `up` adopts: the Kubernetes provider fleetops
+    builds creates with server-side apply, an upsert (its pkg/await/await.go)."""
     from pulumi import automation as auto
 
     repo = repo.resolve()
@@ -278,6 +284,8 @@ def run(repo: Path, environment: str, stack_name: str, operation: Operation, sta
     if not (repo / PROGRAM).is_file() or not spec_file.is_file():
         raise DeployError(f"{spec_file}: no such environment (or no {PROGRAM} in {repo}): run from the fleet repository or pass --repo")
     prepared = prepare(repo, state, **engine)
+    if not step_checkpoints:
+        prepared.env["PULUMI_SKIP_CHECKPOINTS"] = "true"
     common = {"stack": stack_name, "environment": environment, "operation": operation, "state": str(state)}
     desired = render.render(spec_file, revision="-")
     try:

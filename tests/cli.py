@@ -16,7 +16,7 @@ def fleetops_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "fleetops.cli"]
 
 
-def run(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`env` holds variables to set on top of this process's environment."""
+def run(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`env` holds variables to set on top of this process's environment; `timeout` bounds the command (seconds)."""
     environ = {**os.environ, **env} if env else None
-    return subprocess.run([*fleetops_command(), *map(str, args)], cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=300)
+    return subprocess.run([*fleetops_command(), *map(str, args)], cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=timeout)
