@@ -946,6 +946,7 @@ def deploy_command(
     env: EnvOpt,
     stack: Annotated[str | None, typer.Option(help="Pulumi stack name (default: the environment's name)")] = None,
     preview: Annotated[bool, typer.Option("--preview", help="Show what would change, change nothing")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="With --preview: each object's changed fields, as `pulumi preview --diff` prints them")] = False,
     repo: Annotated[Path, typer.Option(help="The fleet repository: environments/, stacks/, policies/")] = Path("."),
     state: Annotated[Path | None, typer.Option(help="Pulumi's state, plugins and stack settings (default: $XDG_STATE_HOME/fleetops/pulumi, ~/.local/state/fleetops/pulumi)")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")] = None,
@@ -960,6 +961,8 @@ def deploy_command(
     """Deploy (or --preview) an environment with Pulumi, through the Automation API, with the policy pack: exit 0 done, 1 denied by policy, 2 bad input or a failed deploy."""
     from fleetops import deploy
 
+    if diff and not preview:
+        fail("--diff shows what a preview would change: give --preview too")
     operation = deploy.Operation.preview if preview else deploy.Operation.up
     # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
     # the policy pack would judge it, but the API server would refuse it halfway through an update.
@@ -967,7 +970,7 @@ def deploy_command(
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
             result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
-                                parallelism=parallelism, step_checkpoints=step_checkpoints, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
+                                parallelism=parallelism, step_checkpoints=step_checkpoints, diff=diff, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     except deploy.DeployError as exc:
         fail(str(exc))
     code = 0 if result.ok else 1 if result.denied else 2
@@ -980,6 +983,7 @@ def deploy_command(
         verdict = "done" if result.ok else "denied by the policy pack" if result.denied else "failed"
         out.print(f"pulumi {operation.value} of stack {result.stack} (environment {env}): {changes}; {verdict}", markup=False, highlight=False)
         out.print(f"state: {result.state}", markup=False, highlight=False)
+        sys.stdout.write(result.diff)
         for message in result.messages:
             err.print(message, markup=False, highlight=False)
     raise typer.Exit(code)

@@ -35,6 +35,7 @@ PACK = Path("policies") / "pack" / "analyzer"
 PASSPHRASE_VARIABLES = ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")
 # What of a failed Pulumi command is shown: its last lines, enough for the error and the violations.
 MAX_ERROR_LINES = 40
+MAX_DIFF_LINES = 5000  # a preview's diff shown; the rest is counted, not printed
 
 
 CRDS = Path(__file__).resolve().parent / "crds"
@@ -118,10 +119,11 @@ class Result:
     outputs: dict[str, Any]
     state: str
     messages: list[str]
+    diff: str = ""  # a preview's per-property diff, as `pulumi preview --diff` prints it (bounded)
 
     def to_dict(self) -> dict[str, Any]:
         return {"stack": self.stack, "operation": self.operation.value, "denied": self.denied, "changes": self.changes,
-                "outputs": self.outputs, "state": self.state, "messages": self.messages}
+                "outputs": self.outputs, "state": self.state, "messages": self.messages, "diff": self.diff}
 
 
 def default_state() -> Path:
@@ -197,6 +199,13 @@ def last_lines(text: str, count: int = MAX_ERROR_LINES) -> str:
     return "\n".join(lines[-count:])
 
 
+def bounded(text: str, limit: int = MAX_DIFF_LINES) -> str:
+    """At most `limit` lines of `text`, and how many more there were."""
+    lines = text.splitlines()
+    more = f"\n… {len(lines) - limit:,} more lines\n" if len(lines) > limit else ""
+    return "\n".join(lines[:limit]) + ("\n" if lines else "") + more
+
+
 _VIOLATION = re.compile(r"\[mandatory\]\s+fleetops-deny")
 
 
@@ -267,10 +276,11 @@ class Tally:
 
 
 def run(repo: Path, environment: str, stack_name: str, operation: Operation, state: Path, *, install_crds: bool = False,
-        parallelism: int | None = None, step_checkpoints: bool = False, **engine: Any) -> Result:
+        parallelism: int | None = None, step_checkpoints: bool = False, diff: bool = False, **engine: Any) -> Result:
     """Preview or deploy `environment` as stack `stack_name`, with the policy pack, state in `state`
     (`engine`: the options of `prepare`; `parallelism`: Pulumi's, by default its own, 4 per CPU). The CRDs its custom resources need must be served first (with
     `install_crds`, those fleetops ships are installed): a cluster lacking one is said, and nothing runs.
+    With `diff`, a preview carries Pulumi's per-property diff of what would change.
 
     The engine writes the stack's state once, at the end (PULUMI_SKIP_CHECKPOINTS), unless
     `step_checkpoints`: Pulumi's default rewrites the whole state after every step, which made the
@@ -303,9 +313,10 @@ def run(repo: Path, environment: str, stack_name: str, operation: Operation, sta
     try:
         stack = open_stack(prepared, repo, environment, stack_name)
         if operation is Operation.preview:
-            preview = stack.preview(policy_packs=packs, **knobs)
+            preview = stack.preview(policy_packs=packs, diff=diff, **knobs)
             changes = {op: n for op, n in preview.change_summary.items() if op != "same"}
-            return Result(**common, ok=True, denied=False, changes=changes, outputs={}, messages=[])
+            return Result(**common, ok=True, denied=False, changes=changes, outputs={}, messages=[],
+                          diff=bounded(preview.stdout) if diff else "")
         up = stack.up(policy_packs=packs, on_event=tally, **knobs)
     except auto.CommandError as exc:  # the engine's own words, its last lines: a violation, a refused object, a wrong passphrase
         text = str(exc)

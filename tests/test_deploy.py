@@ -75,3 +75,10 @@ def test_a_failed_up_counts_what_the_engine_did_not_no_changes() -> None:
                   step(events.OpType.CREATE, planning=True), step(events.OpType.CREATE, failed=True)]:
         tally(event)
     assert tally.changes == {"create": 2, "failed": 1}
+
+
+def test_a_diff_without_a_preview_is_bad_input(tmp_path: Path) -> None:
+    out = run("deploy", "--env", "dev", "--diff", "--state", tmp_path / "state")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "--diff shows what a preview would change: give --preview too"
+    assert not (tmp_path / "state").exists()

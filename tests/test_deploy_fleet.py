@@ -11,6 +11,7 @@ drift. Times at the generated fleet's own shape (20 clusters) are in benchmarks/
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -57,9 +58,12 @@ def test_a_fleet_of_3000_objects_deploys_in_one_up_then_previews_no_change_and_h
     assert document["ok"] and document["outputs"]["revision"] == revision
     assert document["changes"]["create"] >= 3000, document["changes"]
 
-    again = run(*deploy, "--preview", cwd=repo, timeout=DEPLOY_TIMEOUT)
+    again = run(*deploy, "--preview", "--diff", cwd=repo, timeout=DEPLOY_TIMEOUT)
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
-    assert json.loads(again.stdout)["changes"] == {}
+    preview = json.loads(again.stdout)
+    assert preview["changes"] == {}
+    unchanged = re.search(r"(\d+) unchanged", preview["diff"])  # Pulumi's own summary, as `pulumi preview --diff` ends
+    assert unchanged and int(unchanged[1]) >= 3000, preview["diff"][-2000:]
 
     detect = run("reconcile", "--env", "dev", "--repo", repo, "--once", "--detect-only", "--kubeconfig", kubeconfig,
                  "--cache-dir", tmp_path / "cache", "--output", "json")
