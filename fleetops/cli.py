@@ -962,13 +962,17 @@ def deploy_command(
     operation = deploy.Operation.preview if preview else deploy.Operation.up
     # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
     # the policy pack would judge it, but the API server would refuse it halfway through an update.
-    render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
+    environment, _ = render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
             result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
                                 parallelism=parallelism, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     except deploy.DeployError as exc:
         fail(str(exc))
+    if result.ok and operation is deploy.Operation.up and (revision := result.outputs.get("revision")):
+        from fleetops import reconcile  # the clusters record what they hold: `reconcile` reads its last applied revision there
+
+        result.messages.extend(reconcile.record_deploy(environment, revision, result.stack, lambda c: deploy.cluster_api(c, kubeconfig)))
     code = 0 if result.ok else 1 if result.denied else 2
     if output is Output.json:
         sys.stdout.write(as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict())))
