@@ -70,23 +70,18 @@ def _named(items: Any, name: str, where: str, what: str) -> dict[str, Any]:
 def edit(original: str, file: str, changes: list[models.Change]) -> str:
     """`original`, the environment file's text, with `changes` made where they are: what is not changed keeps
     its bytes (comments, order, quoting, flow or block style), in the indentation the file uses."""
-    try:
-        _, indent, offset = load_yaml_guess_indent(original)
-        for mapping in dict.fromkeys((2, indent)):  # a file indented alike throughout comes back byte for byte
-            writer = _writer(mapping, indent, offset)
-            if _dump(writer, writer.load(original)) == original:
-                break
-        return _dump(writer, apply(writer.load(original), changes))
-    except YAMLError as exc:  # PyYAML read the file: what ruamel.yaml cannot round-trip is said, never guessed
-        raise ChangeError(f"{file}: cannot be edited keeping its layout: {str(exc).splitlines()[0]}") from None
-
-
-def _writer(mapping: int, sequence: int, offset: int) -> YAML:
     writer = YAML()  # round trip
     writer.preserve_quotes = True
     writer.width = 1 << 16  # a long line stays one line
-    writer.indent(mapping=mapping, sequence=sequence, offset=offset)
-    return writer
+    try:
+        data, indent, offset = load_yaml_guess_indent(original, yaml=writer)  # read once: the round trip is pure Python
+        for mapping in dict.fromkeys((2, indent or 2)):  # a file indented alike throughout comes back byte for byte
+            writer.indent(mapping=mapping, sequence=indent or 2, offset=offset or 0)
+            if _dump(writer, data) == original:
+                break
+        return _dump(writer, apply(data, changes))
+    except YAMLError as exc:  # PyYAML read the file: what ruamel.yaml cannot round-trip is said, never guessed
+        raise ChangeError(f"{file}: cannot be edited keeping its layout: {str(exc).splitlines()[0]}") from None
 
 
 def _dump(writer: YAML, data: Any) -> str:
