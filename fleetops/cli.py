@@ -157,14 +157,17 @@ UNSTAMPED = "unstamped"
 
 
 def problems_of(path: Path) -> list[errors.Problem]:
-    """Everything `checked_or_problems` refuses, and a promise the rendered Kueue queues cannot keep
-    (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line)."""
+    """Everything `checked_or_problems` refuses, a promise the rendered Kueue queues cannot keep
+    (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line), and a
+    policy input past spec.LIMITS.policy_input_bytes (every command that judges the fleet refuses it)."""
     checked = checked_or_problems(path, revision=UNSTAMPED)
     if isinstance(checked, list):
         return checked
-    from fleetops import grants
+    from fleetops import grants, policy
 
-    return grants.problems(checked.document, checked.state.clusters)
+    problems = grants.problems(checked.document, checked.state.clusters)
+    oversized = policy.too_large(*policy.input_size(checked.env, checked.state))
+    return problems if oversized is None else [errors.Problem(oversized, str(path)), *problems]
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
