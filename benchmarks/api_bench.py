@@ -32,8 +32,8 @@ from tests.test_plan import make_repo  # noqa: E402  (a commit of this project's
 
 TOKEN = "bench-operator-token-not-a-secret"
 ROUTES = ["/v1/capacity", "/v1/tenants", "/v1/prices", "/v1/revision"]
-QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16, "burst": 16,
-                      "guaranteed_per_pool": {"h100-train": 8, "a100-infer": 8}}]}
+QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed_delta": 16, "burst_delta": 16,
+                      "guaranteed_per_pool_delta": {"h100-train": 8, "a100-infer": 8}}]}
 
 
 def percentile(values: list[float], p: float) -> float:

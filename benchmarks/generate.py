@@ -4,7 +4,9 @@
 
 `scale` multiplies tenants, pools and edge groups, so growth can be measured. Clusters stay at 20 up
 to scale 1; past it the edge groups go to more edge clusters, at most 50 each, since Kueue holds at
-most 64 flavors of one device resource in a cluster's Cohort (fleetops.spec.KUEUE).
+most 64 flavors of one device resource in a cluster's Cohort (fleetops.spec.KUEUE). A fleet of more
+tenants than an environment holds (fleetops.spec.LIMITS.tenants, as many as the policy input holds:
+scale 4) is refused, exit 2: validate would refuse it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 from typing import Any
 
 import yaml
+
+from fleetops import spec
 
 CENTER_CLUSTERS = 16
 EDGE_CLUSTERS = 4
@@ -49,6 +53,10 @@ def synthetic_environment(scale: float = 1.0, name: str = "large", *, center_clu
     edge_clusters = edge_clusters or EDGE_CLUSTERS * max(1, math.ceil(scale))
     groups_per_edge = max(1, round((edge_groups or 50 * scale * EDGE_CLUSTERS) / edge_clusters))
     tenants = tenants or max(1, round(1000 * scale))
+    if tenants > spec.LIMITS.tenants:
+        raise ValueError(f"{tenants:,} tenants: an environment holds at most {spec.LIMITS.tenants:,} (fleetops.spec.LIMITS.tenants, "
+                         f"as many as its policy input of at most {spec.LIMITS.policy_input_bytes:,} bytes holds): "
+                         f"--scale {spec.LIMITS.tenants / 1000:g} at most")
     clusters: list[dict[str, Any]] = []
     for c in range(center_clusters):
         pools = []
@@ -140,7 +148,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--name", default="large")
     args = parser.parse_args()
-    sys.stdout.write(synthetic_yaml(args.scale, args.name))
+    try:
+        text = synthetic_yaml(args.scale, args.name)
+    except ValueError as exc:  # one line, nothing written
+        sys.stderr.write(f"generate.py: --scale {args.scale:g}: {exc}\n")
+        sys.exit(2)
+    sys.stdout.write(text)
 
 
 if __name__ == "__main__":

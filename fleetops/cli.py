@@ -157,14 +157,25 @@ UNSTAMPED = "unstamped"
 
 
 def problems_of(path: Path) -> list[errors.Problem]:
-    """Everything `checked_or_problems` refuses, and a promise the rendered Kueue queues cannot keep
-    (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line)."""
+    """Everything `checked_or_problems` refuses, a promise the rendered Kueue queues cannot keep
+    (the policies deny that too, `quota.burst_unreachable`: validate says it at the file's line), and a
+    policy input past spec.LIMITS.policy_input_bytes (every command that judges the fleet refuses it)."""
     checked = checked_or_problems(path, revision=UNSTAMPED)
     if isinstance(checked, list):
         return checked
+    import orjson
+
     from fleetops import grants
 
-    return grants.problems(checked.document, checked.state.clusters)
+    problems = grants.problems(checked.document, checked.state.clusters)
+    # The policy input holds every object whole: a fleet whose objects are a quarter of its limit or less is far
+    # below it, and validate (editors, pre-commit hooks) then loads no policy engine to say so.
+    if 4 * sum(len(orjson.dumps(m)) for _, m in checked.state.objects()) < spec.LIMITS.policy_input_bytes:
+        return problems
+    from fleetops import policy
+
+    oversized = policy.too_large(*policy.input_size(checked.env, checked.state))
+    return problems if oversized is None else [errors.Problem(oversized, str(path)), *problems]
 
 
 def render_or_fail(path: Path, revision: str | None = None, engine: str = "direct",
@@ -966,13 +977,17 @@ def deploy_command(
     operation = deploy.Operation.preview if preview else deploy.Operation.up
     # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
     # the policy pack would judge it, but the API server would refuse it halfway through an update.
-    render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
+    environment, _ = render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
     try:
         with progress(f"pulumi {operation.value} {stack or env}"):
             result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
                                 parallelism=parallelism, step_checkpoints=step_checkpoints, diff=diff, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     except deploy.DeployError as exc:
         fail(str(exc))
+    if result.ok and operation is deploy.Operation.up and (revision := result.outputs.get("revision")):
+        from fleetops import reconcile  # the clusters record what they hold: `reconcile` reads its last applied revision there
+
+        result.messages.extend(reconcile.record_deploy(environment, revision, result.stack, lambda c: deploy.cluster_api(c, kubeconfig)))
     code = 0 if result.ok else 1 if result.denied else 2
     if output is Output.json:
         sys.stdout.write(as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict())))

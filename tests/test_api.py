@@ -27,11 +27,12 @@ from fleetops.prometheus import Prometheus
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.cli import fleetops_command, run
-from tests.fake_prometheus import Script, server, success  # noqa: F401 - server is a fixture
+from tests.fake_prometheus import Fake, Script, serve as fake_prometheus, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
 from tests.test_statements import DAY
 from tests.servers import free_port
 from tests.test_plan import commit, edit, git, make_repo, plan_json
+from tests.test_plan_usage import held
 
 OPERATOR = "op-7Jq2-not-a-real-secret-but-long-enough"
 VISION = "vision-9Xw1-another-token-of-the-tenant"
@@ -252,8 +253,8 @@ GET_ROUTES = ["/v1/revision", "/v1/capacity", "/v1/prices", "/v1/tenants", "/v1/
 TENANT_SEES = {"/v1/revision": 200, "/v1/capacity": 200, "/v1/prices": 200, "/v1/tenants": 200, "/v1/tenants/vision": 200,
                "/v1/tenants/speech": 403, "/v1/tenants/vision/use": 200, "/v1/tenants/vision/statements": 200,
                "/v1/tenants/speech/use": 403, "/v1/tenants/speech/statements": 403, "/v1/decisions": 403, "/v1/plan": 403, "/v1/status": 403}
-QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16, "burst": 16,
-                      "guaranteed_per_pool": {"h100-train": 8, "a100-infer": 8}}]}
+QUOTE = {"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed_delta": 16, "burst_delta": 16,
+                      "guaranteed_per_pool_delta": {"h100-train": 8, "a100-infer": 8}}]}
 
 
 @pytest.mark.parametrize("route", GET_ROUTES)
@@ -319,8 +320,8 @@ def test_a_body_past_the_bound_is_413_whether_declared_or_streamed(client: TestC
 
 def test_an_invalid_quote_is_422_naming_the_field_without_echoing_it(client: TestClient) -> None:
     body = assert_problem(client.post("/v1/quotes", json={"changes": [{"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu",
-                                                                       "guaranteed": "sixteen-SECRET"}]}, headers=bearer(OPERATOR)), 422)
-    assert "guaranteed" in body["detail"] and "SECRET" not in json.dumps(body)
+                                                                       "guaranteed_delta": "sixteen-SECRET"}]}, headers=bearer(OPERATOR)), 422)
+    assert "guaranteed_delta" in body["detail"] and "SECRET" not in json.dumps(body)
     unknown = assert_problem(client.post("/v1/quotes", json={"changes": [{**QUOTE["changes"][0], "tenant": "nobody"}]},
                                          headers=bearer(OPERATOR)), 422, "change-refused")
     assert unknown["detail"] == "changes[0].tenant: no tenant named 'nobody' in the served revision"
@@ -328,7 +329,7 @@ def test_an_invalid_quote_is_422_naming_the_field_without_echoing_it(client: Tes
 
 def test_a_quote_the_environment_refuses_names_file_line_and_field(client: TestClient) -> None:
     # the guarantee grows but its split over the pools does not: the file's own check refuses it
-    change = {"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16}
+    change = {"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed_delta": 16}
     body = assert_problem(client.post("/v1/quotes", json={"changes": [change]}, headers=bearer(OPERATOR)), 422, "change-refused")
     assert re.match(r"environments/prod\.yaml:\d+:\d+: tenants\[vision\]\.quota\[\"nvidia\.com/gpu\"\]", body["detail"]), body["detail"]
 
@@ -355,10 +356,10 @@ def test_quotes_past_the_ones_being_judged_are_429_not_queued(served: Served, mo
     judging, release = threading.Event(), threading.Event()
     real = quote_mod.quote
 
-    def held(snapshot: Any, request: Any) -> Any:
+    def held(snapshot: Any, request: Any, prometheus: Any) -> Any:
         judging.set()
         release.wait(60)
-        return real(snapshot, request)
+        return real(snapshot, request, prometheus)
 
     monkeypatch.setattr(quote_mod, "quote", held)
     client = TestClient(api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(quotes_at_once=1)))
@@ -649,12 +650,44 @@ def test_a_newer_commit_is_served_once_loaded_whole_and_an_invalid_one_never(tmp
 
 
 def test_a_quote_past_capacity_is_denied_with_the_fix_in_numbers(client: TestClient) -> None:
-    change = {**QUOTE["changes"][0], "guaranteed": 1000, "burst": 1000, "guaranteed_per_pool": {"h100-train": 500, "a100-infer": 500}}
+    change = {**QUOTE["changes"][0], "guaranteed_delta": 1000, "burst_delta": 1000, "guaranteed_per_pool_delta": {"h100-train": 500, "a100-infer": 500}}
     body = client.post("/v1/quotes", json={"changes": [change]}, headers=bearer(OPERATOR)).json()
     assert body["verdict"] == "denied"
     over = [d for d in body["decisions"] if d["rule"] == "quota.guaranteed_over_capacity" and d["status"] == "deny"]
     assert over and over[0]["fix"].startswith("lower guaranteed nvidia.com/gpu by ")
     assert over[0]["location"]["file"] == "environments/prod.yaml"
+
+
+def test_a_quotas_fields_say_they_are_deltas(client: TestClient) -> None:
+    # `guaranteed: 16` was added to vision's 96: a client reading it as the new guarantee quoted 112 for 16.
+    old = {"op": "quota", "tenant": "vision", "resource": "nvidia.com/gpu", "guaranteed": 16}
+    body = assert_problem(client.post("/v1/quotes", json={"changes": [old]}, headers=bearer(OPERATOR)), 422, "invalid-request")
+    assert "guaranteed is now guaranteed_delta" in body["detail"], body["detail"]
+    fields = client.get("/openapi.json").json()["components"]["schemas"]["QuotaChange"]["properties"]
+    assert {"guaranteed_delta", "burst_delta", "guaranteed_per_pool_delta"} <= set(fields) and not {"guaranteed", "burst"} & set(fields)
+
+
+def test_a_quote_edits_the_repositorys_own_file_and_its_decisions_point_at_its_lines(served: Served, client: TestClient) -> None:
+    body = client.post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).json()
+    original, edited = (served.repo / "environments" / "prod.yaml").read_text().splitlines(), body["environment_file"].splitlines()
+    # Only vision's GPU quota line differs, its comment kept: every other line (comments, layout) is the repository's.
+    assert len(edited) == len(original)
+    (line,) = [n for n, (was, now) in enumerate(zip(original, edited), start=1) if was != now]
+    assert "nvidia.com/gpu: {guaranteed: 112, burst: 176, guaranteed_per_pool: {h100-train: 56, a100-infer: 56}}" in edited[line - 1]
+    assert edited[line - 1].split("#")[1] == original[line - 1].split("#")[1]
+    about = [d for d in body["decisions"] if "vision" in d["msg"] and d["location"]]
+    assert about and {d["location"]["line"] for d in about} == {line}, about
+    # The patch is the edit a reviewer merges: Git applies it to the served revision as it is.
+    applied = subprocess.run(["git", "-C", str(served.repo), "apply", "--check", "-"], input=body["patch"], capture_output=True, text=True)
+    assert applied.returncode == 0 and body["patch"].startswith("--- a/environments/prod.yaml"), applied.stderr
+
+
+def test_a_quote_measures_use_on_serves_prometheus(served: Served) -> None:
+    with fake_prometheus(Fake(held(15.0, 3.6))) as fake:  # vision used 31% of its guarantee
+        body = served.client(meter=api_metering.Meter(Prometheus(fake.url))).post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).json()
+    assert fake.asked, "the quote asked serve's Prometheus"
+    assert "usage.guarantee_raise_underused" in {d["rule"] for d in body["decisions"] if d["status"] == "approval"}
+    assert not [d["msg"] for d in body["decisions"] if "no --prometheus given" in d["msg"]]
 
 
 # --- what cannot silence the API (issue 34, class 7) --------------------------------------------------------------

@@ -297,7 +297,7 @@ def _quotas(count: int) -> dict:
 
 
 @pytest.mark.parametrize(("make", "limit", "line"), [
-    (_tenants, 10_000, ":56:1: tenants: at most 10,000 items (fleetops.spec.LIMITS), got 10,001"),
+    (_tenants, 4_000, ":56:1: tenants: at most 4,000 items (fleetops.spec.LIMITS), got 4,001"),
     (_pools, 10_000, ":2:1: clusters: 10,001 pools and edge groups, more than the 10,000 one environment may hold (fleetops.spec.LIMITS)"),
     (_clusters, 500, ":2:1: clusters: at most 500 items (fleetops.spec.LIMITS), got 501"),
     (_placements, 200_000, ":3028:1: tenants: the tenants may use more than 200,000 pools and edge groups, counted in each of their "

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
+from typer.testing import CliRunner
+
+from fleetops import render, spec
 from tests.cli import run
 from tests.helpers import small_env, write_env
 
@@ -82,3 +87,40 @@ def test_a_diff_without_a_preview_is_bad_input(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert out.stderr.strip() == "--diff shows what a preview would change: give --preview too"
     assert not (tmp_path / "state").exists()
+
+
+def test_after_pulumi_up_reconcile_reads_the_revision_deployed_from_the_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `deploy` then `reconcile --detect-only` said "last applied: none": only the stack's outputs held the revision,
+    # and the clusters (where a reconciler or anyone else reads) held nothing. Pulumi is stood in for: its `up`
+    # puts the rendered objects into the clusters and answers the outputs the stack exports.
+    from fleetops import cli, deploy as deploy_mod, reconcile
+    from tests.fakes import MemoryCluster
+    from tests.reconcile_support import DEV, allow, options
+    from tests.test_reconcile_operator import printed
+
+    env, state = spec.load_environment(DEV), render.render(DEV, revision="rev-1")
+    clusters = {c.name: MemoryCluster(c.name) for c in env.clusters}
+
+    def up(repo: Path, environment: str, stack: str, operation: Any, state_dir: Path, **_: Any) -> deploy_mod.Result:
+        for name, manifests in state.clusters.items():
+            clusters[name].seed(*manifests, manager="pulumi-kubernetes")
+        return deploy_mod.Result(stack, environment, operation, True, False, {"create": 1}, {"revision": "0123abc"}, str(state_dir), [])
+
+    monkeypatch.setattr(deploy_mod, "run", up)
+    monkeypatch.setattr(deploy_mod, "cluster_api", lambda cluster, kubeconfig: clusters[cluster.name])
+    done = CliRunner().invoke(cli.app, ["deploy", "--env", "dev", "--repo", str(DEV.parent.parent)])
+    assert done.exit_code == 0, done.output
+    result = reconcile.run_pass(env, state, clusters, allow, options(detect_only=True))
+    assert result.last_applied == "0123abc" and {c.last_applied for c in result.clusters.values()} == {"0123abc"}
+    assert printed(result, monkeypatch)[0].rstrip().endswith("last applied: 0123abc")
+
+
+def test_a_cluster_that_cannot_record_the_deploy_is_said_and_the_deploy_stands() -> None:
+    from fleetops import reconcile
+    from tests.fakes import Faults, MemoryCluster
+    from tests.reconcile_support import DEV
+
+    env = spec.load_environment(DEV)
+    down = MemoryCluster("down", Faults(rate=1.0, statuses=(403,)))  # refused: never retried
+    missed = reconcile.record_deploy(env, "0123abc", "dev", lambda cluster: down)
+    assert len(missed) == len(env.clusters) and all("not recorded in its fleetops-status ConfigMap" in line for line in missed), missed

@@ -323,11 +323,32 @@ def test_a_policy_input_above_the_bound_is_refused_before_any_engine_runs():
     assert judge(env, state, max_input_bytes=size).ok  # at the bound it is judged
 
 
-def test_the_bound_leaves_room_for_the_generated_large_fleet(tmp_path):
+def test_the_most_tenants_the_model_holds_fit_the_policy_input(tmp_path):
+    # The model took 10,000 tenants while check refused the generated fleet's policy input from about 4,000 on.
     path = tmp_path / "large.yaml"
     path.write_text(synthetic_yaml(1.0))
     env, state = spec.load_environment(path), render.render(path, revision="test")
-    assert len(policy.canonical_json(policy.policy_input(env, state))) * 4 < policy.MAX_INPUT_BYTES
+    _, size = policy.input_size(env, state)
+    # A tenant's share shrinks as the fleet grows (what every fleet holds once is shared): scale 1's bounds scale 4's.
+    assert spec.LIMITS.tenants * size / len(env.tenants) <= spec.LIMITS.policy_input_bytes
+
+
+def test_validate_and_check_refuse_a_fleet_past_the_one_limit_alike(monkeypatch):
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from fleetops import cli
+
+    monkeypatch.setattr(spec, "LIMITS", dataclasses.replace(spec.LIMITS, policy_input_bytes=100_000))  # the dev fleet's is larger
+    validated = CliRunner().invoke(cli.app, ["validate", "--env", "dev", "--environments", str(ROOT / "environments")])
+    assert validated.exit_code == 2
+    (line,) = validated.output.splitlines()
+    assert re.fullmatch(rf"{ROOT / 'environments' / 'dev.yaml'}: the policy input is [0-9,]+ bytes \([0-9,]+ objects, \d+ tenants\), "
+                        r"more than the 100,000 bytes a policy evaluation takes; split the environment", line), line
+    checked = CliRunner().invoke(cli.app, ["check", "--env", "dev", "--environments", str(ROOT / "environments")])
+    # check's input carries the revision it stamps: a few bytes more than validate's, the same limit
+    assert checked.exit_code == 2 and "more than the 100,000 bytes a policy evaluation takes" in checked.output, checked.output
 
 
 # --- Rego tests, coverage, metadata --------------------------------------------------------------------

@@ -139,6 +139,7 @@ def test_the_readmes_deploy_steps_run_as_written(api_servers, tmp_path: Path) ->
     assert [r.split(" of ")[0] for r in reports] == ["pulumi preview", "pulumi preview", "pulumi up"], done.stdout
     assert all(r.endswith("; done") for r in reports), done.stdout
     assert "drift: 0, errors: 0" in done.stdout  # reconcile --detect-only after the deploy
+    assert f"last applied: {git(ROOT, 'rev-parse', 'HEAD').strip()}" in done.stdout  # the revision deploy recorded in the clusters
 
     state = render.render(ROOT / "environments" / "dev.yaml", revision="any")
     for cluster, manifests in state.clusters.items():

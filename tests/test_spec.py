@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -259,15 +261,25 @@ def test_a_file_longer_than_its_reported_size_is_read_only_to_the_limit(tmp_path
     assert raised.value.lines == [f"{tmp_path / 'maps.yaml'}:1:1: more than the 64 byte limit for an environment"]
 
 
-def test_the_limits_are_far_above_the_generated_large_fleet(tmp_path: Path) -> None:
-    # scale 4 is the largest fleet the benchmarks measure (benchmarks/scale_bench.py)
+def test_the_limits_hold_the_generated_large_fleet(tmp_path: Path) -> None:
+    # scale 4 is the largest fleet the generator writes (benchmarks/scale_bench.py measures it): its tenants are
+    # as many as the policy input holds (tests/test_policy.py), the other counts far below their limits.
     env = spec.load_environment(_written(tmp_path, synthetic_yaml(4)))
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     clusters = {c.name: c for c in env.clusters}
     placements = sum(spec.open_groups(t, clusters[name]) for t in env.tenants for name in t.clusters)
     assert (len(env.clusters), groups, len(env.tenants), placements) == (32, 1600, 4000, 12400)  # 16 edge clusters of 50 groups: Kueue holds 64
-    assert spec.LIMITS.clusters >= 15 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= 2 * len(env.tenants)
+    assert spec.LIMITS.clusters >= 15 * len(env.clusters) and spec.LIMITS.groups >= 5 * groups and spec.LIMITS.tenants >= len(env.tenants)
     assert spec.LIMITS.placements >= 10 * placements and spec.LIMITS.quotas >= 100 * max(len(t.quota) for t in env.tenants)
+
+
+def test_the_generator_refuses_a_fleet_past_the_tenants_an_environment_holds() -> None:
+    # Scales 5 and 10 wrote fleets that validate refused (and whose policy input check refused).
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
+    done = subprocess.run([sys.executable, str(script), "--scale", "5"], capture_output=True, text=True, check=False, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"generate.py: --scale 5: 5,000 tenants: an environment holds at most {spec.LIMITS.tenants:,} (fleetops.spec.LIMITS.tenants, "
+                           f"as many as its policy input of at most {spec.LIMITS.policy_input_bytes:,} bytes holds): --scale {spec.LIMITS.tenants / 1000:g} at most\n")
 
 
 def _written(directory: Path, text: str) -> Path:

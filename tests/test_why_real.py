@@ -199,7 +199,7 @@ def test_a_job_beyond_its_tenants_burst_names_the_burst_line_and_the_tenants_own
     assert not [b for b in answer["blockers"] if b["cause"] == "pool-size"]
     remedies = {r["kind"]: r for r in answer["remedies"]}
     assert "edge-dev/serve" in remedies["wait"]["text"]
-    assert remedies["quota-change"]["quote"] == {"changes": [{"op": "quota", "tenant": "edge-dev", "resource": "nvidia.com/gpu", "burst": 1}]}
+    assert remedies["quota-change"]["quote"] == {"changes": [{"op": "quota", "tenant": "edge-dev", "resource": "nvidia.com/gpu", "burst_delta": 1}]}
 
 
 def test_a_class_that_never_preempts_waits_for_borrowers_within_its_tenants_guarantee(kueue, tmp_path: Path) -> None:

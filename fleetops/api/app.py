@@ -374,7 +374,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         if not quote_slots.acquire(blocking=False):
             raise Problem(429, "quotes-busy", f"{settings.quotes_at_once} quotes are being judged: ask again", {"Retry-After": "1"})
         try:
-            return quote_mod.quote(current(), request)
+            return quote_mod.quote(current(), request, meter.prometheus if meter else None)
         except FleetopsError as exc:
             raise Problem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
         finally:

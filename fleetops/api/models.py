@@ -11,7 +11,7 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from fleetops import envelope, spec
 from fleetops.metering.statements import Statement
@@ -144,15 +144,25 @@ class ClusterStatus(BaseModel):
 
 
 class QuotaChange(Strict):
-    """More (or less) of a tenant's quota of one device resource, on every cluster it is placed on."""
+    """More (or less) of a tenant's quota of one device resource, on every cluster it is placed on: each field is
+    a delta, added to what the served file holds (the quote's `quota_changes` say the values before and after)."""
 
     op: Literal["quota"]
     tenant: spec.Name
     resource: spec.ResourceName
-    guaranteed: int = Field(0, ge=-spec.MAX_COUNT, le=spec.MAX_COUNT, description="added to the guarantee")
-    burst: int = Field(0, ge=-spec.MAX_COUNT, le=spec.MAX_COUNT, description="added to the burst")
-    guaranteed_per_pool: dict[spec.Name, Annotated[int, Field(ge=-spec.MAX_COUNT, le=spec.MAX_COUNT)]] = Field(
+    guaranteed_delta: int = Field(0, ge=-spec.MAX_COUNT, le=spec.MAX_COUNT, description="added to the guarantee (negative: taken off)")
+    burst_delta: int = Field(0, ge=-spec.MAX_COUNT, le=spec.MAX_COUNT, description="added to the burst (negative: taken off)")
+    guaranteed_per_pool_delta: dict[spec.Name, Annotated[int, Field(ge=-spec.MAX_COUNT, le=spec.MAX_COUNT)]] = Field(
         default={}, max_length=64, description="added to the guarantee's share of each pool, where the tenant splits it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        # They were named `guaranteed`, `burst` and `guaranteed_per_pool`, read as the new values by some clients.
+        for old in ("guaranteed", "burst", "guaranteed_per_pool"):
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"{old} is now {old}_delta: the amount added to the served file's {old}, not the value")
+        return data
 
 
 class NodesChange(Strict):
@@ -205,7 +215,9 @@ class Quote(BaseModel):
     quota_changes: list[dict[str, Any]]
     cost: Cost
     objects: dict[str, int] = Field(description="objects added, removed and changed")
-    environment_file: str = Field(description="the environment file with the change: what a pull request would hold")
+    environment_file: str = Field(description="the repository's environment file with the change made in place, comments and "
+                                  "layout kept: what a pull request would hold; the decisions' lines are its lines")
+    patch: str = Field(description="the change as a unified diff of the repository's environment file (`git apply` takes it)")
 
 
 class UseRow(BaseModel):

@@ -53,11 +53,11 @@ WhyDocument = _document("answers", "why_answer")
 StandingDocument = _document("standing", "standing_row")
 
 
-def quoted(snapshot: Snapshot, request: dict[str, Any], viewer: str | None) -> dict[str, Any]:
-    """A remedy's change judged as `POST /v1/quotes` judges it: the operator sees the verdict, decisions, quota changes,
+def quoted(snapshot: Snapshot, request: dict[str, Any], viewer: str | None, prometheus: Prometheus | None) -> dict[str, Any]:
+    """A remedy's change judged as `POST /v1/quotes` judges it (its use measured on `prometheus`): the operator sees the verdict, decisions, quota changes,
     objects and cost; a tenant (`viewer`) the verdict and the cost's change only. A change the revision refuses is said so."""
     try:
-        judged = quote_mod.quote(snapshot, models.QuoteRequest.model_validate(request))
+        judged = quote_mod.quote(snapshot, models.QuoteRequest.model_validate(request), prometheus)
     except FleetopsError as exc:
         return {"verdict": None, "refused": exc.lines[0]}
     if viewer is not None:
@@ -66,13 +66,13 @@ def quoted(snapshot: Snapshot, request: dict[str, Any], viewer: str | None) -> d
     return {k: judged[k] for k in ("verdict", "counts", "decisions", "quota_changes", "objects", "cost")}
 
 
-def quote_remedies(snapshot: Snapshot, answers: list[dict[str, Any]], viewer: str | None) -> None:
+def quote_remedies(snapshot: Snapshot, answers: list[dict[str, Any]], viewer: str | None, prometheus: Prometheus | None) -> None:
     """Each remedy's quote request of `answers` judged in place (`quoted`), each distinct change once, at most MAX_QUOTES."""
     judged: dict[str, dict[str, Any]] = {}
     for remedy in (r for a in answers for r in a["remedies"] if r["quote"] is not None):
         key = json.dumps(remedy["quote"], sort_keys=True)
         if key not in judged:
-            judged[key] = (quoted(snapshot, remedy["quote"], viewer) if len(judged) < MAX_QUOTES else
+            judged[key] = (quoted(snapshot, remedy["quote"], viewer, prometheus) if len(judged) < MAX_QUOTES else
                            {"verdict": None, "refused": f"not judged: more than {MAX_QUOTES} changes in one answer (POST /v1/quotes judges it)"})
         remedy["quoted"] = judged[key]
 
@@ -117,7 +117,7 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
             answers += [a.to_dict() for a in why_answer.explain_all(document, found, live, select(live.jobs, tenant.name, job or None), viewer)]
         if job is not None and not answers:
             raise problem(404, "no-such-job", f"no Kueue Workload of job {job!r} of {tenant.name}")
-        quote_remedies(snapshot, answers, viewer)
+        quote_remedies(snapshot, answers, viewer, prometheus)
         return {"environment": snapshot.environment, "revision": snapshot.revision, "tenant": tenant.name, "answers": answers}
 
     @app.get("/v1/tenants/{name}/standing", response_model=StandingDocument, responses=UNREADABLE)

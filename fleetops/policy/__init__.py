@@ -36,12 +36,11 @@ from fleetops.policy.facts import Inventory, PolicyInput, build_input, deleted_i
 from fleetops.policy.pack import stack_input, validate_stack
 from fleetops.policy.records import decision_log_path, decision_record, junit_report, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
-from fleetops.policy.verdict import MAX_INPUT_BYTES, Judgement, Verdict, canonical_json, evaluate, evaluate_input, report_rows
+from fleetops.policy.verdict import Judgement, Verdict, canonical_json, evaluate, evaluate_input, input_size, report_rows, too_large
 from fleetops.policy.waivers import Waiver, WaiverEntry, load_waivers, read_waivers
 
 __all__ = [
     "DATA_ROOT",
-    "MAX_INPUT_BYTES",
     "POLICIES_DIR",
     "WAIVERS_FILE",
     "Bundle",
@@ -71,6 +70,7 @@ __all__ = [
     "engine_from",
     "evaluate",
     "evaluate_input",
+    "input_size",
     "junit_report",
     "load_bundle",
     "load_inventory",
@@ -86,6 +86,7 @@ __all__ = [
     "rule_metadata",
     "run_tests",
     "stack_input",
+    "too_large",
     "validate_stack",
     "verdict_record",
 ]

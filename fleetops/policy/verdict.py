@@ -19,12 +19,6 @@ from fleetops.policy.facts import Inventory, policy_input
 from fleetops.policy.waivers import apply_waivers, load_waivers
 from fleetops.render import DesiredState
 
-# The policy input (canonical JSON) one evaluation may hand an engine. regorus takes about 15 bytes of
-# memory per byte of input, linearly (measured: the generated large fleet, 15,348 objects, 13 MB ->
-# +200 MB; 20,000 small tenants, 191 MB -> +2.7 GB; 55,000 tenants died at 7.8 GB). 64 MiB is about
-# 5x the large fleet and 1 GB of engine memory; more is refused, not evaluated in chunks: policies
-# judge sums across tenants and clusters, which no part of the fleet shows alone.
-MAX_INPUT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -89,12 +83,28 @@ def canonical_json(document: Any) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
+def too_large(document: dict[str, Any], size: int, limit: int | None = None) -> str | None:
+    """Why a policy input of `size` bytes is not evaluated (past `limit`, by default spec.LIMITS.policy_input_bytes), or None."""
+    limit = spec.LIMITS.policy_input_bytes if limit is None else limit
+    if size <= limit:
+        return None
+    tenants = len((document.get("spec") or {}).get("tenants", []))
+    return (f"the policy input is {size:,} bytes ({len(document['resources']):,} objects, "
+            f"{tenants:,} tenants), more than the {limit:,} bytes a policy evaluation takes; split the environment")
+
+
+def input_size(env: spec.Environment, state: DesiredState) -> tuple[dict[str, Any], int]:
+    """The fleet's own policy input (no live state, no change) and its size: what `check` hands the engine."""
+    document = policy_input(env, state)
+    return document, len(canonical_json(document))
+
+
 def evaluate_input(
     document: dict[str, Any],
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
-    max_input_bytes: int = MAX_INPUT_BYTES,
+    max_input_bytes: int | None = None,
 ) -> Verdict:
     """Evaluate a ready-made policy input (the Pulumi policy pack builds its own)."""
     engine = engine or EmbeddedEngine()
@@ -106,10 +116,8 @@ def evaluate_input(
     problems = waivers.problems + [Problem(f"waiver of {w.waiver.rule}: no policy has this rule", w.file, w.line) for w in unknown]
     active = [w for w in waivers.active if w not in unknown]
     text = canonical_json(document)  # serialised once: the engine reads it, the digest hashes it
-    if len(text) > max_input_bytes:
-        tenants = len(document.get("spec", {}).get("tenants", []))
-        raise PolicyError(f"{document['environment']}: the policy input is {len(text):,} bytes ({len(document['resources']):,} objects, "
-                          f"{tenants:,} tenants), more than the {max_input_bytes:,} bytes a policy evaluation takes; split the environment")
+    if (oversized := too_large(document, len(text), max_input_bytes)) is not None:
+        raise PolicyError(f"{document['environment']}: {oversized}")
     started = time.perf_counter()
     results = engine.evaluate(bundle, document, text)
     duration = time.perf_counter() - started
@@ -134,7 +142,7 @@ def evaluate(
     engine: Engine | None = None,
     policies_dir: Path = POLICIES_DIR,
     today: dt.date | None = None,
-    max_input_bytes: int = MAX_INPUT_BYTES,
+    max_input_bytes: int | None = None,
 ) -> Verdict:
     """Judge a rendered environment. Raises PolicyError when no decision could be made."""
     document = policy_input(env, state, live, change)

@@ -26,7 +26,7 @@ from fleetops.reconcile.result import PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import JsonFormatter, Metrics, json_logging, serve_http
 from fleetops.reconcile.source import GitSource, redact
-from fleetops.reconcile.status import INVENTORY_CONFIGMAP, INVENTORY_KEY, applied_keys, inventory_content
+from fleetops.reconcile.status import INVENTORY_CONFIGMAP, INVENTORY_KEY, applied_keys, inventory_content, record_deploy
 from fleetops.reconcile.sync import run_pass
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "call",
     "default_gate",
     "inventory_content",
+    "record_deploy",
     "json_logging",
     "redact",
     "run_pass",

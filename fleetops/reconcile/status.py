@@ -6,11 +6,13 @@ import base64
 import gzip
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any
 
+from fleetops import spec
 from fleetops.cluster import ClusterAPI
+from fleetops.errors import FleetopsError
 from fleetops.kube import MANAGER, PART_OF, STATUS_CONFIGMAP, Key, Manifest
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, Verb
@@ -53,8 +55,29 @@ def write_record(api: ClusterAPI, opts: Options, name: str, current: Manifest | 
         call(opts, api.replace, body, conflicts=False)  # 409: another writer; the next pass re-reads
 
 
+def status_data(environment: str, revision: str | None, result: Recorded, message: str) -> dict[str, str]:
+    return {"environment": environment, "revision": revision or "", "result": result.value, "message": message[:1000]}
+
+
 def write_status(api: ClusterAPI, opts: Options, current: Manifest | None, data: dict[str, str]) -> None:
     write_record(api, opts, STATUS_CONFIGMAP, current, {"data": data})
+
+
+def record_deploy(env: spec.Environment, revision: str, stack: str, connect: Callable[[spec.Cluster], ClusterAPI]) -> list[str]:
+    """After `pulumi up` applied `revision` whole (`fleetops deploy`), each cluster's status record says so, as a
+    reconcile pass that applied it would: `reconcile`, the reconciler and the fleet API's status read the revision
+    the cluster holds from the cluster itself, not from where the deploy ran. A line per cluster not recorded."""
+    opts = Options(namespace=env.reconciler.namespace)
+    data = status_data(env.environment, revision, Recorded.OK, f"applied by fleetops deploy (pulumi up of stack {stack})")
+    missed = []
+    for cluster in env.clusters:
+        try:
+            api = connect(cluster)
+            write_status(api, opts, read_status(api, opts), data)
+        except FleetopsError as exc:  # an ApiError or a kubeconfig: the deploy stands, the record is said missing
+            missed.append(f"{cluster.name}: the revision deployed is not recorded in its {STATUS_CONFIGMAP} ConfigMap "
+                          f"({exc.lines[0]}): reconcile says 'last applied: none' there until a pass applies")
+    return missed
 
 
 def read_status(api: ClusterAPI, opts: Options) -> Manifest | None:

@@ -15,7 +15,8 @@ from fleetops.reconcile.objects import kinds_of, not_served, object_actions, rea
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Action, ClusterResult, PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import Guard, call, explain
-from fleetops.reconcile.status import INVENTORY_CONFIGMAP, Recorded, applied_after, inventory_content, read_applied, read_status, write_record, write_status
+from fleetops.reconcile.status import (INVENTORY_CONFIGMAP, Recorded, applied_after, inventory_content, read_applied, read_status, status_data,
+                                      write_record, write_status)
 
 # --- one cluster ----------------------------------------------------------------------------
 
@@ -88,10 +89,6 @@ def reconcile_cluster(
 
 
 # --- one pass over every cluster ------------------------------------------------------------
-
-
-def _status_data(env: spec.Environment, revision: str | None, result: Recorded, message: str) -> dict[str, str]:
-    return {"environment": env.environment, "revision": revision or "", "result": result.value, "message": message[:1000]}
 
 
 def run_pass(
@@ -180,7 +177,7 @@ def run_pass(
                     result.errors.append(f"{cluster.name}: inventory ConfigMap: {explain(exc)}")
             if opts.writes and known:
                 ok = not result.errors
-                data = _status_data(env, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
+                data = status_data(env.environment, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
                                     Recorded.OK if ok else Recorded.ERRORS, "; ".join(result.errors))
                 try:
                     write_status(api, opts, status, data)

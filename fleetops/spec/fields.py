@@ -20,18 +20,33 @@ from fleetops import mig
 from fleetops.kube import DNS_LABEL, LABEL_KEY, LABEL_VALUE, RESOURCE_NAME
 
 
+# The policy input (canonical JSON) one evaluation may hand an engine: the one limit on what a fleet may be
+# judged as, which every command that judges (check, plan, audit, deploy's policy pack, the reconciler's gate,
+# serve), validate and benchmarks/generate.py honour. regorus takes about 15 bytes of memory per byte of input,
+# linearly (measured: the generated large fleet, 15,348 objects, 13 MB -> +200 MB; 20,000 small tenants, 191 MB ->
+# +2.7 GB; 55,000 tenants died at 7.8 GB): 64 MiB is about 1 GB of engine memory. More is refused, not evaluated
+# in chunks: policies judge sums across tenants and clusters, which no part of the fleet shows alone.
+POLICY_INPUT_BYTES = 64 << 20
+# What one tenant of the generated fleet brings into the policy input, with the objects rendered for it
+# (measured: 16,759,569 bytes at 1,000 tenants, scale 1; 65,838,322 at 4,000, scale 4): the model holds as many
+# tenants as the policy input does (tests/test_policy.py holds the figure to the fleet rendered today).
+TENANT_INPUT_BYTES = 16_777
+
+
 @dataclass(frozen=True)
 class Limits:
-    """What one environment may hold. Each is far above the generated large fleet that the benchmarks
-    measure (`benchmarks/generate.py`, scale 1: 20 clusters, 392 pools and edge groups, 1,000 tenants,
-    15,348 objects; scale 4: 32 clusters, 1,600 groups, 4,000 tenants, about 61,000 objects), and low enough that
-    reading, rendering and judging one stays within a CI runner's memory: past them the file is refused
-    with one line, before the work they would multiply."""
+    """What one environment may hold: past one the file is refused with one line, before the work it would
+    multiply. The tenants are as many as the policy input holds (`policy_input_bytes`, the generated fleet's
+    tenants: `benchmarks/generate.py` at scale 4, its largest, is 32 clusters, 1,600 groups, 4,000 tenants, about
+    66,500 objects); the other counts are far above that fleet and low enough that reading, rendering and
+    judging one stays within a CI runner's memory. A fleet within them whose policy input is still larger
+    (more objects per tenant) is refused by validate at the limit, as by every command that judges it."""
 
     file_bytes: int = 8 * 1024 * 1024
     clusters: int = 500
     groups: int = 10_000  # pools and edge groups, over all clusters
-    tenants: int = 10_000
+    tenants: int = POLICY_INPUT_BYTES // TENANT_INPUT_BYTES  # 4,000
+    policy_input_bytes: int = POLICY_INPUT_BYTES
     services: int = 10_000  # inference services: a HorizontalPodAutoscaler each
     # The pools and edge groups open to each tenant, counted in each of its clusters: each is a flavor
     # of the tenant's Kueue ClusterQueue there, so the render grows with this, not with the objects.

@@ -364,7 +364,7 @@ def _resource(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, node: 
             answer.remedies.append(Remedy(RemedyKind.QUOTA_CHANGE, (
                 f"raise {tenant.name}'s burst of {resource} on {cname} by about {_spread(ctx, tenant, resource, best.name, extra)} "
                 f"({burst} -> {burst + _spread(ctx, tenant, resource, best.name, extra)}: the borrowing is spread over its pools by their size)"),
-                {"changes": [{"op": "quota", "tenant": tenant.name, "resource": resource, "burst": _spread(ctx, tenant, resource, best.name, extra)}]}))
+                {"changes": [{"op": "quota", "tenant": tenant.name, "resource": resource, "burst_delta": _spread(ctx, tenant, resource, best.name, extra)}]}))
         else:
             answer.remedies.append(Remedy(RemedyKind.NODES, f"no pool open to {tenant.name} holds {units} {resource} (the largest holds {room}): split the job, or grow a pool"))
         return
@@ -441,7 +441,7 @@ def _why_not_now(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, nod
         answer.remedies.append(Remedy(RemedyKind.QUOTA_CHANGE, (
             f"raise {tenant.name}'s burst of {resource} by about {_spread(ctx, tenant, resource, best.name, extra)} "
             f"({burst} -> {burst + _spread(ctx, tenant, resource, best.name, extra)})"),
-            {"changes": [{"op": "quota", "tenant": tenant.name, "resource": resource, "burst": _spread(ctx, tenant, resource, best.name, extra)}]}))
+            {"changes": [{"op": "quota", "tenant": tenant.name, "resource": resource, "burst_delta": _spread(ctx, tenant, resource, best.name, extra)}]}))
     elif any(pool_room[g.name] < units for g in usable):
         within = [g for g in usable if tenant_room[g.name] >= units]
         g = max(within, key=lambda x: pool_room[x.name])
