@@ -256,6 +256,11 @@ class MemoryCluster(CallCounts):
         self._enter("get", kind, api_version)
         return self.peek(api_version, kind, namespace, name)
 
+    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        """The product's LIST by metadata.name, counted as `find` so tests see identity look-ups apart from a kind's LIST."""
+        self._enter("find", kind, api_version)
+        return self.peek(api_version, kind, namespace, name)
+
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
         """Server-side apply: merge the fields sent, owned per manager; conflicts unless forced."""
         self._enter("apply", manifest["kind"], manifest["apiVersion"])
