@@ -179,6 +179,19 @@ def test_an_object_whose_fleetops_labels_were_edited_by_hand_is_repaired_and_nev
     assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is None
 
 
+def test_an_object_that_cannot_be_looked_up_is_unknown_applied_not_created() -> None:
+    env, state, apis = converged(clusters)
+    center = apis["dev-center"]
+    namespace = center.peek("v1", "Namespace", "", "platform-dev")
+    namespace["metadata"]["labels"]["fleetops.io/environment"] = "staging"
+    center.put(namespace)
+    center.faults.scripted.append(("find", "Namespace", 403))
+    result = reconcile.run_pass(env, state, apis, allow, options(force_conflicts=True))
+    assert any(e.startswith("dev-center: read Namespace platform-dev: 403") for e in result.errors), result.errors
+    assert [a.verb for a in result.clusters["dev-center"].drift] == ["apply"]  # unknown, not absent: apply is idempotent
+    assert center.peek("v1", "Namespace", "", "platform-dev")["metadata"]["labels"]["fleetops.io/environment"] == "dev"
+
+
 def test_an_unreadable_inventory_prunes_nothing_and_is_kept() -> None:
     env, state, apis = converged(clusters)
     center = apis["dev-center"]

@@ -102,7 +102,7 @@ class Faults:
     rate: float = 0.0
     statuses: tuple[int, ...] = (500, 503, 429, 409, TIMEOUT)
     retry_after: float | None = None
-    verbs: frozenset[str] = frozenset({"list", "apply", "delete", "patch", "get", "create", "replace"})
+    verbs: frozenset[str] = frozenset({"list", "find", "apply", "delete", "patch", "get", "create", "replace"})
     seed: int = 0
     scripted: list[tuple[str, str, int]] = field(default_factory=list)  # (verb, kind, status) each fails once
     rng: random.Random = field(init=False)
