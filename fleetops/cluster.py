@@ -33,6 +33,11 @@ class ClusterAPI(Protocol):
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None: ...
 
+    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        """One object by its identity, whatever its labels, through the LIST verb (the reconciler's role grants
+        list, not get, on the kinds it writes); None when there is none."""
+        ...
+
     def create(self, manifest: Manifest) -> Manifest: ...
 
     def replace(self, manifest: Manifest) -> Manifest: ...
@@ -239,6 +244,16 @@ class KubeCluster:
             body = json.loads(self._resource(api_version, kind).get(label_selector=label_selector or None, serialize=False).data)
             # LIST items carry no apiVersion/kind of their own.
             return [{"apiVersion": api_version, "kind": kind, **item} for item in body.get("items", [])]
+
+        return self._call(go)
+
+    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        def go() -> Manifest | None:
+            # A LIST in the object's namespace selected by metadata.name, which every kind (custom ones
+            # included) serves: the API server reads that one key, not the whole kind.
+            answer = self._resource(api_version, kind).get(namespace=namespace or None, field_selector=f"metadata.name={name}", serialize=False)
+            items = json.loads(answer.data).get("items", [])
+            return {"apiVersion": api_version, "kind": kind, **items[0]} if items else None
 
         return self._call(go)
 

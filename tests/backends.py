@@ -36,6 +36,10 @@ class RealCluster(CallCounts):
         self.calls[("get", kind)] += 1
         return self.kube.get(api_version, kind, namespace, name)
 
+    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        self.calls[("find", kind)] += 1
+        return self.kube.find(api_version, kind, namespace, name)
+
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
         self.calls[("apply", manifest["kind"])] += 1
         return self.kube.apply(manifest, field_manager, force)

@@ -46,6 +46,10 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         if url.path == "/api/v1/configmaps":
             return self._send(200, {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {},
                                     "items": [{"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}, "data": {}}]})
+        if url.path == "/api/v1/namespaces/default/configmaps":  # a LIST by name: the one object, or none
+            named = [n for n in ("a",) if parse_qs(url.query).get("fieldSelector") == [f"metadata.name={n}"]]
+            return self._send(200, {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {},
+                                    "items": [{"metadata": {"name": n, "namespace": "default", "labels": {"edited": "by-hand"}}} for n in named]})
         if url.path.endswith("/configmaps/missing"):
             return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
         if url.path.endswith("/configmaps/echo"):  # a server that echoes the request into its Status message
@@ -112,6 +116,14 @@ def test_list_by_label_selector_fills_in_kind(kube: KubeCluster) -> None:
     items = kube.list("v1", "ConfigMap", "app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev")
     assert items[0]["kind"] == "ConfigMap" and items[0]["apiVersion"] == "v1" and items[0]["metadata"]["name"] == "a"
     assert sent("GET", "/api/v1/configmaps")["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=fleetops,fleetops.io/environment=dev"]
+
+
+def test_find_lists_one_namespace_by_metadata_name_whatever_the_labels(kube: KubeCluster) -> None:
+    found = kube.find("v1", "ConfigMap", "default", "a")
+    assert (found["apiVersion"], found["kind"], found["metadata"]["name"]) == ("v1", "ConfigMap", "a")
+    request = sent("GET", "/api/v1/namespaces/default/configmaps")
+    assert request["query"]["fieldSelector"] == ["metadata.name=a"] and "labelSelector" not in request["query"]
+    assert kube.find("v1", "ConfigMap", "default", "gone") is None
 
 
 def test_apply_is_a_server_side_apply_patch_with_field_manager_and_force(kube: KubeCluster) -> None:

@@ -70,12 +70,20 @@ def test_hand_drift_is_repaired_in_one_pass(backend) -> None:
     center.put(quota)  # kubectl edit
     center.remove("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny")
     center.put(node("dev-a100-0"), manager="kubelet")  # joins without the pool labels
+    namespace = center.peek("v1", "Namespace", "", "platform-dev")
+    namespace["metadata"]["labels"]["fleetops.io/environment"] = "staging"  # kubectl label --overwrite: out of the LIST's selector
+    center.put(namespace)
     result = reconcile.run_pass(env, state, apis, allow, options(force_conflicts=True))
     verbs = {(a.verb, a.target) for a in result.clusters["dev-center"].drift}
     assert ("update", "ResourceQuota platform-dev/device-nvidia-com-gpu") in verbs
     assert ("create", "NetworkPolicy platform-dev/default-deny") in verbs
     assert ("label", "Node dev-a100-0") in verbs
+    # Found by its identity, not its labels: drift in the edited label, never a Namespace to create.
+    relabelled = [a for a in result.clusters["dev-center"].drift if a.target == "Namespace platform-dev"]
+    assert [a.verb for a in relabelled] == ["update"]
+    assert [(c.path, c.old, c.new) for c in relabelled[0].detail] == [("/metadata/labels/fleetops.io~1environment", "staging", "dev")]
     assert not result.errors
+    assert center.peek("v1", "Namespace", "", "platform-dev")["metadata"]["labels"]["fleetops.io/environment"] == "dev"
     assert center.peek("v1", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu")["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
     assert center.peek("networking.k8s.io/v1", "NetworkPolicy", "platform-dev", "default-deny") is not None
     labels = center.peek("v1", "Node", "", "dev-a100-0")["metadata"]["labels"]
@@ -84,6 +92,7 @@ def test_hand_drift_is_repaired_in_one_pass(backend) -> None:
         api.reset_counts()
     assert reconcile.run_pass(env, state, apis, allow, options()).drift == 0
     assert sum(api.writes() for api in apis.values()) == 0
+    assert sum(api.count("find") for api in apis.values()) == 0  # every object in its kind's LIST: no look-up by identity
 
 
 def test_without_force_a_hand_edit_is_a_reported_conflict_and_the_rest_still_applies(backend) -> None:
@@ -136,6 +145,51 @@ def test_prune_deletes_only_what_fleetops_applied_never_forged_labels_or_protect
     later = reconcile.run_pass(env, state, apis, allow, options(prune=True))
     assert {a.target: a.verb for a in later.clusters["dev-center"].actions}["ConfigMap platform-dev/gone-from-git"] == "unowned"
     assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is not None
+
+
+def test_an_object_whose_fleetops_labels_were_edited_by_hand_is_repaired_and_never_pruned(backend) -> None:
+    env, state = dev()
+    apis = backend(env)
+    center = apis["dev-center"]
+    before = render.DesiredState(state.environment, state.revision,
+                                 {**state.clusters, "dev-center": [*state.clusters["dev-center"], _extra("gone-from-git", MANAGED)]}, state.resources)
+    assert reconcile.run_pass(env, before, apis, allow, options()).status == "applied"
+    # By hand: an object Git wants loses its managed-by label; one Git no longer wants loses all of fleetops' labels.
+    limits = center.peek("v1", "LimitRange", "platform-dev", "defaults")
+    del limits["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    center.put(limits)
+    gone = center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git")
+    gone["metadata"]["labels"] = {"app": "kept-by-a-person"}
+    center.put(gone)
+    result = reconcile.run_pass(env, state, apis, allow, options(prune=True, force_conflicts=True))
+    found = {a.target: a for a in result.clusters["dev-center"].actions}
+    repaired = found["LimitRange platform-dev/defaults"]
+    assert repaired.verb == "update" and [(c.op, c.path) for c in repaired.detail] == [("add", "/metadata/labels/app.kubernetes.io~1managed-by")]
+    kept = found["ConfigMap platform-dev/gone-from-git"]
+    assert kept.verb == "orphan" and "labels no longer mark it fleetops'" in kept.detail and "never pruned" in kept.detail
+    assert not result.errors and [a.verb for a in result.clusters["dev-center"].drift] == ["update"]
+    assert center.peek("v1", "LimitRange", "platform-dev", "defaults")["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fleetops"
+    assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is not None
+    # The inventory kept it: once its labels say fleetops' again, --prune deletes it.
+    gone = center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git")
+    gone["metadata"]["labels"] = MANAGED
+    center.put(gone)
+    again = reconcile.run_pass(env, state, apis, allow, options(prune=True))
+    assert [(a.verb, a.target) for a in again.clusters["dev-center"].drift] == [("prune", "ConfigMap platform-dev/gone-from-git")]
+    assert center.peek("v1", "ConfigMap", "platform-dev", "gone-from-git") is None
+
+
+def test_an_object_that_cannot_be_looked_up_is_unknown_applied_not_created() -> None:
+    env, state, apis = converged(clusters)
+    center = apis["dev-center"]
+    namespace = center.peek("v1", "Namespace", "", "platform-dev")
+    namespace["metadata"]["labels"]["fleetops.io/environment"] = "staging"
+    center.put(namespace)
+    center.faults.scripted.append(("find", "Namespace", 403))
+    result = reconcile.run_pass(env, state, apis, allow, options(force_conflicts=True))
+    assert any(e.startswith("dev-center: read Namespace platform-dev: 403") for e in result.errors), result.errors
+    assert [a.verb for a in result.clusters["dev-center"].drift] == ["apply"]  # unknown, not absent: apply is idempotent
+    assert center.peek("v1", "Namespace", "", "platform-dev")["metadata"]["labels"]["fleetops.io/environment"] == "dev"
 
 
 def test_an_unreadable_inventory_prunes_nothing_and_is_kept() -> None:

@@ -27,9 +27,10 @@ def kinds_of(manifests: Iterable[Manifest]) -> list[tuple[str, str]]:
 
 
 def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: str, opts: Options, result: ClusterResult,
-              desired: set[tuple[str, str]]) -> tuple[dict[Key, Manifest], set[tuple[str, str]], set[tuple[str, str]]]:
-    """Everything fleetops owns in a cluster: one LIST per kind, by label selector. Returns objects,
-    kinds whose LIST failed, and kinds Git wants that the server does not serve (404: no CRD).
+              desired: set[tuple[str, str]], identities: Iterable[Key]) -> tuple[dict[Key, Manifest], set[tuple[str, str]], set[tuple[str, str]]]:
+    """Everything fleetops owns in a cluster: one LIST per kind, by label selector, then each of `identities`
+    (what Git wants, what fleetops applied) the LIST did not return, by its identity. Returns objects,
+    kinds whose LIST (or a look-up) failed, and kinds Git wants that the server does not serve (404: no CRD).
 
     A kind only remembered from earlier passes whose type the server no longer serves holds
     nothing: it is dropped, not an error.
@@ -37,17 +38,32 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
     live: dict[Key, Manifest] = {}
     failed: set[tuple[str, str]] = set()
     unserved: set[tuple[str, str]] = set()
+    listed: set[tuple[str, str]] = set()
     selector = managed_selector(environment)
     for api_version, kind in kinds:
         try:
             for obj in call(opts, api.list, api_version, kind, selector):
                 live[key_of(obj)] = obj
+            listed.add((api_version, kind))
         except NotFound:
             if (api_version, kind) in desired:
                 unserved.add((api_version, kind))
         except ApiError as exc:
             failed.add((api_version, kind))
             result.errors.append(f"{result.cluster}: list {kind}: {explain(exc)}")
+    # The selector's labels are the object's, anyone may edit them: an object whose label was edited by hand
+    # is still the one Git wants (drift in that label, repaired by an apply, never a create) or the one
+    # fleetops applied (still not pruned without its marks, still in the inventory). Only what the LIST
+    # missed is looked up: a steady pass makes no such call.
+    for key in sorted(k for k in identities if k not in live and (k[0], k[1]) in listed):
+        try:
+            found = call(opts, api.find, *key)
+        except ApiError as exc:
+            failed.add((key[0], key[1]))  # unknown, not absent: applied anyway, kept in the inventory
+            result.errors.append(f"{result.cluster}: read {describe(key)}: {explain(exc)}")
+            continue
+        if found is not None:
+            live[key] = found
     return live, failed, unserved
 
 
@@ -87,14 +103,23 @@ def changed_by(live: Manifest, changes: list[diff.FieldChange]) -> dict[str, str
 
 
 NOT_APPLIED = "carries fleetops' labels but fleetops never applied it (not in its inventory): never pruned"
+UNMARKED = ("not in Git; fleetops applied it but its labels no longer mark it fleetops' (edited by hand?): never pruned: "
+            "delete it by hand, or restore the labels and --prune deletes it")
 
 
-def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manifest], failed: set[tuple[str, str]], opts: Options,
-                   applied: set[Key] | None) -> list[Action]:
+def marked(manifest: Manifest, environment: str) -> bool:
+    """Whether an object carries fleetops' ownership labels for this environment (what the LIST selects)."""
+    labels = manifest.get("metadata", {}).get("labels") or {}
+    return labels.get(MANAGED_BY) == MANAGER and labels.get(ENVIRONMENT_LABEL) == environment
+
+
+def object_actions(cluster: str, environment: str, desired: list[Manifest], live: dict[Key, Manifest], failed: set[tuple[str, str]],
+                   opts: Options, applied: set[Key] | None) -> list[Action]:
     """Creates and updates in apply order, then prunes (workloads before namespaces).
 
     Only an object of the last inventory (`applied`; None when it could not be read), in a namespace
-    fleetops manages, is pruned: its labels alone prove nothing.
+    fleetops manages, that still carries fleetops' labels, is pruned: its labels alone prove nothing,
+    and an inventory alone does not overrule a person who took the labels away.
     """
     actions: list[Action] = []
     wanted: set[Key] = set()
@@ -116,7 +141,9 @@ def object_actions(cluster: str, desired: list[Manifest], live: dict[Key, Manife
     for key in extra:
         meta = live[key].get("metadata", {})
         labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-        if labels.get(MANAGED_BY) != MANAGER:
+        if not marked(live[key], environment):
+            if key in known:  # found by its identity: fleetops applied it, then its labels were edited
+                actions.append(Action(cluster, Verb.ORPHAN, describe(key), UNMARKED, write=False, kind=key[1]))
             continue  # never touch what fleetops does not own, whatever the server returned
         if labels.get(CLUSTER_LABEL, cluster) != cluster:
             actions.append(Action(cluster, Verb.FOREIGN, describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))

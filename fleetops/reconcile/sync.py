@@ -63,11 +63,12 @@ def reconcile_cluster(
     # Kinds applied last time are listed too, so that a kind Git dropped entirely is still pruned.
     wanted = set(kinds_of(desired))
     kinds = sorted(wanted | {(k[0], k[1]) for k in applied or ()})
-    live, failed, unserved = read_live(api, kinds, env.environment, opts, result, wanted)
+    identities = {key_of(m) for m in desired} | (applied or set())
+    live, failed, unserved = read_live(api, kinds, env.environment, opts, result, wanted, identities)
     result.errors += not_served(cluster.name, desired, unserved)
     result.measured = {k for v, k in kinds if (v, k) not in unserved} | {NODE_KIND[1]}
     desired = [m for m in desired if (m["apiVersion"], m["kind"]) not in unserved]
-    result.actions += object_actions(cluster.name, desired, live, failed, opts, applied)
+    result.actions += object_actions(cluster.name, env.environment, desired, live, failed, opts, applied)
     result.actions += node_work
     if opts.writes:
         outcome: dict[Key, Action] = {}

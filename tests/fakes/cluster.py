@@ -102,7 +102,7 @@ class Faults:
     rate: float = 0.0
     statuses: tuple[int, ...] = (500, 503, 429, 409, TIMEOUT)
     retry_after: float | None = None
-    verbs: frozenset[str] = frozenset({"list", "apply", "delete", "patch", "get", "create", "replace"})
+    verbs: frozenset[str] = frozenset({"list", "find", "apply", "delete", "patch", "get", "create", "replace"})
     seed: int = 0
     scripted: list[tuple[str, str, int]] = field(default_factory=list)  # (verb, kind, status) each fails once
     rng: random.Random = field(init=False)
@@ -254,6 +254,11 @@ class MemoryCluster(CallCounts):
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         self._enter("get", kind, api_version)
+        return self.peek(api_version, kind, namespace, name)
+
+    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        """The product's LIST by metadata.name, counted as `find` so tests see identity look-ups apart from a kind's LIST."""
+        self._enter("find", kind, api_version)
         return self.peek(api_version, kind, namespace, name)
 
     def apply(self, manifest: Manifest, field_manager: str, force: bool = False) -> Manifest:
