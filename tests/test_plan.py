@@ -388,6 +388,24 @@ def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
     assert history["entries"] == 1, history
 
 
+def test_a_local_plan_is_recorded_as_local_and_audit_never_counts_it_as_a_pull_request(repo: Path) -> None:
+    # Every local plan appended a record that audit listed under pull requests.
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
+    commit(repo, "vision: a lot more GPUs")
+    log = repo.parent / "decisions.jsonl"
+    nothing = {"CI": "", "FLEETOPS_PR": "", "GITHUB_REF": "", "CI_MERGE_REQUEST_IID": "", "FLEETOPS_DECISION_LOG": str(log)}
+    assert run("plan", "--repo", repo, "--env", "prod", "--output", "json", cwd=repo, env=nothing).returncode == 1
+    assert run("plan", "--repo", repo, "--env", "prod", "--output", "json", cwd=repo,
+               env={**nothing, "CI": "true", "FLEETOPS_PR": "7"}).returncode == 1
+    local, pull = (json.loads(line) for line in log.read_text().splitlines())
+    assert (local["run"], local["pr"], pull["run"], pull["pr"]) == ("local", None, "ci", "7")
+    history = json.loads(run("audit", "--decision-log", log, "--output", "json", cwd=ROOT).stdout)["history"]
+    denials = history["latest_denials"]
+    assert {d["pr"] for d in denials["pull_request"]} == {"7"}, denials  # only the CI run's
+    assert denials["local"] and all(d["pr"] is None for d in denials["local"]), denials
+    assert not denials["production"]
+
+
 def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:
     # Two tenants' quotas on two clusters change; each cluster's sum is located at its own tenant's line.
     edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 400, burst: 400, guaranteed_per_pool: {h100-train: 200, a100-infer: 200}}")
