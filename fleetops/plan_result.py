@@ -56,18 +56,25 @@ class Approvals:
 
 @dataclass(frozen=True)
 class Cost:
-    """Monthly cost of the fleet at base and at head, in the environment's currency."""
+    """Monthly cost of the fleet at base and at head, in the environment's currency, and how much of the
+    change the edited prices alone make (`changes.price_effect`); the rest is capacity added or removed."""
 
     before: float
     after: float
     currency: str
+    from_prices: float = 0.0
 
     @property
     def delta(self) -> float:
         return round(self.after - self.before, 2)
 
+    @property
+    def from_capacity(self) -> float:
+        return round(self.delta - self.from_prices, 2)
+
     def to_json(self) -> Row:
-        return {"before": self.before, "after": self.after, "delta": self.delta, "currency": self.currency}
+        return {"before": self.before, "after": self.after, "delta": self.delta, "from_prices": self.from_prices,
+                "from_capacity": self.from_capacity, "currency": self.currency}
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,11 @@ class SpecChange:
     def security(self) -> bool:
         return bool(self.security_field)
 
+    @property
+    def place(self) -> str:
+        """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
+        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
+
     @classmethod
     def of(cls, row: Row) -> SpecChange:
         """From `changes.spec_changes_and_fields`' row."""
@@ -230,7 +242,7 @@ class SpecChange:
 
     def to_json(self) -> Row:
         return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
-                "side": self.side.value, "security": self.security}
+                "side": self.side.value, "place": self.place, "security": self.security}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
+from fleetops.plan_result import Capacity, CapacityRow, Cost, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -91,7 +91,7 @@ def header(plan: PlanResult) -> list[str]:
     lines = [
         f"### fleetops plan {_code(plan.environment)}: {VERDICT[plan.verdict]}",
         "",
-        f"**Monthly cost** {_num(c.before)} → {_num(c.after)} {_text(c.currency)} (**{_signed(c.delta)}**) · "
+        f"**Monthly cost** {_num(c.before)} → {_num(c.after)} {_text(c.currency)} (**{_signed(c.delta)}**{_price_share(c)}) · "
         f"**Objects** +{len(objs.added):,} ~{len(objs.changed):,} −{len(objs.removed):,} · "
         f"**Decisions** {n['deny']:,} deny, {n['approval']:,} need approval, {n['warn']:,} warn, {n['waived']:,} waived{flags}",
         "",
@@ -117,6 +117,11 @@ def header(plan: PlanResult) -> list[str]:
         files = ", ".join(_code(f) for f in plan.policy.policy_files_changed)
         lines += ["", f"> ⚠️ **Policy change** ({files}): needs review by the policy owners: {owners}. It takes effect only after merge."]
     return lines
+
+
+def _price_share(c: Cost) -> str:
+    """What the edited prices alone do to the month, apart from capacity: a price change is not more devices."""
+    return f": {_signed(c.from_prices)} from price changes, {_signed(c.from_capacity)} from capacity" if c.from_prices else ""
 
 
 def _security_kinds(plan: PlanResult) -> str:
@@ -311,8 +316,8 @@ class Fold(NamedTuple):
 def spec_fields(plan: PlanResult) -> Fold:
     # What decides who may run where first, then down the file.
     edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not Side.HEAD, e.line))
-    return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
-        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {e.line} |"] for e in edits])
+    return Fold("Environment file changes", ["| | field | before | after | where |", "|---|---|---|---|---|"], [
+        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {_code(e.place)} |"] for e in edits])
 
 
 def _values(old: Any, new: Any) -> tuple[str, str]:
