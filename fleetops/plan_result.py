@@ -8,6 +8,7 @@ stay the published rows their modules build.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -167,6 +168,15 @@ class Location:
     column: int
 
 
+class Finding(StrEnum):
+    """A decision against the base revision's own, as Infracost and conftest users read a change's findings:
+    the verdict counts every decision alike (a pre-existing deny still denies); only how loud it is differs."""
+
+    NEW = "new"  # not at base, or at base with another status or message: the change made or moved it
+    PRE_EXISTING = "pre-existing"  # at base as it is at head: the change did not make it
+    RESOLVED = "resolved"  # at base, gone at head: the change resolved it
+
+
 @dataclass(frozen=True)
 class PlanDecision:
     """One policy decision on the change, with where it comes from and how to fix it ($defs/decision)."""
@@ -185,20 +195,22 @@ class PlanDecision:
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
+    finding: Finding = Finding.NEW
 
     @classmethod
     def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
         """From the row `explain.explain` makes of a policy's decision, and the waiver `waived_by` names."""
         loc = row.get("location")
         return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
-                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver)
+                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
+                   Finding(row.get("finding", Finding.NEW)))
 
     def to_json(self) -> Row:
         w = self.waiver
         waiver = {"owner": w.owner, "ticket": w.ticket, "expires": w.expires.isoformat(), "reason": w.reason} if w is not None else None
         optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver}
         return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
-                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
+                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix, "finding": self.finding.value,
                 **{k: v for k, v in optional.items() if v is not None}}
 
 
@@ -405,10 +417,18 @@ class PlanResult:
     usage: usage.Usage | None = None
     work: Work | None = None  # what it does to the work; None: not asked (plan --whatif)
     judgement: Judgement | None = None  # how the policies judged it; None: not judged (verdict invalid)
+    resolved: list[PlanDecision] = field(default_factory=list)  # the base's decisions head no longer has: they judge nothing
 
     @property
     def counts(self) -> dict[str, int]:
         return status_counts(self.decisions)
+
+    @property
+    def findings(self) -> dict[str, int]:
+        """How many decisions the change made (new), found already at base (pre-existing), and resolved."""
+        made = Counter(d.finding for d in self.decisions)
+        return {Finding.NEW.value: made[Finding.NEW], Finding.PRE_EXISTING.value: made[Finding.PRE_EXISTING],
+                Finding.RESOLVED.value: len(self.resolved)}
 
     def decision_rows(self) -> list[Row]:
         """The decisions as the decision log and JUnit take them: the published rows."""
@@ -453,5 +473,7 @@ class PlanResult:
             **({"work": asdict(self.work)} if self.work is not None else {}),  # only when asked: the same plan without it
             "decisions": self.decision_rows(),
             "counts": self.counts,
+            "findings": self.findings,
+            "resolved": [d.to_json() for d in self.resolved],
             "judgement": self.judgement.to_json(),
         }
