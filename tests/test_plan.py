@@ -155,7 +155,7 @@ def test_price_change_moves_cost_and_the_metering_price_only(repo: Path) -> None
     assert changed == {("center-bj", "PrometheusRule", "fleetops-metering")}
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
     md = plan(repo, "--env", "prod").stdout
-    assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**)" in md
+    assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**: +23,360 from price changes, 0 from capacity)" in md
 
 
 def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) -> None:
