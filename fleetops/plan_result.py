@@ -195,7 +195,7 @@ class PlanDecision:
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
-    finding: Finding = Finding.NEW
+    finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
 
     @classmethod
     def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
@@ -203,14 +203,15 @@ class PlanDecision:
         loc = row.get("location")
         return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
                    row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
-                   Finding(row.get("finding", Finding.NEW)))
+                   Finding(row["finding"]) if row.get("finding") else None)
 
     def to_json(self) -> Row:
         w = self.waiver
         waiver = {"owner": w.owner, "ticket": w.ticket, "expires": w.expires.isoformat(), "reason": w.reason} if w is not None else None
-        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver}
+        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver,
+                    "finding": self.finding.value if self.finding else None}
         return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
-                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix, "finding": self.finding.value,
+                "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
                 **{k: v for k, v in optional.items() if v is not None}}
 
 

@@ -355,7 +355,7 @@ def _decision_rows(decisions: list[PlanDecision]) -> list[list[str]]:
     rows = []
     for d in sorted(decisions, key=lambda d: (d.finding is not Finding.NEW, STATUS_ORDER[d.status])):
         where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
-        rows.append([f"| {_text(d.finding.value)} | {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
+        rows.append([f"| {_text(d.finding.value if d.finding else '')} | {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
                      f"| {_text(d.msg)} | {where} |"])
     return rows
 
