@@ -156,10 +156,12 @@ class _LoggedDecision(BaseModel):
 
 class Gate(str, Enum):
     """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
-    request) or a pull request's branch under review (plan, check in a pull request's CI job)."""
+    request), a pull request's branch under review (plan, check in a pull request's CI job), or a plan
+    outside a pull request (a preview on a workstation: it gated nothing)."""
 
     production = "production"
     pull_request = "pull_request"
+    local = "local"
 
 
 class _LogEntry(BaseModel):
@@ -171,10 +173,13 @@ class _LogEntry(BaseModel):
     revision: str | None = ""
     pr: str | int | None = None
     actor: str | None = None
+    run: str | None = None  # "ci" or "local" (policy.ci_context); records written before it have none
     decisions: list[_LoggedDecision] = []
 
     def gate(self) -> Gate:
-        if self.source == "plan" or (self.source == "check" and self.pr):
+        if self.source == "plan" and (self.run == "local" or not self.pr):  # no pull request: older records say so by their missing pr
+            return Gate.local
+        if self.source in ("plan", "check") and self.pr:
             return Gate.pull_request
         return Gate.production
 
@@ -319,7 +324,8 @@ def html(report: dict[str, Any]) -> str:
 
 
 GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
-               Gate.pull_request: "pull requests (plan, check in a pull request)"}
+               Gate.pull_request: "pull requests (plan, check in a pull request)",
+               Gate.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
 
 
 def _who(d: dict[str, Any]) -> str:

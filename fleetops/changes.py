@@ -98,6 +98,27 @@ def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple
     return out, set(old) ^ set(new)
 
 
+def _repriced(before: spec.Environment, after: spec.Environment, was: spec.Group | None, group: spec.Group) -> float:
+    """What head's `group` costs a month more (less) for the prices the change edited alone: its devices at
+    head's price less at the base's price of the same model (a spot pool that was spot: its base spot price).
+    A model or spot pool the base does not price is no price change: what it costs is new capacity."""
+    price = spec.device_hour_price(after, group)
+    if spec.is_spot(group):
+        base = was.spot.price if was is not None and isinstance(was, spec.Pool) and was.spot is not None else price
+    else:
+        base = before.prices.get(group.device.model, price)
+    return spec.physical_devices(group) * (price - base) * spec.HOURS_PER_MONTH
+
+
+def price_effect(before: spec.Environment | None, after: spec.Environment | None) -> float:
+    """What the change's price edits alone do to the monthly cost, apart from the devices it adds or
+    removes: head's fleet at head's prices less the same fleet at the base's (`_repriced`)."""
+    if before is None or after is None:
+        return 0.0
+    old = _groups(before)
+    return round(sum(_repriced(before, after, old.get(name), g) for name, g in _groups(after).items()), 2)
+
+
 def _size(change: dict[str, Any]) -> tuple[float, int, bool, str]:
     """Largest first: cost moved, then devices moved; security-relevant before others of the same size."""
     return (-abs(change["cost"]), -abs(change["devices"]), not change["security"], change["subject"])
@@ -130,9 +151,11 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                       f"(-{_units(b)}, {money(-spec.group_monthly_cost(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-spec.group_monthly_cost(before, b))
         elif a is not None and b is not None:
             cost = spec.group_monthly_cost(after, a) - spec.group_monthly_cost(before, b)
+            repriced = _repriced(before, after, b, a)  # the price edit's own line says it: not the nodes'
             moved = spec.physical_devices(a) - spec.physical_devices(b)
             if a.nodes != b.nodes:
-                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {money(cost)} {currency}/mo)", devices=moved, cost=cost)
+                add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {money(cost - repriced)} {currency}/mo)",
+                    devices=moved, cost=cost - repriced)
             if _sharing(a) != _sharing(b):
                 add(name, f"{name}: sharing {_sharing(b)} → {_sharing(a)} (schedulable {_units(b)} → {_units(a)})",
                     devices=spec.physical_devices(a))
@@ -140,8 +163,8 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                 add(name, f"{name}: device {b.device.per_node} x {b.device.model} → {a.device.per_node} x {a.device.model}",
                     devices=max(spec.physical_devices(a), spec.physical_devices(b)), cost=0.0 if a.nodes != b.nodes else cost)
             if _spot(a) != _spot(b):
-                add(name, f"{name}: {_spot(b)} → {_spot(a)} ({money(cost)} {currency}/mo)", devices=spec.physical_devices(a),
-                    cost=0.0 if a.nodes != b.nodes else cost)
+                moves = repriced if spec.is_spot(a) and spec.is_spot(b) else 0.0 if a.nodes != b.nodes else cost
+                add(name, f"{name}: {_spot(b)} → {_spot(a)} ({money(moves)} {currency}/mo)", devices=spec.physical_devices(a), cost=moves)
             if isinstance(a, spec.EdgeGroup) and isinstance(b, spec.EdgeGroup):
                 for fp in sorted(set(a.fingerprints) - set(b.fingerprints)):
                     add(name, f"{name}: device fingerprint {fp} trusted", security=True)
@@ -156,8 +179,9 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
         p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
             devices = sum(spec.physical_devices(g) for g in _groups(after).values() if g.device.model == model and not spec.is_spot(g))
-            add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour", devices=devices,
-                cost=(q - p) * devices * spec.HOURS_PER_MONTH)
+            moves = (q - p) * devices * spec.HOURS_PER_MONTH
+            add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour ({money(moves)} {currency}/mo on "
+                                   f"{devices:,} devices)", devices=devices, cost=moves)
     if before.budget.monthly != after.budget.monthly:
         add("budget", f"monthly budget {before.budget.monthly:,.0f} → {after.budget.monthly:,.0f} {currency}")
     return sorted(out, key=_size)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import subprocess
@@ -27,7 +28,7 @@ from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Grants, Groups,
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Finding, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
@@ -371,6 +372,9 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     used = measured(meter, before.env, after.env, quota)
     kueue = grants.of_fleet(after.clusters)  # read once: the policy input, `grants` and `services` share it
     rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
+    # The base's fleet by the same policies, without the change: what was found before it (no verdict of it counts).
+    found, gone = findings(rows, judge(before, env_name, None, policies)[0] if before.env is not None else [])
+    rows = [{**row, "finding": f.value} for row, f in zip(rows, found, strict=True)]
     granted = grants.review(after.env, kueue)
     services = service_rows(before, after, kueue.facts)
     objects = diff.compare(before.clusters, after.clusters)
@@ -385,6 +389,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain(rows, after.env, positions, policies, edited)
+    resolved = explain([{**row, "finding": Finding.RESOLVED.value} for row in gone], None, None, policies)
     return PlanResult(
         environment=env_name,
         verdict=Verdict.of(status_counts(decisions)),
@@ -404,12 +409,38 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         grants=Grants.of(granted),
         services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
         groups=Groups(groups["added"], groups["removed"]),
-        cost=Cost(cost_before, cost_after, currency),
+        cost=Cost(cost_before, cost_after, currency, changes.price_effect(before.env, after.env)),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
         work=Work.of(work) if work is not None else None,
         judgement=verdict.judgement(),
+        resolved=resolved,
     )
+
+
+def _identity(row: dict[str, Any]) -> tuple[str, str, str]:
+    """What a decision is about: its rule and resource as the rule names them."""
+    return row["rule"], row["resource"], json.dumps(row["subject"], sort_keys=True, default=str)
+
+
+def findings(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """Each of head's decisions as new or pre-existing, and the base's decisions head no longer has (resolved).
+    Pre-existing is only a decision base had as it is, status and message alike: one the change moved (a
+    larger breach, a waiver outgrown, a cost further over) is new, and its base form is not resolved."""
+    left: dict[tuple[str, str, str], list[int]] = {}
+    for i, row in enumerate(base):
+        left.setdefault(_identity(row), []).append(i)
+    found = []
+    for row in head:
+        same = left.get(_identity(row), [])
+        match = next((i for i in same if (base[i]["status"], base[i]["msg"]) == (row["status"], row["msg"])), None)
+        if match is not None:
+            same.remove(match)
+        found.append(Finding.NEW if match is None else Finding.PRE_EXISTING)
+    for row, finding in zip(head, found):
+        if finding is Finding.NEW and (same := left.get(_identity(row))):
+            same.pop(0)  # moved by the change: its base form is the new one's, not resolved
+    return found, [base[i] for i in sorted(i for rest in left.values() for i in rest)]
 
 
 def check_schema(head: Side, env_rel: str) -> None:

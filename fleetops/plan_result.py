@@ -8,6 +8,7 @@ stay the published rows their modules build.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -56,18 +57,25 @@ class Approvals:
 
 @dataclass(frozen=True)
 class Cost:
-    """Monthly cost of the fleet at base and at head, in the environment's currency."""
+    """Monthly cost of the fleet at base and at head, in the environment's currency, and how much of the
+    change the edited prices alone make (`changes.price_effect`); the rest is capacity added or removed."""
 
     before: float
     after: float
     currency: str
+    from_prices: float = 0.0
 
     @property
     def delta(self) -> float:
         return round(self.after - self.before, 2)
 
+    @property
+    def from_capacity(self) -> float:
+        return round(self.delta - self.from_prices, 2)
+
     def to_json(self) -> Row:
-        return {"before": self.before, "after": self.after, "delta": self.delta, "currency": self.currency}
+        return {"before": self.before, "after": self.after, "delta": self.delta, "from_prices": self.from_prices,
+                "from_capacity": self.from_capacity, "currency": self.currency}
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,15 @@ class Location:
     column: int
 
 
+class Finding(StrEnum):
+    """A decision against the base revision's own, as Infracost and conftest users read a change's findings:
+    the verdict counts every decision alike (a pre-existing deny still denies); only how loud it is differs."""
+
+    NEW = "new"  # not at base, or at base with another status or message: the change made or moved it
+    PRE_EXISTING = "pre-existing"  # at base as it is at head: the change did not make it
+    RESOLVED = "resolved"  # at base, gone at head: the change resolved it
+
+
 @dataclass(frozen=True)
 class PlanDecision:
     """One policy decision on the change, with where it comes from and how to fix it ($defs/decision)."""
@@ -178,18 +195,21 @@ class PlanDecision:
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
+    finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
 
     @classmethod
     def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
         """From the row `explain.explain` makes of a policy's decision, and the waiver `waived_by` names."""
         loc = row.get("location")
         return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
-                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver)
+                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
+                   Finding(row["finding"]) if row.get("finding") else None)
 
     def to_json(self) -> Row:
         w = self.waiver
         waiver = {"owner": w.owner, "ticket": w.ticket, "expires": w.expires.isoformat(), "reason": w.reason} if w is not None else None
-        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver}
+        optional = {"figures": self.figures, "location": asdict(self.location) if self.location else None, "waiver": waiver,
+                    "finding": self.finding.value if self.finding else None}
         return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
                 "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
                 **{k: v for k, v in optional.items() if v is not None}}
@@ -223,6 +243,11 @@ class SpecChange:
     def security(self) -> bool:
         return bool(self.security_field)
 
+    @property
+    def place(self) -> str:
+        """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
+        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
+
     @classmethod
     def of(cls, row: Row) -> SpecChange:
         """From `changes.spec_changes_and_fields`' row."""
@@ -230,7 +255,7 @@ class SpecChange:
 
     def to_json(self) -> Row:
         return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
-                "side": self.side.value, "security": self.security}
+                "side": self.side.value, "place": self.place, "security": self.security}
 
 
 @dataclass(frozen=True)
@@ -393,10 +418,18 @@ class PlanResult:
     usage: usage.Usage | None = None
     work: Work | None = None  # what it does to the work; None: not asked (plan --whatif)
     judgement: Judgement | None = None  # how the policies judged it; None: not judged (verdict invalid)
+    resolved: list[PlanDecision] = field(default_factory=list)  # the base's decisions head no longer has: they judge nothing
 
     @property
     def counts(self) -> dict[str, int]:
         return status_counts(self.decisions)
+
+    @property
+    def findings(self) -> dict[str, int]:
+        """How many decisions the change made (new), found already at base (pre-existing), and resolved."""
+        made = Counter(d.finding for d in self.decisions)
+        return {Finding.NEW.value: made[Finding.NEW], Finding.PRE_EXISTING.value: made[Finding.PRE_EXISTING],
+                Finding.RESOLVED.value: len(self.resolved)}
 
     def decision_rows(self) -> list[Row]:
         """The decisions as the decision log and JUnit take them: the published rows."""
@@ -441,5 +474,7 @@ class PlanResult:
             **({"work": asdict(self.work)} if self.work is not None else {}),  # only when asked: the same plan without it
             "decisions": self.decision_rows(),
             "counts": self.counts,
+            "findings": self.findings,
+            "resolved": [d.to_json() for d in self.resolved],
             "judgement": self.judgement.to_json(),
         }

@@ -401,12 +401,15 @@ def test_the_decisions_served_are_plans_own(served: Served, client: TestClient) 
     latest = client.get("/v1/plan", headers=bearer(OPERATOR)).json()["decisions"]
     # A decision the served plan makes too is written alike, field order included (a client that
     # reads one reads the other): both are plan's typed decision.
-    same = {(d["rule"], d["resource"], d["msg"]): d for d in latest}
+    # The plan's say what the change did to them too (`finding`); the revision judged alone has no change to say it of.
+    same = {(d["rule"], d["resource"], d["msg"]): {k: v for k, v in d.items() if k != "finding"} for d in latest}
     shared = [d for d in decisions if (d["rule"], d["resource"], d["msg"]) in same]
     assert any("waiver" in d for d in shared), "test setup: a waived decision is compared too"
     assert [json.dumps(d) for d in shared] == [json.dumps(same[d["rule"], d["resource"], d["msg"]]) for d in shared]
-    # The served revision planned against itself (no change): its decisions, as `plan --output json` prints them.
+    # The served revision planned against itself (no change): its decisions, as `plan --output json` prints them,
+    # each already at base there (judged alone, the served ones say no finding).
     _, planned = plan_json(served.repo, "--base", served.revision, "--head", served.revision)
+    assert {d.pop("finding") for d in planned["decisions"]} == {"pre-existing"} and not any("finding" in d for d in decisions)
     assert json.dumps(decisions, sort_keys=True) == json.dumps(planned["decisions"], sort_keys=True)
 
 

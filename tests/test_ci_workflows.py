@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -118,4 +119,38 @@ def test_gitlab_uses_the_approvals_api_and_one_note_per_environment() -> None:
     flow = yaml.safe_load(WORKFLOWS[1].read_text())
     script = script_of(flow["fleetops-plan"])
     assert script.count("fleetops plan") == 1 and "fleetops approvals gitlab" in script and "fleetops note" in script
-    assert flow["fleetops-deploy"]["resource_group"] == "fleet"
+
+
+def gitlab_deploy_jobs(flow: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The GitLab jobs that run `pulumi up`, by the GitLab environment each runs under, `extends` resolved
+    as GitLab merges it (mappings deeply, the rest replaced)."""
+    def resolved(job: dict[str, Any]) -> dict[str, Any]:
+        base = resolved(flow[job["extends"]]) if "extends" in job else {}
+        return {**base, **job, "variables": {**base.get("variables", {}), **job.get("variables", {})}}
+
+    jobs = {name: resolved(job) for name, job in flow.items() if not name.startswith(".") and isinstance(job, dict) and ({"script", "extends"} & set(job))}
+    return {job.get("environment", {}).get("name"): (name, job) for name, job in jobs.items() if "pulumi up" in script_of(job)}
+
+
+def test_gitlab_deploys_each_environment_with_its_own_kubeconfig(tmp_path: Path) -> None:
+    # One matrix job deployed dev, staging and prod with the one KUBECONFIG variable: dev's deploy held prod's clusters.
+    flow = yaml.safe_load(WORKFLOWS[1].read_text())
+    deploys = gitlab_deploy_jobs(flow)
+    assert list(deploys) == ["dev", "staging", "prod"]
+    assert "KUBECONFIG" not in flow.get("variables", {})
+    held = {env: {name: f"{name.lower()}-of-{env}" for name in ("KUBECONFIG", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_ACCESS_TOKEN")}
+            for env in deploys}
+    every = {f"{'FLEETOPS_' if name == 'KUBECONFIG' else ''}{name}_{env.upper()}": value for env, values in held.items() for name, value in values.items()}
+    for env, (name, job) in deploys.items():
+        assert job["variables"]["ENV"] == env and "KUBECONFIG" not in job["variables"], name
+        assert job["resource_group"] == f"fleet-{env}", name  # one deploy of an environment at a time
+        block = next(item for item in job["script"] if isinstance(item, str) and "KUBECONFIG=" in item)
+        show = block + '\nprintf "%s|%s|%s" "$KUBECONFIG" "$PULUMI_CONFIG_PASSPHRASE" "$PULUMI_ACCESS_TOKEN"\n'
+        # The job's shell, as the runner gives it every environment's variables a careless scope would leave.
+        out = subprocess.run(["sh", "-c", show], env={"PATH": "/usr/bin:/bin", "ENV": env, **every}, capture_output=True, text=True, check=False)
+        assert out.returncode == 0 and out.stdout.split("|") == list(held[env].values()), (name, out.stdout, out.stderr)
+        mine = f"FLEETOPS_KUBECONFIG_{env.upper()}"
+        missing = subprocess.run(["sh", "-c", show], env={"PATH": "/usr/bin:/bin", "ENV": env, **{k: v for k, v in every.items() if k != mine}},
+                                 capture_output=True, text=True, check=False)
+        assert missing.returncode == 1 and mine in missing.stdout, (name, missing.stdout)  # never another environment's
+    assert deploys["staging"][1]["needs"] == [deploys["dev"][0]] and deploys["prod"][1]["needs"] == [deploys["staging"][0]]

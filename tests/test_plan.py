@@ -155,7 +155,7 @@ def test_price_change_moves_cost_and_the_metering_price_only(repo: Path) -> None
     assert changed == {("center-bj", "PrometheusRule", "fleetops-metering")}
     assert result["cost"]["delta"] == pytest.approx(160 * 0.2 * 730)
     md = plan(repo, "--env", "prod").stdout
-    assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**)" in md
+    assert "**Monthly cost** 539,981 → 563,341 USD (**+23,360**: +23,360 from price changes, 0 from capacity)" in md
 
 
 def test_a_change_to_the_program_is_planned_as_each_side_renders_it(repo: Path) -> None:
@@ -386,6 +386,24 @@ def test_plan_writes_the_decision_record_that_audit_reads(repo: Path) -> None:
     audit = run("audit", "--decision-log", repo.parent / "decisions.jsonl", "--output", "json", cwd=ROOT)
     history = json.loads(audit.stdout)["history"]
     assert history["entries"] == 1, history
+
+
+def test_a_local_plan_is_recorded_as_local_and_audit_never_counts_it_as_a_pull_request(repo: Path) -> None:
+    # Every local plan appended a record that audit listed under pull requests.
+    edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
+    commit(repo, "vision: a lot more GPUs")
+    log = repo.parent / "decisions.jsonl"
+    nothing = {"CI": "", "FLEETOPS_PR": "", "GITHUB_REF": "", "CI_MERGE_REQUEST_IID": "", "FLEETOPS_DECISION_LOG": str(log)}
+    assert run("plan", "--repo", repo, "--env", "prod", "--output", "json", cwd=repo, env=nothing).returncode == 1
+    assert run("plan", "--repo", repo, "--env", "prod", "--output", "json", cwd=repo,
+               env={**nothing, "CI": "true", "FLEETOPS_PR": "7"}).returncode == 1
+    local, pull = (json.loads(line) for line in log.read_text().splitlines())
+    assert (local["run"], local["pr"], pull["run"], pull["pr"]) == ("local", None, "ci", "7")
+    history = json.loads(run("audit", "--decision-log", log, "--output", "json", cwd=ROOT).stdout)["history"]
+    denials = history["latest_denials"]
+    assert {d["pr"] for d in denials["pull_request"]} == {"7"}, denials  # only the CI run's
+    assert denials["local"] and all(d["pr"] is None for d in denials["local"]), denials
+    assert not denials["production"]
 
 
 def test_each_decision_points_at_the_item_it_is_about(repo: Path) -> None:

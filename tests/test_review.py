@@ -97,7 +97,7 @@ def test_an_added_fingerprint_is_visible_flagged_and_not_a_no_op(repo: Path) -> 
     assert edits and all(e["security"] for e in edits) and edits[0]["line"] == 75
     text = plan(repo, "--env", "prod", "--only-on-change").stdout
     # The list's change, not both whole lists: what came, on the line of the list.
-    assert f"| 🔒 | `clusters[edge-sh-factory].edge_groups[jetson-line-1].fingerprints` | — | +`{fingerprint}` | 75 |" in text
+    assert f"| 🔒 | `clusters[edge-sh-factory].edge_groups[jetson-line-1].fingerprints` | — | +`{fingerprint}` | `environments/prod.yaml:75` |" in text
 
 
 def test_an_over_capacity_quota_says_where_and_how_to_fix_it(repo: Path) -> None:

@@ -200,6 +200,8 @@ class Cost(BaseModel):
     before: float
     after: float
     delta: float
+    from_prices: float = Field(description="what the change's price edits alone do to the month (plan's cost.from_prices)")
+    from_capacity: float = Field(description="the rest of delta: devices added or removed, at the base's prices")
     currency: str
 
 

@@ -21,7 +21,7 @@ from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.plan_result import Capacity, CapacityRow, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
+from fleetops.plan_result import Capacity, CapacityRow, Cost, Finding, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -91,16 +91,18 @@ def header(plan: PlanResult) -> list[str]:
     lines = [
         f"### fleetops plan {_code(plan.environment)}: {VERDICT[plan.verdict]}",
         "",
-        f"**Monthly cost** {_num(c.before)} → {_num(c.after)} {_text(c.currency)} (**{_signed(c.delta)}**) · "
+        f"**Monthly cost** {_num(c.before)} → {_num(c.after)} {_text(c.currency)} (**{_signed(c.delta)}**{_price_share(c)}) · "
         f"**Objects** +{len(objs.added):,} ~{len(objs.changed):,} −{len(objs.removed):,} · "
-        f"**Decisions** {n['deny']:,} deny, {n['approval']:,} need approval, {n['warn']:,} warn, {n['waived']:,} waived{flags}",
+        f"**Decisions** {n['deny']:,} deny, {n['approval']:,} need approval, {n['warn']:,} warn, {n['waived']:,} waived{_findings(plan)}{flags}",
         "",
         f"Judged by the policies of the base revision {_code(plan.base.revision[:12])}.",
     ]
     if not plan.head.exists:
         deleted = spec.environment_path(plan.environment).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
-    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity in (Severity.CRITICAL, Severity.HIGH)]
+    # Those the change made; a waiver already in force at base is counted in the decisions, not raised on every change.
+    waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity in (Severity.CRITICAL, Severity.HIGH)
+              and d.finding is Finding.NEW]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
         lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver.owner)}, {_text(d.waiver.ticket)}, "
@@ -117,6 +119,17 @@ def header(plan: PlanResult) -> list[str]:
         files = ", ".join(_code(f) for f in plan.policy.policy_files_changed)
         lines += ["", f"> ⚠️ **Policy change** ({files}): needs review by the policy owners: {owners}. It takes effect only after merge."]
     return lines
+
+
+def _findings(plan: PlanResult) -> str:
+    """` (2 new, 3 pre-existing, 1 resolved)`: what the change did to the findings, beside what they are."""
+    f = plan.findings
+    return f" ({f['new']:,} new, {f['pre-existing']:,} pre-existing, {f['resolved']:,} resolved)" if plan.base.exists else ""
+
+
+def _price_share(c: Cost) -> str:
+    """What the edited prices alone do to the month, apart from capacity: a price change is not more devices."""
+    return f": {_signed(c.from_prices)} from price changes, {_signed(c.from_capacity)} from capacity" if c.from_prices else ""
 
 
 def _security_kinds(plan: PlanResult) -> str:
@@ -196,13 +209,18 @@ def _spread(decisions: list[PlanDecision]) -> str:
 
 
 def blocking(plan: PlanResult) -> list[str]:
+    """What blocks the change: what it made first; what was already there at base folded under its count,
+    since it blocks all the same (fail closed: a pre-existing deny still denies)."""
     lines: list[str] = []
-    denied = [d for d in plan.decisions if d.status is DecisionStatus.DENY]
-    if denied:
-        lines += ["", "**Denied by**", "", *_grouped(denied)]
-    waiting = [d for d in plan.decisions if d.status is DecisionStatus.APPROVAL]
-    if waiting:
-        lines += ["", f"**Needs approval** ({len(waiting):,} decision(s); has {plan.approvals.have})", "", *_grouped(waiting)]
+    for status, title in ((DecisionStatus.DENY, "**Denied by**"), (DecisionStatus.APPROVAL, "**Needs approval**")):
+        these = [d for d in plan.decisions if d.status is status]
+        made, there = [d for d in these if d.finding is Finding.NEW], [d for d in these if d.finding is Finding.PRE_EXISTING]
+        if not these:
+            continue
+        has = f"; has {plan.approvals.have}" if status is DecisionStatus.APPROVAL else ""
+        lines += ["", f"{title} ({len(these):,} decision(s){has})", "", *_grouped(made)]
+        if there:
+            lines += _details(f"{len(there):,} pre-existing: already at base, not made by this change, and still blocking it", _grouped(there))
     return lines
 
 
@@ -311,8 +329,8 @@ class Fold(NamedTuple):
 def spec_fields(plan: PlanResult) -> Fold:
     # What decides who may run where first, then down the file.
     edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not Side.HEAD, e.line))
-    return Fold("Environment file changes", ["| | field | before | after | line |", "|---|---|---|---|---:|"], [
-        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {e.line} |"] for e in edits])
+    return Fold("Environment file changes", ["| | field | before | after | where |", "|---|---|---|---|---|"], [
+        [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {_code(e.place)} |"] for e in edits])
 
 
 def _values(old: Any, new: Any) -> tuple[str, str]:
@@ -332,13 +350,26 @@ def policy_files(plan: PlanResult) -> Fold:
 STATUS_ORDER = {DecisionStatus.DENY: 0, DecisionStatus.APPROVAL: 1, DecisionStatus.WARN: 2, DecisionStatus.WAIVED: 3}
 
 
-def decision_table(plan: PlanResult) -> Fold:
+def _decision_rows(decisions: list[PlanDecision]) -> list[list[str]]:
+    """Those the change made first, then those already at base; by status."""
     rows = []
-    for d in sorted(plan.decisions, key=lambda d: STATUS_ORDER[d.status]):
+    for d in sorted(decisions, key=lambda d: (d.finding is not Finding.NEW, STATUS_ORDER[d.status])):
         where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
-        rows.append([f"| {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
+        rows.append([f"| {_text(d.finding.value if d.finding else '')} | {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
                      f"| {_text(d.msg)} | {where} |"])
-    return Fold("Policy decisions", ["| status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|"], rows)
+    return rows
+
+
+DECISION_HEAD = ["| finding | status | rule | severity | resource | message | where |", "|---|---|---|---|---|---|---|"]
+
+
+def decision_table(plan: PlanResult) -> Fold:
+    return Fold("Policy decisions", DECISION_HEAD, _decision_rows(plan.decisions))
+
+
+def resolved_table(plan: PlanResult) -> Fold:
+    """The base's decisions the change leaves behind: they judge nothing."""
+    return Fold("Resolved by this change", DECISION_HEAD, _decision_rows(plan.resolved))
 
 
 def quota_table(plan: PlanResult) -> Fold:
@@ -447,7 +478,7 @@ def work_table(plan: PlanResult) -> Fold:
 
 def _folds(plan: PlanResult) -> list[Fold]:
     """The folded sections, most important first."""
-    return [spec_fields(plan), decision_table(plan), work_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
+    return [spec_fields(plan), decision_table(plan), resolved_table(plan), work_table(plan), with_capacity(plan), grants_table(plan), services_table(plan), policy_files(plan), quota_table(plan),
             object_summary(plan), object_changes(plan)]
 
 

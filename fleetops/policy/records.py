@@ -49,7 +49,9 @@ RECORD_SCHEMA = "fleetops.decision/v1"
 
 
 def ci_context() -> dict[str, Any]:
-    """The pull request and the actor, as the CI systems this project ships workflows for name them."""
+    """The pull request and the actor, as the CI systems this project ships workflows for name them, and
+    whether the run is a CI job's or a local one (`CI`, which GitHub Actions, GitLab and most CI systems
+    set): audit reads a local plan as a preview on a workstation, never as a pull request."""
     ref = os.environ.get("GITHUB_REF", "")
     pr = (os.environ.get("FLEETOPS_PR") or os.environ.get("CI_MERGE_REQUEST_IID")
           or (ref.split("/")[2] if ref.startswith("refs/pull/") else ""))
@@ -57,7 +59,7 @@ def ci_context() -> dict[str, Any]:
     if not actor:
         with contextlib.suppress(Exception):  # no user database entry in a container: leave it empty
             actor = getpass.getuser()
-    return {"pr": pr or None, "actor": actor or None}
+    return {"pr": pr or None, "actor": actor or None, "run": "ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "local"}
 
 
 def decision_record(source: str, environment: str, revision: str, judgement: Judgement, decisions: list[dict[str, Any]],
