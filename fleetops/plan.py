@@ -226,16 +226,16 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
-def service_rows(before: Side, after: Side, granted: dict[str, Any]) -> list[dict[str, Any]]:
+def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[dict[str, Any]]:
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
     what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
-    `granted` is the head's `grants.facts`, read once by the plan."""
-    def rows(side: Side, known: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+    `granted` and `base_granted` are each side's `grants.of_fleet(...).facts`, read once by the plan."""
+    def rows(side: Side, known: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
         if side.env is None or not side.env.services:
             return {}
-        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, grants.facts(side.clusters) if known is None else known)}
+        return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, known)}
 
-    old, new = rows(before, None), rows(after, granted)
+    old, new = rows(before, base_granted), rows(after, granted)
     currency = after.env.budget.currency if after.env else ""
     out = []
     for key, row in new.items():
@@ -370,13 +370,14 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     if work is not None:  # only when asked: a plan without --whatif judges the input it always did
         facts["work"] = work
     used = measured(meter, before.env, after.env, quota)
-    kueue = grants.of_fleet(after.clusters)  # read once: the policy input, `grants` and `services` share it
+    # Each side's Kueue tree read once: the policy input, `grants` and `services` share it.
+    kueue, base_kueue = grants.of_fleet(after.clusters), grants.of_fleet(before.clusters)
     rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     # The base's fleet by the same policies, without the change: what was found before it (no verdict of it counts).
-    found, gone = findings(rows, judge(before, env_name, None, policies)[0] if before.env is not None else [])
+    found, gone = findings(rows, judge(before, env_name, None, policies, granted=base_kueue.facts)[0] if before.env is not None else [])
     rows = [{**row, "finding": f.value} for row, f in zip(rows, found, strict=True)]
     granted = grants.review(after.env, kueue)
-    services = service_rows(before, after, kueue.facts)
+    services = service_rows(before, after, kueue.facts, base_kueue.facts)
     objects = diff.compare(before.clusters, after.clusters)
     fleet_changes, capacity = changes.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""

@@ -124,7 +124,7 @@ def test_a_pool_no_tenant_may_use_is_warned_at_its_line_with_its_idle_cost_and_g
     assert {"cluster": "center-sh", "resource": "nvidia.com/gpu", "quota": 64, "guaranteed": 56, "shared": 64} in result["grants"]["clusters"]
     comment = plan(repo, "--env", "prod").stdout
     [row] = [line for line in comment.splitlines() if "`capacity.unused_group`" in line]
-    assert row.startswith("| warn | `capacity.unused_group` | medium | center-sh:Pool/a100-spare |") and row.endswith(f"| environments/prod.yaml:{number} |")
+    assert row.startswith("| new | warn | `capacity.unused_group` | medium | center-sh:Pool/a100-spare |") and row.endswith(f"| environments/prod.yaml:{number} |")
     assert "| center-sh | all tenants | `nvidia.com/gpu` | 56 | 64 | — | — | 64 |" in comment
 
 

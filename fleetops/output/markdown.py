@@ -100,9 +100,10 @@ def header(plan: PlanResult) -> list[str]:
     if not plan.head.exists:
         deleted = spec.environment_path(plan.environment).as_posix()
         lines += ["", f"> ⚠️ This change deletes {_code(deleted)}: every object below is removed."]
-    # Those the change made; a waiver already in force at base is counted in the decisions, not raised on every change.
+    # Those the change made (or not compared with a base: loud, as new); a waiver already in force at base
+    # is counted in the decisions, not raised on every change.
     waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity in (Severity.CRITICAL, Severity.HIGH)
-              and d.finding is Finding.NEW]
+              and d.finding is not Finding.PRE_EXISTING]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
         lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver.owner)}, {_text(d.waiver.ticket)}, "
@@ -214,7 +215,7 @@ def blocking(plan: PlanResult) -> list[str]:
     lines: list[str] = []
     for status, title in ((DecisionStatus.DENY, "**Denied by**"), (DecisionStatus.APPROVAL, "**Needs approval**")):
         these = [d for d in plan.decisions if d.status is status]
-        made, there = [d for d in these if d.finding is Finding.NEW], [d for d in these if d.finding is Finding.PRE_EXISTING]
+        made, there = [d for d in these if d.finding is not Finding.PRE_EXISTING], [d for d in these if d.finding is Finding.PRE_EXISTING]
         if not these:
             continue
         has = f"; has {plan.approvals.have}" if status is DecisionStatus.APPROVAL else ""
@@ -353,7 +354,7 @@ STATUS_ORDER = {DecisionStatus.DENY: 0, DecisionStatus.APPROVAL: 1, DecisionStat
 def _decision_rows(decisions: list[PlanDecision]) -> list[list[str]]:
     """Those the change made first, then those already at base; by status."""
     rows = []
-    for d in sorted(decisions, key=lambda d: (d.finding is not Finding.NEW, STATUS_ORDER[d.status])):
+    for d in sorted(decisions, key=lambda d: (d.finding is Finding.PRE_EXISTING, STATUS_ORDER[d.status])):
         where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
         rows.append([f"| {_text(d.finding.value if d.finding else '')} | {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
                      f"| {_text(d.msg)} | {where} |"])
