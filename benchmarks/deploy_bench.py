@@ -91,8 +91,7 @@ def measured(args: list[str], cwd: Path) -> dict[str, float | str]:
 
 
 def fleet_repo(path: Path, scale: float, centers: int, edges: int) -> tuple[Path, dict]:
-    generate.CENTER_CLUSTERS, generate.EDGE_CLUSTERS = centers, edges
-    doc = generate.synthetic_environment(scale, "dev")
+    doc = generate.synthetic_environment(scale, "dev", center_clusters=centers, edge_clusters=edges)
     path.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
     for folder in ("stacks", "policies"):
