@@ -309,7 +309,7 @@ def run(repo: Path, environment: str, stack_name: str, operation: Operation, sta
     os.chdir(repo)
     packs = [str(repo / PACK)]
     tally = Tally()
-    knobs = {"parallelism": parallelism} if parallelism else {}
+    knobs = {"parallel": parallelism} if parallelism else {}
     try:
         stack = open_stack(prepared, repo, environment, stack_name)
         if operation is Operation.preview:
