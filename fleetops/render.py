@@ -105,7 +105,7 @@ def check_declared_order(program: Path, cluster: str, manifests: list[dict[str, 
     the first object that does not wait, by sort."""
     from modules.kube import prerequisites
 
-    keys = {object_key(cluster, m)[1:] for m in manifests}
+    keys = {key_of(m) for m in manifests}
     missing = sorted((describe(key_of(m)), describe(need)) for m in manifests for need in prerequisites(m)
                      if need in keys and need not in declared.get((cluster, key_of(m)), set()))
     if missing:
