@@ -35,7 +35,7 @@ plan: $(STAMP)  ## the main job on the bundled prod environment
 
 test: $(STAMP) tools  ## the import contracts (.importlinter), then the whole test suite, the real-server tier included
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest -n 2 -q
+	$(VENV)/bin/pytest -n 2 -q --durations=25 --junitxml=build/junit.xml
 
 test-quick: $(STAMP)  ## the import contracts, then everything but the real-server tier (no Go needed)
 	$(VENV)/bin/lint-imports
