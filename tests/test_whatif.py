@@ -193,6 +193,49 @@ def test_the_impact_of_a_change_is_each_tenant_s_wait_and_device_hours_base_to_h
     assert found["offered_load"] == base.offered_load and found["utilisation_after"] == head.total_utilisation
 
 
+def test_utilisation_over_time_holds_each_hours_share_and_averages_to_the_windows(prod: spec.Environment) -> None:
+    made = trace.Trace((job(0, "vision", 0, 96), job(1, "speech", 1800, 48)), 3 * 3600 + 1800, "jobs.csv")
+    # vision holds 96 GPUs from 0 to 2 h; speech 48 from 0.5 h to the end of the window (3.5 h)
+    side = figures.side_figures("base", "b", prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", 7200)], 7200),
+                                                          1: Record(made.jobs[1], [Run(1800, "a100-infer", None)])})
+    gpus = next(u.available_device_hours for u in side.utilisation if (u.cluster, u.resource, u.flavor) == ("center-bj", "nvidia.com/gpu", "")) / 3.5
+    assert side.step_hours == 1.0 and len(side.utilisation_over_time) == 4  # the last step is the half hour left
+    assert side.utilisation_over_time == pytest.approx([(96 + 24) / gpus, (96 + 48) / gpus, 48 / gpus, 48 / gpus], abs=1e-4)
+    weighted = sum(share * hours for share, hours in zip(side.utilisation_over_time, (1, 1, 1, 0.5))) / 3.5
+    assert weighted == pytest.approx(side.total_utilisation, abs=1e-3)
+
+
+def test_a_year_long_window_is_kept_in_at_most_a_thousand_steps(prod: spec.Environment) -> None:
+    made = trace.Trace((job(0, "vision", 0, 8),), 366 * 86400, "jobs.csv")
+    side = figures.side_figures("base", "b", prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", None)])})
+    assert len(side.utilisation_over_time) <= figures.MOST_STEPS and side.step_hours == 9.0
+    assert len(set(side.utilisation_over_time)) == 1  # held the whole year: every step alike
+
+
+def test_the_pictures_draw_each_side_under_the_offered_load_and_each_tenants_waits(prod: spec.Environment) -> None:
+    import xml.etree.ElementTree as ET
+
+    from fleetops.whatif import pictures
+
+    made = trace.Trace((job(0, "vision", 0, 96), job(1, "speech", 0, 48)), 4 * 3600, "jobs.csv")
+    base = figures.side_figures("base", "b" * 40, prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", 3600)], 3600),
+                                                               1: Record(made.jobs[1], [Run(0, "a100-infer", 3600)], 3600)})
+    head = figures.side_figures("head", "h" * 40, prod, made, {0: Record(made.jobs[0], [Run(7200, "h100-train", None)]),
+                                                               1: Record(made.jobs[1], [Run(3600, "a100-infer", 7200)], 7200)})
+    svg = "{http://www.w3.org/2000/svg}"
+    drawn = ET.fromstring(pictures.utilisation([base, head], made.window / 3600))
+    lines = drawn.findall(f"{svg}polyline")
+    assert [line.find(f"{svg}title").text.split(":")[0] for line in lines] == ["base", "head"]
+    heights = {float(point.split(",")[1]) for point in lines[0].get("points").split()}
+    assert len(heights) == 2  # base: busy in the first hour, idle after
+    assert "offered load" in "".join(drawn.itertext()) and drawn.find(f"{svg}title").text.startswith("Allocation utilisation")
+
+    drawn = ET.fromstring(pictures.waits([base, head]))
+    bars = [g.find(f"{svg}title").text for g in drawn.iter(f"{svg}g")]
+    assert bars == ["speech on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "speech on head: p50 1 h, p90 1 h, p99 1 h, 1 jobs",
+                    "vision on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "vision on head: p50 2 h, p90 2 h, p99 2 h, 1 jobs"]
+
+
 # --- the command -----------------------------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 - allocation utilisation: device-time admitted over device-time available, per cluster, resource and flavor
   (a flavor is a pool), per resource, and in total, beside the load the trace offered (its ceiling) and
-  the backlog left at the end of the window;
+  the backlog left at the end of the window; and the same utilisation hour by hour over the window;
 - queueing delay, from arrival to first admission, p50/p90/p99 per tenant and per class, and the share of
   jobs that waited more than an hour. A job still waiting at the end of the window counts with the wait
   it has had so far (a lower bound: the figures are never flattered by leaving it out);
@@ -26,6 +26,9 @@ from fleetops.whatif.replay import Record
 from fleetops.whatif.trace import Trace
 
 HOUR = 3600.0
+# The utilisation over the window is kept per hour, or per longer step so that a window has at most this many
+# (a year's replay is drawn from 1,000 points, not 8,784).
+MOST_STEPS = 1000
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,10 @@ class SideFigures:
     notes: list[str] = field(default_factory=list)
     # tenant -> device-hours admitted in the window, runs later preempted included (what it held, not what it finished)
     device_hours_by_tenant: dict[str, float] = field(default_factory=dict)
+    # allocation utilisation of the resources the trace asks of, step by step over the window (its time-weighted
+    # mean is `total_utilisation`); each step is `step_hours` long, the last one may be shorter
+    step_hours: float = 1.0
+    utilisation_over_time: list[float] = field(default_factory=list)
 
     def preemptions_by_class(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -137,6 +144,27 @@ def _utilisation(env: spec.Environment, records: list[Record], window: float) ->
                                     round(sum(f.available_device_hours for f in flavors), 3)))
             rows += flavors
     return rows
+
+
+def _over_time(records: list[Record], totals: list[Utilisation], window: float) -> tuple[float, list[float]]:
+    """(step, the utilisation of each step): device-time admitted in the step over device-time there was,
+    for the (cluster, resource) pairs of `totals`, as `_utilisation` counts them."""
+    step = max(HOUR, math.ceil(window / MOST_STEPS / HOUR) * HOUR)
+    steps = math.ceil(window / step)
+    asked = {(u.cluster, u.resource) for u in totals}
+    devices = sum(u.available_device_hours for u in totals) * HOUR / window if window else 0.0
+    held = [0.0] * steps
+    for r in records:
+        if (r.job.cluster, r.job.resource) not in asked:
+            continue
+        for run in r.runs:
+            start, end = run.start, min(run.end if run.end is not None else window, window)
+            while start < end:
+                index = int(start // step)
+                edge = min(end, (index + 1) * step)
+                held[index] += r.job.devices * (edge - start)
+                start = edge
+    return step, [round(h / (devices * (min(window, (i + 1) * step) - i * step)), 4) if devices else 0.0 for i, h in enumerate(held)]
 
 
 def _preemptions(records: dict[int, Record]) -> list[Preemption]:
@@ -229,6 +257,7 @@ def side_figures(side: str, revision: str, env: spec.Environment, trace: Trace, 
     capacity = spec.capacity(env)
     weight = {key: capacity[key[0]][key[1]] for key in offered}
     backlog = [r for r in arrived if not r.running and r.finished is None]
+    step, over_time = _over_time(done, totals, window)
     by_tenant: dict[str, list[Record]] = defaultdict(list)
     by_class: dict[str, list[Record]] = defaultdict(list)
     for r in arrived:
@@ -245,4 +274,5 @@ def side_figures(side: str, revision: str, env: spec.Environment, trace: Trace, 
         guarantees=_guarantees(env, arrived, window), fairness=_fairness(env, arrived, window),
         jobs=len(arrived), finished=sum(1 for r in arrived if r.finished is not None),
         device_hours_by_tenant={t: round(seconds / HOUR, 3) for t, seconds in sorted(_use(arrived, window).items())},
+        step_hours=step / HOUR, utilisation_over_time=over_time,
     )
