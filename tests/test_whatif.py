@@ -5,6 +5,7 @@ The replay on the real Kueue is tests/test_whatif_real.py.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import statistics
 from pathlib import Path
@@ -234,6 +235,58 @@ def test_the_pictures_draw_each_side_under_the_offered_load_and_each_tenants_wai
     bars = [g.find(f"{svg}title").text for g in drawn.iter(f"{svg}g")]
     assert bars == ["speech on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "speech on head: p50 1 h, p90 1 h, p99 1 h, 1 jobs",
                     "vision on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "vision on head: p50 2 h, p90 2 h, p99 2 h, 1 jobs"]
+
+
+def workload(name: str, namespace: str, created: str, gpus: int = 8, pods: int = 1, cls: str = "training-high",
+             reserved: str | None = None, finished: str | None = None, queue: str = "main") -> dict:
+    """A Workload as Kueue v0.17 keeps it: quota reserved and admitted at `reserved`, Finished at `finished`."""
+    conditions = []
+    if reserved:
+        conditions += [{"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": reserved} for t in ("QuotaReserved", "Admitted")]
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded", "message": "", "lastTransitionTime": finished})
+    container = {"name": "c", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": str(gpus)}}}
+    return {"metadata": {"name": name, "namespace": namespace, "creationTimestamp": created},
+            "spec": {"queueName": queue, "priorityClassName": cls, "podSets": [{"name": "main", "count": pods, "template": {"spec": {"containers": [container]}}}]},
+            "status": {"conditions": conditions}}
+
+
+def live_of(workloads: list[dict]) -> "Live":
+    from fleetops import inventory
+    from fleetops.why.jobs import read_job
+    from fleetops.why.live import Live
+
+    return Live("center-bj", [read_job(w) for w in workloads], [], {("vision", "main"): "cq-vision", ("speech", "main"): "cq-speech"},
+                {"cq-vision": "vision", "cq-speech": "speech"}, {}, inventory.read_inventory("center-bj", []), [], None)
+
+
+def test_a_clusters_finished_workloads_are_a_trace_and_what_is_not_a_job_is_counted_not_replayed(prod: spec.Environment) -> None:
+    from fleetops.whatif import history
+
+    live = live_of([
+        workload("a", "vision", "2026-11-02T09:00:00Z", 16, 2, reserved="2026-11-02T09:30:00Z", finished="2026-11-02T11:30:00Z"),
+        workload("b", "speech", "2026-11-03T00:00:10Z", 8, cls="inference-critical", reserved="2026-11-03T00:00:10Z", finished="2026-11-03T00:10:10Z"),
+        workload("running", "vision", "2026-11-03T01:00:00Z", reserved="2026-11-03T01:00:00Z"),
+        workload("waiting", "speech", "2026-11-03T02:00:00Z", cls="inference-critical"),
+        workload("stray", "elsewhere", "2026-11-02T10:00:00Z", reserved="2026-11-02T10:00:00Z", finished="2026-11-02T11:00:00Z"),
+        workload("classless", "speech", "2026-11-02T12:00:00Z", cls="training-high", reserved="2026-11-02T12:00:00Z", finished="2026-11-02T13:00:00Z"),
+    ])
+    made = history.trace(live, prod)
+    assert [(j.tenant, j.priority_class, j.arrival, j.units, j.pods, j.duration, j.cluster) for j in made.jobs] == [
+        ("vision", "training-high", 9 * 3600, 16, 2, 2 * 3600, "center-bj"),  # the wait before admission is not the job's duration
+        ("speech", "inference-critical", 86400 + 10, 8, 1, 600, "center-bj")]
+    assert made.window == 2 * 86400  # whole days from the midnight before the first arrival
+    assert made.source == ("center-bj's Workloads from 2026-11-02: 2 finished jobs (2 not finished (duration unknown), "
+                           "1 not in a tenant's queue, 1 outside the environment's rules (class) left out)")
+    later = history.trace(live, prod, since=dt.datetime(2026, 11, 3, tzinfo=dt.timezone.utc))
+    assert [j.tenant for j in later.jobs] == ["speech"] and later.jobs[0].arrival == 10
+
+
+def test_a_history_with_no_finished_job_is_refused_in_one_line(prod: spec.Environment) -> None:
+    from fleetops.whatif import history
+
+    with pytest.raises(WhatifError, match=r"^center-bj: none of its 1 Workloads is a finished job of a tenant \(1 not finished"):
+        history.trace(live_of([workload("running", "vision", "2026-11-03T01:00:00Z", reserved="2026-11-03T01:00:00Z")]), prod)
 
 
 # --- the command -----------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def tenant_classes(tenant: spec.Tenant, env: spec.Environment) -> list[str]:
     return list(tenant.priority_classes) or [pc.name for pc in env.priority_classes]
 
 
-def _row_problems(row: dict[str, str], env: spec.Environment) -> Iterator[tuple[str, str]]:
+def row_problems(row: dict[str, str], env: spec.Environment) -> Iterator[tuple[str, str]]:
     """(column, what is wrong) for each rule the row breaks; nothing when it is a job."""
     tenants = {t.name: t for t in env.tenants}
     numbers: dict[str, float] = {}
@@ -144,7 +144,7 @@ def read_csv(path: Path, env: spec.Environment, window: float | None = None, dis
                 problems.append(Problem(f"{len(header)} columns expected", shown, line))
             else:
                 clean = {k: v.strip() for k, v in row.items()}
-                found = [Problem(message, shown, line, path=column) for column, message in _row_problems(clean, env)]
+                found = [Problem(message, shown, line, path=column) for column, message in row_problems(clean, env)]
                 problems += found
                 if not found:
                     jobs.append(_job(len(jobs), clean, env))

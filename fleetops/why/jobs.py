@@ -163,6 +163,8 @@ class Job:
     cluster_queue: str | None  # where it is admitted (status.admission)
     assigned: dict[str, dict[str, int]] = field(default_factory=dict)  # flavor -> resource -> units it holds
     since: dt.datetime | None = None
+    created: dt.datetime | None = None  # when it was submitted: its arrival
+    reserved_at: dt.datetime | None = None  # when Kueue last reserved its quota: its run started (kept after it finishes)
 
     @property
     def key(self) -> str:
@@ -249,12 +251,16 @@ def read_job(raw: dict[str, Any]) -> Job:
             for r, flavor in a.flavors.items():
                 units = _units(a.resourceUsage.get(r, 0))
                 assigned.setdefault(flavor, {})[r] = assigned.get(flavor, {}).get(r, 0) + units
-    since = None
-    if cond is not None and cond.lastTransitionTime:
-        since = parse_time(cond.lastTransitionTime)
+    reserved = _condition(wl.status, "QuotaReserved")
     return Job(meta.namespace, owner, meta.name, spec.queueName, priority_class, spec.priority or 0, tuple(pod_sets), state,
                (cond.message or "") if cond else "", (cond.reason or "") if cond else "",
-               admission.clusterQueue if admission is not None and state in (State.RESERVED, State.ADMITTED) else None, assigned, since)
+               admission.clusterQueue if admission is not None and state in (State.RESERVED, State.ADMITTED) else None, assigned,
+               _time(cond), parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
+               _time(reserved) if reserved is not None and reserved.status == "True" else None)
+
+
+def _time(condition: _Condition | None) -> dt.datetime | None:
+    return parse_time(condition.lastTransitionTime) if condition is not None and condition.lastTransitionTime else None
 
 
 def select(jobs: list[Job], namespace: str, name: str | None = None) -> list[Job]:
