@@ -6,6 +6,7 @@ checking are quoted instead.
 """
 
 import contextlib
+import datetime as dt
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # imported where used: `validate` must not pay for rich, the 
 
     from fleetops import cluster, emit, policy
     from fleetops import render
+    from fleetops.whatif.trace import Trace
 
 app = typer.Typer(
     help="Declarative, policy-gated GitOps for AI compute fleets.",
@@ -89,6 +91,10 @@ def _env_name(name: str | None) -> str | None:
 
 
 EnvOpt = Annotated[str, typer.Option("--env", "-e", help="Environment name: environments/NAME.yaml", callback=_env_name)]
+KubeconfigOpt = Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")]
+ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")]
+InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")]
+TimeoutOpt = Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")]
 DirOpt = Annotated[Path, typer.Option("--environments", help="Folder of environment files", envvar="FLEETOPS_ENVIRONMENTS")]
 DEFAULT_DIR = spec.ENVIRONMENTS
 
@@ -507,6 +513,12 @@ def whatif_command(
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository (its .tools/bin is searched for the servers first)")] = Path("."),
     write_trace: Annotated[Path | None, typer.Option(help="Also write the jobs replayed here, as a CSV trace")] = None,
     keep: Annotated[Path | None, typer.Option(help="Keep the servers' folders and logs here (default: a temporary folder, removed)")] = None,
+    history: Annotated[str | None, typer.Option("--history", metavar="CLUSTER", help="Replay the finished jobs Kueue keeps on this live cluster instead (--since, --kubeconfig, --context)")] = None,
+    since: Annotated[dt.datetime | None, typer.Option(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"], help="History: only the jobs submitted from then on (UTC)")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    request_timeout: TimeoutOpt = "30s",
+    pictures: Annotated[Path | None, typer.Option(help="Also draw the figures in this folder: utilisation.svg (per side, under the offered load) and waits.svg (each tenant's, per side)")] = None,
     output: Annotated[Output, typer.Option("--output", help="table or json")] = Output.table,
 ) -> None:
     """What a change does to the fleet's work: a trace of jobs replayed on the real Kueue, once per side.
@@ -517,8 +529,9 @@ def whatif_command(
     from fleetops import git
     from fleetops.whatif import report, run, sides as whatif_sides, trace as traces
 
-    if (trace is None) == (not generate):
-        fail("whatif: give a --trace FILE or --generate (one of them)")
+    if [trace is not None, generate, history is not None].count(True) != 1:
+        fail("whatif: give a --trace FILE, --generate or --history CLUSTER (one of them)")
+    reach = LiveOptions.of(kubeconfig, context, False, request_timeout, [history or ""])
     wanted = [whatif_sides.SideKind(s.value) for s in dict.fromkeys(sides or [Side.base, Side.head])]
     try:
         top = Path(git.run(repo, "rev-parse", "--show-toplevel").strip())
@@ -526,18 +539,38 @@ def whatif_command(
         fail(f"{repo}: not a Git repository ({exc})")
     with progress(f"whatif {env}: rendering base and head"), whatif_sides.revisions(top, env, base, head) as (before, after):
         fleet = after.env if whatif_sides.SideKind.HEAD in wanted else before.env
-        jobs_of = (traces.generate(fleet, days, jobs, load, seed, cluster or ()) if generate
-                   else traces.read_csv(trace, fleet, window_days * 86400 if window_days else None))  # type: ignore[arg-type]
+        if history is not None:
+            jobs_of = _history(fleet, history, reach, since)
+        else:
+            jobs_of = (traces.generate(fleet, days, jobs, load, seed, cluster or ()) if generate
+                       else traces.read_csv(trace, fleet, window_days * 86400 if window_days else None))  # type: ignore[arg-type]
         chosen = [{whatif_sides.SideKind.BASE: before, whatif_sides.SideKind.HEAD: after}.get(kind) or whatif_sides.derived(before, kind)
                   for kind in wanted]
     if write_trace is not None:
         traces.write_csv(jobs_of, write_trace)
     with progress(f"whatif {env}: replaying {len(jobs_of.jobs)} jobs on {', '.join(wanted)}"):
         figures = run.replay(chosen, jobs_of, run.Options(root=top, keep=keep))
+    if pictures is not None:
+        from fleetops.whatif import pictures as drawn
+
+        write_files({pictures / "utilisation.svg": drawn.utilisation(figures, jobs_of.window / 3600), pictures / "waits.svg": drawn.waits(figures)},
+                    "pictures")
     if output is Output.json:
         sys.stdout.write(as_json(report.document(env, jobs_of, figures)))
     else:
         sys.stdout.write(report.table(env, jobs_of, figures))
+
+
+def _history(fleet: spec.Environment, name: str, reach: "LiveOptions", since: dt.datetime | None) -> "Trace":
+    """The trace of the finished jobs Kueue keeps on the live cluster `name`; bad input is exit 2 in one line."""
+    from fleetops.whatif import history
+    from fleetops.why import live
+
+    found = next((c for c in fleet.clusters if c.name == name), None)
+    if found is None:
+        fail(f"--history: no cluster {name!r} in {fleet.environment} (clusters: {', '.join(c.name for c in fleet.clusters)})")
+    with progress(f"reading {found.name}'s Workloads"):
+        return history.trace(live.read(reach.connect(found), fleet, found), fleet, since.replace(tzinfo=dt.timezone.utc) if since else None)
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -735,10 +768,6 @@ def print_pass(result: Any) -> None:
 
 # --- the options of commands that reach live clusters (reconcile, why, standing) -----------------------
 
-KubeconfigOpt = Annotated[Path | None, typer.Option(help="kubeconfig file (default: the cluster's kubeconfig, $KUBECONFIG, ~/.kube/config)")]
-ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context, instead of the cluster's own (needs a single cluster)")]
-InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account")]
-TimeoutOpt = Annotated[str, typer.Option(help="How long one API call may wait for an answer (30s, 2m)")]
 
 
 @dataclass(frozen=True)

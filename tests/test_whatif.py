@@ -300,10 +300,18 @@ def test_whatif_refuses_a_bad_trace_at_its_line_before_any_server_starts(tmp_pat
     assert not (tmp_path / "servers").exists()
 
 
-def test_whatif_asks_for_a_trace_or_a_generator_and_says_so() -> None:
-    result = run_cli("whatif", "--env", "prod")
+@pytest.mark.parametrize("sources", [(), ("--generate", "--history", "center-bj"), ("--trace", "jobs.csv", "--generate")])
+def test_whatif_asks_for_one_source_of_jobs_and_says_so(sources: tuple[str, ...]) -> None:
+    result = run_cli("whatif", "--env", "prod", *sources)
     assert result.returncode == 2
-    assert "give a --trace FILE or --generate" in result.stderr
+    assert "give a --trace FILE, --generate or --history CLUSTER (one of them)" in result.stderr
+
+
+def test_a_history_of_a_cluster_the_environment_lacks_is_refused_in_one_line_before_any_server_starts() -> None:
+    result = run_cli("whatif", "--env", "prod", "--history", "center-nowhere", "--side", "head")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "--history: no cluster 'center-nowhere' in prod (clusters: center-bj, center-sh, edge-sh-factory, edge-gz-gateway)")
 
 
 def test_the_json_document_is_in_the_one_envelope(prod: spec.Environment) -> None:

@@ -145,3 +145,34 @@ def test_the_same_trace_and_seed_give_the_same_figures_on_a_quiet_and_a_busy_mac
     one, two = (json.dumps(report.document("dev", work, [f])["sides"], sort_keys=True) for f in (quiet, busy))
     assert one == two
     assert quiet.waits_all.never_admitted < quiet.jobs and quiet.total_utilisation > 0  # the figures say something
+
+
+def test_the_finished_jobs_kueue_keeps_are_read_back_as_a_trace_and_the_unfinished_are_counted(kueue, tmp_path: Path) -> None:
+    """Jobs submitted as users submit them, admitted by the real Kueue; one then finished as its job controller
+    finishes it (the Workload's Finished condition). The history holds that one with its tenant (by its queue),
+    class and size; the one still running has no duration yet and is counted, not replayed."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    from fleetops import cluster
+    from fleetops.whatif import history
+    from fleetops.why import live
+    from tests.test_real_kueue import Tenants, cluster_objects
+
+    tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
+    done = tenants.admitted("platform-dev", tenants.submit("platform-dev", "done", {"nvidia.com/gpu": 4}, "training-standard"))
+    tenants.admitted("ml-sandbox", tenants.submit("ml-sandbox", "running", {"nvidia.com/gpu": 2}, "training-standard"))
+    finished = {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully",
+                "lastTransitionTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    client.CustomObjectsApi(tenants.kueue.api.client()).patch_namespaced_custom_object_status(
+        "kueue.x-k8s.io", "v1beta2", "platform-dev", "workloads", done["metadata"]["name"],
+        [{"op": "add", "path": "/status/conditions/-", "value": finished}], _content_type="application/json-patch+json")
+
+    env = spec.load_environment(DEV)
+    found = next(c for c in env.clusters if c.name == "dev-center")
+    kubeconfig = tenants.kueue.api.kubeconfig(tmp_path / "kubeconfig", context="dev")
+    made = history.trace(live.read(cluster.connect("dev-center", str(kubeconfig), "dev", False, 30), env, found), env)
+    assert [(j.tenant, j.priority_class, j.resource, j.units, j.pods, j.cluster) for j in made.jobs] == [
+        ("platform-dev", "training-standard", "nvidia.com/gpu", 4, 1, "dev-center")]
+    assert made.jobs[0].duration >= 1 and made.source.endswith("1 finished job (1 not finished (duration unknown) left out)"), made.source

@@ -45,7 +45,7 @@ def trace(live: Live, env: spec.Environment, since: dt.datetime | None = None) -
         raise WhatifError(f"{live.cluster}: none of its {len(kept)} Workloads is a finished job of a tenant ({_reasons(left_out)})")
     last = max(j.arrival for j in jobs)
     window = max(DAY, math.ceil((last + 1) / DAY) * DAY)
-    source = f"{live.cluster}'s Workloads from {start:%Y-%m-%d}: {len(jobs)} finished jobs" + (f" ({_reasons(left_out)} left out)" if left_out else "")
+    source = f"{live.cluster}'s Workloads from {start:%Y-%m-%d}: {len(jobs)} finished job{'s' if len(jobs) != 1 else ''}" + (f" ({_reasons(left_out)} left out)" if left_out else "")
     return Trace(tuple(renumber(jobs)), window, source)
 
 
