@@ -9,7 +9,7 @@ import typer
 
 from fleetops import errors
 from fleetops.commands.base import DEFAULT_DIR, DEFAULT_POLICIES, DirOpt, EnvOpt, PoliciesOpt, env_file, fail, problems_of, render_or_fail, _env_name
-from fleetops.output import CheckFormat, ObjectFormat, TableFormat, dump
+from fleetops.output import CheckFormat, ObjectFormat, TableFormat, dump, verdict_form
 from fleetops.output.terminal import err, out, progress, say
 
 
@@ -106,15 +106,8 @@ def check(
         from fleetops.output import table
 
         table.check(verdict)
-    elif output is CheckFormat.sarif:
-        from fleetops.output import sarif
-
-        sys.stdout.write(sarif.render(policy.report_rows(verdict), path.as_posix(), policy.rule_metadata(policy.load_bundle(policies))))
     else:
-        from fleetops.output import json, junit, tap
-
-        sys.stdout.write({CheckFormat.json: json.check, CheckFormat.junit: junit.check,
-                          CheckFormat.tap: lambda v: tap.render(policy.report_rows(v))}[output](verdict))
+        sys.stdout.write(verdict_form(verdict, output, path, policies))
     if not verdict.ok:
         raise typer.Exit(errors.ExitCode.DENIED)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fleetops import policy
     from fleetops.plan_result import PlanResult
 
 
@@ -66,6 +67,17 @@ def dump(manifests: list[dict[str, Any]], fmt: ObjectFormat) -> str:
     from fleetops import emit
 
     return emit.documents(manifests) if fmt is ObjectFormat.yaml else emit.json_text(manifests)
+
+
+def verdict_form(verdict: policy.Verdict, form: CheckFormat, file: Path, policies: Path) -> str:
+    """`check`'s verdict in a machine's `form` (the table is printed, `table.check`): SARIF's rules are those of `policies`."""
+    from fleetops.output import json, junit, sarif, tap
+
+    if form is CheckFormat.sarif:
+        from fleetops import policy
+
+        return sarif.render(policy.report_rows(verdict), file.as_posix(), policy.rule_metadata(policy.load_bundle(policies)))
+    return {CheckFormat.json: json.check, CheckFormat.junit: junit.check, CheckFormat.tap: tap.check}[form](verdict)
 
 
 def render(plan: PlanResult, form: PlanFormat, max_chars: int, artifacts: str = "") -> str:

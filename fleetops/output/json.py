@@ -13,7 +13,8 @@ from fleetops.envelope import as_json, decision_counts, envelope
 from fleetops.plan_result import PlanResult, Verdict
 
 if TYPE_CHECKING:
-    from fleetops import deploy, policy
+    from fleetops import policy
+    from fleetops.deploy import Result as DeployResult
     from fleetops.metering.statements import Statements
     from fleetops.policy.rego_tests import TestReport
     from fleetops.reconcile import PassResult
@@ -71,5 +72,5 @@ def standing(env: str, tenant: str, rows: list[Any], problems: list[str]) -> str
                             tenant=tenant, standing=[r.to_dict() for r in rows]))
 
 
-def deploy(env: str, result: deploy.Result) -> str:
+def deploy(env: str, result: DeployResult) -> str:
     return as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict()))

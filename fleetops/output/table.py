@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
-    from fleetops import deploy, policy, render
+    from fleetops import policy, render
+    from fleetops.deploy import Operation, Result as DeployResult
     from fleetops.policy.rego_tests import TestReport
     from fleetops.why.answer import Answer
 
@@ -167,7 +168,7 @@ def standing(rows: list[Any], problems: list[str], title: str) -> None:
     sys.stdout.write("".join(f"{line}\n" for line in why_standing.notes(rows)))  # whole lines: a wrapped basis reads wrong
 
 
-def deploy(result: deploy.Result, operation: deploy.Operation, env: str) -> None:
+def deploy(result: DeployResult, operation: Operation, env: str) -> None:
     from fleetops.deploy import Operation
 
     # A preview's changes are to come; an up's were made (a failed up reports what it did and what failed).

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetops.envelope import DecisionStatus
+
+if TYPE_CHECKING:
+    from fleetops import policy
 
 
 def _diagnostic(row: dict[str, Any]) -> list[str]:
@@ -30,3 +33,9 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
     denied = sum(DecisionStatus(r["status"]).blocks for r in rows)
     lines.append(f"{'not ok' if denied else 'ok'} {len(rows) + 1} - policy gate: {denied} unwaived deny or approval decision(s)")
     return "\n".join(lines) + "\n"
+
+
+def check(verdict: policy.Verdict) -> str:
+    from fleetops import policy
+
+    return render(policy.report_rows(verdict))
