@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from fleetops.deploy import Operation, Result as DeployResult
     from fleetops.policy.rego_tests import TestReport
     from fleetops.why.answer import Answer
+    from fleetops.why.standing import Standing
 
 STATUS_STYLE = {"deny": "bold red", "approval": "bold magenta", "warn": "yellow", "waived": "dim"}
 
@@ -151,21 +152,49 @@ def reconcile_pass(result: Any) -> None:
     out.print(f"drift: {result.drift}, errors: {len(result.errors)}, last applied: {applied}", highlight=False)
 
 
-def why(cluster: str, status: Any, answers: list[Answer], tenant: str | None, problems: list[str]) -> None:
-    from fleetops.why import answer as why_answer
-
+def why(cluster: str, status: dict[str, str] | None, answers: list[Answer], tenant: str | None, problems: list[str]) -> None:
     for problem in problems:
         terminal.say(problem)
-    sys.stdout.write(why_answer.report(cluster, status, answers, tenant))
+    sys.stdout.write(why_report(cluster, status, answers, tenant))
 
 
-def standing(rows: list[Any], problems: list[str], title: str) -> None:
-    from fleetops.why import standing as why_standing
+def why_report(cluster: str, status: dict[str, str] | None, answers: list[Answer], tenant: str | None) -> str:
+    """`why`'s table output: the reconciler's last pass on the cluster (the live queues are what it last applied: a
+    failed or denied pass leaves them behind the file), then each answer."""
+    record = status or {}
+    head = (f"reconciler on {cluster}: " + (f"revision {record.get('revision') or '-'}, last pass {record.get('result') or '-'}"
+                                            if status is not None else "no status record (is fleetops reconciling it?)"))
+    body = "\n\n".join(a.text() for a in answers) if answers else f"no pending job of {tenant} on {cluster}"
+    return f"{head}\n{body}\n"
 
+
+STANDING_COLUMNS = ("cluster", "resource", "guaranteed", "reachable", "in use", "borrowed", "lent", "pending jobs", "pending units",
+                    "below guarantee (min)")
+
+
+def standing(rows: list[Standing], problems: list[str], title: str) -> None:
     for problem in problems:
         terminal.say(problem)
-    terminal.out.print(why_standing.table(rows, title))
-    sys.stdout.write("".join(f"{line}\n" for line in why_standing.notes(rows)))  # whole lines: a wrapped basis reads wrong
+    terminal.out.print(standing_table(rows, title))
+    sys.stdout.write("".join(f"{line}\n" for line in standing_notes(rows)))  # whole lines: a wrapped basis reads wrong
+
+
+def standing_table(rows: list[Standing], title: str) -> Table:
+    """`standing`'s table output; what its last column depends on is `standing_notes`."""
+    from rich.table import Table
+
+    out = Table(title=title, title_justify="left")
+    for col in STANDING_COLUMNS:
+        out.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
+    for r in rows:
+        out.add_row(r.cluster, r.resource, *(str(v) for v in (r.guaranteed, r.reachable, r.in_use, r.borrowed, r.lent, r.pending_jobs, r.pending_units)),
+                    "unknown" if r.below.minutes is None else f"{r.below.minutes:g}")
+    return out
+
+
+def standing_notes(rows: list[Standing]) -> list[str]:
+    """What the minutes below guarantee depend on (or why they are unknown): a line per distinct basis."""
+    return [f"minutes below guarantee while others borrowed: {basis}" for basis in sorted({r.below.basis for r in rows})]
 
 
 def deploy(result: DeployResult, operation: Operation, env: str) -> None:
