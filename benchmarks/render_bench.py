@@ -14,7 +14,7 @@ medians of `--repeat` runs (the SDK render, ~40 s of CPU, runs once).
   ~0.5 ms a file, that a first write does not pay). Where the C writer was not built
   (`emit.native()`; FLEETOPS_PURE_PYTHON=1 times that case), yamltext writes them.
 - render -o --output json: the same, the files holding orjson's text (written by the same C writer).
-- as the command does it: `cli.render_or_fail` (load, render, schema check: all `fleetops render`
+- as the command does it: `commands.base.render_or_fail` (load, render, schema check: all `fleetops render`
   does before it writes), without and with the files.
 - schema: `fleetops.schema.validate_objects()` over every rendered object (render and check run it).
 Goals: render -o <= 1.2x render alone; peak RSS < 1 GiB; >= 5,000 resources/s.
@@ -42,24 +42,25 @@ GOALS = {"write_to_render": 1.2, "max_rss_mib": 1024, "resources_per_second": 50
 
 
 def measure(what: str, env_file: Path, out_dir: Path) -> dict[str, Any]:
-    from fleetops import cli, emit, memory, render, schema
+    from fleetops import emit, memory, output, render, schema
+    from fleetops.commands import base
 
     memory.for_a_command()  # as `fleetops` runs every command (cli.main)
 
-    fmt = cli.Format.json if what == "json" else cli.Format.yaml
+    fmt = output.ObjectFormat.json if what == "json" else output.ObjectFormat.yaml
     started = time.perf_counter()
     if what in ("write", "json", "command-o"):  # as `render -o` does it: files written by the writer's thread while the rest renders
         with emit.Files("bench") as files:
             def add(cluster: str, objects: list[dict[str, Any]]) -> None:
-                files.put(out_dir / f"{cluster}.{fmt.value}", cli.dump(objects, fmt))
+                files.put(out_dir / f"{cluster}.{fmt.value}", output.dump(objects, fmt))
 
             if what == "command-o":
-                state = cli.render_or_fail(env_file, "bench", each_cluster=add)[1]
+                state = base.render_or_fail(env_file, "bench", each_cluster=add)[1]
             else:
                 state = render.render(env_file, revision="bench", each_cluster=add)
             files.commit()
     elif what == "command":  # what the command does before it writes anything: load, render, schema check
-        state = cli.render_or_fail(env_file, "bench")[1]
+        state = base.render_or_fail(env_file, "bench")[1]
     else:
         state = render.render(env_file, revision="bench", engine="pulumi" if what == "sdk" else "direct")
     rendered = time.perf_counter() - started

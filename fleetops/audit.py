@@ -1,7 +1,7 @@
 """The reviewer's report: every rule, its evidence, every waiver, every decision, in one file.
 
-The report is plain data first (`build`), then a format (`html`, `markdown`; for `--output json`
-the CLI wraps the data in the one JSON envelope of fleetops.output). The data is stable for the same
+The report is plain data first (`build`), then a form of fleetops.output (`html.audit`, `markdown.audit`,
+`json.audit`: the data in the one JSON envelope). The data is stable for the same
 input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the wall clock; the HTML
 adds the wall-clock generation time for the reader.
 """
@@ -16,16 +16,11 @@ from collections import defaultdict
 from enum import Enum
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
-import jinja2
 from pydantic import BaseModel, ValidationError
 
 from fleetops import git, policy, render, spec
 from fleetops.envelope import VERDICT_STATUSES, DecisionStatus, decision_counts
-
-TEMPLATES = Path(__file__).resolve().parent / "templates"
-
 
 # --- provenance ------------------------------------------------------------------------------
 
@@ -259,126 +254,6 @@ def malformed_summary(h: dict[str, Any]) -> str:
     places = ", ".join(p.split(": ", 1)[0] for p in h["problems"])
     more = f" and {h['malformed'] - len(h['problems'])} more" if h["malformed"] > len(h["problems"]) else ""
     return f"decision log: {h['malformed']} malformed line(s) left out of the history: {places}{more}"
-
-
-# --- capacity chart --------------------------------------------------------------------------
-
-
-def capacity_chart(name: str, rows: list[dict[str, Any]]) -> str:
-    """Inline SVG: per cluster x resource, a bar of capacity with guaranteed filled and burst marked.
-
-    Each label has a line of its own above its bar, starting at the left edge, and the numbers a
-    column of their own right of the bars: no label is cut, however long a resource name (an FPGA
-    region's is 55 characters) and however full a bar. The SVG scales down to a narrow page."""
-    bar_w, value_w, label_h, bar_h, gap, top = 640, 240, 16, 18, 12, 34
-    row_h = label_h + bar_h + gap
-    width, height = bar_w + value_w, top + row_h * len(rows) + 10
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="chart-{escape(name)}-t chart-{escape(name)}-d" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" style="max-width: 100%; height: auto">',
-        f'<title id="chart-{escape(name)}-t">{escape(name)}: guaranteed and burst quota against capacity</title>',
-        f'<desc id="chart-{escape(name)}-d">One bar per cluster and device resource. The outline is the capacity, '
-        "the filled part the guaranteed quota, the dark mark the burst quota. The table below holds the same numbers.</desc>",
-        '<g transform="translate(0,10)"><rect width="12" height="12" fill="#3b6fb6"/><text x="16" y="10">guaranteed</text>'
-        '<rect x="110" width="3" height="12" fill="#111"/><text x="118" y="10">burst</text>'
-        '<rect x="175" width="12" height="12" fill="none" stroke="#777"/><text x="191" y="10">capacity</text>'
-        f'<text x="{bar_w + 12}" y="10">guaranteed / burst of capacity</text></g>',
-    ]
-    for i, row in enumerate(rows):
-        y = top + i * row_h
-        bar_y = y + label_h
-        cap = max(int(row["capacity"]), 1)
-        scale = max(cap, int(row["burst"]), int(row["guaranteed"]))
-        g_w = bar_w * int(row["guaranteed"]) / scale
-        c_w = bar_w * cap / scale
-        b_x = min(bar_w * int(row["burst"]) / scale, bar_w - 1.5)  # a burst at the scale's end stays inside
-        over = int(row["guaranteed"]) > int(row["capacity"])
-        parts.append(
-            f'<text x="0" y="{y + 12}">{escape(row["cluster"])} · {escape(row["resource"])}</text>'
-            f'<rect x="0.5" y="{bar_y}" width="{c_w - 1:.1f}" height="{bar_h}" fill="#f4f4f4" stroke="#777"/>'
-            f'<rect x="0.5" y="{bar_y + 3}" width="{max(g_w - 1, 0):.1f}" height="{bar_h - 6}" fill="{"#b00020" if over else "#3b6fb6"}"/>'
-            f'<rect x="{b_x - 1.5:.1f}" y="{bar_y - 2}" width="3" height="{bar_h + 4}" fill="#111"/>'
-            f'<text x="{bar_w + 12}" y="{bar_y + 13}">{row["guaranteed"]} / {row["burst"]} of {row["capacity"]}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-# --- formats ---------------------------------------------------------------------------------
-
-
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-def html(report: dict[str, Any]) -> str:
-    charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
-    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
-    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
-
-
-GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
-               Gate.pull_request: "pull requests (plan, check in a pull request)",
-               Gate.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
-
-
-def _who(d: dict[str, Any]) -> str:
-    """Source, pull request and actor of a logged denial, as one cell."""
-    return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
-
-
-def markdown(report: dict[str, Any]) -> str:
-    p = report["provenance"]
-    lines = [
-        "# fleetops policy audit",
-        "",
-        f"Revision `{p['revision']}` ({p['revision_date']}), policy digest `{p['policy_digest']}`, engine {p['engine']} {p['engine_version']}.",
-        f"{len(report['policies'])} rules; {report['tests']['passed']} of {report['tests']['total']} policy tests pass; {len(report['waivers'])} waivers.",
-        "",
-        "## Policy inventory",
-        "",
-        "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["policies"]:
-        change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
-        tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
-        enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
-        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
-    lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
-    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
-    lines += ["", "## Current decisions", ""]
-    for e in report["environments"]:
-        n = e["counts"]
-        lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
-        lines.append("")
-        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
-        lines.append("")
-    lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
-    lines += [
-        f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
-        for w in report["waivers"]
-    ]
-    if (st := report.get("statements")) is not None:
-        lines += ["", f"## Statements: {st['environment']}, {st['period']}", "", f"Read from {st['prometheus']}.", "",
-                  "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
-        lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
-                  f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
-    h = report["history"]
-    lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
-    if h["malformed"]:
-        lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
-    for gate, title in GATE_TITLES.items():
-        rows = h["latest_denials"][gate.value]
-        lines += ["", f"### Latest denials: {title}", ""]
-        lines += [f"- {d['time']} {_who(d)} {d['environment']} `{d['rule']}` ({d['status']}): {d['msg']}" for d in rows] or ["None."]
-    return "\n".join(lines) + "\n"
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fleetops import cli, diff, errors, reconcile, spec
+from fleetops.output import table, terminal
 from fleetops.reconcile import result as result_mod
 from fleetops.cluster import TIMEOUT, ApiError, KubeCluster
 from tests.fakes import Faults, MemoryCluster
@@ -28,9 +29,9 @@ QUOTA = ("v1", "ResourceQuota", "platform-dev", "device-nvidia-com-gpu")
 def printed(result: reconcile.PassResult, monkeypatch: pytest.MonkeyPatch, width: int = 100) -> tuple[str, str]:
     """What `reconcile --once` prints of a pass, on a terminal `width` columns wide: (stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=out, width=width, color_system=None, soft_wrap=True))
-    monkeypatch.setattr(cli, "err", Console(file=err, width=width, color_system=None, soft_wrap=True))
-    cli.print_pass(result)
+    monkeypatch.setattr(terminal, "out", Console(file=out, width=width, color_system=None, soft_wrap=True))
+    monkeypatch.setattr(terminal, "err", Console(file=err, width=width, color_system=None, soft_wrap=True))
+    table.reconcile_pass(result)
     return out.getvalue(), err.getvalue()
 
 

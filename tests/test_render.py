@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.generate import synthetic_yaml
-from fleetops import cli, emit, render, sdk_render, spec
+from fleetops import emit, output, render, sdk_render, spec
 from modules import fleet
 from modules.kube import Part, Target
 from tests.helpers import ROOT, small_env, write_env
@@ -140,7 +140,7 @@ def test_direct_render_equals_the_stock_sdk_on_prod() -> None:
 
 def rendered_files(state: render.DesiredState) -> dict[str, str]:
     """What `fleetops render -o DIR` writes: one YAML file per cluster."""
-    return {cluster: cli.dump(manifests, cli.Format.yaml) for cluster, manifests in state.clusters.items()}
+    return {cluster: output.dump(manifests, output.ObjectFormat.yaml) for cluster, manifests in state.clusters.items()}
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod"])
@@ -196,14 +196,14 @@ TRICKY = ["", "yes", "No", "ON", "y", "null", "~", "true", "1", "1.0", "1e3", "0
 def test_the_yaml_writer_round_trips_every_kind_of_value() -> None:
     objects = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 1.5, 1e9, 2**40, True, False, None], "e": [{}, [], {"x": []}],
                 "nested": [[1, [2]], [{"a": {"b": [{"c": "d"}]}}]]}, {}]
-    assert list(yaml.safe_load_all(cli.dump(objects, cli.Format.yaml))) == objects
+    assert list(yaml.safe_load_all(output.dump(objects, output.ObjectFormat.yaml))) == objects
 
 
 def test_every_rendered_file_reads_back_as_the_objects() -> None:
     for name in ("dev", "staging", "prod"):
         state = render.render(ROOT / "environments" / f"{name}.yaml", revision="r")
         for manifests in state.clusters.values():
-            assert list(yaml.safe_load_all(cli.dump(manifests, cli.Format.yaml))) == manifests
+            assert list(yaml.safe_load_all(output.dump(manifests, output.ObjectFormat.yaml))) == manifests
 
 
 def test_the_direct_render_refuses_one_object_declared_twice_in_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:

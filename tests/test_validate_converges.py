@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from benchmarks.generate import synthetic_environment
-from fleetops import cli, errors
+from fleetops import errors
+from fleetops.commands import base
 from tests.helpers import ROOT
 
 # The suggestions validate words as an edit of the line it points at.
@@ -24,7 +25,7 @@ PLACE = re.compile(r'tenants\[([^\]]+)\]\.quota\["([^"]+)"\]')
 
 
 def validate(path: Path) -> list[errors.Problem]:
-    return cli.problems_of(path)
+    return base.problems_of(path)
 
 
 def apply(data: dict[str, Any], problems: list[errors.Problem]) -> None:

@@ -23,9 +23,7 @@ series twice) is refused whole by the client (fleetops.prometheus).
 from __future__ import annotations
 
 import calendar
-import csv
 import datetime
-import io
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -234,54 +232,6 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
                               tenant.billing.low_balance_at)
         out.append(Statement(tenant.name, Mode(tenant.billing.mode), period.name, env.budget.currency, lines, total, balance))
     return Statements(env.environment, period, prom.url, prom.queries, out, unknown, incomplete)
-
-
-# --- forms ------------------------------------------------------------------------------------
-
-CSV_FIELDS = ["tenant", "mode", "period", "kind", "cluster", "pool", "device_model", "resource", "device_hours",
-              "price_per_device_hour", "amount", "currency", "note"]
-
-
-def csv_text(statements: Iterable[Statement], incomplete: dict[str, list[str]]) -> str:
-    """One row per invoice line, then the total and, for prepaid tenants, top-ups, spend before and balance.
-    An incomplete statement has a row per unknown (its note says what) and no amount in its total and balance."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for s in statements:
-        head = {"tenant": s.tenant, "mode": str(s.mode), "period": s.period, "currency": s.currency}
-        unknown = incomplete.get(s.tenant, [])
-        for line in s.lines:
-            writer.writerow(head | {"kind": "line"} | {k: v for k, v in asdict(line).items()})
-        for why in unknown:
-            writer.writerow(head | {"kind": "unknown", "note": why})
-        writer.writerow(head | {"kind": "total", "amount": "" if unknown else s.total})
-        if s.balance is not None:
-            for kind, amount in (("top_ups", s.balance.top_ups), ("spent_before", s.balance.spent_before),
-                                 ("balance", "" if unknown else s.balance.remaining)):
-                writer.writerow(head | {"kind": kind, "amount": amount})
-    return buffer.getvalue()
-
-
-def text(statement: Statement, unknown: list[str]) -> str:
-    """A statement as a person reads it; with `unknown`, incomplete, and said so before any figure is added up."""
-    title = "Invoice" if statement.mode is Mode.POSTPAID else "Prepaid statement"
-    rows = [f"{title} for {statement.tenant}, {statement.period} ({statement.currency})"]
-    for line in statement.lines:
-        rows.append(f"  {line.cluster}/{line.pool} {line.device_model}: {line.device_hours:,.2f} device-hours x "
-                    f"{line.price_per_device_hour:g} = {line.amount:,.2f}")
-    if not statement.lines and not unknown:
-        rows.append("  no use in the period")
-    rows += [f"  unknown: {why}" for why in unknown]
-    rows.append(f"  total: unknown (INCOMPLETE: at least {statement.total:,.2f})" if unknown else f"  total: {statement.total:,.2f}")
-    if (b := statement.balance) is not None:
-        if unknown:
-            spent, left = "unknown", f"unknown (at most {b.remaining:,.2f})"
-        else:
-            low = f"; below {b.low_balance_at:,.2f}" if b.low_balance_at is not None and b.remaining < b.low_balance_at else ""
-            spent, left = f"{b.spent_in_period:,.2f}", f"{b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}"
-        rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period {spent} = balance {left}")
-    return "\n".join(rows) + "\n"
 
 
 # --- in the audit report ----------------------------------------------------------------------

@@ -1,34 +1,102 @@
-"""Every form of a plan, one module each, each a function of the typed plan (`fleetops.plan_result`):
-`markdown` (the bounded pull-request comment, and the whole plan), `json` (the envelope every command
-prints), `junit` (CI test tabs) and `github` (check annotations on the lines). `plan --output` picks one
-by `Format`; `--artifacts` writes each by the same functions (`forms`).
+"""Every command's output forms, one module per form, as conftest's outputters: `table` (what a person reads
+on a terminal), `json` (the one envelope every command prints), `junit` (CI test tabs), `sarif` (GitHub code
+scanning), `tap` (TAP 13), `github` (check annotations on the lines), `markdown` (the plan's pull-request
+comment, the audit report), `html` (the audit report), `text` and `csv` (statements). A command picks its
+form by its `--output` enum, defined here beside the forms; `plan --artifacts` writes each of the plan's by
+the same functions (`forms`).
 
 The modules are imported when a form is asked for: `validate` and the other quick commands load none of them.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fleetops import policy
     from fleetops.plan_result import PlanResult
 
-class Format(StrEnum):
+
+class PlanFormat(StrEnum):
     markdown = "markdown"
     json = "json"
     junit = "junit"
     github = "github"
+    sarif = "sarif"
+    tap = "tap"
 
 
-def render(plan: PlanResult, form: Format, max_chars: int, artifacts: str = "") -> str:
+class CheckFormat(str, Enum):
+    table = "table"
+    json = "json"
+    junit = "junit"
+    sarif = "sarif"
+    tap = "tap"
+
+
+class TableFormat(str, Enum):
+    """A person's table, or the JSON envelope a machine reads."""
+
+    table = "table"
+    json = "json"
+
+
+class ObjectFormat(str, Enum):
+    """The rendered objects, as `pulumi up` would send them."""
+
+    yaml = "yaml"
+    json = "json"
+
+
+class AuditFormat(str, Enum):
+    html = "html"
+    markdown = "markdown"
+    json = "json"
+
+
+class StatementFormat(str, Enum):
+    text = "text"
+    json = "json"
+    csv = "csv"
+
+
+def dump(manifests: list[dict[str, Any]], fmt: ObjectFormat) -> str:
+    """A cluster's manifests as text in `fmt`: on stdout, and in the files of `render -o`."""
+    from fleetops import emit
+
+    return emit.documents(manifests) if fmt is ObjectFormat.yaml else emit.json_text(manifests)
+
+
+def verdict_form(verdict: policy.Verdict, form: CheckFormat, file: Path, policies: Path) -> str:
+    """`check`'s verdict in a machine's `form` (the table is printed, `table.check`): SARIF's rules are those of `policies`."""
+    from fleetops.output import json, junit, sarif, tap
+
+    if form is CheckFormat.sarif:
+        from fleetops import policy
+
+        return sarif.render(policy.report_rows(verdict), file.as_posix(), policy.rule_metadata(policy.load_bundle(policies)))
+    return {CheckFormat.json: json.check, CheckFormat.junit: junit.check, CheckFormat.tap: tap.check}[form](verdict)
+
+
+def render(plan: PlanResult, form: PlanFormat, max_chars: int, artifacts: str = "") -> str:
     """The plan in `form`; markdown is the comment, at most `max_chars`, pointing to the full plan at `artifacts`."""
-    from fleetops.output import github, json, junit, markdown
+    from fleetops.output import github, json, junit, markdown, sarif, tap
 
-    if form is Format.markdown:
+    if form is PlanFormat.markdown:
         return markdown.comment(plan, max_chars, artifacts)
-    return {Format.json: json.render, Format.junit: junit.render, Format.github: github.render}[form](plan)
+    if form is PlanFormat.sarif:
+        return sarif.render(plan.decision_rows(), _environment_file(plan.environment))
+    if form is PlanFormat.tap:
+        return tap.render(plan.decision_rows())
+    return {PlanFormat.json: json.render, PlanFormat.junit: junit.render, PlanFormat.github: github.render}[form](plan)
+
+
+def _environment_file(environment: str) -> str:
+    from fleetops import spec
+
+    return spec.environment_path(environment).as_posix()
 
 
 def forms(plan: PlanResult, folder: Path, max_chars: int, artifacts: str = "") -> dict[Path, str]:

@@ -1,12 +1,23 @@
-"""The plan as the one JSON envelope every command prints (`--output json`, the fleet API's `/v1/plan`):
-the published shape of fleetops/schemas/output.schema.json."""
+"""Every command's `--output json`: the one JSON envelope (fleetops/schemas/output.schema.json) around what
+the command found; the plan's is also the fleet API's `/v1/plan`."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from fleetops.envelope import as_json, envelope
+from fleetops import errors
+from fleetops.envelope import as_json, decision_counts, envelope
 from fleetops.plan_result import PlanResult, Verdict
+
+if TYPE_CHECKING:
+    from fleetops import policy
+    from fleetops.deploy import Result as DeployResult
+    from fleetops.metering.statements import Statements
+    from fleetops.policy.rego_tests import TestReport
+    from fleetops.reconcile import PassResult
 
 
 def document(plan: PlanResult) -> dict[str, Any]:
@@ -17,3 +28,49 @@ def document(plan: PlanResult) -> dict[str, Any]:
 
 def render(plan: PlanResult) -> str:
     return as_json(document(plan))
+
+
+def validate(paths: Sequence[Path], problems: list[errors.Problem]) -> str:
+    return as_json(envelope("validate", not problems, {"problems": len(problems)}, problems, files=[str(p) for p in paths]))
+
+
+def check(verdict: policy.Verdict) -> str:
+    body = verdict.as_dict()
+    return as_json(envelope("check", verdict.ok, decision_counts(body["decisions"]), verdict.waiver_problems,
+                            **{k: v for k, v in body.items() if k != "waiver_problems"}))
+
+
+def policy_tests(report: TestReport) -> str:
+    return json.dumps(report.as_dict(), indent=2) + "\n"
+
+
+def audit(report: dict[str, Any]) -> str:
+    decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
+    return as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
+
+
+def statements(result: Statements, counts: dict[str, int], ok: bool) -> tuple[dict[str, str], str]:
+    """Each tenant's statement, and all of them in one envelope."""
+    return {s.tenant: as_json(result.statement_document(s)) for s in result.statements}, as_json(envelope("statements", ok, counts, **result.document()))
+
+
+def reconcile(result: PassResult) -> str:
+    body = result.to_dict()
+    return as_json(envelope("reconcile", result.exit_code() == 0, {"drift": result.drift or 0, "errors": len(result.errors)},
+                            [errors.Problem(e) for e in result.errors], **body))  # a cluster's, not a file's
+
+
+def why(env: str, cluster: str, status: Any, answers: list[Any], problems: list[str]) -> str:
+    never = sum(not a.can_ever for a in answers)
+    counts = {"jobs": len(answers), "never": never, "blocked": sum(bool(a.blockers) for a in answers)}
+    return as_json(envelope("why", not never, counts, [errors.Problem(p) for p in problems], environment=env,
+                            cluster=cluster, reconciler=status, answers=[a.to_dict() for a in answers]))
+
+
+def standing(env: str, tenant: str, rows: list[Any], problems: list[str]) -> str:
+    return as_json(envelope("standing", True, {"rows": len(rows)}, [errors.Problem(p) for p in problems], environment=env,
+                            tenant=tenant, standing=[r.to_dict() for r in rows]))
+
+
+def deploy(env: str, result: DeployResult) -> str:
+    return as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict()))

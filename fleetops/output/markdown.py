@@ -1,4 +1,5 @@
-"""What a reviewer reads: the plan as a bounded pull-request comment (`comment`), and whole (`full`).
+"""What a reviewer reads: the plan as a bounded pull-request comment (`comment`), and whole (`full`); the
+audit report as Markdown (`audit`).
 
 The comment leads with the verdict, the cost and the change in fleet terms, then what blocks it and
 how to fix it; object-level detail follows, folded. A pull-request comment holds at most 65,536
@@ -17,6 +18,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fleetops import spec, usage
+from fleetops.audit import Gate, malformed_summary
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
@@ -556,3 +558,63 @@ def comment(plan: PlanResult, max_chars: int = DEFAULT_MAX_CHARS, artifacts: str
     if len(text) > max_chars:  # the essentials alone are too long: cut at a line
         text = _join([text[: max_chars - 200].rsplit("\n", 1)[0]], note)
     return text
+
+
+# --- the audit report (`audit --output markdown`) ---------------------------------------------
+
+GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
+               Gate.pull_request: "pull requests (plan, check in a pull request)",
+               Gate.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
+
+
+def _who(d: dict[str, Any]) -> str:
+    """Source, pull request and actor of a logged denial, as one cell."""
+    return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
+
+
+def audit(report: dict[str, Any]) -> str:
+    p = report["provenance"]
+    lines = [
+        "# fleetops policy audit",
+        "",
+        f"Revision `{p['revision']}` ({p['revision_date']}), policy digest `{p['policy_digest']}`, engine {p['engine']} {p['engine_version']}.",
+        f"{len(report['policies'])} rules; {report['tests']['passed']} of {report['tests']['total']} policy tests pass; {len(report['waivers'])} waivers.",
+        "",
+        "## Policy inventory",
+        "",
+        "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["policies"]:
+        change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
+        tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
+        enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
+        lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
+    lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
+    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
+    lines += ["", "## Current decisions", ""]
+    for e in report["environments"]:
+        n = e["counts"]
+        lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
+        lines.append("")
+        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines.append("")
+    lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
+    lines += [
+        f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
+        for w in report["waivers"]
+    ]
+    if (st := report.get("statements")) is not None:
+        lines += ["", f"## Statements: {st['environment']}, {st['period']}", "", f"Read from {st['prometheus']}.", "",
+                  "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
+        lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
+                  f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
+    h = report["history"]
+    lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
+    if h["malformed"]:
+        lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
+    for gate, title in GATE_TITLES.items():
+        rows = h["latest_denials"][gate.value]
+        lines += ["", f"### Latest denials: {title}", ""]
+        lines += [f"- {d['time']} {_who(d)} {d['environment']} `{d['rule']}` ({d['status']}): {d['msg']}" for d in rows] or ["None."]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""What a gate leaves behind: the decision log (one JSON line per judgement) and JUnit XML for CI."""
+"""What a gate leaves behind: the decision log (one JSON line per judgement; its JUnit form is fleetops.output.junit's)."""
 
 from __future__ import annotations
 
@@ -12,31 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetops.errors import PolicyError
-from fleetops.envelope import DecisionStatus, decision_counts
+from fleetops.envelope import decision_counts
 from fleetops.policy.verdict import Judgement, Verdict, report_rows
-
-def junit_report(suite: str, classname: str, rows: list[dict[str, Any]]) -> str:
-    """Decisions as JUnit XML for CI test tabs: a deny fails, a waived deny is skipped, a warning passes
-    with its message; a last case, "policy gate", passes or fails with the whole verdict."""
-    from junit_xml import TestCase, TestSuite, to_xml_report_string
-
-    cases = []
-    for d in rows:
-        case = TestCase(f"{d['rule']} {d.get('resource') or ''}".strip(), classname=classname, stdout=d["msg"])
-        status = DecisionStatus(d["status"])
-        if status.blocks:
-            case.add_failure_info(message=d["msg"], failure_type=status.value if status is DecisionStatus.APPROVAL else d.get("severity"))
-        elif status is DecisionStatus.WAIVED:
-            case.add_skipped_info(message=f"waived: {d['msg']}")
-        else:
-            case.stdout = f"warning: {d['msg']}"
-        cases.append(case)
-    denied = sum(DecisionStatus(d["status"]).blocks for d in rows)
-    gate = TestCase("policy gate", classname=classname, stdout=f"{denied} unwaived deny or approval decision(s)")
-    if denied:
-        gate.add_failure_info(message=f"{denied} unwaived deny or approval decision(s)")
-    return to_xml_report_string([TestSuite(suite, [*cases, gate])])
-
 
 DEFAULT_DECISION_LOG = Path(".fleetops") / "decisions.jsonl"
 

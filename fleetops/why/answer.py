@@ -569,13 +569,3 @@ def explain_all(document: spec.Document, cluster: spec.Cluster, live: Live, jobs
     ctx = Cluster(document, cluster, live, viewer)
     devices = device_resources(document.env)
     return [explain(ctx, job, devices) for job in jobs]
-
-
-def report(cluster: str, status: dict[str, str] | None, answers: list[Answer], tenant: str | None) -> str:
-    """`why`'s table output: the reconciler's last pass on the cluster (the live queues are what it last applied: a
-    failed or denied pass leaves them behind the file), then each answer."""
-    record = status or {}
-    head = (f"reconciler on {cluster}: " + (f"revision {record.get('revision') or '-'}, last pass {record.get('result') or '-'}"
-                                            if status is not None else "no status record (is fleetops reconciling it?)"))
-    body = "\n\n".join(a.text() for a in answers) if answers else f"no pending job of {tenant} on {cluster}"
-    return f"{head}\n{body}\n"

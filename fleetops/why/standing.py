@@ -63,25 +63,3 @@ def standing(ctx: Cluster, tenant: str, history: History | None = None) -> list[
                             max((g.reachable for g in per_flavor.values()), default=0), in_use, borrowed, lent, len(units), sum(units),
                             history(resource) if history else UNKNOWN))
     return out
-
-
-COLUMNS = ("cluster", "resource", "guaranteed", "reachable", "in use", "borrowed", "lent", "pending jobs", "pending units",
-           "below guarantee (min)")
-
-
-def table(rows: list[Standing], title: str) -> Any:
-    """`standing`'s table output (a rich Table); what its last column depends on is `notes`."""
-    from rich.table import Table
-
-    out = Table(title=title, title_justify="left")
-    for col in COLUMNS:
-        out.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
-    for r in rows:
-        out.add_row(r.cluster, r.resource, *(str(v) for v in (r.guaranteed, r.reachable, r.in_use, r.borrowed, r.lent, r.pending_jobs, r.pending_units)),
-                    "unknown" if r.below.minutes is None else f"{r.below.minutes:g}")
-    return out
-
-
-def notes(rows: list[Standing]) -> list[str]:
-    """What the minutes below guarantee depend on (or why they are unknown): a line per distinct basis."""
-    return [f"minutes below guarantee while others borrowed: {basis}" for basis in sorted({r.below.basis for r in rows})]
