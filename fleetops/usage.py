@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from fleetops import spec
+from fleetops.metrics import DEVICES, SPEND
 from fleetops.prometheus import finite
 
 STEP_SECONDS = 300  # the resolution of the window's samples: the recording rules' evaluation order of magnitude
@@ -80,10 +81,6 @@ class Source(Protocol):
     """What usage needs of a Prometheus client (fleetops.prometheus.Prometheus)."""
 
     def query(self, expr: str, at: dt.datetime) -> Iterable[Sample]: ...
-
-
-DEVICES = "fleetops:tenant_devices:physical"
-SPEND = "fleetops:tenant_spend:per_hour"
 
 
 def queries(window: Window) -> dict[str, str]:
