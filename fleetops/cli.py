@@ -675,13 +675,13 @@ def statements_command(
 
 
 def parse_interval(text: str, option: str) -> float:
-    """`60s`, `5m`, `1h` or plain seconds -> seconds."""
-    import re
+    """A duration option (fleetops.durations: 30s, 5m, 1h, 1d, 1w) -> seconds, or exit 2 in one line."""
+    from fleetops import durations
 
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)?\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        fail(f"{option}: expected a duration like 60s, 5m or 1h, got {text!r}")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+    try:
+        return float(durations.parse(text).seconds)
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
 
 
 def print_pass(result: Any) -> None:
@@ -799,7 +799,7 @@ def reconcile_command(
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
     reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
-    period = parse_interval(interval, "--interval") if interval else 0.0
+    period = parse_interval(interval, "--interval") if interval is not None else 0.0
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = reconcile.Reconciler(
         env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,
@@ -1112,7 +1112,7 @@ def serve(
             ipaddress.ip_network(proxy, strict=False)
         except ValueError:
             fail(f"--trusted-proxy {proxy!r}: not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)")
-    period = parse_interval(refresh, "--refresh") if refresh else 0.0
+    period = parse_interval(refresh, "--refresh") if refresh is not None else 0.0
     # A bad tokens file, Prometheus URL or token file is said before the revision is loaded (rendered, judged), not
     # after; the tenants the tokens name are checked once it is. The Prometheus client lives as long as
     # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
