@@ -410,7 +410,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         grants=Grants.of(granted),
         services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
         groups=Groups(groups["added"], groups["removed"]),
-        cost=Cost(cost_before, cost_after, currency, changes.price_effect(before.env, after.env)),
+        cost=Cost(cost_before, cost_after, currency, spec.price_change_cost(before.env, after.env)),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
         work=Work.of(work) if work is not None else None,

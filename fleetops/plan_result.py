@@ -58,7 +58,7 @@ class Approvals:
 @dataclass(frozen=True)
 class Cost:
     """Monthly cost of the fleet at base and at head, in the environment's currency, and how much of the
-    change the edited prices alone make (`changes.price_effect`); the rest is capacity added or removed."""
+    change the edited prices alone make (`spec.price_change_cost`); the rest is capacity added or removed."""
 
     before: float
     after: float

@@ -448,6 +448,8 @@ def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
     texts = {c["text"]: c["cost"] for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
     assert texts == {"center-a/a100-spot: spot at 0.6/device-hour → spot at 0.4/device-hour (-2,336 USD/mo)": pytest.approx(-16 * 0.2 * 730),
                      "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour (+0 USD/mo on 0 devices)": 0.0}
+    # The plan's share of the cost from prices is the same computation, in spec.cost, as the lines' own figures.
+    assert spec.price_change_cost(base, spec.load_environment(write_env(tmp_path, after))) == pytest.approx(-16 * 0.2 * 730)
 
 
 def _refusals(tmp_path: Path, env: dict[str, Any]) -> tuple[Path, list[str]]:
