@@ -414,7 +414,7 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
 def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
     """An environment as every command takes it (`render.load_checked`), judged by the policies."""
     verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
-    capacity = spec.capacity_rows(checked.env)
+    capacity = [row.to_dict() for row in spec.capacity_rows(checked.env)]
     decisions = policy.report_rows(verdict)
     return {"name": name, "counts": decision_counts(decisions, VERDICT_STATUSES), "decisions": decisions, "capacity": capacity}
 

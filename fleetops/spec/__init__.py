@@ -23,7 +23,7 @@ from fleetops.spec.positions import (
     YAML_LOADER, Loc, Positions, format_loc, parse_yaml, yaml_errors,
 )
 from fleetops.spec.devices import (
-    capacity, capacity_rows, cluster_by_name, group_capacity, is_spot, mig_resource, physical, physical_devices,
+    NO_CAPACITY, Capacity, ClusterCapacity, capacity, capacity_rows, cluster_by_name, group_capacity, is_spot, mig_resource, physical, physical_devices,
     physical_shares, quota_sums, service_pools,
 )
 from fleetops.spec.nodes import (
@@ -59,7 +59,7 @@ __all__ = [
     "OfflineWork", "Placement", "PluginKind", "Pool", "Positions", "Positive", "PriorityClass", "QUEUE_NAME_MAX", "Quota",
     "RESERVED_LABELS", "Reconciler", "Reference", "Replica", "Replicas", "ResourceName", "SPOT_TAINT", "SYSTEM_NAMESPACES",
     "Scheduler", "Server", "Service", "Sharing", "SpecError", "Spot", "Taint", "Targets", "Tenant", "TenantNetwork",
-    "TopUp", "Url", "Workload", "YAML_LOADER", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
+    "TopUp", "Url", "Workload", "YAML_LOADER", "NO_CAPACITY", "Capacity", "ClusterCapacity", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
     "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",
     "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "model_price_change", "monthly_cost", "named_groups",
