@@ -143,12 +143,6 @@ def rule_owners(repo: Path, policies_dir: Path, rule_file: str) -> list[str]:
 # --- history ---------------------------------------------------------------------------------
 
 
-class _LoggedDecision(BaseModel):
-    rule: str
-    status: DecisionStatus  # another word is not a decision record: its line is listed as malformed
-    msg: str = ""
-
-
 class Gate(str, Enum):
     """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
     request), a pull request's branch under review (plan, check in a pull request's CI job), or a plan
@@ -159,24 +153,12 @@ class Gate(str, Enum):
     local = "local"
 
 
-class _LogEntry(BaseModel):
-    """What the history reads of a decision record (policy.decision_record); other fields are ignored."""
-
-    time: str
-    source: str = ""
-    environment: str = ""
-    revision: str | None = ""
-    pr: str | int | None = None
-    actor: str | None = None
-    run: str | None = None  # "ci" or "local" (policy.ci_context); records written before it have none
-    decisions: list[_LoggedDecision] = []
-
-    def gate(self) -> Gate:
-        if self.source == "plan" and (self.run == "local" or not self.pr):  # no pull request: older records say so by their missing pr
-            return Gate.local
-        if self.source in ("plan", "check") and self.pr:
-            return Gate.pull_request
-        return Gate.production
+def gate_of(entry: policy.DecisionRecord) -> Gate:
+    if entry.source == "plan" and (entry.run == "local" or not entry.pr):  # no pull request: older records say so by their missing pr
+        return Gate.local
+    if entry.source in ("plan", "check") and entry.pr:
+        return Gate.pull_request
+    return Gate.production
 
 
 # Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
@@ -216,7 +198,7 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
             continue
         try:
             # pydantic's JSON parser: invalid UTF-8 and nesting past its depth limit are validation errors, not a crash.
-            entry = _LogEntry.model_validate_json(raw)
+            entry = policy.DecisionRecord.model_validate_json(raw)
         except ValidationError as exc:
             malformed += 1
             if len(problems) < MAX_LOG_PROBLEMS:
@@ -228,7 +210,7 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
             counts = per_rule[d.rule].setdefault(day, dict.fromkeys(STATUSES, 0))
             counts[d.status] += 1
             if d.status.blocks:
-                denials[entry.gate()].append({
+                denials[gate_of(entry)].append({
                     "time": entry.time, "source": entry.source, "environment": entry.environment, "revision": entry.revision or "",
                     "pr": str(entry.pr) if entry.pr else None, "actor": entry.actor, "rule": d.rule, "status": d.status.value, "msg": d.msg,
                 })
@@ -307,7 +289,7 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
 def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
     """An environment as every command takes it (`render.load_checked`), judged by the policies."""
     verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
-    capacity = spec.capacity_rows(checked.env)
+    capacity = [row.to_dict() for row in spec.capacity_rows(checked.env)]
     decisions = policy.report_rows(verdict)
     return {"name": name, "counts": decision_counts(decisions, VERDICT_STATUSES), "decisions": decisions, "capacity": capacity}
 

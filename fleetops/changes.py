@@ -98,27 +98,6 @@ def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple
     return out, set(old) ^ set(new)
 
 
-def _repriced(before: spec.Environment, after: spec.Environment, was: spec.Group | None, group: spec.Group) -> float:
-    """What head's `group` costs a month more (less) for the prices the change edited alone: its devices at
-    head's price less at the base's price of the same model (a spot pool that was spot: its base spot price).
-    A model or spot pool the base does not price is no price change: what it costs is new capacity."""
-    price = spec.device_hour_price(after, group)
-    if spec.is_spot(group):
-        base = was.spot.price if was is not None and isinstance(was, spec.Pool) and was.spot is not None else price
-    else:
-        base = before.prices.get(group.device.model, price)
-    return spec.physical_devices(group) * (price - base) * spec.HOURS_PER_MONTH
-
-
-def price_effect(before: spec.Environment | None, after: spec.Environment | None) -> float:
-    """What the change's price edits alone do to the monthly cost, apart from the devices it adds or
-    removes: head's fleet at head's prices less the same fleet at the base's (`_repriced`)."""
-    if before is None or after is None:
-        return 0.0
-    old = _groups(before)
-    return round(sum(_repriced(before, after, old.get(name), g) for name, g in _groups(after).items()), 2)
-
-
 def _size(change: dict[str, Any]) -> tuple[float, int, bool, str]:
     """Largest first: cost moved, then devices moved; security-relevant before others of the same size."""
     return (-abs(change["cost"]), -abs(change["devices"]), not change["security"], change["subject"])
@@ -151,7 +130,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                       f"(-{_units(b)}, {money(-spec.group_monthly_cost(before, b))} {currency}/mo)", devices=spec.physical_devices(b), cost=-spec.group_monthly_cost(before, b))
         elif a is not None and b is not None:
             cost = spec.group_monthly_cost(after, a) - spec.group_monthly_cost(before, b)
-            repriced = _repriced(before, after, b, a)  # the price edit's own line says it: not the nodes'
+            repriced = spec.repriced_monthly_cost(before, after, b, a)  # the price edit's own line says it: not the nodes'
             moved = spec.physical_devices(a) - spec.physical_devices(b)
             if a.nodes != b.nodes:
                 add(name, f"{name}: nodes {b.nodes} → {a.nodes} ({_unit_delta(b, a)}, {money(cost - repriced)} {currency}/mo)",
@@ -178,8 +157,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
     for model in sorted(set(before.prices) | set(after.prices)):
         p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
-            devices = sum(spec.physical_devices(g) for g in _groups(after).values() if g.device.model == model and not spec.is_spot(g))
-            moves = (q - p) * devices * spec.HOURS_PER_MONTH
+            devices, moves = spec.model_price_change(after, model, p, q)
             add(f"prices/{model}", f"price of {model}: {p:g} → {q:g} {currency}/device-hour ({money(moves)} {currency}/mo on "
                                    f"{devices:,} devices)", devices=devices, cost=moves)
     if before.budget.monthly != after.budget.monthly:

@@ -10,6 +10,10 @@ Kueue v0.17.0's quota arithmetic (pkg/cache/scheduler/resource_node.go), per fla
 A ClusterQueue naming a ResourceFlavor that is not rendered is inactive and admits nothing, though
 its quota still counts in its cohort (Kueue's cache keeps it there). A Cohort named but not rendered
 is an implicit one without quota; nodes in a parent cycle admit nothing (Kueue skips them).
+
+Each rule below names the Kueue v0.17.0 function it follows (file under sigs.k8s.io/kueue@v0.17.0/pkg/),
+read in that release's source; a rule of fleetops's own says so. A Kueue release that moves one of them
+moves this module: the real-Kueue scenarios check each case.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Quota:
+    """Kueue's ResourceQuota, one per (flavor, resource) of a queue's resourceGroups: createResourceQuotas
+    (cache/scheduler/resource.go). A limit left out is no limit (nil)."""
+
     nominal: int
     borrowing_limit: int | None
     lending_limit: int | None
@@ -41,7 +48,8 @@ class Quota:
 
 @dataclass(eq=False)  # a node is itself: compared and hashed by identity
 class Node:
-    """A Cohort or ClusterQueue of Kueue's tree, with the subtree quota Kueue's cache computes for it."""
+    """A Cohort or ClusterQueue of Kueue's tree, with the subtree quota Kueue's cache computes for it
+    (resourceNode.SubtreeQuota, cache/scheduler/resource_node.go)."""
 
     kind: Kind
     name: str
@@ -55,7 +63,8 @@ class Node:
     reach: dict[FlavorResource, int] = field(default_factory=dict)  # Kueue's potentialAvailable, idle
 
     def local(self, fr: FlavorResource) -> int:
-        """Kueue's localQuota: what the lending limit keeps from the parent."""
+        """Kueue's localQuota: what the lending limit keeps from the parent. resourceNode.localQuota
+        (cache/scheduler/resource_node.go): max(0, SubtreeQuota - LendingLimit), 0 without a lending limit."""
         quota = self.quotas.get(fr)
         if quota is None or quota.lending_limit is None:
             return 0
@@ -63,7 +72,8 @@ class Node:
 
     def potential(self, fr: FlavorResource) -> int:
         """Kueue's potentialAvailable: the most this node may hold of `fr` with nothing else running
-        (its parent's `reach` already computed)."""
+        (its parent's `reach` already computed). potentialAvailable (cache/scheduler/resource_node.go); the
+        scheduler refuses a request above it as no fit: FlavorAssigner.fitsResourceQuota (scheduler/flavorassigner/flavorassigner.go)."""
         if self.parent is None:
             return self.subtree.get(fr, 0)
         reach = self.local(fr) + self.parent.reach.get(fr, 0)
@@ -73,7 +83,8 @@ class Node:
         return reach
 
     def lent(self, fr: FlavorResource) -> int:
-        """What this node puts in its parent for the rest of the tree to borrow."""
+        """What this node puts in its parent for the rest of the tree to borrow: what accumulateFromChild
+        (cache/scheduler/resource_node.go) adds to the parent's SubtreeQuota, the subtree less its localQuota."""
         return self.subtree.get(fr, 0) - self.local(fr) if self.parent is not None else 0
 
 
@@ -85,7 +96,9 @@ class Grant(NamedTuple):
 
 def _amount(value: Any) -> int:
     """A Kueue quota as whole units (rendered quotas are integers; a quantity string is parsed as Kueue would).
-    A value that is no quantity counts 0: the schema check refuses its object before anything is applied."""
+    A value that is no quantity counts 0: the schema check refuses its object before anything is applied.
+    Kueue reads a device quantity with ResourceValue (resources/requests.go): Quantity.Value(), which
+    rounds a fraction up. int() here rounds it down: the two agree on whole quantities, all the modules render."""
     if isinstance(value, int):
         return value
     from kubernetes.utils.quantity import parse_quantity  # only for a string: the import costs validate 0.3 s
@@ -116,6 +129,8 @@ def _node(kind: Kind, manifest: dict[str, Any], flavors: set[str]) -> Node:
     quotas = _quotas(body)
     parent = body.get("parentName" if kind is Kind.COHORT else "cohortName")
     labels = manifest["metadata"].get("labels")
+    # A queue naming a flavor that does not exist is inactive: clusterQueue.updateLabelKeys records it in
+    # missingFlavors and clusterQueue.updateQueueStatus (cache/scheduler/clusterqueue.go) turns the queue inactive.
     return Node(kind, manifest["metadata"]["name"], parent if isinstance(parent, str) else None,
                 labels.get(TENANT_LABEL) if isinstance(labels, dict) else None, quotas,
                 active=kind is Kind.COHORT or all(f in flavors for f, _ in quotas))
@@ -129,16 +144,22 @@ def tree(objects: Iterable[dict[str, Any]]) -> list[Node]:
     queues = [_node(Kind.QUEUE, o, flavors) for o in objects if o.get("kind") == Kind.QUEUE.value]
     for node in [*cohorts.values(), *queues]:
         if node.parent_name:
-            if node.parent_name not in cohorts:  # an implicit Cohort: no quota of its own
+            # An implicit Cohort, no quota of its own: Manager.getOrCreateCohort (cache/hierarchy/manager.go).
+            if node.parent_name not in cohorts:
                 cohorts[node.parent_name] = Node(Kind.COHORT, node.parent_name, None, None, {})
             node.parent = cohorts[node.parent_name]
             node.parent.children.append(node)
+    # Cache.Snapshot (cache/scheduler/snapshot.go) leaves out a cohort in a cycle, as HasCycle
+    # (cache/hierarchy/cycle.go) finds it, and counts the queues under it inactive.
     for node in _in_cycles(cohorts.values()):
         for child in node.children:
             child.active = False
         node.parent, node.children = None, []
     order = _top_down([c for c in cohorts.values() if c.parent is None] + [q for q in queues if q.parent is None])
-    for node in reversed(order):  # children first: Kueue's updateCohortResourceNode
+    # Children first: updateCohortResourceNode, updateClusterQueueResourceNode and
+    # accumulateFromChild (cache/scheduler/resource_node.go). Every child queue counts, an inactive one too: Cache.Snapshot
+    # (cache/scheduler/snapshot.go) clones the cohort's ResourceNode with its quota in it.
+    for node in reversed(order):
         node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
         for child in node.children:
             for fr, amount in child.subtree.items():
@@ -182,7 +203,8 @@ def of_cluster(objects: Iterable[dict[str, Any]]) -> PerTenant:
 
 def _per_tenant(nodes: list[Node]) -> PerTenant:
     """The tenant's queues share its cohort, so what one queue may hold is what the tenant may: the
-    largest reach of its active queues. What it lends is what its topmost nodes put in their parents."""
+    largest reach of its active queues. What it lends is what its topmost nodes put in their parents.
+    fleetops's own rule (Kueue knows no tenant): a sum over the nodes its label marks."""
     out: dict[str, dict[str, dict[str, Grant]]] = {}
     for node in nodes:
         if node.tenant is None:
@@ -200,7 +222,9 @@ def _per_tenant(nodes: list[Node]) -> PerTenant:
 
 
 def total(per_flavor: dict[str, Grant]) -> Grant:
-    """A tenant's grant of one resource over every flavor: jobs of one unit may spread over them all."""
+    """A tenant's grant of one resource over every flavor: jobs of one unit may spread over them all.
+    fleetops's own sum: a pod set takes one flavor per resource in FlavorAssigner.findFlavorForPodSets, so
+    one job's most is one flavor's reach (`review`'s largest_job)."""
     return Grant(*(sum(g[i] for g in per_flavor.values()) for i in range(3)))
 
 
@@ -208,7 +232,8 @@ def cluster_totals(nodes: list[Node]) -> dict[str, dict[str, int]]:
     """resource -> {quota: every unit of quota in the cluster's tree, shared: what its roots hold for
     anyone to borrow (capacity no tenant guarantees, and what tenants lend)}, on the flavors an active
     ClusterQueue lists: Kueue admits a job only onto a flavor of its queue, so a pool no tenant may use
-    (policies' `capacity.unused_group`) is quota in the tree that no one is granted."""
+    (policies' `capacity.unused_group`) is quota in the tree that no one is granted. The scheduler tries
+    only the queue's resourceGroup.Flavors: FlavorAssigner.findFlavorForPodSets (scheduler/flavorassigner/flavorassigner.go)."""
     listed = {fr for node in nodes if node.kind is Kind.QUEUE and node.active for fr in node.quotas}
     out: dict[str, dict[str, int]] = {}
     for node in nodes:
@@ -317,7 +342,10 @@ def problems(document: spec.Document, clusters: dict[str, list[dict[str, Any]]])
 
 
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
-    """Kubernetes' ToleratesTaint: an empty key with Exists tolerates every taint, an empty effect every effect."""
+    """Kubernetes' ToleratesTaint: an empty key with Exists tolerates every taint, an empty effect every effect.
+    Kueue calls it through corev1helpers.FindMatchingUntoleratedTaint (k8s.io/component-helpers v0.35.3), whose
+    Toleration.ToleratesTaint (k8s.io/api v0.35.3 core/v1/toleration.go) also has the Lt and Gt operators: not
+    followed here, fleetops renders none."""
     if toleration.get("effect") not in (None, "", taint.get("effect")):
         return False
     if not toleration.get("key"):
@@ -328,7 +356,7 @@ def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
 def flavor_restrictions(objects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """ResourceFlavor -> its nodes' taints that a job must tolerate to be admitted there: Kueue checks a
     Workload's tolerations, with the flavor's own, against the flavor's nodeTaints of effect NoSchedule and
-    NoExecute (PreferNoSchedule keeps no one off)."""
+    NoExecute (PreferNoSchedule keeps no one off): FlavorAssigner.checkFlavorForPodSets (scheduler/flavorassigner/flavorassigner.go)."""
     out = {}
     for o in objects:
         body = o.get("spec") if o.get("kind") == "ResourceFlavor" and isinstance(o.get("spec"), dict) else None

@@ -244,7 +244,9 @@ def schedulable(node: NodeInfo) -> bool:
 
 
 @dataclass(frozen=True)
-class CapacityRow:
+class LiveCapacity:
+    """A pool's or edge group's device resource as Git declares it and as its live nodes offer it."""
+
     cluster: str
     group: str
     resource: str
@@ -258,7 +260,7 @@ class CapacityRow:
         return self.__dict__.copy()
 
 
-def capacity(cluster: spec.Cluster, members: dict[str, list[NodeInfo]]) -> list[CapacityRow]:
+def capacity(cluster: spec.Cluster, members: dict[str, list[NodeInfo]]) -> list[LiveCapacity]:
     """Per pool / edge group and device resource: declared vs live. `members` is group name -> nodes."""
     rows = []
     for group in groups_of(cluster):
@@ -267,11 +269,11 @@ def capacity(cluster: spec.Cluster, members: dict[str, list[NodeInfo]]) -> list[
         for resource, declared in spec.group_capacity(group).items():
             live = sum(int(n.allocatable.get(resource, 0)) for n in ready)
             down = sum(int(n.allocatable.get(resource, 0)) for n in nodes if not schedulable(n))
-            rows.append(CapacityRow(cluster.name, group.name, resource, group.nodes, len(ready), declared, live, down))
+            rows.append(LiveCapacity(cluster.name, group.name, resource, group.nodes, len(ready), declared, live, down))
     return rows
 
 
-def shortfalls(env: spec.Environment, cluster: str, rows: list[CapacityRow]) -> list[dict[str, Any]]:
+def shortfalls(env: spec.Environment, cluster: str, rows: list[LiveCapacity]) -> list[dict[str, Any]]:
     """Device resources whose live capacity is below the sum of guaranteed quotas in a cluster."""
     live: dict[str, int] = {}
     for row in rows:

@@ -28,7 +28,7 @@ from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Finding, Grants, Groups,
+from fleetops.plan_result import (Approvals, CapacityChange, ChangeSide, Cost, PlanDecision, FleetChange, Finding, Grants, Groups,
                                   Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
@@ -139,19 +139,14 @@ def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
 # --- what changed ---------------------------------------------------------------------------
 
 
-def capacity_rows(before: spec.Environment | None, after: spec.Environment | None) -> list[CapacityRow]:
+def capacity_rows(before: spec.Environment | None, after: spec.Environment | None) -> list[CapacityChange]:
     """Per cluster x device resource: declared units, guaranteed and burst sums, headroom, before and after."""
 
-    def facts(env: spec.Environment | None) -> dict[tuple[str, str], Capacity]:
-        rows = spec.capacity_rows(env) if env is not None else []
-        return {
-            (r["cluster"], r["resource"]): Capacity(physical=r["physical"], schedulable=r["capacity"], sharing_factor=r["sharing_factor"],
-                                                    guaranteed=r["guaranteed"], burst=r["burst"], headroom_percent=r["headroom_percent"])
-            for r in rows
-        }
+    def facts(env: spec.Environment | None) -> dict[tuple[str, str], spec.Capacity]:
+        return {(r.cluster, r.resource): r.capacity for r in spec.capacity_rows(env)} if env is not None else {}
 
     b, a = facts(before), facts(after)
-    return [CapacityRow(key[0], key[1], b.get(key, NO_CAPACITY), a.get(key, NO_CAPACITY)) for key in sorted(set(b) | set(a))]
+    return [CapacityChange(key[0], key[1], b.get(key, spec.NO_CAPACITY), a.get(key, spec.NO_CAPACITY)) for key in sorted(set(b) | set(a))]
 
 
 def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
@@ -410,7 +405,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         grants=Grants.of(granted),
         services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
         groups=Groups(groups["added"], groups["removed"]),
-        cost=Cost(cost_before, cost_after, currency, changes.price_effect(before.env, after.env)),
+        cost=Cost(cost_before, cost_after, currency, spec.price_change_cost(before.env, after.env)),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
         work=Work.of(work) if work is not None else None,

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from fleetops import usage
+from fleetops.spec import Capacity
 from fleetops.diff import Changes
 from fleetops.envelope import DecisionStatus, Severity, decision_counts
 from fleetops.errors import Problem
@@ -58,7 +59,7 @@ class Approvals:
 @dataclass(frozen=True)
 class Cost:
     """Monthly cost of the fleet at base and at head, in the environment's currency, and how much of the
-    change the edited prices alone make (`changes.price_effect`); the rest is capacity added or removed."""
+    change the edited prices alone make (`spec.price_change_cost`); the rest is capacity added or removed."""
 
     before: float
     after: float
@@ -105,22 +106,9 @@ class PolicyFileChange:
 
 
 @dataclass(frozen=True)
-class Capacity:
-    """One cluster's device resource on one side: devices, schedulable units, quota sums, headroom."""
+class CapacityChange:
+    """A cluster's device resource at base and at head, each side the model's row (`spec.ClusterCapacity`)."""
 
-    physical: float
-    schedulable: float
-    sharing_factor: float
-    guaranteed: int
-    burst: int
-    headroom_percent: float
-
-
-NO_CAPACITY = Capacity(physical=0, schedulable=0, sharing_factor=0.0, guaranteed=0, burst=0, headroom_percent=0.0)
-
-
-@dataclass(frozen=True)
-class CapacityRow:
     cluster: str
     resource: str
     before: Capacity
@@ -408,7 +396,7 @@ class PlanResult:
     policy_file_changes: list[PolicyFileChange] = field(default_factory=list)
     program_file_changes: list[str] = field(default_factory=list)
     objects: Changes = field(default_factory=Changes)
-    capacity: list[CapacityRow] = field(default_factory=list)
+    capacity: list[CapacityChange] = field(default_factory=list)
     quota_changes: list[QuotaChange] = field(default_factory=list)
     grants: Grants = Grants([], [])  # what Kueue grants on an idle cluster
     services: list[Service] = field(default_factory=list)  # the head's inference services

@@ -19,7 +19,6 @@ revision's; nothing here carries them into the plan.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from enum import Enum
@@ -27,12 +26,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from fleetops import spec
+from fleetops import durations, spec
+from fleetops.metrics import DEVICES, SPEND
 from fleetops.prometheus import finite
 
 STEP_SECONDS = 300  # the resolution of the window's samples: the recording rules' evaluation order of magnitude
-_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
-_WINDOW = re.compile(r"^([1-9][0-9]{0,4})([mhdw])$")
 MAX_WINDOW_SECONDS = 400 * 86400  # beyond a year of samples, a plan's query is a batch job
 
 
@@ -42,7 +40,7 @@ class Status(str, Enum):
 
 
 class Window(BaseModel):
-    """How far back a plan measures: a Prometheus duration of one unit (30d, 12h, 2w)."""
+    """How far back a plan measures: a duration (fleetops.durations: 30d, 12h, 2w)."""
 
     model_config = ConfigDict(frozen=True)
     text: str
@@ -53,19 +51,15 @@ class Window(BaseModel):
         return self.seconds / 3600
 
     def spoken(self) -> str:
-        count, unit = int(self.text[:-1]), {"m": "minute", "h": "hour", "d": "day", "w": "week"}[self.text[-1]]
-        return f"{count} {unit}{'s' if count != 1 else ''}"
+        return durations.parse(self.text).spoken()
 
 
 def parse_window(text: str) -> Window:
     """`30d` -> a window; anything else raises ValueError with what is wrong."""
-    match = _WINDOW.match(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a window like 30d, 12h or 2w (a whole number and one of m, h, d, w)")
-    seconds = int(match[1]) * _UNITS[match[2]]
-    if seconds < STEP_SECONDS or seconds > MAX_WINDOW_SECONDS:
+    duration = durations.parse(text)
+    if duration.seconds < STEP_SECONDS or duration.seconds > MAX_WINDOW_SECONDS:
         raise ValueError(f"{text!r}: a window is at least {STEP_SECONDS // 60} minutes and at most {MAX_WINDOW_SECONDS // 86400} days")
-    return Window(text=match[0], seconds=seconds)
+    return Window(text=duration.text, seconds=duration.seconds)
 
 
 class Sample(Protocol):
@@ -80,10 +74,6 @@ class Source(Protocol):
     """What usage needs of a Prometheus client (fleetops.prometheus.Prometheus)."""
 
     def query(self, expr: str, at: dt.datetime) -> Iterable[Sample]: ...
-
-
-DEVICES = "fleetops:tenant_devices:physical"
-SPEND = "fleetops:tenant_spend:per_hour"
 
 
 def queries(window: Window) -> dict[str, str]:

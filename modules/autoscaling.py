@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from fleetops import spec
+from fleetops import metrics, spec
 from modules.kube import Part, Target
 
 
@@ -30,11 +30,11 @@ class Metric(NamedTuple):
 
 
 # DCGM's exporter, with its Kubernetes mapping on, labels each GPU's series with the pod holding it.
-GPU_UTILISATION = Metric("DCGM_FI_DEV_GPU_UTIL", "gpu_utilisation_percent", "avg")
+GPU_UTILISATION = Metric(metrics.GPU_UTIL, "gpu_utilisation_percent", "avg")
 # The requests queued in the server, not yet running: what more replicas would take.
 QUEUES = {
-    spec.Server.VLLM: Metric("vllm:num_requests_waiting", "vllm_requests_waiting", "sum"),
-    spec.Server.TRITON: Metric("nv_inference_pending_request_count", "triton_requests_pending", "sum"),
+    spec.Server.VLLM: Metric(metrics.VLLM_WAITING, "vllm_requests_waiting", "sum"),
+    spec.Server.TRITON: Metric(metrics.TRITON_PENDING, "triton_requests_pending", "sum"),
 }
 
 

@@ -3,7 +3,7 @@
 Both pick their Prometheus with a `datasource` variable and filter with `cluster` and `pool` or `tenant`
 variables over the labels the scrapes add (modules/monitoring.py). The tenant dashboard also reads the
 metering recording rules (`fleetops:tenant_devices:physical`, `fleetops:tenant_spend:per_hour`), which
-modules/metering.py renders.
+modules/metering.py renders. Every series is named in fleetops/metrics.py.
 
 Both are the same for every environment: `python -m modules.dashboards` (`make generated`) writes them
 to `modules/dashboards.json` with the digest of this file, and render reads them from there while
@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fleetops import metrics
 
 if TYPE_CHECKING:  # the SDK is imported where the dashboards are built
     from grafana_foundation_sdk.builders import dashboard as board
@@ -48,13 +50,13 @@ POOLS = Board(
     "fleetops / pools",
     "pool",
     (
-        Panel("GPU utilisation by pool", 'avg by (cluster, pool) (DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", pool=~"$pool"})',
+        Panel("GPU utilisation by pool", f'avg by (cluster, pool) ({metrics.GPU_UTIL}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "percent"),
-        Panel("NPU utilisation by pool", 'avg by (cluster, pool) (npu_chip_info_utilization{cluster=~"$cluster", pool=~"$pool"})',
+        Panel("NPU utilisation by pool", f'avg by (cluster, pool) ({metrics.NPU_UTIL}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "percent"),
-        Panel("GPU memory used by pool", 'sum by (cluster, pool) (DCGM_FI_DEV_FB_USED{cluster=~"$cluster", pool=~"$pool"})',
+        Panel("GPU memory used by pool", f'sum by (cluster, pool) ({metrics.GPU_MEMORY_USED}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "decmbytes"),
-        Panel("Physical devices held by tenants", 'sum by (cluster, pool) (fleetops:tenant_devices:physical{cluster=~"$cluster", pool=~"$pool"})',
+        Panel("Physical devices held by tenants", f'sum by (cluster, pool) ({metrics.DEVICES}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "short"),
     ),
 )
@@ -64,18 +66,18 @@ TENANTS = Board(
     "fleetops / tenants",
     "tenant",
     (
-        Panel("GPU utilisation by tenant", 'avg by (cluster, tenant) (DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", tenant=~"$tenant"})',
+        Panel("GPU utilisation by tenant", f'avg by (cluster, tenant) ({metrics.GPU_UTIL}{{cluster=~"$cluster", tenant=~"$tenant"}})',
               "{{cluster}} / {{tenant}}", "percent"),
-        Panel("NPU utilisation by tenant", 'avg by (cluster, tenant) (npu_chip_info_utilization{cluster=~"$cluster", tenant=~"$tenant"})',
+        Panel("NPU utilisation by tenant", f'avg by (cluster, tenant) ({metrics.NPU_UTIL}{{cluster=~"$cluster", tenant=~"$tenant"}})',
               "{{cluster}} / {{tenant}}", "percent"),
-        Panel("Physical devices held", 'sum by (cluster, tenant, pool) (fleetops:tenant_devices:physical{cluster=~"$cluster", tenant=~"$tenant"})',
+        Panel("Physical devices held", f'sum by (cluster, tenant, pool) ({metrics.DEVICES}{{cluster=~"$cluster", tenant=~"$tenant"}})',
               "{{tenant}} on {{pool}}", "short"),
-        Panel("Spend per hour", 'sum by (tenant, currency) (fleetops:tenant_spend:per_hour{cluster=~"$cluster", tenant=~"$tenant"})',
+        Panel("Spend per hour", f'sum by (tenant, currency) ({metrics.SPEND}{{cluster=~"$cluster", tenant=~"$tenant"}})',
               "{{tenant}} ({{currency}})", "short"),
-        Panel("Kueue workloads pending", 'sum by (cluster, cluster_queue) (kueue_pending_workloads{cluster=~"$cluster", tenant=~"$tenant"})',
+        Panel("Kueue workloads pending", f'sum by (cluster, cluster_queue) ({metrics.KUEUE_PENDING}{{cluster=~"$cluster", tenant=~"$tenant"}})',
               "{{cluster}} / {{cluster_queue}}", "short"),
         Panel("Device quota used / hard",
-              'kube_resourcequota{type="used", namespace=~"$tenant"} / ignoring(type) kube_resourcequota{type="hard", namespace=~"$tenant"}',
+              f'{metrics.RESOURCE_QUOTA}{{type="used", namespace=~"$tenant"}} / ignoring(type) {metrics.RESOURCE_QUOTA}{{type="hard", namespace=~"$tenant"}}',
               "{{namespace}} {{resource}}", "percentunit"),
     ),
 )
@@ -115,7 +117,7 @@ def build(spec: Board) -> dict[str, Any]:
         .time("now-24h", "now")
         .refresh("1m")
         .with_variable(board.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-        .with_variable(_variable("cluster", "label_values(up{cluster!=\"\"}, cluster)"))
+        .with_variable(_variable("cluster", f'label_values({metrics.UP}{{cluster!=""}}, cluster)'))
         .with_variable(_variable(spec.scope, f'label_values({{cluster=~"$cluster", {spec.scope}!=""}}, {spec.scope})'))
     )
     for panel in spec.panels:
@@ -137,7 +139,9 @@ def built() -> dict[str, str]:
 
 
 def _digest() -> str:
-    return f"sha256:{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"
+    """Of this file and of the series names it reads: an edit of either builds the dashboards again."""
+    names = Path(metrics.__file__).read_bytes()
+    return f"sha256:{hashlib.sha256(Path(__file__).read_bytes() + names).hexdigest()}"
 
 
 def shipped_json() -> str:

@@ -26,16 +26,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from fleetops import kube, spec
+from fleetops import kube, metrics, spec
+from fleetops.metrics import BALANCE, DEVICES, MONTH_TO_DATE, PREPAID_SPEND, SPEND, SPEND_BY_MONTH
 from modules.kube import Part, Target
 from modules.monitoring import alert, prometheus_rule
 
-DEVICES = "fleetops:tenant_devices:physical"
-SPEND = "fleetops:tenant_spend:per_hour"
-SPEND_BY_MONTH = "fleetops:tenant_spend_by_month:per_hour"
-MONTH_TO_DATE = "fleetops:tenant_spend:month_to_date"
-PREPAID_SPEND = "fleetops:tenant_spend_prepaid:per_hour"
-BALANCE = "fleetops:tenant_balance:remaining"
 RULE_NAME = "fleetops-metering"
 METERING_INTERVAL = "1m"
 # The budget group sums its own samples (no subquery: a month of 1m steps for every tenant, every
@@ -66,7 +61,7 @@ def devices_expr(group: spec.Group) -> str:
     node_label = "label_" + ksm_name(kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL)
     tenant_label = "label_" + ksm_name(kube.TENANT_LABEL)
     requests = " or ".join(
-        f'kube_pod_container_resource_requests{{resource="{ksm_name(resource)}"}}' + ("" if factor == 1 else f" / {_number(factor)}")
+        f'{metrics.POD_REQUESTS}{{resource="{ksm_name(resource)}"}}' + ("" if factor == 1 else f" / {_number(factor)}")
         for resource, factor in sorted(sharing_factors(group).items())
     )
     # kube_pod_status_phase is 1 for the pod's phase and 0 for the others: a pending pod counts 0, and
@@ -74,9 +69,9 @@ def devices_expr(group: spec.Group) -> str:
     return (
         f"sum by (tenant) (\n"
         f"  ({requests})\n"
-        f'  * on (namespace, pod) group_left () kube_pod_status_phase{{phase="Running"}}\n'
-        f'  * on (node) group_left () kube_node_labels{{{node_label}="{group.name}"}}\n'
-        f'  * on (namespace) group_left (tenant) label_replace(kube_namespace_labels{{{tenant_label}!=""}}, "tenant", "$1", "{tenant_label}", "(.+)")\n'
+        f'  * on (namespace, pod) group_left () {metrics.POD_PHASE}{{phase="Running"}}\n'
+        f'  * on (node) group_left () {metrics.NODE_LABELS}{{{node_label}="{group.name}"}}\n'
+        f'  * on (namespace) group_left (tenant) label_replace({metrics.NAMESPACE_LABELS}{{{tenant_label}!=""}}, "tenant", "$1", "{tenant_label}", "(.+)")\n'
         f")"
     )
 

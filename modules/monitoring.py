@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from fleetops import kube, spec
+from fleetops import kube, metrics, spec
 from modules import dashboards
 from modules.kube import Part, Target
 from modules.scheduler import NAMESPACE as KUEUE_NAMESPACE
@@ -53,11 +53,9 @@ class Utilisation:
     device: str
 
 
-# Upstream names: DCGM_FI_DEV_GPU_UTIL (dcgm-exporter default-counters.csv); npu_chip_info_utilization
-# (MindCluster npu-exporter collector: "the ai core utilization"), labelled id, model_name, namespace, pod_name.
 UTILISATION = {
-    Exporter.DCGM: Utilisation("FleetGPUUtilisationLow", "DCGM_FI_DEV_GPU_UTIL", "GPU"),
-    Exporter.NPU: Utilisation("FleetNPUUtilisationLow", "npu_chip_info_utilization", "NPU"),
+    Exporter.DCGM: Utilisation("FleetGPUUtilisationLow", metrics.GPU_UTIL, "GPU"),
+    Exporter.NPU: Utilisation("FleetNPUUtilisationLow", metrics.NPU_UTIL, "NPU"),
 }
 
 
@@ -156,7 +154,7 @@ def _edge_offline(cluster: spec.Cluster, group: spec.EdgeGroup) -> dict[str, Any
     grace = group.offline_grace_seconds
     return alert(
         "FleetEdgeNodeOffline",
-        f'kube_node_status_condition{{condition="Ready",status="true",node=~"{nodes}"}} == 0',
+        f'{metrics.NODE_CONDITION}{{condition="Ready",status="true",node=~"{nodes}"}} == 0',
         duration=f"{grace}s",
         severity="critical",
         summary=f"Edge node {{{{ $labels.node }}}} of {group.name} on {cluster.name} offline longer than {grace}s",
@@ -169,13 +167,11 @@ def _edge_offline(cluster: spec.Cluster, group: spec.EdgeGroup) -> dict[str, Any
 
 
 def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str, Any]]:
-    # Kueue pkg/metrics: kueue_pending_workloads{cluster_queue,status} (gauge) and
-    # kueue_admission_wait_time_seconds{cluster_queue} (histogram, creation to admission).
     minutes = mon.kueue_pending_minutes
     return [
         alert(
             "FleetKueueWorkloadsPending",
-            'sum by (cluster, cluster_queue) (kueue_pending_workloads) > 0',
+            f'sum by (cluster, cluster_queue) ({metrics.KUEUE_PENDING}) > 0',
             duration=f"{minutes}m",
             severity="warning",
             summary=f"ClusterQueue {{{{ $labels.cluster_queue }}}} on {{{{ $labels.cluster }}}} has had workloads pending for {minutes} minutes",
@@ -185,7 +181,7 @@ def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str,
         ),
         alert(
             "FleetKueueAdmissionSlow",
-            "histogram_quantile(0.9, sum by (cluster, cluster_queue, le) (rate(kueue_admission_wait_time_seconds_bucket[30m])))"
+            f"histogram_quantile(0.9, sum by (cluster, cluster_queue, le) (rate({metrics.KUEUE_ADMISSION_WAIT}_bucket[30m])))"
             f" > {minutes * 60}",
             duration="15m",
             severity="warning",
@@ -214,8 +210,8 @@ def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, 
                 "rules": [
                     alert(
                         "FleetQuotaExhausted",
-                        'kube_resourcequota{type="used",resource=~"requests\\\\..*"} / ignoring(type) '
-                        f'kube_resourcequota{{type="hard",resource=~"requests\\\\..*"}} > {ratio}',
+                        f'{metrics.RESOURCE_QUOTA}{{type="used",resource=~"requests\\\\..*"}} / ignoring(type) '
+                        f'{metrics.RESOURCE_QUOTA}{{type="hard",resource=~"requests\\\\..*"}} > {ratio}',
                         duration="15m",
                         severity="warning",
                         summary=f"{{{{ $labels.namespace }}}} uses more than {mon.quota_exhaustion_percent}% of its {{{{ $labels.resource }}}} quota",

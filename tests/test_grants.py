@@ -166,3 +166,31 @@ def test_the_review_names_the_taints_a_job_must_tolerate_to_use_a_guarantee_held
 
     table = "\n".join(line for row in markdown.grants_table(SimpleNamespace(grants=Grants.of(granted))).rows for line in row)
     assert "| center-bj | vision | `nvidia.com/gpu` | 96 (48 on h100-train: for jobs tolerating `dedicated=training:NoSchedule`) |" in table
+
+
+def test_each_kueue_function_grants_cites_is_in_the_file_it_names_in_kueue_v0_17_0() -> None:
+    """grants.py says which Kueue behaviour each of its rules follows, as `Function (dir/file.go)`: each such
+    function is defined in that file of the Kueue release the real-Kueue tests run (from the Go module cache)."""
+    import os
+    import re
+    import shutil
+    import subprocess
+
+    import pytest
+
+    go = shutil.which("go") or str(ROOT / ".tools" / "go" / "bin" / "go")
+    cache = os.environ.get("GOMODCACHE") or (subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True, check=False).stdout.strip()
+                                             if Path(go).exists() else "")
+    kueue = Path(cache) / "sigs.k8s.io" / "kueue@v0.17.0" / "pkg" if cache else None
+    if kueue is None or not kueue.is_dir():
+        pytest.skip("Kueue v0.17.0 is not in the Go module cache")
+    text = (ROOT / "fleetops" / "grants.py").read_text()
+    prose = re.sub(r"\s+", " ", re.sub(r"\n\s*#", " ", text))  # comments and docstrings as one line of words
+    cited = re.findall(r"([A-Za-z]+(?:\.[A-Za-z]+)?) \(((?:cache|scheduler|resources)/[a-z/_]+\.go)", prose)
+    assert len(cited) == len(re.findall(r"\((?:cache|scheduler|resources)/", prose)) >= 10  # every file named with its function
+    missing = []
+    for function, file in cited:
+        name = function.split(".")[-1]
+        if not re.search(rf"^func (\([^)]*\) )?{name}\b", (kueue / file).read_text(), re.MULTILINE):
+            missing.append(f"{function} in {file}")
+    assert missing == []

@@ -208,7 +208,7 @@ def test_the_token_reaches_prometheus_and_nothing_else(raised: Path) -> None:
 
 
 def test_bad_window_and_unreadable_token_file_are_one_line_exit_2(raised: Path) -> None:
-    for args, message in ((["--usage-window", "30 days"], "--usage-window: '30 days' is not a window like 30d"),
+    for args, message in ((["--usage-window", "30 days"], "--usage-window: '30 days' is not a duration like 30s"),
                           (["--prometheus", "http://127.0.0.1:9", "--prometheus-token-file", str(raised / "missing")],
                            "cannot read the Prometheus token file"),
                           (["--prometheus", "ftp://x"], "not an http(s) URL")):

@@ -485,6 +485,10 @@ def test_decision_log_records_provenance_and_decisions(tmp_path, monkeypatch):
     assert record["environment"] == "prod" and record["engine"] == "embedded"
     assert record["policy_digest"].startswith("sha256:") and record["input_digest"].startswith("sha256:")
     assert "s3cret-token" not in log.read_text()
+    # The model the gate wrote it with reads it back whole (audit reads it so): no field is lost or retyped.
+    written = policy.verdict_record(verdict, "check")
+    assert policy.DecisionRecord.model_validate_json(written.line()) == written
+    assert set(record) == set(json.loads(written.line())) and "usage" not in record  # a gate that measures nothing says nothing of it
 
 
 def test_policy_digest_covers_policies_and_data(tmp_path):

@@ -448,6 +448,8 @@ def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
     texts = {c["text"]: c["cost"] for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
     assert texts == {"center-a/a100-spot: spot at 0.6/device-hour → spot at 0.4/device-hour (-2,336 USD/mo)": pytest.approx(-16 * 0.2 * 730),
                      "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour (+0 USD/mo on 0 devices)": 0.0}
+    # The plan's share of the cost from prices is the same computation, in spec.cost, as the lines' own figures.
+    assert spec.price_change_cost(base, spec.load_environment(write_env(tmp_path, after))) == pytest.approx(-16 * 0.2 * 730)
 
 
 def _refusals(tmp_path: Path, env: dict[str, Any]) -> tuple[Path, list[str]]:
@@ -659,3 +661,20 @@ def test_the_field_diff_walking_only_what_differs_finds_what_flattening_both_fil
             assert walked == changes.spec_changes_and_fields(*files)
 
     check()
+
+
+def test_one_capacity_row_is_what_validate_audit_and_both_sides_of_a_plan_show() -> None:
+    # Capacity was a dict in validate and audit and a dataclass in plan, each converting the other's keys.
+    from fleetops import plan
+
+    env = spec.load_environment(ROOT / "environments" / "prod.yaml")
+    rows = spec.capacity_rows(env)
+    moves = plan.capacity_rows(None, env)
+    assert {(m.cluster, m.resource): m.after for m in moves} == {(r.cluster, r.resource): r.capacity for r in rows}
+    assert all(m.before == spec.NO_CAPACITY and not m.before.physical for m in moves)
+    mig = next(r for r in rows if r.capacity.sharing_factor > 1)  # a shared device: units over devices, headroom of units
+    c = mig.capacity
+    assert c.sharing_factor == round(c.schedulable / c.physical, 2)
+    assert c.headroom_percent == round(100 * (c.schedulable - c.guaranteed) / c.schedulable, 1)
+    assert mig.to_dict()["capacity"] == c.schedulable and list(mig.to_dict()) == [
+        "cluster", "resource", "physical", "capacity", "sharing_factor", "guaranteed", "burst", "headroom_percent"]

@@ -117,13 +117,13 @@ def write_files(files: dict[Path, str], what: str) -> None:
 
 
 def parse_interval(text: str, option: str) -> float:
-    """`60s`, `5m`, `1h` or plain seconds -> seconds."""
-    import re
+    """A duration option (fleetops.durations: 30s, 5m, 1h, 1d, 1w) -> seconds, or exit 2 in one line."""
+    from fleetops import durations
 
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)?\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        fail(f"{option}: expected a duration like 60s, 5m or 1h, got {text!r}")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+    try:
+        return float(durations.parse(text).seconds)
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
 
 
 # --- the options of commands that reach live clusters (reconcile, why, standing) -----------------------

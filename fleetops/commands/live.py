@@ -46,7 +46,7 @@ def reconcile_command(
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
     reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
-    period = parse_interval(interval, "--interval") if interval else 0.0
+    period = parse_interval(interval, "--interval") if interval is not None else 0.0
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = reconcile.Reconciler(
         env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,

@@ -64,7 +64,7 @@ def serve(
             ipaddress.ip_network(proxy, strict=False)
         except ValueError:
             fail(f"--trusted-proxy {proxy!r}: not an address or network (e.g. 10.0.0.5 or 10.0.0.0/8)")
-    period = parse_interval(refresh, "--refresh") if refresh else 0.0
+    period = parse_interval(refresh, "--refresh") if refresh is not None else 0.0
     document = server.run(server.Serving(env, repo, rev, listen, host, port, tls_cert, tls_key, rate_limit, max_body_bytes, kubeconfig, in_cluster,
                                          cache_dir, period, tokens, openapi, prometheus, prometheus_token_file, proxies), progress, say)
     if openapi is not None and document is not None:

@@ -33,9 +33,9 @@ from pydantic import BaseModel, ValidationError
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
+from fleetops.metrics import DEVICES
 from fleetops.prometheus import Prometheus, finite
 
-DEVICES = "fleetops:tenant_devices:physical"  # modules/metering.py records it: the shared metric contract
 DAY = 86400
 EARLY = 30  # seconds: between two minute steps of the subquery
 ROUND = 6  # decimals kept of device-hours and amounts: a sum of 30 days of minute samples, no more

@@ -23,7 +23,7 @@ from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.plan_result import Capacity, CapacityRow, Cost, Finding, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
+from fleetops.plan_result import CapacityChange, Cost, Finding, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
 VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
@@ -258,7 +258,7 @@ def capacity_moves(plan: PlanResult) -> list[str]:
 SUMMED = ("physical", "schedulable", "guaranteed", "burst")
 
 
-def _fleet_totals(rows: list[CapacityRow]) -> list[CapacityRow]:
+def _fleet_totals(rows: list[CapacityChange]) -> list[CapacityChange]:
     """Capacity rows summed over their clusters, one per device resource, the most devices first."""
     sums: dict[str, tuple[Counter[str], Counter[str]]] = {}
     for r in rows:
@@ -266,23 +266,20 @@ def _fleet_totals(rows: list[CapacityRow]) -> list[CapacityRow]:
         before.update({k: getattr(r.before, k) for k in SUMMED})
         after.update({k: getattr(r.after, k) for k in SUMMED})
     where = f"all {len({r.cluster for r in rows}):,} clusters"
-    totals = [CapacityRow(where, resource, _derived(before), _derived(after)) for resource, (before, after) in sums.items()]
+    totals = [CapacityChange(where, resource, _derived(before), _derived(after)) for resource, (before, after) in sums.items()]
     return sorted(totals, key=lambda r: -r.after.physical)
 
 
-def _derived(c: Counter[str]) -> Capacity:
+def _derived(c: Counter[str]) -> spec.Capacity:
     """Sharing factor and headroom of summed capacity, as `spec.capacity_rows` derives them per cluster."""
-    units = c["schedulable"]
-    return Capacity(physical=c["physical"], schedulable=units, guaranteed=c["guaranteed"], burst=c["burst"],
-                    sharing_factor=round(units / c["physical"], 2) if c["physical"] else 0.0,
-                    headroom_percent=round(100 * (units - c["guaranteed"]) / units, 1) if units else 0.0)
+    return spec.Capacity.of(c["physical"], c["schedulable"], c["guaranteed"], c["burst"])
 
 
 def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _capacity_table(rows: list[CapacityRow], changed: bool) -> list[str]:
+def _capacity_table(rows: list[CapacityChange], changed: bool) -> list[str]:
     out = ["| cluster | resource | physical | schedulable | sharing | guaranteed | burst | headroom % |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

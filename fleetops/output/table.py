@@ -45,8 +45,9 @@ def summary(env: spec.Environment, state: render.DesiredState, console: Any) -> 
     for col in ("cluster", "resource", "physical", "schedulable", "sharing", "guaranteed", "burst", "headroom %"):
         quota.add_column(col, justify="right" if col not in ("cluster", "resource") else "left")
     for row in spec.capacity_rows(env):
-        quota.add_row(row["cluster"], row["resource"], str(row["physical"]), str(row["capacity"]), f"x{row['sharing_factor']:g}",
-                      *(str(row[k]) for k in ("guaranteed", "burst", "headroom_percent")))
+        c = row.capacity
+        quota.add_row(row.cluster, row.resource, str(c.physical), str(c.schedulable), f"x{c.sharing_factor:g}",
+                      *(str(v) for v in (c.guaranteed, c.burst, c.headroom_percent)))
     console.print(pools)
     console.print(quota)
     console.print(

@@ -34,7 +34,7 @@ from fleetops.policy.decisions import Decision
 from fleetops.policy.engine import EmbeddedEngine, Engine, OpaEngine, Results, collect, engine_from, rebase
 from fleetops.policy.facts import Inventory, PolicyInput, build_input, deleted_input, load_inventory, policy_input, resource_entry
 from fleetops.policy.pack import stack_input, validate_stack
-from fleetops.policy.records import decision_log_path, decision_record, log_decisions, verdict_record
+from fleetops.policy.records import DecisionRecord, decision_log_path, decision_record, log_decisions, verdict_record
 from fleetops.policy.rego_tests import TestReport, TestResult, run_tests
 from fleetops.policy.verdict import Judgement, Verdict, canonical_json, evaluate, evaluate_input, input_size, report_rows, too_large
 from fleetops.policy.waivers import Waiver, WaiverEntry, load_waivers, read_waivers
@@ -45,6 +45,7 @@ __all__ = [
     "WAIVERS_FILE",
     "Bundle",
     "Decision",
+    "DecisionRecord",
     "EmbeddedEngine",
     "Engine",
     "Inventory",

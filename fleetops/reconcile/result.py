@@ -116,7 +116,7 @@ class ClusterResult:
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # malformed live nodes
-    capacity: list[inventory.CapacityRow] = field(default_factory=list)
+    capacity: list[inventory.LiveCapacity] = field(default_factory=list)
     shortfalls: list[dict[str, Any]] = field(default_factory=list)
     leader: bool = True
     nodes_read: bool = True  # False: the node LIST failed, so capacity is unknown (not zero)

@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from fleetops import metrics as names
 from fleetops.reconcile.result import WORKED, PassResult, PassStatus
 from fleetops.reconcile.source import redact
 
@@ -26,15 +27,15 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.duration = Histogram("fleetops_reconcile_duration_seconds", "Time of one reconcile pass", registry=r)
-        self.drift = Gauge("fleetops_drift_objects", "Objects and nodes that differed from Git in the last pass that compared them (0: equal)", ["cluster", "kind"], registry=r)
-        self.apply_errors = Counter("fleetops_apply_errors", "Writes that failed after retries", ["cluster", "kind"], registry=r)
-        self.denials = Counter("fleetops_policy_denials", "Revisions the policy gate denied", registry=r)
-        self.capacity = Gauge("fleetops_capacity_devices", "Device units per cluster, resource and state (declared, ready, unavailable)", ["cluster", "resource", "state"], registry=r)
-        self.last_success = Gauge("fleetops_last_success_timestamp_seconds", "When a pass last ended without errors", registry=r)
-        self.cluster_errors = Counter("fleetops_reconcile_errors", "Errors of reconcile passes per cluster (reads, writes, an unreachable API server)", ["cluster"], registry=r)
-        self.cluster_up = Gauge("fleetops_cluster_up", "1 when the last pass reached the cluster's API server, 0 when it did not", ["cluster"], registry=r)
-        self.capacity_read = Gauge("fleetops_capacity_read_timestamp_seconds", "When the cluster's nodes were last read (fleetops_capacity_devices is as of then)", ["cluster"], registry=r)
+        self.duration = Histogram(names.RECONCILE_DURATION, "Time of one reconcile pass", registry=r)
+        self.drift = Gauge(names.DRIFT, "Objects and nodes that differed from Git in the last pass that compared them (0: equal)", ["cluster", "kind"], registry=r)
+        self.apply_errors = Counter(names.APPLY_ERRORS, "Writes that failed after retries", ["cluster", "kind"], registry=r)
+        self.denials = Counter(names.POLICY_DENIALS, "Revisions the policy gate denied", registry=r)
+        self.capacity = Gauge(names.CAPACITY_DEVICES, "Device units per cluster, resource and state (declared, ready, unavailable)", ["cluster", "resource", "state"], registry=r)
+        self.last_success = Gauge(names.LAST_SUCCESS, "When a pass last ended without errors", registry=r)
+        self.cluster_errors = Counter(names.RECONCILE_ERRORS, "Errors of reconcile passes per cluster (reads, writes, an unreachable API server)", ["cluster"], registry=r)
+        self.cluster_up = Gauge(names.CLUSTER_UP, "1 when the last pass reached the cluster's API server, 0 when it did not", ["cluster"], registry=r)
+        self.capacity_read = Gauge(names.CAPACITY_READ, f"When the cluster's nodes were last read ({names.CAPACITY_DEVICES} is as of then)", ["cluster"], registry=r)
         self._series: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}
 
     def observe(self, result: PassResult, seconds: float, now: float) -> None:

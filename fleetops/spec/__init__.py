@@ -23,7 +23,7 @@ from fleetops.spec.positions import (
     YAML_LOADER, Loc, Positions, format_loc, parse_yaml, yaml_errors,
 )
 from fleetops.spec.devices import (
-    capacity, capacity_rows, cluster_by_name, group_capacity, is_spot, mig_resource, physical, physical_devices,
+    NO_CAPACITY, Capacity, ClusterCapacity, capacity, capacity_rows, cluster_by_name, group_capacity, is_spot, mig_resource, physical, physical_devices,
     physical_shares, quota_sums, service_pools,
 )
 from fleetops.spec.nodes import (
@@ -31,7 +31,7 @@ from fleetops.spec.nodes import (
 )
 from fleetops.spec.cost import (
     HOURS_PER_MONTH, Basis, Reference, below_reference, cost_at_reference, device_hour_price, group_monthly_cost,
-    judged_hour_price, monthly_cost, replica_monthly_cost, unit_hour_price,
+    judged_hour_price, model_price_change, monthly_cost, price_change_cost, replica_monthly_cost, repriced_monthly_cost, unit_hour_price,
 )
 from fleetops.spec.placement import (
     KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, KueueLimits, Placement, bundles, eligible_groups, guarantee_placement,
@@ -59,12 +59,12 @@ __all__ = [
     "OfflineWork", "Placement", "PluginKind", "Pool", "Positions", "Positive", "PriorityClass", "QUEUE_NAME_MAX", "Quota",
     "RESERVED_LABELS", "Reconciler", "Reference", "Replica", "Replicas", "ResourceName", "SPOT_TAINT", "SYSTEM_NAMESPACES",
     "Scheduler", "Server", "Service", "Sharing", "SpecError", "Spot", "Taint", "Targets", "Tenant", "TenantNetwork",
-    "TopUp", "Url", "Workload", "YAML_LOADER", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
+    "TopUp", "Url", "Workload", "YAML_LOADER", "NO_CAPACITY", "Capacity", "ClusterCapacity", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
     "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",
-    "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "monthly_cost", "named_groups",
+    "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "model_price_change", "monthly_cost", "named_groups",
     "no_environment", "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
-    "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "queue_names", "quota_sums",
-    "read_bounded", "read_environment", "replica_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
+    "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "price_change_cost", "queue_names", "quota_sums",
+    "read_bounded", "read_environment", "replica_monthly_cost", "repriced_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
     "unguaranteed", "unit_hour_price", "yaml_errors",
 ]

@@ -1,5 +1,6 @@
 """What an environment's devices cost: prices per device-hour (a spot pool's own), per schedulable
-unit, per month; and what a revision under review is judged at, its base revision's reference prices."""
+unit, per month; what a change of prices costs a month; and what a revision under review is judged at,
+its base revision's reference prices."""
 
 import enum
 from collections.abc import Mapping
@@ -40,6 +41,38 @@ def replica_monthly_cost(env: Environment, service: Service) -> float:
     """One replica's devices for a 730-hour month, on the dearest of its pools (where the scheduler may put it)."""
     price = max((unit_hour_price(env, p, service.devices.resource) for p in service_pools(env, service)), default=0.0)
     return service.devices.count * price * HOURS_PER_MONTH
+
+
+# --- what a change of prices costs -------------------------------------------------------------
+
+
+def repriced_monthly_cost(before: Environment, after: Environment, was: Group | None, group: Group) -> float:
+    """What head's `group` costs a month more (less) for the prices the change edited alone: its devices at
+    head's price less at the base's price of the same model (a spot pool that was spot: its base spot price).
+    A model or spot pool the base does not price is no price change: what it costs is new capacity."""
+    price = device_hour_price(after, group)
+    if is_spot(group):
+        base = was.spot.price if was is not None and isinstance(was, Pool) and was.spot is not None else price
+    else:
+        base = before.prices.get(group.device.model, price)
+    return physical_devices(group) * (price - base) * HOURS_PER_MONTH
+
+
+def price_change_cost(before: Environment | None, after: Environment | None) -> float:
+    """What the change's price edits alone do to the monthly cost, apart from the devices it adds or
+    removes: head's fleet at head's prices less the same fleet at the base's (`repriced_monthly_cost`)."""
+    if before is None or after is None:
+        return 0.0
+    old = {(c.name, g.name): g for c in before.clusters for g in (*c.pools, *c.edge_groups)}
+    return round(sum(repriced_monthly_cost(before, after, old.get((c.name, g.name)), g)
+                     for c in after.clusters for g in (*c.pools, *c.edge_groups)), 2)
+
+
+def model_price_change(after: Environment, model: str, was: float, now: float) -> tuple[int, float]:
+    """A model's price edited from `was` to `now`: head's on-demand devices of that model (a spot pool has its
+    own price), and what they cost a month more (less)."""
+    devices = sum(physical_devices(g) for c in after.clusters for g in (*c.pools, *c.edge_groups) if g.device.model == model and not is_spot(g))
+    return devices, (now - was) * devices * HOURS_PER_MONTH
 
 
 # --- the price a change is judged at -------------------------------------------------------------

@@ -2,6 +2,7 @@
 resource after sharing (time-slicing, MIG), per cluster, and the quotas drawn from them."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fleetops import mig
@@ -89,7 +90,46 @@ def quota_sums(env: Environment) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def capacity_rows(env: Environment) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Capacity:
+    """One cluster's device resource: physical devices, schedulable units (after time-slicing or MIG) and
+    their ratio, guaranteed and burst sums, headroom %."""
+
+    physical: float
+    schedulable: float
+    sharing_factor: float
+    guaranteed: int
+    burst: int
+    headroom_percent: float
+
+    @classmethod
+    def of(cls, physical: float, schedulable: float, guaranteed: int, burst: int) -> "Capacity":
+        """The figures, with the sharing factor and headroom derived from them (one cluster's, or summed)."""
+        return cls(physical=physical, schedulable=schedulable, guaranteed=guaranteed, burst=burst,
+                   sharing_factor=round(schedulable / physical, 2) if physical else 0.0,
+                   headroom_percent=round(100 * (schedulable - guaranteed) / schedulable, 1) if schedulable else 0.0)
+
+
+NO_CAPACITY = Capacity(physical=0, schedulable=0, sharing_factor=0.0, guaranteed=0, burst=0, headroom_percent=0.0)
+
+
+@dataclass(frozen=True)
+class ClusterCapacity:
+    """A cluster's device resource and its capacity: the one row `validate`'s table, `check` and `audit`
+    (`to_dict`) and plan's before/after (`plan_result.CapacityChange`) are made of."""
+
+    cluster: str
+    resource: str
+    capacity: Capacity
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `check --output json` and audit publish a row (the schema's `capacity_row`): units as `capacity`."""
+        c = self.capacity
+        return {"cluster": self.cluster, "resource": self.resource, "physical": c.physical, "capacity": c.schedulable,
+                "sharing_factor": c.sharing_factor, "guaranteed": c.guaranteed, "burst": c.burst, "headroom_percent": c.headroom_percent}
+
+
+def capacity_rows(env: Environment) -> list[ClusterCapacity]:
     """Per cluster and device resource: physical devices, schedulable units (after time-slicing or MIG)
     and their ratio, guaranteed and burst sums, headroom %."""
     sums, devices = quota_sums(env), physical(env)
@@ -98,18 +138,8 @@ def capacity_rows(env: Environment) -> list[dict[str, Any]]:
         for resource, units in sorted(per.items()):
             q = sums.get(cluster, {}).get(resource, {"guaranteed": 0, "burst": 0})
             real = devices[cluster][resource]
-            rows.append(
-                {
-                    "cluster": cluster,
-                    "resource": resource,
-                    "physical": int(real) if real == int(real) else real,
-                    "capacity": units,
-                    "sharing_factor": round(units / real, 2) if real else 0.0,
-                    "guaranteed": q["guaranteed"],
-                    "burst": q["burst"],
-                    "headroom_percent": round(100 * (units - q["guaranteed"]) / units, 1) if units else 0.0,
-                }
-            )
+            # A whole number of devices is written as one (8, not 8.0).
+            rows.append(ClusterCapacity(cluster, resource, Capacity.of(int(real) if real == int(real) else real, units, q["guaranteed"], q["burst"])))
     return rows
 
 

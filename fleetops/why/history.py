@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetops import spec
+from fleetops.metrics import DEVICES
 from fleetops.prometheus import Prometheus
 # plan's own conversion of the series' physical devices to quota units, not a second one
-from fleetops.usage import DEVICES, Window, _factor
+from fleetops.usage import Window, _factor
 
 STEP_SECONDS = 60  # the recording rule's own evaluation interval (modules/metering.py METERING_INTERVAL)
 NO_HISTORY = "unknown (no history: give --prometheus)"
