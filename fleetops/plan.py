@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
-from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, FleetChange, Finding, Grants, Groups,
-                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
+from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow, ChangeSide, Cost, PlanDecision, Finding, Groups,
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, Quota, QuotaChange, Service, ServiceChange, Verdict,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
 from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
@@ -154,35 +154,35 @@ def capacity_rows(before: spec.Environment | None, after: spec.Environment | Non
     return [CapacityRow(key[0], key[1], b.get(key, NO_CAPACITY), a.get(key, NO_CAPACITY)) for key in sorted(set(b) | set(a))]
 
 
-def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
-    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], dict[str, int]]:
+def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[QuotaChange]:
+    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], Quota]:
         if env is None:
             return {}
         return {
-            (t.name, c, r): {"guaranteed": q.guaranteed, "burst": q.burst}
+            (t.name, c, r): Quota(q.guaranteed, q.burst)
             for t in env.tenants
             for c in t.clusters
             for r, q in t.quota.items()
         }
 
     b, a = quotas(before), quotas(after)
-    zero = {"guaranteed": 0, "burst": 0}
+    zero = Quota(0, 0)
     rows = []
     for key in sorted(set(b) | set(a)):
         old, new = b.get(key, zero), a.get(key, zero)
         if old != new:
-            rows.append({"tenant": key[0], "cluster": key[1], "resource": key[2], "before": old, "after": new})
+            rows.append(QuotaChange(key[0], key[1], key[2], old, new))
     return rows
 
 
-def group_changes(before: spec.Environment | None, after: spec.Environment | None) -> dict[str, list[str]]:
+def group_changes(before: spec.Environment | None, after: spec.Environment | None) -> Groups:
     def groups(env: spec.Environment | None) -> set[str]:
         if env is None:
             return set()
         return {f"{c.name}/{g.name}" for c in env.clusters for g in (*c.pools, *c.edge_groups)}
 
     b, a = groups(before), groups(after)
-    return {"added": sorted(a - b), "removed": sorted(b - a)}
+    return Groups(sorted(a - b), sorted(b - a))
 
 
 def changed_files(repo: Path, base: str, head: str, paths: Sequence[str], stack: contextlib.ExitStack) -> Callable[[], list[str]]:
@@ -226,7 +226,7 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
-def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[dict[str, Any]]:
+def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[Service]:
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
     what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
     `granted` and `base_granted` are each side's `grants.of_fleet(...).facts`, read once by the plan."""
@@ -240,12 +240,13 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any], base_grante
     out = []
     for key, row in new.items():
         was = old.get(key)
-        change = "added" if was is None else "unchanged" if was == row else "changed"
+        change = ServiceChange.ADDED if was is None else ServiceChange.UNCHANGED if was == row else ServiceChange.CHANGED
         delta = round(row["monthly_at_max"] - (was["monthly_at_max"] if was else 0), 2)
-        spend = f"{changes.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
+        spend = (f"{changes.money(delta)} {currency}/mo at max" if change is not ServiceChange.UNCHANGED
+                 else f"{row['monthly_at_max']:,.0f} {currency}/mo at max")
         text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
                 f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
-        out.append({**row, "change": change, "monthly_at_max_delta": delta, "text": text})
+        out.append(Service(**row, change=change, monthly_at_max_delta=delta, text=text))
     return out
 
 
@@ -276,7 +277,7 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]],
+def change_facts(environment: str, base: Side, head: Side, quota: list[QuotaChange], groups: Groups,
                  files: dict[str, list[str]], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
@@ -285,9 +286,9 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "head_revision": head.revision,
         "environment_added": not base.exists and head.exists,
         "environment_removed": base.exists and not head.exists,
-        "quota_changes": quota,
-        "groups_added": groups["added"],
-        "groups_removed": groups["removed"],
+        "quota_changes": [asdict(q) for q in quota],
+        "groups_added": groups.added,
+        "groups_removed": groups.removed,
         "cost_before": costs[0],
         "cost_after": costs[1],
         "cost_after_base_prices": cost_at_base_prices(base.env, head.env),
@@ -314,14 +315,15 @@ class Meter:
 
 
 def measured(meter: Meter, before: spec.Environment | None, after: spec.Environment | None,
-             quota: list[dict[str, Any]]) -> usage.Usage:
+             quota: list[QuotaChange]) -> usage.Usage:
     """The use of what the change touches, or why it is unknown: no answer is never zero use."""
+    rows = [asdict(q) for q in quota]  # usage reads plain rows, as the policies do
     if meter.source is None:
-        return usage.unavailable(meter.window, "no --prometheus given", before, after, quota)
+        return usage.unavailable(meter.window, "no --prometheus given", before, after, rows)
     try:
-        return usage.measure(meter.source, meter.window, before, after, quota, dt.datetime.now(dt.timezone.utc))
+        return usage.measure(meter.source, meter.window, before, after, rows, dt.datetime.now(dt.timezone.utc))
     except PrometheusError as exc:
-        return usage.unavailable(meter.window, f"Prometheus did not answer: {exc}", before, after, quota)
+        return usage.unavailable(meter.window, f"Prometheus did not answer: {exc}", before, after, rows)
 
 
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int,
@@ -376,10 +378,7 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     # The base's fleet by the same policies, without the change: what was found before it (no verdict of it counts).
     found, gone = findings(rows, judge(before, env_name, None, policies, granted=base_kueue.facts)[0] if before.env is not None else [])
     rows = [{**row, "finding": f.value} for row, f in zip(rows, found, strict=True)]
-    granted = grants.review(after.env, kueue)
-    services = service_rows(before, after, kueue.facts, base_kueue.facts)
     objects = diff.compare(before.clusters, after.clusters)
-    fleet_changes, capacity = changes.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
     files = [PolicyFileChange(f, f in changes.SECURITY_FILES,
@@ -399,17 +398,17 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         decisions=decisions,
         # A program change has an effect even where no object shows it (the deploy runs it: Makefile, the policy pack).
         no_effect=objects.empty and not policy_files and not program_files and not edits and cost_before == cost_after,
-        spec_changes=[SpecChange.of(e) for e in edits],
+        spec_changes=edits,
         approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
-        fleet_changes=[FleetChange(**c) for c in fleet_changes],
+        fleet_changes=changes.fleet_changes(before.env, after.env),
         policy_file_changes=files,
         program_file_changes=program_files,
         objects=objects,
-        capacity=capacity,
-        quota_changes=[QuotaChange.of(q) for q in quota],
-        grants=Grants.of(granted),
-        services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
-        groups=Groups(groups["added"], groups["removed"]),
+        capacity=capacity_rows(before.env, after.env),
+        quota_changes=quota,
+        grants=grants.review(after.env, kueue),
+        services=service_rows(before, after, kueue.facts, base_kueue.facts),
+        groups=groups,
         cost=Cost(cost_before, cost_after, currency, changes.price_effect(before.env, after.env)),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
