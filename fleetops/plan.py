@@ -20,9 +20,9 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
@@ -33,6 +33,9 @@ from fleetops.plan_result import (NO_CAPACITY, Approvals, Capacity, CapacityRow,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
 from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
+
+if TYPE_CHECKING:  # read by annotation only: the policy engine loads when a plan is judged
+    from fleetops.policy import verdict as policy_verdict
 
 
 @dataclass
@@ -374,10 +377,9 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     used = measured(meter, before.env, after.env, quota)
     # Each side's Kueue tree read once: the policy input, `grants` and `services` share it.
     kueue, base_kueue = grants.of_fleet(after.clusters), grants.of_fleet(before.clusters)
-    rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
+    judged = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     # The base's fleet by the same policies, without the change: what was found before it (no verdict of it counts).
-    found, gone = findings(rows, judge(before, env_name, None, policies, granted=base_kueue.facts)[0] if before.env is not None else [])
-    rows = [{**row, "finding": f.value} for row, f in zip(rows, found, strict=True)]
+    found, gone = findings(judged.decisions, judge(before, env_name, None, policies, granted=base_kueue.facts).decisions if before.env is not None else [])
     objects = diff.compare(before.clusters, after.clusters)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
@@ -388,8 +390,8 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     (edits, fields), positions = changes.spec_changes_and_fields(base_file, head_file), head_file[1]
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
-    decisions = explain(rows, after.env, positions, policies, edited)
-    resolved = explain([{**row, "finding": Finding.RESOLVED.value} for row in gone], None, None, policies)
+    decisions = explain([replace(d, finding=f) for d, f in zip(judged.decisions, found, strict=True)], after.env, positions, policies, edited)
+    resolved = explain([replace(d, finding=Finding.RESOLVED) for d in gone], None, None, policies)
     return PlanResult(
         environment=env_name,
         verdict=Verdict.of(status_counts(decisions)),
@@ -413,17 +415,17 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
         work=Work.of(work) if work is not None else None,
-        judgement=verdict.judgement(),
+        judgement=judged.verdict.judgement(),
         resolved=resolved,
     )
 
 
-def _identity(row: dict[str, Any]) -> tuple[str, str, str]:
+def _identity(decision: PlanDecision) -> tuple[str, str, str]:
     """What a decision is about: its rule and resource as the rule names them."""
-    return row["rule"], row["resource"], json.dumps(row["subject"], sort_keys=True, default=str)
+    return decision.rule, decision.resource, json.dumps(decision.subject, sort_keys=True, default=str)
 
 
-def findings(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[list[Finding], list[dict[str, Any]]]:
+def findings(head: list[PlanDecision], base: list[PlanDecision]) -> tuple[list[Finding], list[PlanDecision]]:
     """Each of head's decisions as new or pre-existing, and the base's decisions head no longer has (resolved).
     Pre-existing is only a decision base had as it is, status and message alike: one the change moved (a
     larger breach, a waiver outgrown, a cost further over) is new, and its base form is not resolved."""
@@ -433,7 +435,7 @@ def findings(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[li
     found = []
     for row in head:
         same = left.get(_identity(row), [])
-        match = next((i for i in same if (base[i]["status"], base[i]["msg"]) == (row["status"], row["msg"])), None)
+        match = next((i for i in same if (base[i].status, base[i].msg) == (row.status, row.msg)), None)
         if match is not None:
             same.remove(match)
         found.append(Finding.NEW if match is None else Finding.PRE_EXISTING)
@@ -474,10 +476,19 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A fleet judged by the policies: its decisions as a plan shows them, before `explain` places them
+    (each waiver that could not be used a warning), and the verdict they come from (for its digests and
+    the decision record)."""
+
+    decisions: list[PlanDecision]
+    verdict: policy_verdict.Verdict
+
+
 def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
-          used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
-    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
-    the decisions as rows, and the verdict they come from (for its digests and the decision record).
+          used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> Judged:
+    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's).
     `granted`: head's `grants.of_fleet(...).facts`, when the caller has read it."""
     from fleetops import policy
 
@@ -491,9 +502,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     # With the values only the fix reads (`fix_values`): the reports and the decision record show none.
-    rows = [{**row, "fix_values": d.fix_values} for row, d in zip(policy.report_rows(verdict), verdict.decisions, strict=True)] + [
-        {"status": DecisionStatus.WARN.value, "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
-         "package": "fleet.waivers", "waived_by": None}
+    return Judged([PlanDecision.judged(d) for d in verdict.decisions] + [
+        PlanDecision(DecisionStatus.WARN, "waiver.invalid", Severity.LOW, str(problem), "", {}, "fleet.waivers")
         for problem in verdict.waiver_problems
-    ]
-    return rows, verdict
+    ], verdict)

@@ -24,6 +24,7 @@ from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 
 if TYPE_CHECKING:  # read by annotation only: the forms of a plan do not load the policy engine
+    from fleetops.policy.decisions import Decision
     from fleetops.policy.verdict import Judgement
     from fleetops.policy.waivers import Waiver
 
@@ -194,14 +195,15 @@ class PlanDecision:
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
     finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
+    # Values the rule's fix names beyond its subject and figures (`policy.Decision.fix_values`): only
+    # `explain` reads them; no form, report or record shows them.
+    fix_values: Row = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
-        """From the row `explain.explain` makes of a policy's decision, and the waiver `waived_by` names."""
-        loc = row.get("location")
-        return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
-                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
-                   Finding(row["finding"]) if row.get("finding") else None)
+    def judged(cls, decision: Decision) -> PlanDecision:
+        """A policy's decision as the plan shows it, before `explain` places it, gates it and finds its fix and waiver."""
+        return cls(decision.status, decision.rule, decision.severity, decision.msg, decision.resource_ref(), decision.resource,
+                   decision.package, decision.waived_by, figures=decision.figures, fix_values=decision.fix_values)
 
     def to_json(self) -> Row:
         w = self.waiver
