@@ -1,7 +1,8 @@
 """The reviewer's report: every rule, its evidence, every waiver, every decision, in one file.
 
-The report is plain data first (`build`), then a format (`html`, `markdown`; for `--output json`
-the CLI wraps the data in the one JSON envelope of fleetops.output). The data is stable for the same
+The report is typed data first (`build` makes an `AuditReport`, whole), then a format that only reads it
+(`html`, `markdown`; for `--output json` the CLI wraps `AuditReport.to_json()` in the one JSON envelope
+of fleetops.output). The data is stable for the same
 input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the wall clock; the HTML
 adds the wall-clock generation time for the reader.
 """
@@ -13,6 +14,7 @@ import importlib.metadata
 import os
 import re
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -317,9 +319,9 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def html(report: dict[str, Any]) -> str:
-    charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
-    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
+def html(report: AuditReport) -> str:
+    charts = {e.name: capacity_chart(e.name, e.capacity) for e in report.environments}
+    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report.provenance.revision_date})"
     return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
 
 
@@ -333,44 +335,44 @@ def _who(d: dict[str, Any]) -> str:
     return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
 
 
-def markdown(report: dict[str, Any]) -> str:
-    p = report["provenance"]
+def markdown(report: AuditReport) -> str:
+    p = report.provenance
     lines = [
         "# fleetops policy audit",
         "",
-        f"Revision `{p['revision']}` ({p['revision_date']}), policy digest `{p['policy_digest']}`, engine {p['engine']} {p['engine_version']}.",
-        f"{len(report['policies'])} rules; {report['tests']['passed']} of {report['tests']['total']} policy tests pass; {len(report['waivers'])} waivers.",
+        f"Revision `{p.revision}` ({p.revision_date}), policy digest `{p.policy_digest}`, engine {p.engine} {p.engine_version}.",
+        f"{len(report.policies)} rules; {report.tests.passed} of {report.tests.total} policy tests pass; {len(report.waivers)} waivers.",
         "",
         "## Policy inventory",
         "",
         "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in report["policies"]:
+    for r in report.policies:
         change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
         tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
         enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
         lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
     lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
-    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
+    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report.coverage]
     lines += ["", "## Current decisions", ""]
-    for e in report["environments"]:
-        n = e["counts"]
-        lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
+    for e in report.environments:
+        n = e.counts
+        lines.append(f"### {e.name}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
         lines.append("")
-        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e.decisions] or ["No decisions."]
         lines.append("")
     lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
     lines += [
         f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
-        for w in report["waivers"]
+        for w in report.waivers
     ]
-    if (st := report.get("statements")) is not None:
+    if (st := report.statements) is not None:
         lines += ["", f"## Statements: {st['environment']}, {st['period']}", "", f"Read from {st['prometheus']}.", "",
                   "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
         lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
                   f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
-    h = report["history"]
+    h = report.history
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:
         lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]
@@ -429,12 +431,22 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
     return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
 
 
-def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EnvironmentSection:
+    """One environment judged: its decisions as every report shows them (`policy.report_rows`), and its capacity rows."""
+
+    name: str
+    counts: dict[str, int]
+    decisions: list[dict[str, Any]]
+    capacity: list[dict[str, Any]]
+
+
+def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> EnvironmentSection:
     """An environment as every command takes it (`render.load_checked`), judged by the policies."""
     verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
     capacity = spec.capacity_rows(checked.env)
     decisions = policy.report_rows(verdict)
-    return {"name": name, "counts": decision_counts(decisions, VERDICT_STATUSES), "decisions": decisions, "capacity": capacity}
+    return EnvironmentSection(name, decision_counts(decisions, VERDICT_STATUSES), decisions, capacity)
 
 
 def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
@@ -466,6 +478,56 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """What the report was made from: the revision and its time, the policies' digest, the engine."""
+
+    revision: str
+    revision_date: str
+    policy_digest: str
+    engine: str
+    engine_version: str
+
+
+@dataclass(frozen=True)
+class TestSummary:
+    total: int
+    passed: int
+    failed: list[str]  # `package.name` of each failing policy test
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The audit report, built whole by `build`; the CLI and the forms only read it. Its rows (rules,
+    coverage, decisions, waivers, history, statements) are the published ones (`audit` in
+    fleetops/schemas/output.schema.json), as the modules that own them build them."""
+
+    provenance: Provenance
+    packages: list[str]
+    policies: list[dict[str, Any]]
+    tests: TestSummary
+    coverage: list[dict[str, Any]]
+    environments: list[EnvironmentSection]
+    waivers: list[dict[str, Any]]
+    history: dict[str, Any]
+    statements: dict[str, object] | None  # `audit --statements FILE` (statements.audit_summary); None: not asked
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        """Every environment's decisions, in order."""
+        return [d for e in self.environments for d in e.decisions]
+
+    @property
+    def ok(self) -> bool:
+        return not any(d["status"] == DecisionStatus.DENY for d in self.decisions)
+
+    def to_json(self) -> dict[str, Any]:
+        """The published `audit` fields (the envelope adds schema, command, version, ok, counts and problems)."""
+        return {"provenance": asdict(self.provenance), "packages": self.packages, "policies": self.policies, "tests": asdict(self.tests),
+                "coverage": self.coverage, "environments": [asdict(e) for e in self.environments], "waivers": self.waivers,
+                "history": self.history, "statements": self.statements}
+
+
 def build(
     repo: Path,
     environments: list[tuple[str, render.Checked]],
@@ -473,7 +535,10 @@ def build(
     decision_log: Path | None,
     engine: policy.Engine | None = None,
     today: dt.date | None = None,
-) -> dict[str, Any]:
+    statements: Path | None = None,
+) -> AuditReport:
+    """The report of `environments` judged by `policies_dir`, with the history of `decision_log` and,
+    when given, the statements of `statements` (a `fleetops statements --output json` file)."""
     engine = engine or policy.engine_from()
     today = today or dt.date.today()
     bundle = policy.load_bundle(policies_dir)
@@ -500,27 +565,24 @@ def build(
         }
         for c in tests.coverage
     ]
-    return {
-        "provenance": {
-            "revision": git.revision(repo),
-            "revision_date": revision_time(repo),
-            "policy_digest": bundle.digest,
-            "engine": engine.name,
-            "engine_version": engine_version(engine),
-        },
-        "packages": sorted({r["package"] for r in inventory}),
-        "policies": inventory,
-        "tests": {
-            "total": len(tests.results),
-            "passed": sum(r.passed for r in tests.results),
-            "failed": [f"{r.package}.{r.name}" for r in tests.results if not r.passed],
-        },
-        "coverage": coverage,
-        "environments": [environment_section(name, checked, policies_dir, engine) for name, checked in environments],
-        "waivers": waiver_rows(policies_dir, today),
-        "history": history(decision_log),
-        "statements": None,  # `audit --statements FILE` sets it (statements.audit_summary)
-    }
+    return AuditReport(  # its parts made in the order they always were: the first that fails is the one said
+        provenance=Provenance(git.revision(repo), revision_time(repo), bundle.digest, engine.name, engine_version(engine)),
+        packages=sorted({r["package"] for r in inventory}),
+        policies=inventory,
+        tests=TestSummary(len(tests.results), sum(r.passed for r in tests.results),
+                          [f"{r.package}.{r.name}" for r in tests.results if not r.passed]),
+        coverage=coverage,
+        environments=[environment_section(name, checked, policies_dir, engine) for name, checked in environments],
+        waivers=waiver_rows(policies_dir, today),
+        history=history(decision_log),
+        statements=_statements(statements) if statements is not None else None,
+    )
+
+
+def _statements(path: Path) -> dict[str, object]:
+    from fleetops.metering import statements
+
+    return statements.audit_summary(path)
 
 
 def engine_version(engine: policy.Engine) -> str:

@@ -582,26 +582,22 @@ def audit_command(
     try:
         with progress("building the audit report"):
             report = audit.build(
-                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url),
+                statements=statements_file,
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
-    if statements_file is not None:
-        from fleetops.metering import statements
-
-        report["statements"] = statements.audit_summary(statements_file)
-    if skipped := audit.malformed_summary(report["history"]):
+    if skipped := audit.malformed_summary(report.history):
         err.print(skipped, markup=False, highlight=False)
     if output is AuditFormat.json:
-        decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
-        text = as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
+        text = as_json(envelope("audit", report.ok, decision_counts(report.decisions), **report.to_json()))
     else:
         text = {AuditFormat.html: audit.html, AuditFormat.markdown: audit.markdown}[output](report)
     if out_file is None:
         sys.stdout.write(text)
         return
     write_files({out_file: text}, "the report")
-    err.print(f"wrote {out_file} ({len(report['policies'])} rules, {len(report['environments'])} environment(s))", highlight=False)
+    err.print(f"wrote {out_file} ({len(report.policies)} rules, {len(report.environments)} environment(s))", highlight=False)
 
 
 
