@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     writes = sum(api.writes() for api in apis.values())
     assert writes == drifted and fixed.drift == drifted and not fixed.errors, (writes, drifted, fixed.errors[:3])
     # A relabelled object is found by its identity: an update of its label, never an object to create.
-    creates = sum(1 for c in fixed.clusters.values() for a in c.drift if a.verb == reconcile.Verb.CREATE)
+    creates = sum(1 for c in fixed.clusters.values() for a in c.drift if a.verb is reconcile.Write.CREATE)
 
     figures = {
         "clusters": len(apis),

@@ -1,7 +1,7 @@
 """The reviewer's report: every rule, its evidence, every waiver, every decision, in one file.
 
-The report is plain data first (`build`), then a form of fleetops.output (`html.audit`, `markdown.audit`,
-`json.audit`: the data in the one JSON envelope). The data is stable for the same
+The report is typed data first (`build` makes an `AuditReport`, whole), then a form of fleetops.output that only
+reads it (`html.audit`, `markdown.audit`, `json.audit`: `AuditReport.to_json()` in the one JSON envelope). The data is stable for the same
 input: its time is the revision's commit time (or SOURCE_DATE_EPOCH), not the wall clock; the HTML
 adds the wall-clock generation time for the reader.
 """
@@ -13,6 +13,7 @@ import importlib.metadata
 import os
 import re
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -286,12 +287,22 @@ def tests_by_rule(tests: dict[str, str], results: list[policy.TestResult], inven
     return {rule: sorted(ts, key=lambda t: t["name"]) for rule, ts in out.items()}
 
 
-def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EnvironmentSection:
+    """One environment judged: its decisions as every report shows them (`policy.report_rows`), and its capacity rows."""
+
+    name: str
+    counts: dict[str, int]
+    decisions: list[dict[str, Any]]
+    capacity: list[dict[str, Any]]
+
+
+def environment_section(name: str, checked: render.Checked, policies_dir: Path, engine: policy.Engine) -> EnvironmentSection:
     """An environment as every command takes it (`render.load_checked`), judged by the policies."""
     verdict = policy.evaluate(checked.env, checked.state, engine=engine, policies_dir=policies_dir)
     capacity = [row.to_dict() for row in spec.capacity_rows(checked.env)]
     decisions = policy.report_rows(verdict)
-    return {"name": name, "counts": decision_counts(decisions, VERDICT_STATUSES), "decisions": decisions, "capacity": capacity}
+    return EnvironmentSection(name, decision_counts(decisions, VERDICT_STATUSES), decisions, capacity)
 
 
 def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
@@ -323,6 +334,56 @@ def waiver_rows(policies_dir: Path, today: dt.date) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """What the report was made from: the revision and its time, the policies' digest, the engine."""
+
+    revision: str
+    revision_date: str
+    policy_digest: str
+    engine: str
+    engine_version: str
+
+
+@dataclass(frozen=True)
+class TestSummary:
+    total: int
+    passed: int
+    failed: list[str]  # `package.name` of each failing policy test
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The audit report, built whole by `build`; the CLI and the forms only read it. Its rows (rules,
+    coverage, decisions, waivers, history, statements) are the published ones (`audit` in
+    fleetops/schemas/output.schema.json), as the modules that own them build them."""
+
+    provenance: Provenance
+    packages: list[str]
+    policies: list[dict[str, Any]]
+    tests: TestSummary
+    coverage: list[dict[str, Any]]
+    environments: list[EnvironmentSection]
+    waivers: list[dict[str, Any]]
+    history: dict[str, Any]
+    statements: dict[str, object] | None  # `audit --statements FILE` (statements.audit_summary); None: not asked
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        """Every environment's decisions, in order."""
+        return [d for e in self.environments for d in e.decisions]
+
+    @property
+    def ok(self) -> bool:
+        return not any(d["status"] == DecisionStatus.DENY for d in self.decisions)
+
+    def to_json(self) -> dict[str, Any]:
+        """The published `audit` fields (the envelope adds schema, command, version, ok, counts and problems)."""
+        return {"provenance": asdict(self.provenance), "packages": self.packages, "policies": self.policies, "tests": asdict(self.tests),
+                "coverage": self.coverage, "environments": [asdict(e) for e in self.environments], "waivers": self.waivers,
+                "history": self.history, "statements": self.statements}
+
+
 def build(
     repo: Path,
     environments: list[tuple[str, render.Checked]],
@@ -330,7 +391,10 @@ def build(
     decision_log: Path | None,
     engine: policy.Engine | None = None,
     today: dt.date | None = None,
-) -> dict[str, Any]:
+    statements: Path | None = None,
+) -> AuditReport:
+    """The report of `environments` judged by `policies_dir`, with the history of `decision_log` and,
+    when given, the statements of `statements` (a `fleetops statements --output json` file)."""
     engine = engine or policy.engine_from()
     today = today or dt.date.today()
     bundle = policy.load_bundle(policies_dir)
@@ -357,27 +421,24 @@ def build(
         }
         for c in tests.coverage
     ]
-    return {
-        "provenance": {
-            "revision": git.revision(repo),
-            "revision_date": revision_time(repo),
-            "policy_digest": bundle.digest,
-            "engine": engine.name,
-            "engine_version": engine_version(engine),
-        },
-        "packages": sorted({r["package"] for r in inventory}),
-        "policies": inventory,
-        "tests": {
-            "total": len(tests.results),
-            "passed": sum(r.passed for r in tests.results),
-            "failed": [f"{r.package}.{r.name}" for r in tests.results if not r.passed],
-        },
-        "coverage": coverage,
-        "environments": [environment_section(name, checked, policies_dir, engine) for name, checked in environments],
-        "waivers": waiver_rows(policies_dir, today),
-        "history": history(decision_log),
-        "statements": None,  # `audit --statements FILE` sets it (statements.audit_summary)
-    }
+    return AuditReport(  # its parts made in the order they always were: the first that fails is the one said
+        provenance=Provenance(git.revision(repo), revision_time(repo), bundle.digest, engine.name, engine_version(engine)),
+        packages=sorted({r["package"] for r in inventory}),
+        policies=inventory,
+        tests=TestSummary(len(tests.results), sum(r.passed for r in tests.results),
+                          [f"{r.package}.{r.name}" for r in tests.results if not r.passed]),
+        coverage=coverage,
+        environments=[environment_section(name, checked, policies_dir, engine) for name, checked in environments],
+        waivers=waiver_rows(policies_dir, today),
+        history=history(decision_log),
+        statements=_statements(statements) if statements is not None else None,
+    )
+
+
+def _statements(path: Path) -> dict[str, object]:
+    from fleetops.metering import statements
+
+    return statements.audit_summary(path)
 
 
 def engine_version(engine: policy.Engine) -> str:

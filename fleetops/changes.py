@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime
 import difflib
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from fleetops import spec
@@ -21,6 +23,53 @@ SECURITY_FIELDS = {"fingerprints", "network", "isolation", "allow_from_tenants",
                    "center_endpoints", "match", "name_pattern", "edge_runtime"}
 # Policy files whose change weakens or strengthens the gate itself.
 SECURITY_FILES = {"policies/waivers.yaml", "policies/owners.yaml"}
+
+
+class Side(StrEnum):
+    """The side of a change whose file holds a line."""
+
+    BASE = "base"
+    HEAD = "head"
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """One edited field of the environment file: its value on each side and its line (head's; base's
+    for a removed field)."""
+
+    path: str  # as `spec.format_loc` writes it, list items by name
+    old: Any  # None: not in base
+    new: Any  # None: not in head
+    file: str
+    line: int
+    side: Side  # the side whose file holds `line`
+    # the key that makes it decide who or what is let in (`fingerprints`, an allow list, a node match, ...); "" if none
+    security_field: str
+
+    @property
+    def security(self) -> bool:
+        return bool(self.security_field)
+
+    @property
+    def place(self) -> str:
+        """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
+        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
+                "side": self.side.value, "place": self.place, "security": self.security}
+
+
+@dataclass(frozen=True)
+class FleetChange:
+    """One change in fleet terms (`changes.fleet_changes`): a sentence, and what it moves."""
+
+    subject: str  # `cluster/pool`, `tenants/name`, `environment/name`, ...
+    text: str
+    security: bool
+    devices: int
+    cost: float  # monthly
+
 
 
 def money(value: float) -> str:
@@ -78,32 +127,31 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _environment_change(env: spec.Environment, verb: str, sign: str) -> dict[str, Any]:
+def _environment_change(env: spec.Environment, verb: str, sign: str) -> FleetChange:
     """An environment added or removed, in one line of totals: its every pool and tenant would be thousands."""
     text, devices, cost = _totals(env, env.clusters, sign)
     tenants = f", {_count(len(env.tenants), 'tenant')}" if env.tenants else ""
-    return {"subject": f"environment/{env.environment}", "security": False, "devices": devices, "cost": cost,
-            "text": f"environment {env.environment} {verb}: {_count(len(env.clusters), 'cluster')}{tenants}, {text}"}
+    return FleetChange(f"environment/{env.environment}", f"environment {env.environment} {verb}: {_count(len(env.clusters), 'cluster')}{tenants}, {text}",
+                       security=False, devices=devices, cost=cost)
 
 
-def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple[list[dict[str, Any]], set[str]]:
+def _cluster_changes(before: spec.Environment, after: spec.Environment) -> tuple[list[FleetChange], set[str]]:
     """Clusters added or removed, one line each with their totals, and the clusters they cover."""
     old, new = {c.name: c for c in before.clusters}, {c.name: c for c in after.clusters}
     out = []
     for name in sorted(set(old) ^ set(new)):
         env, cluster, sign, verb = (after, new[name], "+", "added") if name in new else (before, old[name], "-", "removed")
         text, devices, cost = _totals(env, [cluster], sign)
-        out.append({"subject": f"clusters/{name}", "security": False, "devices": devices, "cost": cost,
-                    "text": f"cluster {name} {verb}: {text}"})
+        out.append(FleetChange(f"clusters/{name}", f"cluster {name} {verb}: {text}", security=False, devices=devices, cost=cost))
     return out, set(old) ^ set(new)
 
 
-def _size(change: dict[str, Any]) -> tuple[float, int, bool, str]:
+def _size(change: FleetChange) -> tuple[float, int, bool, str]:
     """Largest first: cost moved, then devices moved; security-relevant before others of the same size."""
-    return (-abs(change["cost"]), -abs(change["devices"]), not change["security"], change["subject"])
+    return (-abs(change.cost), -abs(change.devices), not change.security, change.subject)
 
 
-def fleet_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
+def fleet_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[FleetChange]:
     """What changed in clusters, pools, edge groups, tenants and prices, each as one sentence (`text`)
     with the devices (`devices`) and monthly cost (`cost`) it moves, largest first. An environment or
     cluster added or removed is one sentence of totals, not one per pool and tenant."""
@@ -115,7 +163,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
     currency = after.budget.currency
 
     def add(subject: str, text: str, security: bool = False, devices: int = 0, cost: float = 0.0) -> None:
-        out.append({"subject": subject, "text": text, "security": security, "devices": devices, "cost": cost})
+        out.append(FleetChange(subject, text, security, devices, cost))
 
     old, new = _groups(before), _groups(after)
     for name in sorted(set(old) | set(new)):
@@ -152,8 +200,7 @@ def fleet_changes(before: spec.Environment | None, after: spec.Environment | Non
                 for text in _continuity_changes(b, a):
                     add(name, f"{name}: {text}")
     out += _tenant_changes(before, after)
-    out += [{"subject": f"reach/{r['cluster']}/{r['to']}", "text": r["text"], "security": True, "devices": 0, "cost": 0.0}
-            for r in reach_changes(before, after)]
+    out += [FleetChange(f"reach/{r['cluster']}/{r['to']}", r["text"], security=True, devices=0, cost=0.0) for r in reach_changes(before, after)]
     for model in sorted(set(before.prices) | set(after.prices)):
         p, q = before.prices.get(model), after.prices.get(model)
         if p != q and p is not None and q is not None:
@@ -206,12 +253,12 @@ def _guaranteed(tenant: spec.Tenant) -> int:
     return sum(q.guaranteed for q in tenant.quota.values()) * len(tenant.clusters)
 
 
-def _tenant_changes(before: spec.Environment, after: spec.Environment) -> list[dict[str, Any]]:
+def _tenant_changes(before: spec.Environment, after: spec.Environment) -> list[FleetChange]:
     old, new = {t.name: t for t in before.tenants}, {t.name: t for t in after.tenants}
     out = []
 
     def add(subject: str, text: str, security: bool = False, devices: int = 0) -> None:
-        out.append({"subject": subject, "text": text, "security": security, "devices": devices, "cost": 0.0})
+        out.append(FleetChange(subject, text, security, devices, 0.0))
 
     for name in sorted(set(old) | set(new)):
         b, a = old.get(name), new.get(name)
@@ -313,13 +360,13 @@ def parse(text: str | None, file: str) -> Parsed:
         return None, None
 
 
-def spec_changes(base: Parsed, head: Parsed) -> list[dict[str, Any]]:
+def spec_changes(base: Parsed, head: Parsed) -> list[SpecChange]:
     """Every changed field of the environment file: path, old and new value, the line (head's, or
     base's for a removed field) and whether it is security-relevant."""
     return spec_changes_and_fields(base, head)[0]
 
 
-def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[dict[str, Any]], list[spec.Loc]]:
+def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[SpecChange], list[spec.Loc]]:
     """`spec_changes`, and the fields of head's file they are (added or changed leaves, in file order):
     where a decision about an edited item points."""
     (old_data, old_pos), (new_data, new_pos) = base, head
@@ -340,9 +387,8 @@ def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[dict[str, 
         line = where.nodes.get(loc, (1, 1))[0] if where is not None else 1
         # the innermost security-relevant key the field is under (`fingerprints`, `name_pattern`, ...), "" if none
         security_field = next((str(part) for part in reversed(loc) if str(part) in SECURITY_FIELDS), "")
-        out.append({"path": path, "old": before[0] if path in old else None, "new": after[0] if path in new else None,
-                    "file": where.file, "line": line, "side": "head" if path in new else "base",
-                    "security": bool(security_field), "security_field": security_field})
+        out.append(SpecChange(path, before[0] if path in old else None, after[0] if path in new else None,
+                              where.file, line, Side.HEAD if path in new else Side.BASE, security_field))
     if new_pos is not None:
         fields.sort(key=lambda loc: new_pos.nodes.get(loc, (0, 0)))
     return out, fields

@@ -4,6 +4,7 @@ that made it fire, else of the item it is about) with the numbers of its fix, it
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import string
@@ -14,7 +15,7 @@ from typing import Any
 
 from fleetops import spec
 from fleetops.envelope import DecisionStatus
-from fleetops.plan_result import PlanDecision
+from fleetops.plan_result import Location, PlanDecision
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Edited:
         return self._first.get(scope)
 
 
-def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
+def explain(decisions: Sequence[PlanDecision], env: spec.Environment | None, positions: spec.Positions | None, policies: Path,
             edited: Edited = Edited()) -> list[PlanDecision]:
     """Each decision with where it comes from (`location`), how to fix it, its gate (a deny that
     more approvals resolve is an `approval`, not a denial of the change itself) and its waiver."""
@@ -51,34 +52,32 @@ def explain(rows: list[dict[str, Any]], env: spec.Environment | None, positions:
     meta = {m.rule_id: m for m in policy.rule_metadata(policy.load_bundle(policies))}
     waivers = {w.where: w.waiver for w in policy.load_waivers(policies / policy.WAIVERS_FILE, dt.date.today()).active}
     out = []
-    for row in rows:
-        rule = meta.get(row["rule"])
-        row = dict(row)
-        if row["status"] == DecisionStatus.DENY and rule is not None and rule.gate is policy.Resolution.APPROVAL:
-            row["status"] = DecisionStatus.APPROVAL.value
-        if (where := location(row, env, positions, edited, rule.field if rule else (), rule.causes if rule else ())) is not None:
-            row["location"] = where
-        row["fix"] = fix(rule.fix, row) if rule else ""
-        out.append(PlanDecision.of(row, waivers.get(row.get("waived_by") or "")))
+    for d in decisions:
+        rule = meta.get(d.rule)
+        gated = d.status is DecisionStatus.DENY and rule is not None and rule.gate is policy.Resolution.APPROVAL
+        out.append(dataclasses.replace(
+            d, status=DecisionStatus.APPROVAL if gated else d.status, fix=fix(rule.fix, d) if rule else "",
+            location=location(d, env, positions, edited, rule.field if rule else (), rule.causes if rule else ()),
+            waiver=waivers.get(d.waived_by or "")))
     return out
 
 
-def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.Positions | None,
-             edited: Edited, rule_field: spec.Loc = (), causes: Sequence[spec.Loc] = ()) -> dict[str, Any] | None:
+def location(decision: PlanDecision, env: spec.Environment | None, positions: spec.Positions | None,
+             edited: Edited, rule_field: spec.Loc = (), causes: Sequence[spec.Loc] = ()) -> Location | None:
     """The file, line and column a decision is about: the first changed line of the policy or program
     file a change rule is about; else the edited field of the environment file's item its subject
     comes from (the rule's own field of it, else any edited field in it, else a field that makes the
     rule fire for it); a decision about rendered objects nothing in the environment file explains is
     the program change's; else the item's field the rule is about. The rule's field and causes are
     its METADATA's (`custom.location`)."""
-    subject = row.get("subject") or {}
+    subject = decision.subject or {}
     kind = subject.get("kind")
     if kind == "Policies" and edited.policy_files:
         return _first_change(edited.policy_files)
     if kind == "Program" and edited.program_files:
         return _first_change(edited.program_files)
     if kind == "Environment" and env is None and edited.env_file:  # removed: its whole file is the edit
-        return {"file": edited.env_file, "line": 1, "column": 1}
+        return Location(edited.env_file, 1, 1)
     if env is None or positions is None or not subject:
         return None
     item = locate(subject, env)
@@ -88,19 +87,19 @@ def location(row: dict[str, Any], env: spec.Environment | None, positions: spec.
     for scope in (own, item, *causes):
         if (loc := edited.first_within(scope)) is not None:
             return _at(positions, loc)
-    if edited.program_files and not row.get("waived_by"):
+    if edited.program_files and not decision.waived_by:
         return _first_change(edited.program_files)
     return _at(positions, own)
 
 
-def _at(positions: spec.Positions, loc: spec.Loc) -> dict[str, Any]:
+def _at(positions: spec.Positions, loc: spec.Loc) -> Location:
     line, column = positions.at(loc)
-    return {"file": positions.file, "line": line, "column": column}
+    return Location(positions.file, line, column)
 
 
-def _first_change(files: dict[str, int]) -> dict[str, Any]:
+def _first_change(files: dict[str, int]) -> Location:
     name = min(files)
-    return {"file": name, "line": files[name], "column": 1}
+    return Location(name, files[name], 1)
 
 
 def _edited_quota(subject: dict[str, Any], env: spec.Environment, edited: Edited) -> spec.Loc | None:
@@ -145,10 +144,10 @@ def locate(resource: dict[str, Any], env: spec.Environment) -> spec.Loc:
     return ("environment",)
 
 
-def fix(alternatives: Sequence[str], row: dict[str, Any]) -> str:
+def fix(alternatives: Sequence[str], decision: PlanDecision) -> str:
     """A rule's fix (METADATA `custom.fix`) with the decision's values in it: `{name}` is a value of its
     resource, figures or fix_values, as the rule computed them (so a message can be reworded freely);
     an alternative naming a value the decision does not give is left out."""
-    values = {**(row.get("subject") or {}), **(row.get("figures") or {}), **(row.get("fix_values") or {})}
+    values = {**(decision.subject or {}), **(decision.figures or {}), **decision.fix_values}
     shown = [text for text in alternatives if all(name in values for _, name, _, _ in string.Formatter().parse(text) if name)]
     return ", or ".join(text.format_map(values) for text in shown)

@@ -380,29 +380,63 @@ def flavor_taints(objects: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     return {flavor: [taint_text(t) for t in taints] for flavor, taints in flavor_restrictions(objects).items()}
 
 
-def review(env: spec.Environment | None, granted: Granted) -> dict[str, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class TenantGrant:
+    """What Kueue grants one tenant of one device resource on one cluster, beside its declared burst."""
+
+    cluster: str
+    tenant: str
+    resource: str
+    guaranteed: int
+    reachable: int
+    burst: int | None  # declared; None: not declared
+    lends: int
+    largest_job: int  # the most one job (one flavor) may hold
+    flavors: dict[str, Any]  # per flavor, as `grants` computes it
+    held_on_tainted: dict[str, list[str]]  # flavor -> the taints a job must tolerate to use the guarantee held there
+
+
+@dataclass(frozen=True)
+class ClusterGrant:
+    """Every unit of quota a cluster's tree holds of one device resource, the guarantees, and what its cohort shares."""
+
+    cluster: str
+    resource: str
+    quota: int
+    guaranteed: int
+    shared: int
+
+
+@dataclass(frozen=True)
+class Grants:
+    """plan's `grants` (`review`): per tenant, and per cluster."""
+
+    tenants: list[TenantGrant]
+    clusters: list[ClusterGrant]
+
+
+def review(env: spec.Environment | None, granted: Granted) -> Grants:
     """plan's `grants`, the most units first: per tenant, cluster and resource what Kueue grants beside the
     declared burst, the most one job (one flavor) may hold, and the flavors holding part of the guarantee
     whose taints a job must tolerate to use it (the placement puts a guarantee on a tainted pool only when
     no untainted one has room: a reviewer sees which jobs it serves); per cluster and resource every unit
     of quota its tree holds, the tenants' guarantees, and what its cohort holds for anyone to borrow."""
     declared = {(t.name, c, r): q.burst for t in env.tenants for c in t.clusters for r, q in t.quota.items()} if env else {}
-    tenants: list[dict[str, Any]] = []
-    totals: list[dict[str, Any]] = []
+    tenants: list[TenantGrant] = []
+    totals: list[ClusterGrant] = []
     for cluster, per_tenant in granted.facts.items():
         tainted = granted.tainted[cluster]
         guaranteed: dict[str, int] = {}
         for tenant, resources in per_tenant.items():
             for resource, g in resources.items():
                 guaranteed[resource] = guaranteed.get(resource, 0) + g["guaranteed"]
-                tenants.append({"cluster": cluster, "tenant": tenant, "resource": resource, "guaranteed": g["guaranteed"],
-                                "reachable": g["reachable"], "burst": declared.get((tenant, cluster, resource)), "lends": g["lends"],
-                                "largest_job": max((f["reachable"] for f in g["flavors"].values()), default=0), "flavors": g["flavors"],
-                                "held_on_tainted": {f: tainted[f] for f, held in g["flavors"].items() if held["guaranteed"] and f in tainted}})
-        totals += [{"cluster": cluster, "resource": resource, "quota": t["quota"], "guaranteed": guaranteed.get(resource, 0), "shared": t["shared"]}
+                tenants.append(TenantGrant(cluster, tenant, resource, g["guaranteed"], g["reachable"], declared.get((tenant, cluster, resource)),
+                                           g["lends"], max((f["reachable"] for f in g["flavors"].values()), default=0), g["flavors"],
+                                           {f: tainted[f] for f, held in g["flavors"].items() if held["guaranteed"] and f in tainted}))
+        totals += [ClusterGrant(cluster, resource, t["quota"], guaranteed.get(resource, 0), t["shared"])
                    for resource, t in sorted(granted.totals[cluster].items())]
-    return {"tenants": sorted(tenants, key=lambda r: (-r["reachable"], r["cluster"], r["tenant"], r["resource"])),
-            "clusters": sorted(totals, key=lambda r: (-r["quota"], r["cluster"], r["resource"]))}
+    return Grants(sorted(tenants, key=lambda r: (-r.reachable, r.cluster, r.tenant, r.resource)),
+                  sorted(totals, key=lambda r: (-r.quota, r.cluster, r.resource)))
 
 
 def services(env: spec.Environment, granted: dict[str, Any]) -> list[dict[str, Any]]:

@@ -20,19 +20,22 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
-from fleetops.plan_result import (Approvals, CapacityChange, ChangeSide, Cost, PlanDecision, FleetChange, Finding, Grants, Groups,
-                                  Location, PlanResult, PolicyFileChange, PolicyReview, QuotaChange, Service, ServiceChange, SpecChange, Verdict,
+from fleetops.plan_result import (Approvals, CapacityChange, ChangeSide, Cost, PlanDecision, Finding, Groups,
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, Quota, QuotaChange, Service, ServiceChange, Verdict,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
 from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
+
+if TYPE_CHECKING:  # read by annotation only: the policy engine loads when a plan is judged
+    from fleetops.policy import verdict as policy_verdict
 
 
 @dataclass
@@ -149,35 +152,35 @@ def capacity_rows(before: spec.Environment | None, after: spec.Environment | Non
     return [CapacityChange(key[0], key[1], b.get(key, spec.NO_CAPACITY), a.get(key, spec.NO_CAPACITY)) for key in sorted(set(b) | set(a))]
 
 
-def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[dict[str, Any]]:
-    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], dict[str, int]]:
+def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[QuotaChange]:
+    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], Quota]:
         if env is None:
             return {}
         return {
-            (t.name, c, r): {"guaranteed": q.guaranteed, "burst": q.burst}
+            (t.name, c, r): Quota(q.guaranteed, q.burst)
             for t in env.tenants
             for c in t.clusters
             for r, q in t.quota.items()
         }
 
     b, a = quotas(before), quotas(after)
-    zero = {"guaranteed": 0, "burst": 0}
+    zero = Quota(0, 0)
     rows = []
     for key in sorted(set(b) | set(a)):
         old, new = b.get(key, zero), a.get(key, zero)
         if old != new:
-            rows.append({"tenant": key[0], "cluster": key[1], "resource": key[2], "before": old, "after": new})
+            rows.append(QuotaChange(key[0], key[1], key[2], old, new))
     return rows
 
 
-def group_changes(before: spec.Environment | None, after: spec.Environment | None) -> dict[str, list[str]]:
+def group_changes(before: spec.Environment | None, after: spec.Environment | None) -> Groups:
     def groups(env: spec.Environment | None) -> set[str]:
         if env is None:
             return set()
         return {f"{c.name}/{g.name}" for c in env.clusters for g in (*c.pools, *c.edge_groups)}
 
     b, a = groups(before), groups(after)
-    return {"added": sorted(a - b), "removed": sorted(b - a)}
+    return Groups(sorted(a - b), sorted(b - a))
 
 
 def changed_files(repo: Path, base: str, head: str, paths: Sequence[str], stack: contextlib.ExitStack) -> Callable[[], list[str]]:
@@ -221,7 +224,7 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
-def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[dict[str, Any]]:
+def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[Service]:
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
     what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
     `granted` and `base_granted` are each side's `grants.of_fleet(...).facts`, read once by the plan."""
@@ -235,12 +238,13 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any], base_grante
     out = []
     for key, row in new.items():
         was = old.get(key)
-        change = "added" if was is None else "unchanged" if was == row else "changed"
+        change = ServiceChange.ADDED if was is None else ServiceChange.UNCHANGED if was == row else ServiceChange.CHANGED
         delta = round(row["monthly_at_max"] - (was["monthly_at_max"] if was else 0), 2)
-        spend = f"{changes.money(delta)} {currency}/mo at max" if change != "unchanged" else f"{row['monthly_at_max']:,.0f} {currency}/mo at max"
+        spend = (f"{changes.money(delta)} {currency}/mo at max" if change is not ServiceChange.UNCHANGED
+                 else f"{row['monthly_at_max']:,.0f} {currency}/mo at max")
         text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
                 f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
-        out.append({**row, "change": change, "monthly_at_max_delta": delta, "text": text})
+        out.append(Service(**row, change=change, monthly_at_max_delta=delta, text=text))
     return out
 
 
@@ -271,7 +275,7 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str, Any]], groups: dict[str, list[str]],
+def change_facts(environment: str, base: Side, head: Side, quota: list[QuotaChange], groups: Groups,
                  files: dict[str, list[str]], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
@@ -280,9 +284,9 @@ def change_facts(environment: str, base: Side, head: Side, quota: list[dict[str,
         "head_revision": head.revision,
         "environment_added": not base.exists and head.exists,
         "environment_removed": base.exists and not head.exists,
-        "quota_changes": quota,
-        "groups_added": groups["added"],
-        "groups_removed": groups["removed"],
+        "quota_changes": [asdict(q) for q in quota],
+        "groups_added": groups.added,
+        "groups_removed": groups.removed,
         "cost_before": costs[0],
         "cost_after": costs[1],
         "cost_after_base_prices": cost_at_base_prices(base.env, head.env),
@@ -309,14 +313,15 @@ class Meter:
 
 
 def measured(meter: Meter, before: spec.Environment | None, after: spec.Environment | None,
-             quota: list[dict[str, Any]]) -> usage.Usage:
+             quota: list[QuotaChange]) -> usage.Usage:
     """The use of what the change touches, or why it is unknown: no answer is never zero use."""
+    rows = [asdict(q) for q in quota]  # usage reads plain rows, as the policies do
     if meter.source is None:
-        return usage.unavailable(meter.window, "no --prometheus given", before, after, quota)
+        return usage.unavailable(meter.window, "no --prometheus given", before, after, rows)
     try:
-        return usage.measure(meter.source, meter.window, before, after, quota, dt.datetime.now(dt.timezone.utc))
+        return usage.measure(meter.source, meter.window, before, after, rows, dt.datetime.now(dt.timezone.utc))
     except PrometheusError as exc:
-        return usage.unavailable(meter.window, f"Prometheus did not answer: {exc}", before, after, quota)
+        return usage.unavailable(meter.window, f"Prometheus did not answer: {exc}", before, after, rows)
 
 
 def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None, approvals: int,
@@ -367,14 +372,10 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     used = measured(meter, before.env, after.env, quota)
     # Each side's Kueue tree read once: the policy input, `grants` and `services` share it.
     kueue, base_kueue = grants.of_fleet(after.clusters), grants.of_fleet(before.clusters)
-    rows, verdict = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
+    judged = judge(after, env_name, facts, policies, used.model_dump(mode="json"), kueue.facts)
     # The base's fleet by the same policies, without the change: what was found before it (no verdict of it counts).
-    found, gone = findings(rows, judge(before, env_name, None, policies, granted=base_kueue.facts)[0] if before.env is not None else [])
-    rows = [{**row, "finding": f.value} for row, f in zip(rows, found, strict=True)]
-    granted = grants.review(after.env, kueue)
-    services = service_rows(before, after, kueue.facts, base_kueue.facts)
+    found, gone = findings(judged.decisions, judge(before, env_name, None, policies, granted=base_kueue.facts).decisions if before.env is not None else [])
     objects = diff.compare(before.clusters, after.clusters)
-    fleet_changes, capacity = changes.fleet_changes(before.env, after.env), capacity_rows(before.env, after.env)
     currency = (after.env or before.env).budget.currency if (after.env or before.env) else ""
     owners = policy_owners(base_tree)
     files = [PolicyFileChange(f, f in changes.SECURITY_FILES,
@@ -384,8 +385,8 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     (edits, fields), positions = changes.spec_changes_and_fields(base_file, head_file), head_file[1]
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
-    decisions = explain(rows, after.env, positions, policies, edited)
-    resolved = explain([{**row, "finding": Finding.RESOLVED.value} for row in gone], None, None, policies)
+    decisions = explain([replace(d, finding=f) for d, f in zip(judged.decisions, found, strict=True)], after.env, positions, policies, edited)
+    resolved = explain([replace(d, finding=Finding.RESOLVED) for d in gone], None, None, policies)
     return PlanResult(
         environment=env_name,
         verdict=Verdict.of(status_counts(decisions)),
@@ -394,32 +395,32 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
         decisions=decisions,
         # A program change has an effect even where no object shows it (the deploy runs it: Makefile, the policy pack).
         no_effect=objects.empty and not policy_files and not program_files and not edits and cost_before == cost_after,
-        spec_changes=[SpecChange.of(e) for e in edits],
+        spec_changes=edits,
         approvals=Approvals(approvals, sorted({d.rule for d in decisions if d.status is DecisionStatus.APPROVAL})),
-        fleet_changes=[FleetChange(**c) for c in fleet_changes],
+        fleet_changes=changes.fleet_changes(before.env, after.env),
         policy_file_changes=files,
         program_file_changes=program_files,
         objects=objects,
-        capacity=capacity,
-        quota_changes=[QuotaChange.of(q) for q in quota],
-        grants=Grants.of(granted),
-        services=[Service(**{**row, "change": ServiceChange(row["change"])}) for row in services],
-        groups=Groups(groups["added"], groups["removed"]),
+        capacity=capacity_rows(before.env, after.env),
+        quota_changes=quota,
+        grants=grants.review(after.env, kueue),
+        services=service_rows(before, after, kueue.facts, base_kueue.facts),
+        groups=groups,
         cost=Cost(cost_before, cost_after, currency, spec.price_change_cost(before.env, after.env)),
         policy=PolicyReview(base, judge_program_is_base, policy_files, owners),
         usage=used,
         work=Work.of(work) if work is not None else None,
-        judgement=verdict.judgement(),
+        judgement=judged.verdict.judgement(),
         resolved=resolved,
     )
 
 
-def _identity(row: dict[str, Any]) -> tuple[str, str, str]:
+def _identity(decision: PlanDecision) -> tuple[str, str, str]:
     """What a decision is about: its rule and resource as the rule names them."""
-    return row["rule"], row["resource"], json.dumps(row["subject"], sort_keys=True, default=str)
+    return decision.rule, decision.resource, json.dumps(decision.subject, sort_keys=True, default=str)
 
 
-def findings(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[list[Finding], list[dict[str, Any]]]:
+def findings(head: list[PlanDecision], base: list[PlanDecision]) -> tuple[list[Finding], list[PlanDecision]]:
     """Each of head's decisions as new or pre-existing, and the base's decisions head no longer has (resolved).
     Pre-existing is only a decision base had as it is, status and message alike: one the change moved (a
     larger breach, a waiver outgrown, a cost further over) is new, and its base form is not resolved."""
@@ -429,7 +430,7 @@ def findings(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[li
     found = []
     for row in head:
         same = left.get(_identity(row), [])
-        match = next((i for i in same if (base[i]["status"], base[i]["msg"]) == (row["status"], row["msg"])), None)
+        match = next((i for i in same if (base[i].status, base[i].msg) == (row.status, row.msg)), None)
         if match is not None:
             same.remove(match)
         found.append(Finding.NEW if match is None else Finding.PRE_EXISTING)
@@ -470,10 +471,19 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A fleet judged by the policies: its decisions as a plan shows them, before `explain` places them
+    (each waiver that could not be used a warning), and the verdict they come from (for its digests and
+    the decision record)."""
+
+    decisions: list[PlanDecision]
+    verdict: policy_verdict.Verdict
+
+
 def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
-          used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], Any]:
-    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's):
-    the decisions as rows, and the verdict they come from (for its digests and the decision record).
+          used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> Judged:
+    """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's).
     `granted`: head's `grants.of_fleet(...).facts`, when the caller has read it."""
     from fleetops import policy
 
@@ -487,9 +497,7 @@ def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: 
     except policy.PolicyError as exc:  # named by their path in the repository: the checkout is temporary
         raise PlanError(f"policy gate (fail closed): {str(exc).replace(f'{policies.parent}{os.sep}', '')}") from None
     # With the values only the fix reads (`fix_values`): the reports and the decision record show none.
-    rows = [{**row, "fix_values": d.fix_values} for row, d in zip(policy.report_rows(verdict), verdict.decisions, strict=True)] + [
-        {"status": DecisionStatus.WARN.value, "rule": "waiver.invalid", "severity": "low", "msg": str(problem), "resource": "", "subject": {},
-         "package": "fleet.waivers", "waived_by": None}
+    return Judged([PlanDecision.judged(d) for d in verdict.decisions] + [
+        PlanDecision(DecisionStatus.WARN, "waiver.invalid", Severity.LOW, str(problem), "", {}, "fleet.waivers")
         for problem in verdict.waiver_problems
-    ]
-    return rows, verdict
+    ], verdict)

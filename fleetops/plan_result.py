@@ -16,12 +16,16 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from fleetops import usage
 from fleetops.spec import Capacity
+# Made where they are made (`changes`, `grants`), typed there; read here and by the forms of a plan.
+from fleetops.changes import FleetChange as FleetChange, Side as Side, SpecChange as SpecChange
 from fleetops.diff import Changes
+from fleetops.grants import ClusterGrant as ClusterGrant, Grants as Grants, TenantGrant as TenantGrant
 from fleetops.envelope import DecisionStatus, Severity, decision_counts
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 
 if TYPE_CHECKING:  # read by annotation only: the forms of a plan do not load the policy engine
+    from fleetops.policy.decisions import Decision
     from fleetops.policy.verdict import Judgement
     from fleetops.policy.waivers import Waiver
 
@@ -133,11 +137,6 @@ class QuotaChange:
     before: Quota
     after: Quota
 
-    @classmethod
-    def of(cls, row: Row) -> QuotaChange:
-        """From the row the `fleet.change` policies read (`plan.quota_changes`)."""
-        return cls(row["tenant"], row["cluster"], row["resource"], Quota(**row["before"]), Quota(**row["after"]))
-
 
 @dataclass(frozen=True)
 class Groups:
@@ -184,14 +183,15 @@ class PlanDecision:
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
     finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
+    # Values the rule's fix names beyond its subject and figures (`policy.Decision.fix_values`): only
+    # `explain` reads them; no form, report or record shows them.
+    fix_values: Row = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
-        """From the row `explain.explain` makes of a policy's decision, and the waiver `waived_by` names."""
-        loc = row.get("location")
-        return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
-                   row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
-                   Finding(row["finding"]) if row.get("finding") else None)
+    def judged(cls, decision: Decision) -> PlanDecision:
+        """A policy's decision as the plan shows it, before `explain` places it, gates it and finds its fix and waiver."""
+        return cls(decision.status, decision.rule, decision.severity, decision.msg, decision.resource_ref(), decision.resource,
+                   decision.package, decision.waived_by, figures=decision.figures, fix_values=decision.fix_values)
 
     def to_json(self) -> Row:
         w = self.waiver
@@ -206,55 +206,6 @@ class PlanDecision:
 def status_counts(decisions: Iterable[PlanDecision]) -> dict[str, int]:
     """How many decisions have each status, every status named: plan's counts, and the fleet API's."""
     return decision_counts({"status": d.status.value} for d in decisions)
-
-
-class Side(StrEnum):
-    BASE = "base"
-    HEAD = "head"
-
-
-@dataclass(frozen=True)
-class SpecChange:
-    """One edited field of the environment file: its value on each side and its line (head's; base's
-    for a removed field)."""
-
-    path: str  # as `spec.format_loc` writes it, list items by name
-    old: Any  # None: not in base
-    new: Any  # None: not in head
-    file: str
-    line: int
-    side: Side  # the side whose file holds `line`
-    # the key that makes it decide who or what is let in (`fingerprints`, an allow list, a node match, ...); "" if none
-    security_field: str
-
-    @property
-    def security(self) -> bool:
-        return bool(self.security_field)
-
-    @property
-    def place(self) -> str:
-        """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
-        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
-
-    @classmethod
-    def of(cls, row: Row) -> SpecChange:
-        """From `changes.spec_changes_and_fields`' row."""
-        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security_field"])
-
-    def to_json(self) -> Row:
-        return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
-                "side": self.side.value, "place": self.place, "security": self.security}
-
-
-@dataclass(frozen=True)
-class FleetChange:
-    """One change in fleet terms (`changes.fleet_changes`): a sentence, and what it moves."""
-
-    subject: str  # `cluster/pool`, `tenants/name`, `environment/name`, ...
-    text: str
-    security: bool
-    devices: int
-    cost: float  # monthly
 
 
 class ServiceChange(StrEnum):
@@ -283,44 +234,6 @@ class Service:
     change: ServiceChange
     monthly_at_max_delta: float
     text: str  # one sentence a reviewer reads
-
-
-@dataclass(frozen=True)
-class TenantGrant:
-    """What Kueue grants one tenant of one device resource on one cluster, beside its declared burst."""
-
-    cluster: str
-    tenant: str
-    resource: str
-    guaranteed: int
-    reachable: int
-    burst: int | None  # declared; None: not declared
-    lends: int
-    largest_job: int  # the most one job (one flavor) may hold
-    flavors: Row  # per flavor, as `grants` computes it
-    held_on_tainted: dict[str, list[str]]  # flavor -> the taints a job must tolerate to use the guarantee held there
-
-
-@dataclass(frozen=True)
-class ClusterGrant:
-    """Every unit of quota a cluster's tree holds of one device resource, the guarantees, and what its cohort shares."""
-
-    cluster: str
-    resource: str
-    quota: int
-    guaranteed: int
-    shared: int
-
-
-@dataclass(frozen=True)
-class Grants:
-    tenants: list[TenantGrant]
-    clusters: list[ClusterGrant]
-
-    @classmethod
-    def of(cls, review: dict[str, list[Row]]) -> Grants:
-        """From `grants.review`."""
-        return cls([TenantGrant(**r) for r in review["tenants"]], [ClusterGrant(**c) for c in review["clusters"]])
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def test_the_review_names_the_taints_a_job_must_tolerate_to_use_a_guarantee_held
     a pool tainted by its own device resource, which every pod requesting an NPU tolerates."""
     path = ROOT / "environments" / "prod.yaml"
     granted = grants.review(spec.load_environment(path), grants.of_fleet(rendered(path)))
-    tainted = {(r["cluster"], r["tenant"], r["resource"]): r["held_on_tainted"] for r in granted["tenants"]}
+    tainted = {(r.cluster, r.tenant, r.resource): r.held_on_tainted for r in granted.tenants}
     training = ["dedicated=training:NoSchedule"]
     fpga = "fpga.intel.com/region-ce48969398f05f33946d560708be108a"
     assert tainted[("center-bj", "llm-pretrain", "nvidia.com/gpu")] == {"h100-train": training}
@@ -162,9 +162,8 @@ def test_the_review_names_the_taints_a_job_must_tolerate_to_use_a_guarantee_held
     from types import SimpleNamespace
 
     from fleetops.output import markdown
-    from fleetops.plan_result import Grants
 
-    table = "\n".join(line for row in markdown.grants_table(SimpleNamespace(grants=Grants.of(granted))).rows for line in row)
+    table = "\n".join(line for row in markdown.grants_table(SimpleNamespace(grants=granted)).rows for line in row)
     assert "| center-bj | vision | `nvidia.com/gpu` | 96 (48 on h100-train: for jobs tolerating `dedicated=training:NoSchedule`) |" in table
 
 

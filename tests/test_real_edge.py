@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client
 
 from fleetops import identity, kube, reconcile, render, spec
-from fleetops.reconcile.result import Verb
+from fleetops.reconcile.result import Found
 from modules.tenant import QUEUE_LABEL, queue_names
 from tests import servers
 from tests.backends import RealCluster
@@ -242,7 +242,7 @@ def test_a_move_group_evicts_after_its_seconds_into_the_group_a_stay_group_keeps
     # Before the grace: the reconciler reports the node offline and leaves it schedulable.
     early = fleet.reconcile()
     assert (kube.CORDON_ANNOTATION not in (fleet.node(lost).metadata.annotations or {})
-            and any(a.verb == Verb.OFFLINE and a.target == f"Node {lost}" for a in early.clusters[CLUSTER].actions)), early.clusters[CLUSTER].actions
+            and any(a.verb is Found.OFFLINE and a.target == f"Node {lost}" for a in early.clusters[CLUSTER].actions)), early.clusters[CLUSTER].actions
 
     def all_evicted() -> bool:
         return all(evicted_at(p) for p in fleet.pods("mover") if p.metadata.name in gone)

@@ -319,7 +319,7 @@ def test_a_problem_names_its_item_as_the_plan_names_the_field(tmp_path: Path) ->
     head["clusters"][0]["pools"][2]["nodes"] = -1
     [edit] = changes.spec_changes(changes.parse(yaml.safe_dump(base), "base.yaml"), changes.parse(yaml.safe_dump(head), "head.yaml"))
     [problem] = _problems(tmp_path, head)
-    assert problem.startswith(f"{edit['path']}: ") and edit["path"] == "clusters[center-a].pools[ascend].nodes", (edit, problem)
+    assert problem.startswith(f"{edit.path}: ") and edit.path == "clusters[center-a].pools[ascend].nodes", (edit, problem)
 
 
 def test_items_whose_names_do_not_say_which_keep_their_index(tmp_path: Path) -> None:
@@ -445,7 +445,7 @@ def test_the_review_says_what_a_spot_price_change_costs(tmp_path: Path) -> None:
     after["prices"]["A100-SXM4-80GB"] = 9.9  # the model's on-demand price moves no spot pool
     after["clusters"][0]["pools"][3]["spot"]["price"] = 0.4
     base = spec.load_environment(write_env(tmp_path, before))
-    texts = {c["text"]: c["cost"] for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
+    texts = {c.text: c.cost for c in changes.fleet_changes(base, spec.load_environment(write_env(tmp_path, after)))}
     assert texts == {"center-a/a100-spot: spot at 0.6/device-hour → spot at 0.4/device-hour (-2,336 USD/mo)": pytest.approx(-16 * 0.2 * 730),
                      "price of A100-SXM4-80GB: 1.8 → 9.9 USD/device-hour (+0 USD/mo on 0 devices)": 0.0}
     # The plan's share of the cost from prices is the same computation, in spec.cost, as the lines' own figures.

@@ -70,9 +70,9 @@ def load(repo: Path, environment: str, rev: str, stack: contextlib.ExitStack) ->
         raise PlanError(f"{env_rel}: no such environment at revision {revision[:12]}")
     side = plan.rendered_side(revision, tree, env_rel)
     plan.check_schema(side, env_rel)
-    rows, _ = plan.judge(side, environment, None, tree / "policies")  # the revision alone, as `check` judges it
+    judged = plan.judge(side, environment, None, tree / "policies")  # the revision alone, as `check` judges it
     assert side.env is not None and side.parsed is not None
-    decisions = explain(rows, side.env, side.parsed[1], tree / "policies")
+    decisions = explain(judged.decisions, side.env, side.parsed[1], tree / "policies")
     return Snapshot(environment, env_rel, revision, side, tree, capacity(side.env, side.clusters), grants.facts(side.clusters), decisions,
                     _latest_plan(top, environment, revision))
 

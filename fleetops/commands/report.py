@@ -45,15 +45,12 @@ def audit_command(
     try:
         with progress("building the audit report"):
             report = audit.build(
-                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url)
+                repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url),
+                statements=statements_file,
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")
-    if statements_file is not None:
-        from fleetops.metering import statements
-
-        report["statements"] = statements.audit_summary(statements_file)
-    if skipped := audit.malformed_summary(report["history"]):
+    if skipped := audit.malformed_summary(report.history):
         say(skipped)
     from fleetops.output import html, json, markdown
 
@@ -62,7 +59,7 @@ def audit_command(
         sys.stdout.write(text)
         return
     write_files({out_file: text}, "the report")
-    err.print(f"wrote {out_file} ({len(report['policies'])} rules, {len(report['environments'])} environment(s))", highlight=False)
+    err.print(f"wrote {out_file} ({len(report.policies)} rules, {len(report.environments)} environment(s))", highlight=False)
 
 
 def statements_command(

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
 import jinja2
 
 from fleetops.output.markdown import GATE_TITLES
+
+if TYPE_CHECKING:
+    from fleetops.audit import AuditReport
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -65,7 +68,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def audit(report: dict[str, Any]) -> str:
-    charts = {e["name"]: capacity_chart(e["name"], e["capacity"]) for e in report["environments"]}
-    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report['provenance']['revision_date']})"
+def audit(report: AuditReport) -> str:
+    charts = {e.name: capacity_chart(e.name, e.capacity) for e in report.environments}
+    generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report.provenance.revision_date})"
     return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)

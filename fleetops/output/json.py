@@ -14,6 +14,7 @@ from fleetops.plan_result import PlanResult, Verdict
 
 if TYPE_CHECKING:
     from fleetops import policy
+    from fleetops.audit import AuditReport
     from fleetops.deploy import Result as DeployResult
     from fleetops.metering.statements import Statements
     from fleetops.policy.rego_tests import TestReport
@@ -44,9 +45,8 @@ def policy_tests(report: TestReport) -> str:
     return json.dumps(report.as_dict(), indent=2) + "\n"
 
 
-def audit(report: dict[str, Any]) -> str:
-    decisions = [d for e in report["environments"] for d in e.get("decisions", [])]
-    return as_json(envelope("audit", not any(d["status"] == "deny" for d in decisions), decision_counts(decisions), **report))
+def audit(report: AuditReport) -> str:
+    return as_json(envelope("audit", report.ok, decision_counts(report.decisions), **report.to_json()))
 
 
 def statements(result: Statements, counts: dict[str, int], ok: bool) -> tuple[dict[str, str], str]:

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fleetops import spec, usage
-from fleetops.audit import Gate, malformed_summary
+from fleetops.audit import AuditReport, Gate, malformed_summary
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
@@ -569,44 +569,44 @@ def _who(d: dict[str, Any]) -> str:
     return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
 
 
-def audit(report: dict[str, Any]) -> str:
-    p = report["provenance"]
+def audit(report: AuditReport) -> str:
+    p = report.provenance
     lines = [
         "# fleetops policy audit",
         "",
-        f"Revision `{p['revision']}` ({p['revision_date']}), policy digest `{p['policy_digest']}`, engine {p['engine']} {p['engine_version']}.",
-        f"{len(report['policies'])} rules; {report['tests']['passed']} of {report['tests']['total']} policy tests pass; {len(report['waivers'])} waivers.",
+        f"Revision `{p.revision}` ({p.revision_date}), policy digest `{p.policy_digest}`, engine {p.engine} {p.engine_version}.",
+        f"{len(report.policies)} rules; {report.tests.passed} of {report.tests.total} policy tests pass; {len(report.waivers)} waivers.",
         "",
         "## Policy inventory",
         "",
         "| control | rule | title | severity | enforced by | owners | location | last change | tests |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in report["policies"]:
+    for r in report.policies:
         change = f"`{r['last_change']['commit'][:10]}` {r['last_change']['author']} {r['last_change']['date']}" if r["last_change"] else "not committed"
         tests = ", ".join(f"{t['name']} ({'pass' if t['passed'] else 'FAIL'})" for t in r["tests"]) or "**no test**"
         enforced, owners = ", ".join(r["enforced_by"]) or "no gate", ", ".join(r["owners"]) or "none"
         lines.append(f"| {r['control_id']} | `{r['rule']}` | {r['title']} | {r['severity']} | {enforced} | {owners} | `{r['file']}:{r['line']}` | {change} | {tests} |")
     lines += ["", "## Coverage", "", "| file | coverage % | uncovered lines |", "|---|---:|---|"]
-    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report["coverage"]]
+    lines += [f"| `{c['file']}` | {c['percent']} | {', '.join(map(str, c['uncovered'])) or 'none'} |" for c in report.coverage]
     lines += ["", "## Current decisions", ""]
-    for e in report["environments"]:
-        n = e["counts"]
-        lines.append(f"### {e['name']}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
+    for e in report.environments:
+        n = e.counts
+        lines.append(f"### {e.name}: {n['deny']} deny, {n['warn']} warn, {n['waived']} waived")
         lines.append("")
-        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e["decisions"]] or ["No decisions."]
+        lines += [f"- **{d['status']}** `{d['rule']}` {d['resource']}: {d['msg']}" for d in e.decisions] or ["No decisions."]
         lines.append("")
     lines += ["## Waivers", "", "| status | rule | scope | owner | reason | ticket | expiry | days left |", "|---|---|---|---|---|---|---|---:|"]
     lines += [
         f"| {w['status']}{': ' + w['problem'] if w['problem'] else ''} | `{w['rule']}` | {w['scope_text']} | {w['owner']} | {w['reason']} | {w['ticket']} | {w['expires']} | {w['days_left'] if w['days_left'] is not None else ''} |"
-        for w in report["waivers"]
+        for w in report.waivers
     ]
-    if (st := report.get("statements")) is not None:
+    if (st := report.statements) is not None:
         lines += ["", f"## Statements: {st['environment']}, {st['period']}", "", f"Read from {st['prometheus']}.", "",
                   "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
         lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
                   f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
-    h = report["history"]
+    h = report.history
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:
         lines += ["", f"**{malformed_summary(h)}**", "", *(f"- {p}" for p in h["problems"])]

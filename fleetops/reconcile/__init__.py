@@ -11,7 +11,7 @@ The loop adds metrics (errors and reachability per cluster among them), /healthz
 pass worked, or why not), JSON logs and leader election through a Lease per cluster, so that several
 replicas can run and only the leader of a cluster writes to it.
 
-A module per job: `options` (what a pass may do), `gate`, `result` (actions, results, statuses),
+A module per job: `options` (what a pass may do), `gate`, `result` (actions: writes and findings, their outcomes, results, statuses),
 `retry` (backoff and the unreachable-server guard), `objects` (LIST, diff, prune), `nodes` (labels,
 taints, quarantine, cordon, certificate requests), `status` (status and inventory ConfigMaps),
 `sync` (one pass over every cluster), `source` (Git), `lease` (leader election), `service`
@@ -22,7 +22,7 @@ from fleetops.reconcile.gate import GateResult, default_gate
 from fleetops.reconcile.lease import LeaseElector
 from fleetops.reconcile.loop import LOG_ITEMS, Reconciler
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import PassResult, PassStatus, Verb
+from fleetops.reconcile.result import Found, Outcome, PassResult, PassStatus, Write
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import JsonFormatter, Metrics, json_logging, serve_http
 from fleetops.reconcile.source import GitSource, redact
@@ -41,7 +41,9 @@ __all__ = [
     "Options",
     "PassResult",
     "PassStatus",
-    "Verb",
+    "Found",
+    "Outcome",
+    "Write",
     "Reconciler",
     "applied_keys",
     "call",

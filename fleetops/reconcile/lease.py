@@ -10,7 +10,7 @@ from fleetops.cluster import ClusterAPI
 from fleetops.errors import ApiError, Conflict, Unanswered
 from fleetops.kube import Manifest
 from fleetops.reconcile.options import utcnow
-from fleetops.reconcile.result import ClusterResult
+from fleetops.reconcile.result import ClusterResult, Failure
 
 LEASE_NAME = "fleetops-reconciler"
 
@@ -22,8 +22,8 @@ def lease_failure(cluster: str, elector: LeaseElector) -> ClusterResult:
     """A cluster whose Lease could not be read or written: a server that failed us, not another leader."""
     if isinstance(elector.last_failure, Unanswered):
         return ClusterResult(cluster, leader=False, unreachable=elector.last_error,
-                             errors=[f"{cluster}: API server unreachable ({elector.last_error}): nothing read or written this pass"])
-    return ClusterResult(cluster, leader=False, errors=[f"{cluster}: cannot take the Lease: {elector.last_error}"])
+                             failures=[Failure(f"{cluster}: API server unreachable ({elector.last_error}): nothing read or written this pass")])
+    return ClusterResult(cluster, leader=False, failures=[Failure(f"{cluster}: cannot take the Lease: {elector.last_error}")])
 
 
 def _micro_time(t: dt.datetime) -> str:

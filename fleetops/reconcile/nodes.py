@@ -10,7 +10,7 @@ from fleetops.cluster import ClusterAPI
 from fleetops.errors import ApiError
 from fleetops.kube import CORDON_ANNOTATION, MANAGER, PART_OF, QUARANTINE_TAINT, Manifest
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult, Verb
+from fleetops.reconcile.result import Action, ClusterResult, Found, Verb, Write
 from fleetops.reconcile.retry import call, explain
 
 NODE_KIND = ("v1", "Node")
@@ -24,32 +24,32 @@ def _has(taints: list[dict[str, str]], taint: dict[str, str]) -> bool:
 
 
 def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
-              record: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[Verb, str, bool]]]:
+              record: dict[str, str] | None = None) -> tuple[Manifest, list[tuple[Verb, str]]]:
     """The merge patch that makes a member node meet its group's contract, and what it means.
 
-    Returns (patch, [(verb, detail, write)]). Labels merge key by key; taints are sent whole, with
+    Returns (patch, [(verb, detail)]): a `Write` is in the patch, a `Found` is only said. Labels merge key by key; taints are sent whole, with
     the node's resourceVersion as a precondition, so a taint another controller added since the
     read is not lost (the write gets 409 and the next pass starts from a fresh read).
     """
-    notes: list[tuple[Verb, str, bool]] = []
+    notes: list[tuple[Verb, str]] = []
     labels = {k: v for k, v in spec.node_labels(group).items() if node.labels.get(k) != v}
     if labels:
-        notes.append((Verb.LABEL, ", ".join(f"{k}={v}" for k, v in labels.items()), True))
+        notes.append((Write.LABEL, ", ".join(f"{k}={v}" for k, v in labels.items())))
     taints = [dict(t) for t in node.taints]
     for taint in (t.model_dump() for t in spec.taints(group)):
         if not _has(taints, taint):
             taints = [t for t in taints if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])] + [taint]
-            notes.append((Verb.TAINT, f"{taint['key']}={taint['value']}:{taint['effect']}", True))
+            notes.append((Write.TAINT, f"{taint['key']}={taint['value']}:{taint['effect']}"))
     annotations: dict[str, str | None] = {}
     unschedulable: bool | None = None
     guarded = isinstance(group, spec.EdgeGroup) and bool(group.fingerprints)
     if not guarded and _has(taints, QUARANTINE_TAINT):
         # Quarantined while it claimed a group it did not match, or two groups matched it: one member now.
         taints = [t for t in taints if t["key"] != QUARANTINE_TAINT["key"]]
-        notes.append((Verb.RELEASE, f"a member of {group.name} by its match alone", True))
+        notes.append((Write.RELEASE, f"a member of {group.name} by its match alone"))
     if isinstance(group, spec.EdgeGroup):
         if group.fingerprints and record is None:
-            notes.append((Verb.IDENTITY, "the identity record could not be read: quarantine left as it is", False))
+            notes.append((Found.IDENTITY, "the identity record could not be read: quarantine left as it is"))
         elif group.fingerprints:
             # The kubelet key fleetops approved for this node, from a record nodes cannot write.
             recorded = record.get(node.name)
@@ -59,25 +59,25 @@ def node_plan(group: spec.Group, node: inventory.NodeInfo, now: dt.datetime,
             quarantined = _has(taints, QUARANTINE_TAINT)
             if not known and not quarantined:
                 taints.append(dict(QUARANTINE_TAINT))
-                notes.append((Verb.QUARANTINE, why, True))
+                notes.append((Write.QUARANTINE, why))
             elif not known:
-                notes.append((Verb.QUARANTINED, why, False))
+                notes.append((Found.QUARANTINED, why))
             elif quarantined:
                 taints = [t for t in taints if t["key"] != QUARANTINE_TAINT["key"]]
-                notes.append((Verb.RELEASE, f"its kubelet key is allowed in {group.name}", True))
+                notes.append((Write.RELEASE, f"its kubelet key is allowed in {group.name}"))
         if not node.ready:
             offline = (now - node.ready_since).total_seconds() if node.ready_since else None
             if offline is not None and offline > group.offline_grace_seconds and not node.unschedulable:
                 unschedulable = True
                 annotations[CORDON_ANNOTATION] = "offline"
-                notes.append((Verb.CORDON, f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}", True))
+                notes.append((Write.CORDON, f"NotReady for {int(offline)}s, more than the {group.offline_grace_seconds}s grace of {group.name}"))
             else:
                 since = f"{int(offline)}s" if offline is not None else "an unknown time"
-                notes.append((Verb.OFFLINE, f"NotReady for {since} (grace {group.offline_grace_seconds}s)", False))
+                notes.append((Found.OFFLINE, f"NotReady for {since} (grace {group.offline_grace_seconds}s)"))
         elif node.unschedulable and node.annotations.get(CORDON_ANNOTATION) == "offline":
             unschedulable = False
             annotations[CORDON_ANNOTATION] = None
-            notes.append((Verb.UNCORDON, "Ready again; fleetops cordoned it while offline", True))
+            notes.append((Write.UNCORDON, "Ready again; fleetops cordoned it while offline"))
     patch: Manifest = {}
     if labels or annotations:
         patch["metadata"] = {k: v for k, v in (("labels", labels), ("annotations", annotations)) if v}
@@ -91,9 +91,9 @@ def quarantine(cluster: str, node: inventory.NodeInfo, why: str) -> Action:
     """The quarantine taint on a node that is no group's member, or the finding that it has it already."""
     target = f"Node {node.name}"
     if _has(node.taints, QUARANTINE_TAINT):
-        return Action(cluster, Verb.QUARANTINED, target, why, write=False, kind="Node")
+        return Action(cluster, Found.QUARANTINED, target, why, kind="Node")
     patch = {"metadata": {"resourceVersion": node.resource_version}, "spec": {"taints": [*node.taints, dict(QUARANTINE_TAINT)]}}
-    return Action(cluster, Verb.QUARANTINE, target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
+    return Action(cluster, Write.QUARANTINE, target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
 
 
 def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
@@ -112,13 +112,14 @@ def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.dateti
             out.append(quarantine(cluster.name, node, why))
             continue
         if not groups:
-            out.append(Action(cluster.name, Verb.UNMATCHED, f"Node {node.name}", "matches no pool or edge group; left alone", write=False, kind="Node"))
+            out.append(Action(cluster.name, Found.UNMATCHED, f"Node {node.name}", "matches no pool or edge group; left alone", kind="Node"))
             continue
         members.setdefault(groups[0].name, []).append(node)
         patch, notes = node_plan(groups[0], node, now, record)
-        for verb, detail, write in notes:
+        for verb, detail in notes:
             # One patch per node carries all its writes; its actions share the outcome.
-            out.append(Action(cluster.name, verb, f"Node {node.name}", detail, write=write, kind="Node",
+            write = isinstance(verb, Write)
+            out.append(Action(cluster.name, verb, f"Node {node.name}", detail, kind="Node",
                               key=("v1", "Node", "", node.name), body=patch if write else None))
     return out, members
 
@@ -133,7 +134,7 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
         record_map = call(opts, api.get, "v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP)
         requests = call(opts, api.list, *CSR_KIND, "")
     except ApiError as exc:
-        result.errors.append(f"{cluster.name}: read kubelet certificate requests: {explain(exc)}")
+        result.fail(f"{cluster.name}: read kubelet certificate requests: {explain(exc)}", exc)
         return [], None
     record = identity.read_record(record_map)
     before = dict(record)
@@ -146,14 +147,14 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
             continue
         if verdict.approve:
             record[verdict.request.node] = verdict.request.fingerprint
-        actions.append(Action(cluster.name, Verb.APPROVE if verdict.approve else Verb.DENY, f"CertificateSigningRequest {csr['metadata']['name']}",
+        actions.append(Action(cluster.name, Write.APPROVE if verdict.approve else Write.DENY, f"CertificateSigningRequest {csr['metadata']['name']}",
                               f"node {verdict.request.node}: {verdict.reason}", kind="CertificateSigningRequest",
                               key=(*CSR_KIND, "", csr["metadata"]["name"]), body=identity.approval(csr, verdict)))
     if record != before:
         body = {"apiVersion": "v1", "kind": "ConfigMap", "data": identity.record_data(record),
                 "metadata": {"name": identity.RECORD_CONFIGMAP, "namespace": opts.namespace, "labels": {PART_OF: MANAGER},
                              **({"resourceVersion": record_map["metadata"]["resourceVersion"]} if record_map else {})}}
-        actions.append(Action(cluster.name, Verb.RECORD, f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
+        actions.append(Action(cluster.name, Write.RECORD, f"ConfigMap {opts.namespace}/{identity.RECORD_CONFIGMAP}",
                               "approved " + ", ".join(f"{node}={key}" for node, key in sorted(set(record.items()) - set(before.items()))),
                               kind="ConfigMap", key=("v1", "ConfigMap", opts.namespace, identity.RECORD_CONFIGMAP), body=body))
     return actions, record

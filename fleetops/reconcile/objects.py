@@ -11,7 +11,7 @@ from fleetops.cluster import ClusterAPI, field_managers
 from fleetops.errors import ApiError, NotFound
 from fleetops.kube import CLUSTER_LABEL, ENVIRONMENT_LABEL, MANAGED_BY, MANAGER, PRUNE_ANNOTATION, Key, Manifest, describe, key_of, kind_rank
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult, Verb
+from fleetops.reconcile.result import Action, ClusterResult, Found, Write
 from fleetops.reconcile.retry import call, explain
 
 
@@ -50,7 +50,7 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
                 unserved.add((api_version, kind))
         except ApiError as exc:
             failed.add((api_version, kind))
-            result.errors.append(f"{result.cluster}: list {kind}: {explain(exc)}")
+            result.fail(f"{result.cluster}: list {kind}: {explain(exc)}", exc)
     # The selector's labels are the object's, anyone may edit them: an object whose label was edited by hand
     # is still the one Git wants (drift in that label, repaired by an apply, never a create) or the one
     # fleetops applied (still not pruned without its marks, still in the inventory). Only what the LIST
@@ -60,7 +60,7 @@ def read_live(api: ClusterAPI, kinds: Iterable[tuple[str, str]], environment: st
             found = call(opts, api.find, *key)
         except ApiError as exc:
             failed.add((key[0], key[1]))  # unknown, not absent: applied anyway, kept in the inventory
-            result.errors.append(f"{result.cluster}: read {describe(key)}: {explain(exc)}")
+            result.fail(f"{result.cluster}: read {describe(key)}: {explain(exc)}", exc)
             continue
         if found is not None:
             live[key] = found
@@ -129,10 +129,10 @@ def object_actions(cluster: str, environment: str, desired: list[Manifest], live
         current = live.get(key)
         if current is None:
             # A kind whose LIST failed is unknown, not absent: apply it anyway (apply is idempotent).
-            verb = Verb.APPLY if (key[0], key[1]) in failed else Verb.CREATE
+            verb = Write.APPLY if (key[0], key[1]) in failed else Write.CREATE
             actions.append(Action(cluster, verb, describe(key), None, kind=key[1], key=key, body=manifest))
         elif changes := diff.drift(manifest, current):
-            actions.append(Action(cluster, Verb.UPDATE, describe(key), changes, kind=key[1], key=key, body=manifest,
+            actions.append(Action(cluster, Write.UPDATE, describe(key), changes, kind=key[1], key=key, body=manifest,
                                   changed_by=changed_by(current, changes)))
     known = applied or set()
     # Namespaces fleetops creates, or created, and those Git puts objects in (kube-system for a plugin).
@@ -143,25 +143,24 @@ def object_actions(cluster: str, environment: str, desired: list[Manifest], live
         labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
         if not marked(live[key], environment):
             if key in known:  # found by its identity: fleetops applied it, then its labels were edited
-                actions.append(Action(cluster, Verb.ORPHAN, describe(key), UNMARKED, write=False, kind=key[1]))
+                actions.append(Action(cluster, Found.ORPHAN, describe(key), UNMARKED, kind=key[1]))
             continue  # never touch what fleetops does not own, whatever the server returned
         if labels.get(CLUSTER_LABEL, cluster) != cluster:
-            actions.append(Action(cluster, Verb.FOREIGN, describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.FOREIGN, describe(key), f"labelled for cluster {labels[CLUSTER_LABEL]}", kind=key[1]))
         elif notes.get(PRUNE_ANNOTATION) == "disabled":
-            actions.append(Action(cluster, Verb.PROTECTED, describe(key), f"{PRUNE_ANNOTATION}: disabled", write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.PROTECTED, describe(key), f"{PRUNE_ANNOTATION}: disabled", kind=key[1]))
         elif key[1] == "Namespace":
             # Deleting a namespace deletes everything in it, objects fleetops does not own and protected
             # ones included; its managed contents are pruned one by one, the namespace is left to a person.
-            actions.append(Action(cluster, Verb.ORPHAN, describe(key), NAMESPACE_NOT_PRUNED, write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.ORPHAN, describe(key), NAMESPACE_NOT_PRUNED, kind=key[1]))
         elif applied is None:
-            actions.append(Action(cluster, Verb.ORPHAN, describe(key), "not in Git; the inventory could not be read: not pruned this pass", write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.ORPHAN, describe(key), "not in Git; the inventory could not be read: not pruned this pass", kind=key[1]))
         elif key not in applied:
-            actions.append(Action(cluster, Verb.UNOWNED, describe(key), NOT_APPLIED, write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.UNOWNED, describe(key), NOT_APPLIED, kind=key[1]))
         elif key[2] and key[2] not in managed:
-            actions.append(Action(cluster, Verb.UNOWNED, describe(key), f"in namespace {key[2]}, which fleetops does not manage: never pruned",
-                                  write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.UNOWNED, describe(key), f"in namespace {key[2]}, which fleetops does not manage: never pruned", kind=key[1]))
         elif opts.prune:
-            actions.append(Action(cluster, Verb.PRUNE, describe(key), None, kind=key[1], key=key))
+            actions.append(Action(cluster, Write.PRUNE, describe(key), None, kind=key[1], key=key))
         else:
-            actions.append(Action(cluster, Verb.ORPHAN, describe(key), "not in Git; --prune deletes it", write=False, kind=key[1]))
+            actions.append(Action(cluster, Found.ORPHAN, describe(key), "not in Git; --prune deletes it", kind=key[1]))
     return actions

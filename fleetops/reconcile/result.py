@@ -5,42 +5,60 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 import jsonpatch
 
 from fleetops import diff, inventory
-from fleetops.errors import ExitCode
+from fleetops.errors import ExitCode, Unreachable
 from fleetops.spec import format_loc
 from fleetops.kube import Key, Manifest
 
 # --- actions, results ---------------------------------------------------------------------
 
 
-class Verb(StrEnum):
-    """What an action writes, or (write=False) what it reports; the value is what the output shows."""
+class Write(StrEnum):
+    """What an action writes (or would write, in a dry run or detect-only pass); the value is what the output shows."""
 
     CREATE = "create"
     APPLY = "apply"  # not seen live because its kind's LIST failed: applied anyway (idempotent)
     UPDATE = "update"
     PRUNE = "prune"
+    LABEL = "label"
+    TAINT = "taint"
+    RELEASE = "release"
+    QUARANTINE = "quarantine"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    APPROVE = "approve"
+    DENY = "deny"
+    RECORD = "record"
+
+
+class Found(StrEnum):
+    """What an action reports and leaves alone: a finding, never written; the value is what the output shows."""
+
     FOREIGN = "foreign"
     PROTECTED = "protected"
     ORPHAN = "orphan"
     UNOWNED = "unowned"
-    LABEL = "label"
-    TAINT = "taint"
-    RELEASE = "release"
     IDENTITY = "identity"
-    QUARANTINE = "quarantine"
     QUARANTINED = "quarantined"
-    CORDON = "cordon"
     OFFLINE = "offline"
-    UNCORDON = "uncordon"
     UNMATCHED = "unmatched"
-    APPROVE = "approve"
-    DENY = "deny"
-    RECORD = "record"
+
+
+Verb: TypeAlias = Write | Found  # what an action is: a write, or a finding
+
+
+class Outcome(StrEnum):
+    """What became of an action in this pass."""
+
+    PENDING = "pending"  # a write not made: planned (dry run, detect only), or left for the next pass
+    REPORTED = "reported"  # a finding: nothing to write
+    DONE = "done"
+    FAILED = "failed"  # the call failed (`error` says why)
+    NOT_ATTEMPTED = "not-attempted"  # no call made: the API server had stopped answering earlier in the pass
 
 
 class PassStatus(StrEnum):
@@ -69,23 +87,44 @@ class Action:
     verb: Verb
     target: str
     detail: Any = None
-    write: bool = True
     kind: str = ""
-    done: bool = False
-    error: str | None = None
+    error: str | None = None  # why it failed (outcome FAILED or NOT_ATTEMPTED)
     key: Key | None = None  # the object, for writes to it
     body: Manifest | None = field(default=None, repr=False)  # what an apply sends; what a node patch sends
     changed_by: dict[str, str] = field(default_factory=dict)  # of an update: JSON pointer -> the field manager that owns it live
+    outcome: Outcome = Outcome.PENDING  # a finding's is REPORTED, from the start
+
+    def __post_init__(self) -> None:
+        if not self.write:
+            self.outcome = Outcome.REPORTED
+
+    @property
+    def write(self) -> bool:
+        return isinstance(self.verb, Write)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is Outcome.DONE
+
+    def failed(self, error: str, attempted: bool = True) -> None:
+        """The call failed (`attempted`), or was not made: its server had stopped answering."""
+        self.outcome, self.error = (Outcome.FAILED if attempted else Outcome.NOT_ATTEMPTED), error
+
+    def failure(self) -> Failure | None:
+        """The pass's error line of a failed action, None for any other."""
+        if self.error is None:
+            return None
+        return Failure(f"{self.cluster}: {self.verb} {self.target}: {self.error}", self.outcome is not Outcome.NOT_ATTEMPTED)
 
     def to_dict(self) -> dict[str, Any]:
         detail = ([{**c.to_dict(), "changed_by": self.changed_by.get(c.path)} for c in self.detail]  # FieldChanges
-                  if self.verb == Verb.UPDATE else self.detail)
+                  if self.verb is Write.UPDATE else self.detail)
         return {"cluster": self.cluster, "verb": self.verb, "kind": self.kind, "target": self.target, "detail": detail,
                 "write": self.write, "done": self.done, "error": self.error}
 
     def text(self) -> str:
         """The detail as a person reads it: an update's fields as `path: live → Git (who changed it)`."""
-        if self.verb == Verb.UPDATE and isinstance(self.detail, list):
+        if self.verb is Write.UPDATE and isinstance(self.detail, list):
             return "; ".join(change_text(c, self.changed_by.get(c.path)) for c in self.detail)
         return "" if self.detail is None else str(self.detail)
 
@@ -110,11 +149,20 @@ def change_text(change: diff.FieldChange, changed_by: str | None) -> str:
     return f"{field_path(change.path)}: {before} → {after}" + (f" (changed by {changed_by})" if changed_by else "")
 
 
+@dataclass(frozen=True)
+class Failure:
+    """One error line of a cluster's pass, and whether its call was made (False: the guard refused it, the
+    server having stopped answering; those are said in one line, not one per call)."""
+
+    text: str
+    attempted: bool = True
+
+
 @dataclass
 class ClusterResult:
     cluster: str
     actions: list[Action] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # malformed live nodes
     capacity: list[inventory.LiveCapacity] = field(default_factory=list)
     shortfalls: list[dict[str, Any]] = field(default_factory=list)
@@ -124,6 +172,14 @@ class ClusterResult:
     applied: set[Key] | None = None  # the inventory of applied objects after this pass; None: not known
     last_applied: str | None = None  # the revision its status ConfigMap records as applied
     measured: set[str] | None = None  # the kinds whose drift this pass measured; None: none (unreachable, denied, standby)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f.text for f in self.failures]
+
+    def fail(self, text: str, exc: Exception | None = None) -> None:
+        """An error line; `exc`, the error it reports: a call the guard refused (`Unreachable`) was not made."""
+        self.failures.append(Failure(text, not isinstance(exc, Unreachable)))
 
     @property
     def kinds(self) -> list[tuple[str, str]]:

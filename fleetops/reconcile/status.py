@@ -15,7 +15,7 @@ from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
 from fleetops.kube import MANAGER, PART_OF, STATUS_CONFIGMAP, Key, Manifest
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, Verb
+from fleetops.reconcile.result import Action, Write
 from fleetops.reconcile.retry import call
 
 # STATUS_CONFIGMAP: named in fleetops.kube, the contract modules/ may read (the fleet API's Role names it).
@@ -127,7 +127,7 @@ def applied_after(previous: set[Key], desired: Iterable[Key], live: dict[Key, Ma
     """The inventory after a pass: what Git wants that is now applied (written or found equal), and what
     the last inventory held that is still there (a LIST that failed counts as still there)."""
     failed_writes = {a.key for a in actions if a.error}
-    pruned = {a.key for a in actions if a.verb == Verb.PRUNE and a.done}
+    pruned = {a.key for a in actions if a.verb is Write.PRUNE and a.done}
     now = {k for k in desired if k not in failed_writes}
     kept = {k for k in previous if k not in pruned and (k in live or (k[0], k[1]) in failed)}
     return now | kept

@@ -7,13 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fleetops import identity, inventory, render, spec
 from fleetops.cluster import ClusterAPI
-from fleetops.errors import ApiError, NotFound
+from fleetops.errors import ApiError, NotFound, Unreachable
 from fleetops.kube import MANAGER, Key, Manifest, key_of
 from fleetops.reconcile.gate import Gate
 from fleetops.reconcile.nodes import NODE_KIND, identity_actions, live_input, node_actions, read_nodes
 from fleetops.reconcile.objects import kinds_of, not_served, object_actions, read_live
 from fleetops.reconcile.options import Options
-from fleetops.reconcile.result import Action, ClusterResult, PassResult, PassStatus, Verb
+from fleetops.reconcile.result import Action, ClusterResult, Outcome, PassResult, PassStatus, Write
 from fleetops.reconcile.retry import Guard, call, explain
 from fleetops.reconcile.status import (INVENTORY_CONFIGMAP, Recorded, applied_after, inventory_content, read_applied, read_status, status_data,
                                       write_record, write_status)
@@ -29,21 +29,20 @@ def _execute(api: ClusterAPI, action: Action, opts: Options) -> None:
             call(opts, api.patch_node, action.key[3], action.body, conflicts=not precondition)
         elif action.kind == "CertificateSigningRequest":
             call(opts, api.approve, action.body, conflicts=False)  # 409: decided elsewhere since the read
-        elif action.verb == Verb.RECORD:
+        elif action.verb is Write.RECORD:
             write = api.replace if "resourceVersion" in action.body["metadata"] else api.create
             call(opts, write, action.body, conflicts=False)
-        elif action.verb == Verb.PRUNE:
+        elif action.verb is Write.PRUNE:
             try:
                 call(opts, api.delete, *action.key)
             except NotFound:
                 pass  # already gone is what pruning wanted
         else:
             call(opts, api.apply, action.body, MANAGER, opts.force_conflicts)
-        action.done = True
+        action.outcome = Outcome.DONE
     except ApiError as exc:
-        action.error = explain(exc)
-        if exc.field_conflict:
-            action.error += "; another field manager owns it (a hand edit?): --force-conflicts takes it back for Git, or change Git to match"
+        conflict = "; another field manager owns it (a hand edit?): --force-conflicts takes it back for Git, or change Git to match"
+        action.failed(explain(exc) + (conflict if exc.field_conflict else ""), attempted=not isinstance(exc, Unreachable))
 
 
 def reconcile_cluster(
@@ -65,7 +64,8 @@ def reconcile_cluster(
     kinds = sorted(wanted | {(k[0], k[1]) for k in applied or ()})
     identities = {key_of(m) for m in desired} | (applied or set())
     live, failed, unserved = read_live(api, kinds, env.environment, opts, result, wanted, identities)
-    result.errors += not_served(cluster.name, desired, unserved)
+    for line in not_served(cluster.name, desired, unserved):
+        result.fail(line)
     result.measured = {k for v, k in kinds if (v, k) not in unserved} | {NODE_KIND[1]}
     desired = [m for m in desired if (m["apiVersion"], m["kind"]) not in unserved]
     result.actions += object_actions(cluster.name, env.environment, desired, live, failed, opts, applied)
@@ -77,14 +77,14 @@ def reconcile_cluster(
                 continue
             if action.kind == "Node" and action.key in outcome:
                 first = outcome[action.key]
-                action.done, action.error = first.done, first.error
+                action.outcome, action.error = first.outcome, first.error
                 continue
-            if action.verb == Verb.RECORD and any(a.error for a in result.actions if a.kind == "CertificateSigningRequest"):
-                action.error = "not recorded: an approval failed; the next pass decides again"
+            if action.verb is Write.RECORD and any(a.error for a in result.actions if a.kind == "CertificateSigningRequest"):
+                action.failed("not recorded: an approval failed; the next pass decides again")
                 continue
             _execute(api, action, opts)
             outcome[action.key] = action
-    result.errors += [f"{a.cluster}: {a.verb} {a.target}: {a.error}" for a in result.actions if a.error]
+    result.failures += [f for a in result.actions if (f := a.failure()) is not None]
     if applied is not None:
         result.applied = applied_after(applied, (key_of(m) for m in desired), live, failed, result.actions)
 
@@ -118,7 +118,7 @@ def run_pass(
         if guards[cluster.name].down is not None:
             # Nothing more is asked of a server that does not answer: one line, no guessed actions.
             result.unreachable = guards[cluster.name].down
-            result.errors.append(f"{cluster.name}: API server unreachable ({result.unreachable}): nothing read or written this pass")
+            result.fail(f"{cluster.name}: API server unreachable ({result.unreachable}): nothing read or written this pass")
             result.nodes_read = False
             return inv, []
         result.problems = inv.problems
@@ -127,7 +127,7 @@ def run_pass(
         work = approvals + work  # a node approved in this pass is known to the quarantine decision
         if error:
             # Unknown is not zero: no capacity figures, no shortfall warnings from a failed read.
-            result.errors.append(error)
+            result.fail(error)
             result.nodes_read = False
             return inv, work
         result.capacity = inventory.capacity(cluster, members)
@@ -152,30 +152,30 @@ def run_pass(
                 result.last_applied = (status or {}).get("data", {}).get("revision") or None
             except ApiError as exc:
                 status, known = None, False  # unknown: reconcile anyway, but do not overwrite the record blind
-                result.errors.append(f"{cluster.name}: read status ConfigMap: {exc}")
+                result.fail(f"{cluster.name}: read status ConfigMap: {exc}", exc)
             try:
                 inventory_map, applied = read_applied(api, opts)
             except ApiError as exc:
                 inventory_map, applied = None, None  # unknown: apply, but prune nothing and keep the record
-                result.errors.append(f"{cluster.name}: read inventory ConfigMap: {explain(exc)}")
+                result.fail(f"{cluster.name}: read inventory ConfigMap: {explain(exc)}", exc)
             try:
                 reconcile_cluster(api, env, cluster, desired, result, surveyed[cluster.name][1], applied, opts)
             except Exception as exc:  # noqa: BLE001 - one cluster's failure is reported, the others go on
-                result.errors.append(f"{cluster.name}: {type(exc).__name__}: {exc}")
+                result.fail(f"{cluster.name}: {type(exc).__name__}: {exc}", exc)
                 return
             if (down := guards[cluster.name].down) is not None:
                 # The server stopped answering part-way: one line for what was not attempted.
-                skipped = [e for e in result.errors if "not attempted: the API server is unreachable" in e]
+                skipped = [f for f in result.failures if not f.attempted]
                 result.unreachable = down
-                result.errors = [e for e in result.errors if e not in skipped]
-                result.errors.append(f"{cluster.name}: API server stopped answering during the pass ({down}): "
-                                     f"{len(skipped)} call(s) not attempted; the next pass converges")
+                result.failures = [f for f in result.failures if f.attempted]
+                result.fail(f"{cluster.name}: API server stopped answering during the pass ({down}): "
+                            f"{len(skipped)} call(s) not attempted; the next pass converges")
                 return
             if opts.writes and result.applied is not None:
                 try:
                     write_record(api, opts, INVENTORY_CONFIGMAP, inventory_map, inventory_content(result.applied))
                 except ApiError as exc:
-                    result.errors.append(f"{cluster.name}: inventory ConfigMap: {explain(exc)}")
+                    result.fail(f"{cluster.name}: inventory ConfigMap: {explain(exc)}", exc)
             if opts.writes and known:
                 ok = not result.errors
                 data = status_data(env.environment, state.revision if ok else (status or {}).get("data", {}).get("revision") or last_applied,
@@ -184,7 +184,7 @@ def run_pass(
                     write_status(api, opts, status, data)
                     result.last_applied = data["revision"] or None
                 except ApiError as exc:
-                    result.errors.append(f"{cluster.name}: status ConfigMap: {exc}")
+                    result.fail(f"{cluster.name}: status ConfigMap: {exc}", exc)
 
         list(pool.map(one, clusters))
     shortfalls = [s["msg"] for r in results.values() for s in r.shortfalls]
