@@ -154,7 +154,7 @@ class _LoggedDecision(BaseModel):
     msg: str = ""
 
 
-class Gate(str, Enum):
+class GateKind(str, Enum):
     """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
     request), a pull request's branch under review (plan, check in a pull request's CI job), or a plan
     outside a pull request (a preview on a workstation: it gated nothing)."""
@@ -176,12 +176,12 @@ class _LogEntry(BaseModel):
     run: str | None = None  # "ci" or "local" (policy.ci_context); records written before it have none
     decisions: list[_LoggedDecision] = []
 
-    def gate(self) -> Gate:
+    def gate(self) -> GateKind:
         if self.source == "plan" and (self.run == "local" or not self.pr):  # no pull request: older records say so by their missing pr
-            return Gate.local
+            return GateKind.local
         if self.source in ("plan", "check") and self.pr:
-            return Gate.pull_request
-        return Gate.production
+            return GateKind.pull_request
+        return GateKind.production
 
 
 # Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
@@ -204,11 +204,11 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
     silently: a log someone edited by hand must show it.
     """
     empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [],
-                             "latest_denials": {gate.value: [] for gate in Gate}, "malformed": 0, "problems": []}
+                             "latest_denials": {gate.value: [] for gate in GateKind}, "malformed": 0, "problems": []}
     if log is None or not log.is_file():
         return empty
     per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    denials: dict[Gate, list[dict[str, Any]]] = {gate: [] for gate in Gate}
+    denials: dict[GateKind, list[dict[str, Any]]] = {gate: [] for gate in GateKind}
     times: list[str] = []
     problems: list[str] = []
     malformed = 0
@@ -323,9 +323,9 @@ def html(report: dict[str, Any]) -> str:
     return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
 
 
-GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
-               Gate.pull_request: "pull requests (plan, check in a pull request)",
-               Gate.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
+GATE_TITLES = {GateKind.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
+               GateKind.pull_request: "pull requests (plan, check in a pull request)",
+               GateKind.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
 
 
 def _who(d: dict[str, Any]) -> str:

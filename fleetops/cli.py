@@ -444,7 +444,7 @@ def plan_command(
         work = None
         if whatif is not None:  # the trace replayed on the plan's own sides: plan itself never imports whatif
             from fleetops.whatif import run as replay
-            work = replay.work(whatif, replay.Options(root=top))
+            work = replay.work(whatif, replay.ReplayOptions(root=top))
         meter = plan.Meter(source, usage.parse_window(usage_window), work)
         with progress(f"planning {env}: rendering base and head, diffing, {f'replaying {whatif}, ' if whatif else ''}judging"):
             result = plan.build(top, env, base, head, approvals, meter)
@@ -465,7 +465,7 @@ def plan_command(
             write_files(forms.forms(invalid, artifacts, max_chars), "the plan")
         sys.stdout.write(forms.render(invalid, output, max_chars))
         fail(str(exc))
-    code = errors.ExitCode.OK if result.verdict is plan.Verdict.ALLOWED else errors.ExitCode.DENIED
+    code = errors.ExitCode.OK if result.verdict is plan.PlanVerdict.ALLOWED else errors.ExitCode.DENIED
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
         write_files(forms.forms(result, artifacts, max_chars, where), "the full plan")
@@ -533,7 +533,7 @@ def whatif_command(
     if write_trace is not None:
         traces.write_csv(jobs_of, write_trace)
     with progress(f"whatif {env}: replaying {len(jobs_of.jobs)} jobs on {', '.join(wanted)}"):
-        figures = run.replay(chosen, jobs_of, run.Options(root=top, keep=keep))
+        figures = run.replay(chosen, jobs_of, run.ReplayOptions(root=top, keep=keep))
     if output is Output.json:
         sys.stdout.write(as_json(report.document(env, jobs_of, figures)))
     else:
@@ -801,7 +801,7 @@ def reconcile_command(
     reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
     period = parse_interval(interval, "--interval") if interval else 0.0
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
-    reconciler = reconcile.Reconciler(
+    reconciler = reconcile.ReconcileLoop(
         env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
@@ -938,7 +938,7 @@ def standing_command(
         c, live = live_cluster(document, name, reach, tenant)
         past = (lambda resource, c=c: history.measure(source, document.env, c, tenant, resource, span)) if source else None
         try:
-            rows += why_standing.standing(why_answer.Cluster(document, c, live), tenant, past)
+            rows += why_standing.standing(why_answer.ClusterContext(document, c, live), tenant, past)
         except prom.PrometheusError as exc:
             fail(exc.lines[0])
         problems += live.problems
@@ -1117,7 +1117,7 @@ def serve(
     # after; the tenants the tokens name are checked once it is. The Prometheus client lives as long as
     # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
     given_tokens = auth.read(tokens) if openapi is None and tokens is not None else None
-    meter = api_metering.Meter(Prometheus(prometheus, prometheus_token_file, client_deadline=None)) if prometheus is not None else None
+    meter = api_metering.StatementCache(Prometheus(prometheus, prometheus_token_file, client_deadline=None)) if prometheus is not None else None
     source = None if Path(repo).is_dir() else reconcile.GitSource(repo, rev, cache_dir)  # a URL: cloned, credentials kept out
 
     def fetch() -> tuple[Path, str]:

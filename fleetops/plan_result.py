@@ -27,14 +27,14 @@ if TYPE_CHECKING:  # read by annotation only: the forms of a plan do not load th
 Row: TypeAlias = dict[str, Any]  # one row of the published JSON, built by the module that owns its shape
 
 
-class Verdict(StrEnum):
+class PlanVerdict(StrEnum):
     ALLOWED = "allowed"
     NEEDS_APPROVAL = "needs-approval"
     DENIED = "denied"
     INVALID = "invalid"  # the change cannot be judged: an invalid side, no policy engine
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> Verdict:
+    def of(cls, counts: dict[str, int]) -> PlanVerdict:
         return cls.DENIED if counts["deny"] else cls.NEEDS_APPROVAL if counts["approval"] else cls.ALLOWED
 
 
@@ -132,23 +132,23 @@ class CapacityRow:
 
 
 @dataclass(frozen=True)
-class Quota:
+class PlanQuota:
     guaranteed: int
     burst: int
 
 
 @dataclass(frozen=True)
-class QuotaChange:
+class PlanQuotaChange:
     tenant: str
     cluster: str
     resource: str
-    before: Quota
-    after: Quota
+    before: PlanQuota
+    after: PlanQuota
 
     @classmethod
-    def of(cls, row: Row) -> QuotaChange:
+    def of(cls, row: Row) -> PlanQuotaChange:
         """From the row the `fleet.change` policies read (`plan.quota_changes`)."""
-        return cls(row["tenant"], row["cluster"], row["resource"], Quota(**row["before"]), Quota(**row["after"]))
+        return cls(row["tenant"], row["cluster"], row["resource"], PlanQuota(**row["before"]), PlanQuota(**row["after"]))
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class Location:
     column: int
 
 
-class Finding(StrEnum):
+class FindingKind(StrEnum):
     """A decision against the base revision's own, as Infracost and conftest users read a change's findings:
     the verdict counts every decision alike (a pre-existing deny still denies); only how loud it is differs."""
 
@@ -195,7 +195,7 @@ class PlanDecision:
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
-    finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
+    finding: FindingKind | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
 
     @classmethod
     def of(cls, row: Row, waiver: Waiver | None = None) -> PlanDecision:
@@ -203,7 +203,7 @@ class PlanDecision:
         loc = row.get("location")
         return cls(DecisionStatus(row["status"]), row["rule"], Severity(row["severity"]), row["msg"], row["resource"], row["subject"],
                    row["package"], row.get("waived_by"), row.get("fix", ""), row.get("figures"), Location(**loc) if loc else None, waiver,
-                   Finding(row["finding"]) if row.get("finding") else None)
+                   FindingKind(row["finding"]) if row.get("finding") else None)
 
     def to_json(self) -> Row:
         w = self.waiver
@@ -220,7 +220,7 @@ def status_counts(decisions: Iterable[PlanDecision]) -> dict[str, int]:
     return decision_counts({"status": d.status.value} for d in decisions)
 
 
-class Side(StrEnum):
+class PlanSide(StrEnum):
     BASE = "base"
     HEAD = "head"
 
@@ -235,7 +235,7 @@ class SpecChange:
     new: Any  # None: not in head
     file: str
     line: int
-    side: Side  # the side whose file holds `line`
+    side: PlanSide  # the side whose file holds `line`
     # the key that makes it decide who or what is let in (`fingerprints`, an allow list, a node match, ...); "" if none
     security_field: str
 
@@ -251,7 +251,7 @@ class SpecChange:
     @classmethod
     def of(cls, row: Row) -> SpecChange:
         """From `changes.spec_changes_and_fields`' row."""
-        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], Side(row["side"]), row["security_field"])
+        return cls(row["path"], row["old"], row["new"], row["file"], row["line"], PlanSide(row["side"]), row["security_field"])
 
     def to_json(self) -> Row:
         return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
@@ -276,7 +276,7 @@ class ServiceChange(StrEnum):
 
 
 @dataclass(frozen=True)
-class Service:
+class PlanService:
     """An inference service of the head in fleet terms (`grants.services`, what the policies judge): its
     replicas and devices, what Kueue grants its tenant there, what it costs at max, against the base."""
 
@@ -396,7 +396,7 @@ class PlanResult:
     blocking decision, and none of the parts after `problems`."""
 
     environment: str
-    verdict: Verdict
+    verdict: PlanVerdict
     base: ChangeSide
     head: ChangeSide
     decisions: list[PlanDecision]
@@ -409,9 +409,9 @@ class PlanResult:
     program_file_changes: list[str] = field(default_factory=list)
     objects: Changes = field(default_factory=Changes)
     capacity: list[CapacityRow] = field(default_factory=list)
-    quota_changes: list[QuotaChange] = field(default_factory=list)
+    quota_changes: list[PlanQuotaChange] = field(default_factory=list)
     grants: Grants = Grants([], [])  # what Kueue grants on an idle cluster
-    services: list[Service] = field(default_factory=list)  # the head's inference services
+    services: list[PlanService] = field(default_factory=list)  # the head's inference services
     groups: Groups = Groups([], [])
     cost: Cost = Cost(0.0, 0.0, "")
     policy: PolicyReview = PolicyReview("", True, [], [])
@@ -428,8 +428,8 @@ class PlanResult:
     def findings(self) -> dict[str, int]:
         """How many decisions the change made (new), found already at base (pre-existing), and resolved."""
         made = Counter(d.finding for d in self.decisions)
-        return {Finding.NEW.value: made[Finding.NEW], Finding.PRE_EXISTING.value: made[Finding.PRE_EXISTING],
-                Finding.RESOLVED.value: len(self.resolved)}
+        return {FindingKind.NEW.value: made[FindingKind.NEW], FindingKind.PRE_EXISTING.value: made[FindingKind.PRE_EXISTING],
+                FindingKind.RESOLVED.value: len(self.resolved)}
 
     def decision_rows(self) -> list[Row]:
         """The decisions as the decision log and JUnit take them: the published rows."""
@@ -437,7 +437,7 @@ class PlanResult:
 
     @property
     def judged(self) -> bool:
-        return self.verdict is not Verdict.INVALID
+        return self.verdict is not PlanVerdict.INVALID
 
     @property
     def security_changes(self) -> int:

@@ -278,6 +278,6 @@ def test_plan_refuses_a_head_over_the_object_limit_in_the_words_render_uses(tmp_
     total = sum(len(objs) for objs in state.clusters.values())
     monkeypatch.setattr(spec, "LIMITS", spec.Limits(objects=total - 1))
     with pytest.raises(PlanError) as raised:
-        plan.check_schema(plan.Side("head", True, clusters=state.clusters), "environments/test.yaml")
+        plan.check_schema(plan.RenderedSide("head", True, clusters=state.clusters), "environments/test.yaml")
     assert str(raised.value) == (f"environments/test.yaml: renders more than {total - 1:,} objects, the limit for one "
                                  f"environment (fleetops.spec.LIMITS); {total:,} in all")

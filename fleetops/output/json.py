@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from fleetops.envelope import as_json, envelope
-from fleetops.plan_result import PlanResult, Verdict
+from fleetops.plan_result import PlanResult, PlanVerdict
 
 
 def document(plan: PlanResult) -> dict[str, Any]:
     fields = plan.to_json()
     del fields["counts"]  # the envelope's own
-    return envelope("plan", plan.verdict is Verdict.ALLOWED, plan.counts, **fields)
+    return envelope("plan", plan.verdict is PlanVerdict.ALLOWED, plan.counts, **fields)
 
 
 def render(plan: PlanResult) -> str:

@@ -20,7 +20,7 @@ taints, quarantine, cordon, certificate requests), `status` (status and inventor
 
 from fleetops.reconcile.gate import GateResult, default_gate
 from fleetops.reconcile.lease import LeaseElector
-from fleetops.reconcile.loop import LOG_ITEMS, Reconciler
+from fleetops.reconcile.loop import LOG_ITEMS, ReconcileLoop
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import PassResult, PassStatus, Verb
 from fleetops.reconcile.retry import call
@@ -42,7 +42,7 @@ __all__ = [
     "PassResult",
     "PassStatus",
     "Verb",
-    "Reconciler",
+    "ReconcileLoop",
     "applied_keys",
     "call",
     "default_gate",
