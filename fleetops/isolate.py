@@ -24,7 +24,7 @@ process that:
 - holds no capability, even when the judge runs as root (root gains none at its exec: SECBIT_NOROOT);
 - is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
   the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
-- answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
+- answers as data: one JSON document, size-bounded, validated against `IsolatedAnswer` before anything reads
   it: its objects, or its problems, each with its file, line, column and field, as `errors.Problem`
   records here. Nothing it writes is ever run or unpickled here.
 

@@ -15,7 +15,7 @@ A module per job: `options` (what a pass may do), `gate`, `result` (actions, res
 `retry` (backoff and the unreachable-server guard), `objects` (LIST, diff, prune), `nodes` (labels,
 taints, quarantine, cordon, certificate requests), `status` (status and inventory ConfigMaps),
 `sync` (one pass over every cluster), `source` (Git), `lease` (leader election), `service`
-(metrics, health, logs) and `loop` (the Reconciler). This module names what the CLI and tests use.
+(metrics, health, logs) and `loop` (the ReconcileLoop). This module names what the CLI and tests use.
 """
 
 from fleetops.reconcile.gate import GateResult, default_gate
