@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -66,3 +67,15 @@ def test_an_import_against_the_layering_breaks_its_contract(tmp_path: Path, path
     done = lint(tree)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{contract} BROKEN" in " ".join(done.stdout.split())
+
+
+def test_no_class_name_is_defined_twice_in_fleetops() -> None:
+    """One name, one concept: a reader who finds `Verdict` finds the one thing it means (issue 40)."""
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "fleetops").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    twice = {name: places for name, places in sorted(where.items()) if len(places) > 1}
+    assert not twice, "class names defined more than once in fleetops/ (name each by what it is, or share one definition):\n" + \
+        "\n".join(f"  {name}: {', '.join(places)}" for name, places in twice.items())
