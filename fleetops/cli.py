@@ -217,13 +217,10 @@ def write_files(files: dict[Path, str], what: str) -> None:
     """Each file beside its target, then all renamed into place: a failure leaves no half-written file."""
     from fleetops import emit
 
-    try:
-        with emit.Files(what) as out:
-            for path, text in files.items():
-                out.put(path, text)
-            out.commit()
-    except emit.WriteError as exc:
-        fail(str(exc))
+    with emit.Files(what) as out:  # a file that cannot be written is an emit.WriteError: main's one line, exit 2
+        for path, text in files.items():
+            out.put(path, text)
+        out.commit()
 
 
 def dump(manifests: list[dict[str, Any]], fmt: Format) -> str:
@@ -280,13 +277,10 @@ def render_command(
     else:
         from fleetops import emit
 
-        try:
-            with emit.Files("rendered objects") as files:
-                model, state = render_or_fail(path, revision, engine.value,
-                                              each_cluster=lambda cluster, objects: files.put(out_dir / f"{cluster}.{output.value}", dump(objects, output)))
-                written = files.commit()
-        except emit.WriteError as exc:
-            fail(str(exc))
+        with emit.Files("rendered objects") as files:
+            model, state = render_or_fail(path, revision, engine.value,
+                                          each_cluster=lambda cluster, objects: files.put(out_dir / f"{cluster}.{output.value}", dump(objects, output)))
+            written = files.commit()
         err.print(f"wrote {written} file(s) to {out_dir}", highlight=False)
     if summary:  # never into YAML or JSON on stdout: a pipe to kubectl must stay parseable
         print_summary(model, state, out if out_dir is not None else err)
@@ -978,12 +972,9 @@ def deploy_command(
     # What render refuses is refused here, in one line each, before Pulumi or its state is touched:
     # the policy pack would judge it, but the API server would refuse it halfway through an update.
     environment, _ = render_or_fail(env_file(repo / spec.ENVIRONMENTS, env), UNSTAMPED)
-    try:
-        with progress(f"pulumi {operation.value} {stack or env}"):
-            result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
-                                parallelism=parallelism, step_checkpoints=step_checkpoints, diff=diff, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
-    except deploy.DeployError as exc:
-        fail(str(exc))
+    with progress(f"pulumi {operation.value} {stack or env}"):  # bad input is a deploy.DeployError: main's one line, exit 2
+        result = deploy.run(repo, env, stack or env, operation, state or deploy.default_state(), install_crds=install_crds,
+                            parallelism=parallelism, step_checkpoints=step_checkpoints, diff=diff, kubeconfig=kubeconfig, passphrase_file=passphrase_file, pulumi=pulumi, provider=provider)
     if result.ok and operation is deploy.Operation.up and (revision := result.outputs.get("revision")):
         from fleetops import reconcile  # the clusters record what they hold: `reconcile` reads its last applied revision there
 

@@ -28,7 +28,7 @@ import yaml
 
 from fleetops import git, render, spec
 from fleetops.cluster import KubeCluster
-from fleetops.errors import ApiError, KubeconfigError
+from fleetops.errors import ApiError, FleetopsError, KubeconfigError
 
 PROGRAM = Path("stacks") / "__main__.py"
 PACK = Path("policies") / "pack" / "analyzer"
@@ -51,7 +51,7 @@ INSTALLED_BY = {
 ESTABLISH_SECONDS = 60
 
 
-class DeployError(Exception):
+class DeployError(FleetopsError):
     """Bad input: no Pulumi CLI or provider, no passphrase, no such environment."""
 
 

@@ -35,13 +35,13 @@ def test_the_import_contracts_hold() -> None:
 
 
 LAYERS = "The CLI on top, the engine below it, the model and the Kubernetes contract at the bottom"
-COMPONENTS = "The components (modules/) read only the model, the contract and identities of fleetops"
+COMPONENTS = "The components (modules/) read only the model, the contract, identities and the errors of fleetops"
 CYCLES = "No import cycles between the modules of a package"
 
 
 @pytest.mark.parametrize(("path", "line", "contract"), [
     ("modules/kube.py", "from fleetops import plan", COMPONENTS),
-    # Not the engine, and still not fleetops's to read: only spec, kube and identity are.
+    # Not the engine, and still not fleetops's to read: only spec, kube, identity and errors are.
     ("modules/tenant.py", "from fleetops import memory", COMPONENTS),
     ("fleetops/kube.py", "from modules import fleet", "Only render (and so the engine above it) and the stack program read the components"),
     ("stacks/__main__.py", "from fleetops import render", "The stack program reads the environment and registers the components, nothing else of the product"),
