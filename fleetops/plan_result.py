@@ -246,7 +246,7 @@ class SpecChange:
     @property
     def place(self) -> str:
         """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
-        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
+        return f"{'base:' if self.side is PlanSide.BASE else ''}{self.file}:{self.line}"
 
     @classmethod
     def of(cls, row: Row) -> SpecChange:

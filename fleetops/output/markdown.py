@@ -520,7 +520,7 @@ def cannot_judge(plan: PlanResult, max_chars: int | None = DEFAULT_MAX_CHARS) ->
         shown.append(line)
         body += len(line) + 1
     lines = [
-        f"### fleetops plan {_code(plan.environment)}: {VERDICT[Verdict.INVALID]}",
+        f"### fleetops plan {_code(plan.environment)}: {VERDICT[PlanVerdict.INVALID]}",
         "",
         f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan.base.revision))}, "
         f"head {_code(_revision(plan.head.revision))}. Any earlier verdict on this pull request no longer holds.",
