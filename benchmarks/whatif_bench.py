@@ -32,7 +32,7 @@ ENVIRONMENTS = ROOT / "environments"
 GOAL_SECONDS = 600.0
 
 
-def base_side(path: Path = PROD) -> sides.Side:
+def base_side(path: Path = PROD) -> sides.ReplaySide:
     return sides.side_of(sides.SideKind.BASE, path.stem, spec.load_environment(path), render.render(path, revision="bench").clusters)
 
 
@@ -42,7 +42,7 @@ def speed(args: argparse.Namespace) -> int:
     base = base_side()
     head = sides.side_of(sides.SideKind.HEAD, "prod", base.env, base.clusters)
     began, cpu = time.monotonic(), cpu_seconds()
-    figures = run.replay([base, head], work, run.Options(root=ROOT, keep=args.keep))
+    figures = run.replay([base, head], work, run.ReplayOptions(root=ROOT, keep=args.keep))
     wall = time.monotonic() - began
     for f in figures:
         print(f"  {f.side}: {f.jobs} jobs, {f.finished} finished, utilisation {f.total_utilisation:.1%} of offered {f.offered_load:.1%}, "
@@ -60,7 +60,7 @@ def claim_run(env_name: str, days: int, jobs: int, load: float, seed: int, clust
     base = base_side(path)
     chosen = [base, sides.derived(base, sides.SideKind.STATIC), sides.derived(base, sides.SideKind.POOLED)]
     work = trace.generate(base.env, days, jobs, load, seed, clusters)
-    return [(f.side, f.total_utilisation, f.waits_all.p99, f.backlog_jobs, f.offered_load) for f in run.replay(chosen, work, run.Options(root=ROOT))]
+    return [(f.side, f.total_utilisation, f.waits_all.p99, f.backlog_jobs, f.offered_load) for f in run.replay(chosen, work, run.ReplayOptions(root=ROOT))]
 
 
 def claim(args: argparse.Namespace) -> int:

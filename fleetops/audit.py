@@ -144,7 +144,7 @@ def rule_owners(repo: Path, policies_dir: Path, rule_file: str) -> list[str]:
 # --- history ---------------------------------------------------------------------------------
 
 
-class Gate(str, Enum):
+class GateKind(str, Enum):
     """Which gate a record comes from: what ships (reconcile, the Pulumi pack, check outside a pull
     request), a pull request's branch under review (plan, check in a pull request's CI job), or a plan
     outside a pull request (a preview on a workstation: it gated nothing)."""
@@ -154,12 +154,12 @@ class Gate(str, Enum):
     local = "local"
 
 
-def gate_of(entry: policy.DecisionRecord) -> Gate:
+def gate_of(entry: policy.DecisionRecord) -> GateKind:
     if entry.source == "plan" and (entry.run == "local" or not entry.pr):  # no pull request: older records say so by their missing pr
-        return Gate.local
+        return GateKind.local
     if entry.source in ("plan", "check") and entry.pr:
-        return Gate.pull_request
-    return Gate.production
+        return GateKind.pull_request
+    return GateKind.production
 
 
 # Every status a gate records: plan's "approval" (more approvals resolve it) counts as much as a deny.
@@ -182,11 +182,11 @@ def history(log: Path | None, latest: int = 20) -> dict[str, Any]:
     silently: a log someone edited by hand must show it.
     """
     empty: dict[str, Any] = {"source": str(log) if log else None, "entries": 0, "days": [], "per_rule": [],
-                             "latest_denials": {gate.value: [] for gate in Gate}, "malformed": 0, "problems": []}
+                             "latest_denials": {gate.value: [] for gate in GateKind}, "malformed": 0, "problems": []}
     if log is None or not log.is_file():
         return empty
     per_rule: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
-    denials: dict[Gate, list[dict[str, Any]]] = {gate: [] for gate in Gate}
+    denials: dict[GateKind, list[dict[str, Any]]] = {gate: [] for gate in GateKind}
     times: list[str] = []
     problems: list[str] = []
     malformed = 0

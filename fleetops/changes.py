@@ -25,7 +25,7 @@ SECURITY_FIELDS = {"fingerprints", "network", "isolation", "allow_from_tenants",
 SECURITY_FILES = {"policies/waivers.yaml", "policies/owners.yaml"}
 
 
-class Side(StrEnum):
+class PlanSide(StrEnum):
     """The side of a change whose file holds a line."""
 
     BASE = "base"
@@ -42,7 +42,7 @@ class SpecChange:
     new: Any  # None: not in head
     file: str
     line: int
-    side: Side  # the side whose file holds `line`
+    side: PlanSide  # the side whose file holds `line`
     # the key that makes it decide who or what is let in (`fingerprints`, an allow list, a node match, ...); "" if none
     security_field: str
 
@@ -53,7 +53,7 @@ class SpecChange:
     @property
     def place(self) -> str:
         """`file:line`, marked `base:` when the line is the base's (a removed field): head's file has no such line."""
-        return f"{'base:' if self.side is Side.BASE else ''}{self.file}:{self.line}"
+        return f"{'base:' if self.side is PlanSide.BASE else ''}{self.file}:{self.line}"
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "old": self.old, "new": self.new, "file": self.file, "line": self.line,
@@ -388,7 +388,7 @@ def spec_changes_and_fields(base: Parsed, head: Parsed) -> tuple[list[SpecChange
         # the innermost security-relevant key the field is under (`fingerprints`, `name_pattern`, ...), "" if none
         security_field = next((str(part) for part in reversed(loc) if str(part) in SECURITY_FIELDS), "")
         out.append(SpecChange(path, before[0] if path in old else None, after[0] if path in new else None,
-                              where.file, line, Side.HEAD if path in new else Side.BASE, security_field))
+                              where.file, line, PlanSide.HEAD if path in new else PlanSide.BASE, security_field))
     if new_pos is not None:
         fields.sort(key=lambda loc: new_pos.nodes.get(loc, (0, 0)))
     return out, fields

@@ -28,7 +28,7 @@ import yaml
 
 from fleetops import git, render, spec
 from fleetops.cluster import KubeCluster
-from fleetops.errors import ApiError, KubeconfigError
+from fleetops.errors import ApiError, FleetopsError, KubeconfigError
 
 PROGRAM = Path("stacks") / "__main__.py"
 PACK = Path("policies") / "pack" / "analyzer"
@@ -51,7 +51,7 @@ INSTALLED_BY = {
 ESTABLISH_SECONDS = 60
 
 
-class DeployError(Exception):
+class DeployError(FleetopsError):
     """Bad input: no Pulumi CLI or provider, no passphrase, no such environment."""
 
 
@@ -210,7 +210,7 @@ _VIOLATION = re.compile(r"\[mandatory\]\s+fleetops-deny")
 
 
 @dataclass(frozen=True)
-class Engine:
+class PulumiEngine:
     """The Pulumi CLI and the environment its commands run with (state, plugins, passphrase, kubeconfig)."""
 
     cli: Path
@@ -219,7 +219,7 @@ class Engine:
 
 
 def prepare(repo: Path, state: Path, *, kubeconfig: Path | None = None, passphrase_file: Path | None = None,
-            pulumi: Path | None = None, provider: Path | None = None) -> Engine:
+            pulumi: Path | None = None, provider: Path | None = None) -> PulumiEngine:
     """The CLI, its state folder and the provider plugin, checked and installed; bad input is a DeployError."""
     if kubeconfig is not None and not kubeconfig.is_file():
         raise DeployError(f"{kubeconfig}:1:1: no such kubeconfig file")
@@ -233,10 +233,10 @@ def prepare(repo: Path, state: Path, *, kubeconfig: Path | None = None, passphra
     if not link.is_symlink() or link.readlink() != cli:
         link.unlink(missing_ok=True)
         link.symlink_to(cli)
-    return Engine(cli, env, state)
+    return PulumiEngine(cli, env, state)
 
 
-def open_stack(engine: Engine, repo: Path, environment: str, stack_name: str) -> Any:
+def open_stack(engine: PulumiEngine, repo: Path, environment: str, stack_name: str) -> Any:
     """Stack `stack_name` of the fleetops project, whose program is the repository's stacks/__main__.py, set
     up as its tracked Pulumi.<env>.yaml says, with its settings written in the state folder."""
     from pulumi import automation as auto

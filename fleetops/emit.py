@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from fleetops import yamltext
+from fleetops.errors import FleetopsError
 
 def native() -> ModuleType | None:
     """The C writer, or None when it was not built, or was built from another text of _yamlwriter.pyx."""
@@ -67,8 +68,9 @@ def json_text(manifests: list[dict[str, Any]]) -> str:
     return orjson.dumps(manifests, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
 
 
-class WriteError(Exception):
-    """A file could not be written: one line naming it; nothing was put in place."""
+class WriteError(FleetopsError):
+    """A file could not be written: one line naming it; nothing was put in place. Bad input (exit 2): the
+    target the command was given cannot hold the files."""
 
 
 class Files:

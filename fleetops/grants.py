@@ -31,13 +31,13 @@ from fleetops.kube import TENANT_LABEL
 FlavorResource = tuple[str, str]  # (flavor, resource), Kueue's resources.FlavorResource
 
 
-class Kind(enum.Enum):
+class KueueKind(enum.Enum):
     COHORT = "Cohort"
     QUEUE = "ClusterQueue"
 
 
 @dataclass(frozen=True)
-class Quota:
+class KueueQuota:
     """Kueue's ResourceQuota, one per (flavor, resource) of a queue's resourceGroups: createResourceQuotas
     (cache/scheduler/resource.go). A limit left out is no limit (nil)."""
 
@@ -51,11 +51,11 @@ class Node:
     """A Cohort or ClusterQueue of Kueue's tree, with the subtree quota Kueue's cache computes for it
     (resourceNode.SubtreeQuota, cache/scheduler/resource_node.go)."""
 
-    kind: Kind
+    kind: KueueKind
     name: str
     parent_name: str | None
     tenant: str | None
-    quotas: dict[FlavorResource, Quota]
+    quotas: dict[FlavorResource, KueueQuota]
     active: bool = True
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
@@ -114,39 +114,39 @@ def _items(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _quotas(body: dict[str, Any]) -> dict[FlavorResource, Quota]:
+def _quotas(body: dict[str, Any]) -> dict[FlavorResource, KueueQuota]:
     out = {}
     for group in _items(body.get("resourceGroups")):
         for flavor in _items(group.get("flavors")):
             for r in _items(flavor.get("resources")):
                 limits = [None if r.get(k) is None else _amount(r[k]) for k in ("borrowingLimit", "lendingLimit")]
-                out[(str(flavor.get("name")), str(r.get("name")))] = Quota(_amount(r.get("nominalQuota", 0)), *limits)
+                out[(str(flavor.get("name")), str(r.get("name")))] = KueueQuota(_amount(r.get("nominalQuota", 0)), *limits)
     return out
 
 
-def _node(kind: Kind, manifest: dict[str, Any], flavors: set[str]) -> Node:
+def _node(kind: KueueKind, manifest: dict[str, Any], flavors: set[str]) -> Node:
     body = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     quotas = _quotas(body)
-    parent = body.get("parentName" if kind is Kind.COHORT else "cohortName")
+    parent = body.get("parentName" if kind is KueueKind.COHORT else "cohortName")
     labels = manifest["metadata"].get("labels")
     # A queue naming a flavor that does not exist is inactive: clusterQueue.updateLabelKeys records it in
     # missingFlavors and clusterQueue.updateQueueStatus (cache/scheduler/clusterqueue.go) turns the queue inactive.
     return Node(kind, manifest["metadata"]["name"], parent if isinstance(parent, str) else None,
                 labels.get(TENANT_LABEL) if isinstance(labels, dict) else None, quotas,
-                active=kind is Kind.COHORT or all(f in flavors for f, _ in quotas))
+                active=kind is KueueKind.COHORT or all(f in flavors for f, _ in quotas))
 
 
 def tree(objects: Iterable[dict[str, Any]]) -> list[Node]:
     """The cluster's Cohorts and ClusterQueues, linked, with Kueue's subtree quotas."""
     objects = list(objects)
     flavors = {o["metadata"]["name"] for o in objects if o.get("kind") == "ResourceFlavor"}
-    cohorts = {o["metadata"]["name"]: _node(Kind.COHORT, o, flavors) for o in objects if o.get("kind") == Kind.COHORT.value}
-    queues = [_node(Kind.QUEUE, o, flavors) for o in objects if o.get("kind") == Kind.QUEUE.value]
+    cohorts = {o["metadata"]["name"]: _node(KueueKind.COHORT, o, flavors) for o in objects if o.get("kind") == KueueKind.COHORT.value}
+    queues = [_node(KueueKind.QUEUE, o, flavors) for o in objects if o.get("kind") == KueueKind.QUEUE.value]
     for node in [*cohorts.values(), *queues]:
         if node.parent_name:
             # An implicit Cohort, no quota of its own: Manager.getOrCreateCohort (cache/hierarchy/manager.go).
             if node.parent_name not in cohorts:
-                cohorts[node.parent_name] = Node(Kind.COHORT, node.parent_name, None, None, {})
+                cohorts[node.parent_name] = Node(KueueKind.COHORT, node.parent_name, None, None, {})
             node.parent = cohorts[node.parent_name]
             node.parent.children.append(node)
     # Cache.Snapshot (cache/scheduler/snapshot.go) leaves out a cohort in a cycle, as HasCycle
@@ -215,7 +215,7 @@ def _per_tenant(nodes: list[Node]) -> PerTenant:
             flavor, resource = fr
             old = out.setdefault(node.tenant, {}).setdefault(resource, {}).get(flavor, Grant(0, 0, 0))
             quota = node.quotas.get(fr)
-            reach = node.reach.get(fr, 0) if node.kind is Kind.QUEUE and node.active and quota is not None else 0
+            reach = node.reach.get(fr, 0) if node.kind is KueueKind.QUEUE and node.active and quota is not None else 0
             out[node.tenant][resource][flavor] = Grant(old.guaranteed + (quota.nominal if quota else 0),
                                                        max(old.reachable, reach), old.lends + (node.lent(fr) if top else 0))
     return out
@@ -234,13 +234,13 @@ def cluster_totals(nodes: list[Node]) -> dict[str, dict[str, int]]:
     ClusterQueue lists: Kueue admits a job only onto a flavor of its queue, so a pool no tenant may use
     (policies' `capacity.unused_group`) is quota in the tree that no one is granted. The scheduler tries
     only the queue's resourceGroup.Flavors: FlavorAssigner.findFlavorForPodSets (scheduler/flavorassigner/flavorassigner.go)."""
-    listed = {fr for node in nodes if node.kind is Kind.QUEUE and node.active for fr in node.quotas}
+    listed = {fr for node in nodes if node.kind is KueueKind.QUEUE and node.active for fr in node.quotas}
     out: dict[str, dict[str, int]] = {}
     for node in nodes:
         for (flavor, resource), quota in node.quotas.items():
             if (flavor, resource) in listed:
                 out.setdefault(resource, {"quota": 0, "shared": 0})["quota"] += quota.nominal
-        if node.parent is None and node.kind is Kind.COHORT:
+        if node.parent is None and node.kind is KueueKind.COHORT:
             for (flavor, resource), amount in node.subtree.items():
                 if (flavor, resource) in listed:
                     out.setdefault(resource, {"quota": 0, "shared": 0})["shared"] += amount
@@ -259,7 +259,7 @@ def _as_facts(granted: PerTenant) -> dict[str, Any]:
             for tenant, resources in sorted(granted.items())}
 
 
-KINDS = {"ResourceFlavor", Kind.COHORT.value, Kind.QUEUE.value}
+KINDS = {"ResourceFlavor", KueueKind.COHORT.value, KueueKind.QUEUE.value}
 
 
 def of_entries(entries: Iterable[dict[str, Any]]) -> dict[str, Any]:

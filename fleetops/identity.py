@@ -123,13 +123,13 @@ def guarded(cluster: spec.Cluster) -> bool:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CsrApproval:
     request: Request
     approve: bool
     reason: str
 
 
-def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Verdict | None:
+def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> CsrApproval | None:
     """Approve or deny a pending kubelet client request of a guarded cluster: fleetops is its signer's
     approver there, so every request a device could use to join is decided. The one left to
     Kubernetes' own approver (None) is a node outside every edge group renewing its own certificate
@@ -141,27 +141,27 @@ def judge(cluster: spec.Cluster, request: Request, record: dict[str, str]) -> Ve
     (only that node, renewing with its current certificate, may move to another allowed key).
     """
     if request.problem or request.node is None:
-        return Verdict(request, False, request.problem or "not a node's certificate")
+        return CsrApproval(request, False, request.problem or "not a node's certificate")
     groups = guarded_groups(cluster, request.node)
     if not groups and request.renewal and request.node not in record:
         return None
     if len(groups) != 1:
         names = ", ".join(g.name for g in groups)
         why = f"matches several edge groups ({names})" if groups else f"matches no edge group with a device allow list in {cluster.name}"
-        return Verdict(request, False, f"node name {request.node} {why}")
+        return CsrApproval(request, False, f"node name {request.node} {why}")
     group = groups[0]
     if request.fingerprint not in group.fingerprints:
-        return Verdict(request, False, f"key {request.fingerprint} is not in the allow list of {group.name}")
+        return CsrApproval(request, False, f"key {request.fingerprint} is not in the allow list of {group.name}")
     holder = next((node for node, key in sorted(record.items()) if key == request.fingerprint and node != request.node), None)
     if holder is not None:
-        return Verdict(request, False, f"key {request.fingerprint} is already approved for node {holder}: one key per node name")
+        return CsrApproval(request, False, f"key {request.fingerprint} is already approved for node {holder}: one key per node name")
     if record.get(request.node, request.fingerprint) != request.fingerprint and not request.renewal:
-        return Verdict(request, False, f"node {request.node} was admitted with key {record[request.node]}; "
+        return CsrApproval(request, False, f"node {request.node} was admitted with key {record[request.node]}; "
                                        "only that node, renewing its certificate, may change its key")
-    return Verdict(request, True, f"key {request.fingerprint} is in the allow list of {group.name}")
+    return CsrApproval(request, True, f"key {request.fingerprint} is in the allow list of {group.name}")
 
 
-def approval(csr: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+def approval(csr: dict[str, Any], verdict: CsrApproval) -> dict[str, Any]:
     """The CertificateSigningRequest with its Approved or Denied condition, for the approval subresource."""
     condition = {
         "type": "Approved" if verdict.approve else "Denied",

@@ -42,7 +42,7 @@ def _node_name(value: str) -> str:
     return value
 
 
-class _Read(BaseModel):
+class _NodeRead(BaseModel):
     # Unknown fields are allowed: nodes carry much the reconciler does not read, and it trusts none of it.
     # Strict: a kubelet's "true" is not a boolean, nor 8 a quantity string.
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
@@ -52,42 +52,42 @@ Quantity = Annotated[Decimal, BeforeValidator(_quantity)]
 Quantities = dict[Annotated[str, Field(max_length=253)], Quantity]
 
 
-class _Taint(_Read):
+class _Taint(_NodeRead):
     key: spec.LabelKey
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
-class _Condition(_Read):
+class _NodeCondition(_NodeRead):
     type: str
     status: Literal["True", "False", "Unknown"]
     lastTransitionTime: str | None = None  # parsed for the Ready condition only, the one read
 
 
-class _Metadata(_Read):
+class _NodeMetadata(_NodeRead):
     name: Annotated[str, AfterValidator(_node_name)]
     labels: spec.Labels | None = None
     annotations: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=65536)]] | None = None
     resourceVersion: str = ""
 
 
-class _Spec(_Read):
+class _NodeSpec(_NodeRead):
     unschedulable: bool | None = None
     taints: list[_Taint] | None = None
 
 
-class _Status(_Read):
+class _NodeStatus(_NodeRead):
     allocatable: Quantities | None = None
     capacity: Quantities | None = None
-    conditions: list[_Condition] | None = None
+    conditions: list[_NodeCondition] | None = None
 
 
-class LiveNodeObject(_Read):
+class LiveNodeObject(_NodeRead):
     """The fields of a Kubernetes Node that fleetops reads, each checked before it is trusted."""
 
-    metadata: _Metadata
-    spec: _Spec | None = None
-    status: _Status | None = None
+    metadata: _NodeMetadata
+    spec: _NodeSpec | None = None
+    status: _NodeStatus | None = None
 
 
 def parse_quantity(text: str) -> Decimal:
@@ -178,7 +178,7 @@ def read_node(raw: Any) -> NodeInfo:
         node = LiveNodeObject.model_validate(raw)
     except ValidationError as exc:
         raise ValueError(_problems(exc)) from None
-    meta, node_spec, status = node.metadata, node.spec or _Spec(), node.status or _Status()
+    meta, node_spec, status = node.metadata, node.spec or _NodeSpec(), node.status or _NodeStatus()
     ready, since = False, None
     for cond in status.conditions or []:
         if cond.type == "Ready":
@@ -202,15 +202,15 @@ def read_node(raw: Any) -> NodeInfo:
 
 
 @dataclass
-class Inventory:
+class ClusterInventory:
     cluster: str
     nodes: list[NodeInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
-def read_inventory(cluster: str, raw_nodes: list[Any]) -> Inventory:
+def read_inventory(cluster: str, raw_nodes: list[Any]) -> ClusterInventory:
     """Every readable node of a cluster; unreadable ones become one problem line each."""
-    inv = Inventory(cluster)
+    inv = ClusterInventory(cluster)
     for i, raw in enumerate(raw_nodes):
         try:
             inv.nodes.append(read_node(raw))

@@ -24,7 +24,7 @@ process that:
 - holds no capability, even when the judge runs as root (root gains none at its exec: SECBIT_NOROOT);
 - is bounded in memory, CPU time, wall time, the size of its answer and of its error output (a file
   the kernel stops at its size: RLIMIT_FSIZE), and its answer in depth;
-- answers as data: one JSON document, size-bounded, validated against `Answer` before anything reads
+- answers as data: one JSON document, size-bounded, validated against `IsolatedAnswer` before anything reads
   it: its objects, or its problems, each with its file, line, column and field, as `errors.Problem`
   records here. Nothing it writes is ever run or unpickled here.
 
@@ -60,7 +60,7 @@ from fleetops.errors import IsolationError, Problem
 
 
 @dataclass(frozen=True)
-class Limits:
+class IsolationLimits:
     memory_bytes: int = 8 << 30  # address space: the large generated fleet renders in under 2 GiB
     cpu_seconds: int = 600
     wall_seconds: float = 900.0
@@ -73,7 +73,7 @@ class Limits:
     depth: int = 64
 
 
-LIMITS = Limits()
+LIMITS = IsolationLimits()
 
 # Runs in the revision's own tree with its own fleetops and modules (taken first on sys.path), and
 # prints one JSON document. The code it imports is the revision's: nothing here trusts it.
@@ -103,7 +103,7 @@ sys.stdout.buffer.write(orjson.dumps(answer))
 
 
 @pydantic.with_config(pydantic.ConfigDict(extra="allow"))
-class _Metadata(TypedDict, total=False):
+class _ObjectMetadata(TypedDict, total=False):
     name: pydantic.StrictStr
     namespace: pydantic.StrictStr
 
@@ -112,7 +112,7 @@ class _Metadata(TypedDict, total=False):
 class _Object(TypedDict):
     apiVersion: pydantic.StrictStr
     kind: pydantic.StrictStr
-    metadata: _Metadata
+    metadata: _ObjectMetadata
 
 
 _Place = Annotated[pydantic.StrictInt, pydantic.Field(ge=1)]
@@ -131,14 +131,14 @@ class _Problem(TypedDict):
 
 
 @pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
-class Answer(TypedDict):
+class IsolatedAnswer(TypedDict):
     """What an isolated render may say: its objects per cluster, or why its program refused the file."""
 
     clusters: NotRequired[dict[pydantic.StrictStr, list[_Object]]]
     problems: NotRequired[Annotated[list[_Problem], pydantic.Field(min_length=1)]]
 
 
-_ANSWER = pydantic.TypeAdapter(Answer)
+_ANSWER = pydantic.TypeAdapter(IsolatedAnswer)
 
 
 def available() -> bool:
@@ -151,13 +151,13 @@ def available() -> bool:
 
 
 @dataclass
-class Started:
+class IsolatedRender:
     """An isolated render under way; `finish()` waits for it and returns its objects per cluster."""
 
     proc: subprocess.Popen[bytes]
     stderr: Any
     label: str
-    limits: Limits
+    limits: IsolationLimits
 
     def finish(self) -> dict[str, list[dict[str, Any]]]:
         answer = _answer(self._read(), self.label, self.limits.depth)
@@ -209,7 +209,7 @@ class Started:
         return _printable(lines[-1], self.limits.problem_chars) if lines else f"exit {code}, no output"
 
 
-def start(tree: Path, env_rel: str, revision: str, label: str, limits: Limits = LIMITS) -> Started:
+def start(tree: Path, env_rel: str, revision: str, label: str, limits: IsolationLimits = LIMITS) -> IsolatedRender:
     """Render `tree/env_rel` with the program in `tree`, confined, in the background."""
     cannot = f"{label}: its program differs from the one judging and this system cannot confine it"
     if landlockpy.abi_version() < 1:
@@ -232,7 +232,7 @@ def start(tree: Path, env_rel: str, revision: str, label: str, limits: Limits = 
     except (OSError, subprocess.SubprocessError) as exc:
         stderr.close()
         raise IsolationError(f"{label}: cannot start a confined render: {exc}") from None
-    return Started(proc, stderr, label, limits)
+    return IsolatedRender(proc, stderr, label, limits)
 
 
 PROGRAM = ("fleetops", "modules", "stacks")  # the folders of a revision its render runs
@@ -291,7 +291,7 @@ class _SockFprog(ctypes.Structure):  # linux/filter.h
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits, program: bytes) -> Any:
+def _confine(readable: list[tuple[Path, AccessFS]], limits: IsolationLimits, program: bytes) -> Any:
     """The steps the child takes on itself between fork and exec (each inherited by the program it runs)."""
     rights = [(str(path), access | AccessFS.EXECUTE if access & AccessFS.READ_FILE else access) for path, access in readable]
     code = ctypes.create_string_buffer(program, len(program))
@@ -319,7 +319,7 @@ def _confine(readable: list[tuple[Path, AccessFS]], limits: Limits, program: byt
     return confine
 
 
-def _answer(data: bytes, label: str, depth: int) -> Answer:
+def _answer(data: bytes, label: str, depth: int) -> IsolatedAnswer:
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -28,8 +28,8 @@ from fleetops import changes, diff, git, grants, isolate, spec, usage
 from fleetops.envelope import DecisionStatus, Severity
 from fleetops.errors import PlanError, Problem, UnknownEnvironment
 from fleetops.explain import Edited, explain
-from fleetops.plan_result import (Approvals, CapacityChange, ChangeSide, Cost, PlanDecision, Finding, Groups,
-                                  Location, PlanResult, PolicyFileChange, PolicyReview, Quota, QuotaChange, Service, ServiceChange, Verdict,
+from fleetops.plan_result import (Approvals, CapacityChange, ChangeSide, Cost, PlanDecision, FindingKind, Groups,
+                                  Location, PlanResult, PolicyFileChange, PolicyReview, PlanQuota, PlanQuotaChange, PlanService, ServiceChange, PlanVerdict,
                                   Work, status_counts)
 from fleetops.prometheus import PrometheusError
 from fleetops.revisions import PROGRAM_PATHSPECS, WORKTREE, checkout, default_base, environments, resolve, stamp, survey
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # read by annotation only: the policy engine loads when a pla
 
 
 @dataclass
-class Side:
+class RenderedSide:
     """One revision of the environment, rendered: empty when the file does not exist there."""
 
     revision: str
@@ -62,14 +62,14 @@ class Sides:
 
     def __init__(self, env_rel: str, revs: tuple[str, str], trees: tuple[Path, Path], ours: tuple[bool, bool]) -> None:
         self.env_rel, self.revs, self.trees, self.ours = env_rel, revs, trees, ours
-        self.sides: list[Side | None] = [None, None]
-        self.procs: dict[int, isolate.Started] = {}
+        self.sides: list[RenderedSide | None] = [None, None]
+        self.procs: dict[int, isolate.IsolatedRender] = {}
 
     def __enter__(self) -> Sides:
         try:
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
                 if not (tree / self.env_rel).is_file():
-                    self.sides[i] = Side(revision=rev, exists=False, tree=tree)
+                    self.sides[i] = RenderedSide(revision=rev, exists=False, tree=tree)
                 elif not self.ours[i]:  # another revision's code: confined, answering as data
                     self.procs[i] = _isolated(tree, self.env_rel, rev)
             for i, (rev, tree) in enumerate(zip(self.revs, self.trees)):
@@ -84,13 +84,13 @@ class Sides:
         for proc in self.procs.values():  # a side that failed leaves the other nothing to do
             proc.close()
 
-    def head(self) -> Side:
+    def head(self) -> RenderedSide:
         return self._side(1)
 
-    def base(self) -> Side:
+    def base(self) -> RenderedSide:
         return self._side(0)
 
-    def _side(self, i: int) -> Side:
+    def _side(self, i: int) -> RenderedSide:
         if self.sides[i] is None:
             # Its file is read by the model running here first, while the confined render works: the
             # problems of an invalid file are found here, at their places, whatever the program answers.
@@ -103,7 +103,7 @@ class Sides:
         return self.sides[i]  # type: ignore[return-value]
 
 
-def _isolated(tree: Path, env_rel: str, rev: str) -> isolate.Started:
+def _isolated(tree: Path, env_rel: str, rev: str) -> isolate.IsolatedRender:
     try:
         return isolate.start(tree, env_rel, rev, _label(env_rel, rev))
     except isolate.IsolationError as exc:
@@ -114,22 +114,22 @@ def _label(env_rel: str, rev: str) -> str:
     return f"{env_rel}@{rev[:12] if rev != WORKTREE else 'working tree'}"
 
 
-def _load_side(rev: str, tree: Path, env_rel: str) -> Side:
+def _load_side(rev: str, tree: Path, env_rel: str) -> RenderedSide:
     try:
         document = spec.read_environment(tree / env_rel, display=env_rel)
     except spec.SpecError as exc:
         raise PlanError(problems=exc.problems) from None
-    return Side(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
+    return RenderedSide(revision=rev, exists=True, env=document.env, tree=tree, parsed=(document.data, document.positions))
 
 
-def rendered_side(rev: str, tree: Path, env_rel: str) -> Side:
+def rendered_side(rev: str, tree: Path, env_rel: str) -> RenderedSide:
     """The environment file of `tree`, read and rendered by the program running here."""
     side = _load_side(rev, tree, env_rel)
     side.clusters = _render_side(side, env_rel)
     return side
 
 
-def _render_side(side: Side, env_rel: str) -> dict[str, list[dict[str, Any]]]:
+def _render_side(side: RenderedSide, env_rel: str) -> dict[str, list[dict[str, Any]]]:
     from fleetops import render
 
     assert side.env is not None and side.tree is not None
@@ -152,24 +152,24 @@ def capacity_rows(before: spec.Environment | None, after: spec.Environment | Non
     return [CapacityChange(key[0], key[1], b.get(key, spec.NO_CAPACITY), a.get(key, spec.NO_CAPACITY)) for key in sorted(set(b) | set(a))]
 
 
-def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[QuotaChange]:
-    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], Quota]:
+def quota_changes(before: spec.Environment | None, after: spec.Environment | None) -> list[PlanQuotaChange]:
+    def quotas(env: spec.Environment | None) -> dict[tuple[str, str, str], PlanQuota]:
         if env is None:
             return {}
         return {
-            (t.name, c, r): Quota(q.guaranteed, q.burst)
+            (t.name, c, r): PlanQuota(q.guaranteed, q.burst)
             for t in env.tenants
             for c in t.clusters
             for r, q in t.quota.items()
         }
 
     b, a = quotas(before), quotas(after)
-    zero = Quota(0, 0)
+    zero = PlanQuota(0, 0)
     rows = []
     for key in sorted(set(b) | set(a)):
         old, new = b.get(key, zero), a.get(key, zero)
         if old != new:
-            rows.append(QuotaChange(key[0], key[1], key[2], old, new))
+            rows.append(PlanQuotaChange(key[0], key[1], key[2], old, new))
     return rows
 
 
@@ -224,11 +224,11 @@ def first_changed_lines(repo: Path, base: str, head: str, paths: Sequence[str], 
     return read
 
 
-def service_rows(before: Side, after: Side, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[Service]:
+def service_rows(before: RenderedSide, after: RenderedSide, granted: dict[str, Any], base_granted: dict[str, Any]) -> list[PlanService]:
     """The head's inference services in fleet terms (`grants.services`, what the policies judge), each with
     what it adds at max to the month against the base and one sentence (`text`) a reviewer reads.
     `granted` and `base_granted` are each side's `grants.of_fleet(...).facts`, read once by the plan."""
-    def rows(side: Side, known: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    def rows(side: RenderedSide, known: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
         if side.env is None or not side.env.services:
             return {}
         return {(r["tenant"], r["cluster"], r["name"]): r for r in grants.services(side.env, known)}
@@ -244,7 +244,7 @@ def service_rows(before: Side, after: Side, granted: dict[str, Any], base_grante
                  else f"{row['monthly_at_max']:,.0f} {currency}/mo at max")
         text = (f"{row['tenant']}/{row['name']}: {row['min']}–{row['max']} replicas × {row['devices']} {row['resource']}; "
                 f"at max {row['at_max']:,} of a reachable burst of {row['reachable']:,}; {spend}")
-        out.append(Service(**row, change=change, monthly_at_max_delta=delta, text=text))
+        out.append(PlanService(**row, change=change, monthly_at_max_delta=delta, text=text))
     return out
 
 
@@ -275,7 +275,7 @@ def cost(env: spec.Environment | None) -> float:
 
 # --- the plan ---------------------------------------------------------------------------------
 
-def change_facts(environment: str, base: Side, head: Side, quota: list[QuotaChange], groups: Groups,
+def change_facts(environment: str, base: RenderedSide, head: RenderedSide, quota: list[PlanQuotaChange], groups: Groups,
                  files: dict[str, list[str]], approvals: int, costs: tuple[float, float]) -> dict[str, Any]:
     """The change under review, as the `fleet.change` policies see it."""
     return {
@@ -309,11 +309,11 @@ class Meter:
 
     source: usage.Source | None = None
     window: usage.Window = usage.parse_window("30d")
-    work: Callable[[Side, Side], dict[str, Any]] | None = None
+    work: Callable[[RenderedSide, RenderedSide], dict[str, Any]] | None = None
 
 
 def measured(meter: Meter, before: spec.Environment | None, after: spec.Environment | None,
-             quota: list[QuotaChange]) -> usage.Usage:
+             quota: list[PlanQuotaChange]) -> usage.Usage:
     """The use of what the change touches, or why it is unknown: no answer is never zero use."""
     rows = [asdict(q) for q in quota]  # usage reads plain rows, as the policies do
     if meter.source is None:
@@ -351,7 +351,7 @@ def build(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None,
                       revisions[0].runs_here, stamp(repo, head), meter)
 
 
-def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Path, files_changed: tuple[list[str], list[str]],
+def assess(env_name: str, env_rel: str, before: RenderedSide, after: RenderedSide, base_tree: Path, files_changed: tuple[list[str], list[str]],
            lines: dict[str, int], approvals: int, judge_program_is_base: bool, head_revision: str,
            meter: Meter = Meter()) -> PlanResult:
     """A change of the environment from `before` to `after`, both rendered: compared, costed and judged by
@@ -386,10 +386,10 @@ def assess(env_name: str, env_rel: str, before: Side, after: Side, base_tree: Pa
     del base_file, head_file
     edited = Edited(env_rel, fields, {f: lines.get(f, 1) for f in policy_files}, {f: lines.get(f, 1) for f in program_files})
     decisions = explain([replace(d, finding=f) for d, f in zip(judged.decisions, found, strict=True)], after.env, positions, policies, edited)
-    resolved = explain([replace(d, finding=Finding.RESOLVED) for d in gone], None, None, policies)
+    resolved = explain([replace(d, finding=FindingKind.RESOLVED) for d in gone], None, None, policies)
     return PlanResult(
         environment=env_name,
-        verdict=Verdict.of(status_counts(decisions)),
+        verdict=PlanVerdict.of(status_counts(decisions)),
         base=ChangeSide(base, before.exists),
         head=ChangeSide(head_revision, after.exists),
         decisions=decisions,
@@ -420,7 +420,7 @@ def _identity(decision: PlanDecision) -> tuple[str, str, str]:
     return decision.rule, decision.resource, json.dumps(decision.subject, sort_keys=True, default=str)
 
 
-def findings(head: list[PlanDecision], base: list[PlanDecision]) -> tuple[list[Finding], list[PlanDecision]]:
+def findings(head: list[PlanDecision], base: list[PlanDecision]) -> tuple[list[FindingKind], list[PlanDecision]]:
     """Each of head's decisions as new or pre-existing, and the base's decisions head no longer has (resolved).
     Pre-existing is only a decision base had as it is, status and message alike: one the change moved (a
     larger breach, a waiver outgrown, a cost further over) is new, and its base form is not resolved."""
@@ -433,14 +433,14 @@ def findings(head: list[PlanDecision], base: list[PlanDecision]) -> tuple[list[F
         match = next((i for i in same if (base[i].status, base[i].msg) == (row.status, row.msg)), None)
         if match is not None:
             same.remove(match)
-        found.append(Finding.NEW if match is None else Finding.PRE_EXISTING)
+        found.append(FindingKind.NEW if match is None else FindingKind.PRE_EXISTING)
     for row, finding in zip(head, found):
-        if finding is Finding.NEW and (same := left.get(_identity(row))):
+        if finding is FindingKind.NEW and (same := left.get(_identity(row))):
             same.pop(0)  # moved by the change: its base form is the new one's, not resolved
     return found, [base[i] for i in sorted(i for rest in left.values() for i in rest)]
 
 
-def check_schema(head: Side, env_rel: str) -> None:
+def check_schema(head: RenderedSide, env_rel: str) -> None:
     """Head's objects, checked as `render` checks them (`render.check_schemas`): a revision the API
     server would refuse is refused here, before it can be approved and freeze the reconciler once
     merged; and no more objects than an environment may render."""
@@ -463,7 +463,7 @@ def cannot_judge(environment: str, base: str | None, head: str | None, problems:
     decisions = [PlanDecision(DecisionStatus.DENY, "plan.cannot_judge", Severity.HIGH, str(p), "", {}, "fleetops.plan",
                               location=Location(p.file, p.line, p.column or 1) if p.file and p.line else None)
                  for p in problems]
-    return PlanResult(environment, Verdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
+    return PlanResult(environment, PlanVerdict.INVALID, ChangeSide(base or "default branch"), ChangeSide(head or "working tree"), decisions,
                       problems=list(problems))
 
 
@@ -481,7 +481,7 @@ class Judged:
     verdict: policy_verdict.Verdict
 
 
-def judge(head: Side, environment: str, facts: dict[str, Any] | None, policies: Path,
+def judge(head: RenderedSide, environment: str, facts: dict[str, Any] | None, policies: Path,
           used: dict[str, Any] | None = None, granted: dict[str, Any] | None = None) -> Judged:
     """Head's fleet and the change itself, judged by the policies and data in `policies` (the base's).
     `granted`: head's `grants.of_fleet(...).facts`, when the caller has read it."""

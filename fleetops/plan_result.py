@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from fleetops import usage
 from fleetops.spec import Capacity
 # Made where they are made (`changes`, `grants`), typed there; read here and by the forms of a plan.
-from fleetops.changes import FleetChange as FleetChange, Side as Side, SpecChange as SpecChange
+from fleetops.changes import FleetChange as FleetChange, PlanSide as PlanSide, SpecChange as SpecChange
 from fleetops.diff import Changes
 from fleetops.grants import ClusterGrant as ClusterGrant, Grants as Grants, TenantGrant as TenantGrant
 from fleetops.envelope import DecisionStatus, Severity, decision_counts
@@ -32,14 +32,14 @@ if TYPE_CHECKING:  # read by annotation only: the forms of a plan do not load th
 Row: TypeAlias = dict[str, Any]  # one row of the published JSON, built by the module that owns its shape
 
 
-class Verdict(StrEnum):
+class PlanVerdict(StrEnum):
     ALLOWED = "allowed"
     NEEDS_APPROVAL = "needs-approval"
     DENIED = "denied"
     INVALID = "invalid"  # the change cannot be judged: an invalid side, no policy engine
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> Verdict:
+    def of(cls, counts: dict[str, int]) -> PlanVerdict:
         return cls.DENIED if counts["deny"] else cls.NEEDS_APPROVAL if counts["approval"] else cls.ALLOWED
 
 
@@ -124,18 +124,18 @@ class CapacityChange:
 
 
 @dataclass(frozen=True)
-class Quota:
+class PlanQuota:
     guaranteed: int
     burst: int
 
 
 @dataclass(frozen=True)
-class QuotaChange:
+class PlanQuotaChange:
     tenant: str
     cluster: str
     resource: str
-    before: Quota
-    after: Quota
+    before: PlanQuota
+    after: PlanQuota
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class Location:
     column: int
 
 
-class Finding(StrEnum):
+class FindingKind(StrEnum):
     """A decision against the base revision's own, as Infracost and conftest users read a change's findings:
     the verdict counts every decision alike (a pre-existing deny still denies); only how loud it is differs."""
 
@@ -182,7 +182,7 @@ class PlanDecision:
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
-    finding: Finding | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
+    finding: FindingKind | None = None  # against the base's decisions (plan); None: judged alone (check, the fleet API's decisions)
     # Values the rule's fix names beyond its subject and figures (`policy.Decision.fix_values`): only
     # `explain` reads them; no form, report or record shows them.
     fix_values: Row = field(default_factory=dict, repr=False, compare=False)
@@ -215,7 +215,7 @@ class ServiceChange(StrEnum):
 
 
 @dataclass(frozen=True)
-class Service:
+class PlanService:
     """An inference service of the head in fleet terms (`grants.services`, what the policies judge): its
     replicas and devices, what Kueue grants its tenant there, what it costs at max, against the base."""
 
@@ -297,7 +297,7 @@ class PlanResult:
     blocking decision, and none of the parts after `problems`."""
 
     environment: str
-    verdict: Verdict
+    verdict: PlanVerdict
     base: ChangeSide
     head: ChangeSide
     decisions: list[PlanDecision]
@@ -310,9 +310,9 @@ class PlanResult:
     program_file_changes: list[str] = field(default_factory=list)
     objects: Changes = field(default_factory=Changes)
     capacity: list[CapacityChange] = field(default_factory=list)
-    quota_changes: list[QuotaChange] = field(default_factory=list)
+    quota_changes: list[PlanQuotaChange] = field(default_factory=list)
     grants: Grants = Grants([], [])  # what Kueue grants on an idle cluster
-    services: list[Service] = field(default_factory=list)  # the head's inference services
+    services: list[PlanService] = field(default_factory=list)  # the head's inference services
     groups: Groups = Groups([], [])
     cost: Cost = Cost(0.0, 0.0, "")
     policy: PolicyReview = PolicyReview("", True, [], [])
@@ -329,8 +329,8 @@ class PlanResult:
     def findings(self) -> dict[str, int]:
         """How many decisions the change made (new), found already at base (pre-existing), and resolved."""
         made = Counter(d.finding for d in self.decisions)
-        return {Finding.NEW.value: made[Finding.NEW], Finding.PRE_EXISTING.value: made[Finding.PRE_EXISTING],
-                Finding.RESOLVED.value: len(self.resolved)}
+        return {FindingKind.NEW.value: made[FindingKind.NEW], FindingKind.PRE_EXISTING.value: made[FindingKind.PRE_EXISTING],
+                FindingKind.RESOLVED.value: len(self.resolved)}
 
     def decision_rows(self) -> list[Row]:
         """The decisions as the decision log and JUnit take them: the published rows."""
@@ -338,7 +338,7 @@ class PlanResult:
 
     @property
     def judged(self) -> bool:
-        return self.verdict is not Verdict.INVALID
+        return self.verdict is not PlanVerdict.INVALID
 
     @property
     def security_changes(self) -> int:

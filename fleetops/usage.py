@@ -62,7 +62,7 @@ def parse_window(text: str) -> Window:
     return Window(text=duration.text, seconds=duration.seconds)
 
 
-class Sample(Protocol):
+class SampleLike(Protocol):
     @property
     def labels(self) -> dict[str, str]: ...
 
@@ -73,7 +73,7 @@ class Sample(Protocol):
 class Source(Protocol):
     """What usage needs of a Prometheus client (fleetops.prometheus.Prometheus)."""
 
-    def query(self, expr: str, at: dt.datetime) -> Iterable[Sample]: ...
+    def query(self, expr: str, at: dt.datetime) -> Iterable[SampleLike]: ...
 
 
 def queries(window: Window) -> dict[str, str]:
@@ -248,7 +248,7 @@ def measure(source: Source, window: Window, before: spec.Environment | None, aft
     return Usage(status=status, reason=reason, window=window.text, window_hours=window.hours, tenants=tenants, pools=pools_out)
 
 
-def _counted(sample: Sample, what: str, key: tuple[str, ...], refused: dict[tuple[str, ...], str]) -> float:
+def _counted(sample: SampleLike, what: str, key: tuple[str, ...], refused: dict[tuple[str, ...], str]) -> float:
     """The sample's value if it reads as use; else 0 added, and `key` marked unknown with why."""
     if finite(sample.value) and sample.value >= 0:
         return float(sample.value)

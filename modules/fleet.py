@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetops import spec
+from fleetops.errors import RenderError
 from modules.autoscaling import autoscaling
 from modules.api import api_part
 from modules.device_plugin import device_plugin
@@ -54,8 +55,9 @@ def fleet(env: spec.Environment) -> Part:
                 parts=[cluster_part(c, env) for c in env.clusters])
 
 
-class CompositionError(Exception):
-    """The fleet declares something the Pulumi engine would refuse: two resources with one URN."""
+class CompositionError(RenderError):
+    """The fleet declares something the Pulumi engine would refuse: two resources with one URN (render says
+    where the components are)."""
 
 
 @dataclass

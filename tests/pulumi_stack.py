@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / deploy.PACK
 
 
-def engine(state: Path, kubeconfig: Path) -> deploy.Engine:
+def engine(state: Path, kubeconfig: Path) -> deploy.PulumiEngine:
     """A state folder of its own (backend, plugins, stack settings), a test passphrase, the built binaries."""
     passphrase = state.parent / f"{state.name}-passphrase"
     passphrase.write_text("fleetops-test\n")  # a local test stack's secrets provider, nothing more

@@ -60,7 +60,7 @@ class Served:
     tokens: auth.Tokens
     tokens_path: Path
 
-    def client(self, rate: str = "10000/minute", status: Any = None, meter: api_metering.Meter | None = None) -> TestClient:
+    def client(self, rate: str = "10000/minute", status: Any = None, meter: api_metering.StatementCache | None = None) -> TestClient:
         reader = status or (lambda: [])
         return TestClient(api_app.create_app(lambda: self.snapshot, self.tokens, reader, api_app.Settings(rate=rate), meter),
                           raise_server_exceptions=False)
@@ -157,13 +157,13 @@ def metering(form: dict[str, str]) -> bytes:
 def metered(served: Served, server: tuple[str, Script]) -> TestClient:  # noqa: F811
     url, script = server
     script.answer = metering
-    return served.client(meter=api_metering.Meter(Prometheus(url)))
+    return served.client(meter=api_metering.StatementCache(Prometheus(url)))
 
 
 def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_period(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
     url, script = server
     script.answer = metering
-    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    client = served.client(meter=api_metering.StatementCache(Prometheus(url)))
     statement = client.get("/v1/tenants/vision/statements", params={"period": "2026-11"}, headers=bearer(VISION))
     assert statement.status_code == 200, statement.text
     assert statement.json() == {"tenant": "vision", "mode": "postpaid", "period": "2026-11", "currency": "USD", "balance": None,
@@ -184,7 +184,7 @@ def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_pe
 def test_use_defaults_to_the_month_to_date(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
     url, script = server
     script.answer = metering
-    served.client(meter=api_metering.Meter(Prometheus(url))).get("/v1/tenants/vision/use", headers=bearer(VISION))
+    served.client(meter=api_metering.StatementCache(Prometheus(url))).get("/v1/tenants/vision/use", headers=bearer(VISION))
     month = api_metering.this_month()
     first = datetime.datetime.strptime(month, "%Y-%m").replace(tzinfo=datetime.timezone.utc).timestamp()
     assert float(script.asked[0][1]["start"]) == first + DAY - 30
@@ -194,7 +194,7 @@ def test_the_statements_kept_are_read_again_after_their_ttl(served: Served, serv
     url, script = server
     script.answer = metering
     now = [0.0]
-    client = served.client(meter=api_metering.Meter(Prometheus(url), ttl=60, clock=lambda: now[0]))
+    client = served.client(meter=api_metering.StatementCache(Prometheus(url), ttl=60, clock=lambda: now[0]))
     ask = lambda: client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION))  # noqa: E731
     ask(), ask()
     now[0] = 59.0
@@ -208,7 +208,7 @@ def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_tok
     token = tmp_path / "prometheus-token"
     token.write_text("prom-secret-token-5d2a\n")
     port = free_port()  # nothing listens there
-    client = served.client(meter=api_metering.Meter(Prometheus(f"http://metering:s3cret@127.0.0.1:{port}", token)))
+    client = served.client(meter=api_metering.StatementCache(Prometheus(f"http://metering:s3cret@127.0.0.1:{port}", token)))
     for what in ("use", "statements"):
         response = client.get(f"/v1/tenants/vision/{what}", params={"period": "2026-11"}, headers=bearer(VISION))
         body = assert_problem(response, 503, "metering-unavailable")
@@ -219,7 +219,7 @@ def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_tok
 def test_a_month_without_metering_is_404_not_zero_use(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
     url, script = server
     script.body = success({"resultType": "matrix", "result": []})
-    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    client = served.client(meter=api_metering.StatementCache(Prometheus(url)))
     body = assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)), 404, "no-metering")
     assert "no fleetops:tenant_devices:physical between 2026-11-01 and 2026-12-01" in body["detail"]
     assert_problem(client.get("/v1/tenants/vision/use", params={"period": "2026-13"}, headers=bearer(VISION)), 422)
@@ -229,7 +229,7 @@ def test_a_statement_with_unknown_use_is_503_naming_each_unknown_never_zero(serv
     url, script = server
     # center-sh measured by no series: what research and recsys used there is unknown; vision runs on center-bj only
     script.answer = lambda form: metering(form).replace(b'"center-sh"', b'"center-bj"').replace(b'"a100-train"', b'"h100-train"')
-    client = served.client(meter=api_metering.Meter(Prometheus(url)))
+    client = served.client(meter=api_metering.StatementCache(Prometheus(url)))
     body = assert_problem(client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)),
                           503, "metering-incomplete")
     assert body["problems"] == ["center-sh: no fleetops:tenant_devices:physical in 2026-11 (metering not loaded there, lost, or "
@@ -587,7 +587,7 @@ def test_contract_no_5xx_and_every_answer_matches_its_schema(served: Served, ser
     url, script = server
     script.answer = metering  # use and statements answered from metering, so their 200s are checked too
     app = api_app.create_app(lambda: served.snapshot, served.tokens, lambda: [], api_app.Settings(rate="100000/minute"),
-                             api_metering.Meter(Prometheus(url)))
+                             api_metering.StatementCache(Prometheus(url)))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/capacity", "/v1/quotes", "/v1/tenants/{name}/use"}
@@ -687,7 +687,7 @@ def test_a_quote_edits_the_repositorys_own_file_and_its_decisions_point_at_its_l
 
 def test_a_quote_measures_use_on_serves_prometheus(served: Served) -> None:
     with fake_prometheus(Fake(held(15.0, 3.6))) as fake:  # vision used 31% of its guarantee
-        body = served.client(meter=api_metering.Meter(Prometheus(fake.url))).post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).json()
+        body = served.client(meter=api_metering.StatementCache(Prometheus(fake.url))).post("/v1/quotes", json=QUOTE, headers=bearer(OPERATOR)).json()
     assert fake.asked, "the quote asked serve's Prometheus"
     assert "usage.guarantee_raise_underused" in {d["rule"] for d in body["decisions"] if d["status"] == "approval"}
     assert not [d["msg"] for d in body["decisions"] if "no --prometheus given" in d["msg"]]

@@ -146,7 +146,7 @@ def test_render_refuses_a_cluster_file_that_is_a_folder_and_writes_none(tmp_path
 def test_audit_refuses_a_target_that_is_not_a_regular_file(tmp_path: Path) -> None:
     (tmp_path / "dir.html").mkdir()
     done = run("audit", "--env", "dev", "-o", tmp_path / "dir.html")
-    assert done.returncode == 2 and "not a regular file" in done.stderr
+    assert done.returncode == 2 and done.stderr.splitlines() == [f"{tmp_path / 'dir.html'}: not a regular file; the report not written"]
     assert list((tmp_path / "dir.html").iterdir()) == []
 
 

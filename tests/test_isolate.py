@@ -41,7 +41,7 @@ def program(tmp_path: Path, render_body: str) -> Path:
     return tree
 
 
-def render(tree: Path, limits: isolate.Limits = isolate.LIMITS) -> dict:
+def render(tree: Path, limits: isolate.IsolationLimits = isolate.LIMITS) -> dict:
     return isolate.start(tree, ENV, "abc", "x.yaml@abc", limits).finish()
 
 
@@ -65,17 +65,17 @@ def test_an_answer_that_is_not_kubernetes_objects_is_refused(tmp_path: Path, clu
 def test_an_answer_over_its_bound_is_refused(tmp_path: Path) -> None:
     tree = program(tmp_path, 'clusters = {"c1": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "y" * (3 << 20)}}]}')
     with pytest.raises(isolate.IsolationError, match="answered more than 2 MiB"):
-        render(tree, isolate.Limits(answer_bytes=2 << 20))
+        render(tree, isolate.IsolationLimits(answer_bytes=2 << 20))
 
 
 def test_a_program_that_never_ends_is_stopped_by_its_cpu_bound(tmp_path: Path) -> None:
     with pytest.raises(isolate.IsolationError, match="more than 1 s of CPU"):
-        render(program(tmp_path, "while True:\n    pass"), isolate.Limits(cpu_seconds=1))
+        render(program(tmp_path, "while True:\n    pass"), isolate.IsolationLimits(cpu_seconds=1))
 
 
 def test_a_program_that_takes_more_memory_than_its_bound_fails(tmp_path: Path) -> None:
     with pytest.raises(isolate.IsolationError, match="MemoryError"):
-        render(program(tmp_path, "hog = bytearray(2 << 30)\nclusters = {}"), isolate.Limits(memory_bytes=1 << 30))
+        render(program(tmp_path, "hog = bytearray(2 << 30)\nclusters = {}"), isolate.IsolationLimits(memory_bytes=1 << 30))
 
 
 def test_what_a_program_prints_is_shown_without_control_characters(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_a_refusal_written_by_the_program_itself_must_say_something(tmp_path: Pa
 
 # The second round: what the confined render could still reach, and how far its bounds held.
 
-def probe(tmp_path: Path, attempt: str, limits: isolate.Limits = isolate.LIMITS) -> str:
+def probe(tmp_path: Path, attempt: str, limits: isolate.IsolationLimits = isolate.LIMITS) -> str:
     """What the revision's program met trying `attempt` (statements): "allowed", or the exception's name."""
     tree = program(tmp_path, f"""
         import ctypes, os, socket
@@ -217,7 +217,7 @@ def test_a_daemonized_grandchild_does_not_hold_the_render_open(tmp_path: Path) -
 
     def judge() -> None:
         try:
-            outcome.append(render(tree, isolate.Limits(wall_seconds=5)))
+            outcome.append(render(tree, isolate.IsolationLimits(wall_seconds=5)))
         except isolate.IsolationError as exc:
             outcome.append(exc)
 
@@ -240,7 +240,7 @@ def test_forks_do_not_multiply_the_memory_bound(tmp_path: Path) -> None:
         clusters = {}
     """)
     with pytest.raises(isolate.IsolationError, match="PermissionError"):
-        render(tree, isolate.Limits(memory_bytes=1 << 30))
+        render(tree, isolate.IsolationLimits(memory_bytes=1 << 30))
 
 
 def test_a_program_starts_no_thread(tmp_path: Path) -> None:

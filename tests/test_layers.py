@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -34,13 +35,13 @@ def test_the_import_contracts_hold() -> None:
 
 
 LAYERS = "The CLI on top, the engine below it, the model and the Kubernetes contract at the bottom"
-COMPONENTS = "The components (modules/) read only the model, the contract and identities of fleetops"
+COMPONENTS = "The components (modules/) read only the model, the contract, identities and the errors of fleetops"
 CYCLES = "No import cycles between the modules of a package"
 
 
 @pytest.mark.parametrize(("path", "line", "contract"), [
     ("modules/kube.py", "from fleetops import plan", COMPONENTS),
-    # Not the engine, and still not fleetops's to read: only spec, kube and identity are.
+    # Not the engine, and still not fleetops's to read: only spec, kube, identity and errors are.
     ("modules/tenant.py", "from fleetops import memory", COMPONENTS),
     ("fleetops/kube.py", "from modules import fleet", "Only render (and so the engine above it) and the stack program read the components"),
     ("stacks/__main__.py", "from fleetops import render", "The stack program reads the environment and registers the components, nothing else of the product"),
@@ -66,3 +67,15 @@ def test_an_import_against_the_layering_breaks_its_contract(tmp_path: Path, path
     done = lint(tree)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{contract} BROKEN" in " ".join(done.stdout.split())
+
+
+def test_no_class_name_is_defined_twice_in_fleetops() -> None:
+    """One name, one concept: a reader who finds `Verdict` finds the one thing it means (issue 40)."""
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "fleetops").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    twice = {name: places for name, places in sorted(where.items()) if len(places) > 1}
+    assert not twice, "class names defined more than once in fleetops/ (name each by what it is, or share one definition):\n" + \
+        "\n".join(f"  {name}: {', '.join(places)}" for name, places in twice.items())

@@ -43,9 +43,9 @@ def cut(tmp_path: Path) -> Path:
 
 
 def planned(repo: Path, figures: dict[str, Any] | None, approvals: int = 0) -> plan.PlanResult:
-    seen: list[tuple[plan.Side, plan.Side]] = []
+    seen: list[tuple[plan.RenderedSide, plan.RenderedSide]] = []
 
-    def replayed(before: plan.Side, after: plan.Side) -> dict[str, Any]:
+    def replayed(before: plan.RenderedSide, after: plan.RenderedSide) -> dict[str, Any]:
         seen.append((before, after))
         return figures  # type: ignore[return-value]
 
@@ -60,7 +60,7 @@ def planned(repo: Path, figures: dict[str, Any] | None, approvals: int = 0) -> p
 def test_a_tenant_that_waits_much_longer_needs_approvals_at_its_quota(cut: Path) -> None:
     result = planned(cut, work(tenant("ml-sandbox", 0.0, 4.0, 48.0, 48.0), tenant("platform-dev", 0.0, 0.0, 16.0, 16.0)))
     (decision,) = [d for d in result.decisions if d.rule == "work.wait_worse"]
-    assert decision.status.value == "approval" and result.verdict is plan.Verdict.NEEDS_APPROVAL
+    assert decision.status.value == "approval" and result.verdict is plan.PlanVerdict.NEEDS_APPROVAL
     assert decision.msg == ("tenant ml-sandbox's p99 wait grows 0 h -> 4 h over the 3 jobs of jobs.csv replayed at base and head "
                             "(more than 1 h and 50% longer): needs 2 approvals, has 0")
     assert decision.fix.endswith("so that its p99 wait grows by at most 1 h")

@@ -147,7 +147,7 @@ def test_the_api_answers_each_tenant_s_statement_as_the_cli_prints_it(month: tup
     tokens = auth.Tokens([auth.Entry(name="portal", scope=auth.Scope.OPERATOR, sha256=auth.digest(operator))])
     with contextlib.ExitStack() as stack:
         snapshot = snapshot_mod.load(repo, "prod", git(repo, "rev-parse", "HEAD").strip(), stack)
-        meter = api_metering.Meter(Client(server.url))
+        meter = api_metering.StatementCache(Client(server.url))
         client = TestClient(api_app.create_app(lambda: snapshot, tokens, lambda: [], meter=meter))
         served = {name: client.get(f"/v1/tenants/{name}/statements", params={"period": "2026-11"},
                                    headers={"Authorization": f"Bearer {operator}"}).json() for name in printed}

@@ -241,7 +241,7 @@ def test_the_pass_log_names_the_drifted_objects_first_twenty_and_a_count(tmp_pat
     commit(repo, DEV.read_text(), "dev")
     env, state = dev()
     apis = {c.name: MemoryCluster(c.name) for c in env.clusters}
-    rec = reconcile.Reconciler("dev", reconcile.GitSource(str(repo), "main", tmp_path / "cache"), lambda c: apis[c.name],
+    rec = reconcile.ReconcileLoop("dev", reconcile.GitSource(str(repo), "main", tmp_path / "cache"), lambda c: apis[c.name],
                                gate=allow, opts=options())
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

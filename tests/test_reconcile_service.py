@@ -33,8 +33,8 @@ def repo(tmp_path: Path) -> Path:
     return new_repo(tmp_path / "fleet")
 
 
-def make(repo: Path, tmp_path: Path, apis: dict[str, MemoryCluster], gate=allow, identity: str | None = None, clock=None) -> reconcile.Reconciler:
-    return reconcile.Reconciler(
+def make(repo: Path, tmp_path: Path, apis: dict[str, MemoryCluster], gate=allow, identity: str | None = None, clock=None) -> reconcile.ReconcileLoop:
+    return reconcile.ReconcileLoop(
         "dev", reconcile.GitSource(str(repo), "main", tmp_path / f"cache-{identity}"), lambda c: apis[c.name],
         gate=gate, opts=options(clock=clock or Clock()), identity=identity,
     )
@@ -292,7 +292,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCluster]:
     apis = fleet()
     monkeypatch.setattr(cluster, "connect", lambda name, *a, **k: apis[name])
     monkeypatch.setattr(loop, "default_gate", lambda env, state, live, policies_dir: allow(env, state, live))
-    monkeypatch.setattr(reconcile.Reconciler, "__init__", _without_sleeps(reconcile.Reconciler.__init__))
+    monkeypatch.setattr(reconcile.ReconcileLoop, "__init__", _without_sleeps(reconcile.ReconcileLoop.__init__))
     return apis
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.generate import synthetic_yaml
-from fleetops import emit, output, render, sdk_render, spec
+from fleetops import cli, emit, output, render, sdk_render, spec
 from modules import fleet
 from modules.kube import Part, Target
 from tests.helpers import ROOT, small_env, write_env
@@ -278,6 +278,23 @@ def test_plan_refuses_a_head_over_the_object_limit_in_the_words_render_uses(tmp_
     total = sum(len(objs) for objs in state.clusters.values())
     monkeypatch.setattr(spec, "LIMITS", spec.Limits(objects=total - 1))
     with pytest.raises(PlanError) as raised:
-        plan.check_schema(plan.Side("head", True, clusters=state.clusters), "environments/test.yaml")
+        plan.check_schema(plan.RenderedSide("head", True, clusters=state.clusters), "environments/test.yaml")
     assert str(raised.value) == (f"environments/test.yaml: renders more than {total - 1:,} objects, the limit for one "
                                  f"environment (fleetops.spec.LIMITS); {total:,} in all")
+
+
+def test_render_says_two_parts_with_one_urn_in_one_line_and_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:
+    # The composition's error is of fleetops's one family: the CLI's one handler prints it, no traceback.
+    target = Target(cluster="center-a", environment="test")
+    twice = [Part("fleetops:fleet:Tenant", "center-a/ml", target), Part("fleetops:fleet:Tenant", "center-a/ml", target)]
+    monkeypatch.setattr(fleet, "fleet", lambda env: Part(fleet.FLEET, "test", parts=twice))
+    monkeypatch.setattr(cli.memory, "for_a_command", lambda: None)  # a command's process ends; this one goes on
+    monkeypatch.setattr("sys.argv", ["fleetops", "render", "--env", "dev", "--environments", str(ROOT / "environments"),
+                                     "--revision", "r", "-o", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    lines = capsys.readouterr().err.splitlines()
+    assert exited.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].endswith(": two resources share the URN fleetops:fleet:Fleet::fleetops:fleet:Tenant::center-a/ml")
+    assert not (tmp_path / "out").exists()

@@ -150,14 +150,14 @@ def test_a_waived_critical_denial_is_listed_first_too() -> None:
     from fleetops import policy
     from fleetops.envelope import DecisionStatus, Severity
     from fleetops.output import markdown
-    from fleetops.plan_result import ChangeSide, PlanDecision, PlanResult, Verdict
+    from fleetops.plan_result import ChangeSide, PlanDecision, PlanResult, PlanVerdict
 
     waiver = policy.Waiver.model_validate({"rule": "rbac.broad_subject", "scope": {"environment": "prod"}, "owner": "sec@example.com",
                                            "reason": "migration", "ticket": "SEC-9", "created": "2026-12-01", "expires": "2026-12-31"})
     decisions = [PlanDecision(DecisionStatus.WAIVED, rule, severity, f"{rule} fired", "center-bj:ClusterRoleBinding/x", {}, "fleet.rbac",
                               "policies/waivers.yaml:3", waiver=waiver)
                  for rule, severity in (("rbac.broad_subject", Severity.CRITICAL), ("quota.tenant_share", Severity.MEDIUM))]
-    text = markdown.full(PlanResult("prod", Verdict.ALLOWED, ChangeSide("a" * 40, True), ChangeSide("b" * 40, True), decisions))
+    text = markdown.full(PlanResult("prod", PlanVerdict.ALLOWED, ChangeSide("a" * 40, True), ChangeSide("b" * 40, True), decisions))
     top = text.split("**What changes**")[0]
     assert "`rbac.broad_subject` rbac.broad_subject fired — owner sec@example.com, SEC-9, expires 2026-12-31" in top
     assert "`quota.tenant_share` quota.tenant_share fired" not in top

@@ -112,11 +112,11 @@ def test_a_written_trace_reads_back_as_the_same_jobs(prod: spec.Environment, tmp
 
 
 @pytest.fixture(scope="module")
-def base(prod: spec.Environment) -> sides.Side:
+def base(prod: spec.Environment) -> sides.ReplaySide:
     return sides.side_of(sides.SideKind.BASE, "r1", prod, render.render(PROD, revision="r1").clusters)
 
 
-def test_static_lends_nothing_between_tenants_and_never_preempts(base: sides.Side) -> None:
+def test_static_lends_nothing_between_tenants_and_never_preempts(base: sides.ReplaySide) -> None:
     objects = sides.derived(base, sides.SideKind.STATIC).clusters["center-bj"]
     assert not [o for o in objects if o["kind"] == "Cohort" and "parentName" in o["spec"]]
     queues = [o for o in objects if o["kind"] == "ClusterQueue"]
@@ -125,7 +125,7 @@ def test_static_lends_nothing_between_tenants_and_never_preempts(base: sides.Sid
     assert {q["spec"]["cohortName"] for q in queues} == {o["spec"]["cohortName"] for o in base.clusters["center-bj"] if o["kind"] == "ClusterQueue"}
 
 
-def test_pooled_is_one_queue_holding_the_whole_capacity_every_tenant_queue_points_at(base: sides.Side, prod: spec.Environment) -> None:
+def test_pooled_is_one_queue_holding_the_whole_capacity_every_tenant_queue_points_at(base: sides.ReplaySide, prod: spec.Environment) -> None:
     objects = sides.derived(base, sides.SideKind.POOLED).clusters["center-bj"]
     (queue,) = [o for o in objects if o["kind"] == "ClusterQueue"]
     held = {(f["name"], r["name"]): r["nominalQuota"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"] for r in f["resources"]}
@@ -135,10 +135,10 @@ def test_pooled_is_one_queue_holding_the_whole_capacity_every_tenant_queue_point
     assert not [o for o in objects if o["kind"] == "Cohort"]
 
 
-def test_a_class_that_never_preempts_is_sent_to_the_tenants_non_preempting_queue(base: sides.Side) -> None:
+def test_a_class_that_never_preempts_is_sent_to_the_tenants_non_preempting_queue(base: sides.ReplaySide) -> None:
     assert base.queues[("research", "batch-low")] == "research-non-preempting-queue"
     assert base.queues[("research", "training-standard")] == "research-queue"
-    job = trace.Job(0, 0, "vision", "training-high", "nvidia.com/gpu", 8, 1, 60, "center-bj")
+    job = trace.TraceJob(0, 0, "vision", "training-high", "nvidia.com/gpu", 8, 1, 60, "center-bj")
     made = base.submission(job)
     assert (made.queue, made.priority) == ("vision-queue", 10000)
     assert ("dedicated", "training", "NoSchedule") in made.tolerations  # h100-train's taint: the tenant's job may land there
@@ -147,8 +147,8 @@ def test_a_class_that_never_preempts_is_sent_to_the_tenants_non_preempting_queue
 # --- figures ---------------------------------------------------------------------------------------------------
 
 
-def job(index: int, tenant: str, arrival: float, devices: int = 8, cls: str = "training-high") -> trace.Job:
-    return trace.Job(index, arrival, tenant, cls, "nvidia.com/gpu", devices, 1, 3600, "center-bj")
+def job(index: int, tenant: str, arrival: float, devices: int = 8, cls: str = "training-high") -> trace.TraceJob:
+    return trace.TraceJob(index, arrival, tenant, cls, "nvidia.com/gpu", devices, 1, 3600, "center-bj")
 
 
 def test_waits_count_a_job_never_admitted_with_the_wait_it_had_by_the_end() -> None:
@@ -333,6 +333,6 @@ def test_a_missing_server_is_one_line_naming_it_before_any_starts(prod: spec.Env
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it, and no .tools/bin under tmp_path
     made = trace.generate(prod, 1, 3, 0.5, 1, ["center-bj"])
     with pytest.raises(WhatifError) as caught:
-        run.replay([], made, run.Options(root=tmp_path, keep=tmp_path / "servers"))
+        run.replay([], made, run.ReplayOptions(root=tmp_path, keep=tmp_path / "servers"))
     assert caught.value.lines == [f"whatif: no etcd in {tmp_path}/.tools/bin or on $PATH: `make tools` builds the real servers"]
     assert not (tmp_path / "servers").exists()

@@ -35,7 +35,7 @@ def real_servers() -> None:
         servers.tool(name)  # skipped (in CI: failed) without `make tools`
 
 
-def side(kind: sides.SideKind, path: Path) -> sides.Side:
+def side(kind: sides.SideKind, path: Path) -> sides.ReplaySide:
     env = spec.load_environment(path)
     return sides.side_of(kind, kind.value, env, render.render(path, revision=kind.value).clusters)
 
@@ -50,13 +50,13 @@ def edited(tmp_path: Path, old: str, new: str) -> Path:
 
 def jobs(*rows: tuple[float, str, str, int, float]) -> trace.Trace:
     """(arrival h, tenant, class, units, duration h) on dev-center's nvidia.com/gpu, over 24 hours."""
-    made = [trace.Job(i, at * HOUR, tenant, cls, "nvidia.com/gpu", units, 1, hours * HOUR, "dev-center")
+    made = [trace.TraceJob(i, at * HOUR, tenant, cls, "nvidia.com/gpu", units, 1, hours * HOUR, "dev-center")
             for i, (at, tenant, cls, units, hours) in enumerate(rows)]
     return trace.Trace(tuple(made), 24 * HOUR, "test")
 
 
-def replayed(trace_: trace.Trace, *on: sides.Side, tmp_path: Path) -> list[SideFigures]:
-    return run.replay(list(on), trace_, run.Options(root=ROOT, keep=tmp_path / "servers", port=servers.free_port))
+def replayed(trace_: trace.Trace, *on: sides.ReplaySide, tmp_path: Path) -> list[SideFigures]:
+    return run.replay(list(on), trace_, run.ReplayOptions(root=ROOT, keep=tmp_path / "servers", port=servers.free_port))
 
 
 def waits_of(figures: SideFigures, tenant: str) -> float:

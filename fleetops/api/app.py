@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 from fleetops import __version__, spec
 from fleetops.api import models, quote as quote_mod, why as why_routes
 from fleetops.api.auth import Principal, Tokens
-from fleetops.api.metering import TTL_SECONDS, Meter, MeteringBusy, this_month
+from fleetops.api.metering import TTL_SECONDS, StatementCache, MeteringBusy, this_month
 from fleetops.api.models import Scope
 from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
@@ -48,7 +48,7 @@ STATUS_TTL_SECONDS = 10.0
 METERED_CACHE = {"Cache-Control": f"private, max-age={int(TTL_SECONDS)}", "Vary": "Authorization"}
 
 
-class Problem(HTTPException):
+class HTTPProblem(HTTPException):
     """An error answered as problem+json: `kind` is the slug of its type URI."""
 
     def __init__(self, status: int, kind: str, detail: str, headers: dict[str, str] | None = None, problems: list[str] | None = None):
@@ -64,7 +64,7 @@ class NotModified(Exception):
 def problem_response(status: int, kind: str, detail: str, headers: dict[str, str] | None = None,
                      problems: list[str] | None = None) -> JSONResponse:
     title = _TITLES.get(status, "error")
-    body = models.Problem(type=models.PROBLEM_TYPE + kind, title=title, status=status, detail=detail, problems=problems or [])
+    body = models.ProblemDetails(type=models.PROBLEM_TYPE + kind, title=title, status=status, detail=detail, problems=problems or [])
     return JSONResponse(body.model_dump(), status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
@@ -101,11 +101,11 @@ class BodyLimit:
             try:
                 message = await asyncio.wait_for(receive(), ends - asyncio.get_running_loop().time())
             except TimeoutError:
-                raise Problem(408, "body-too-slow", f"a request body is sent whole within {self.seconds:g} s") from None
+                raise HTTPProblem(408, "body-too-slow", f"a request body is sent whole within {self.seconds:g} s") from None
             whole = message["type"] != "http.request" or not message.get("more_body", False)
             received += len(message.get("body", b""))
             if received > self.limit:  # FastAPI answers an HTTPException raised while it reads the body
-                raise Problem(413, "too-large", f"a request body holds at most {self.limit} bytes")
+                raise HTTPProblem(413, "too-large", f"a request body holds at most {self.limit} bytes")
             return message
 
         await self.app(scope, bounded, send)
@@ -199,7 +199,7 @@ ERRORS = {str(code): _problem_doc(_TITLES[code]) for code in (400, 401, 403, 404
 
 
 def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable[[], list[models.ClusterStatus]],
-               settings: Settings = Settings(), meter: Meter | None = None, clusters: why_routes.Connect | None = None) -> FastAPI:
+               settings: Settings = Settings(), meter: StatementCache | None = None, clusters: why_routes.Connect | None = None) -> FastAPI:
     """The API of what `current()` returns: each request reads one snapshot, and its ETag is that snapshot's.
     Use and statements come from `meter`; without one they answer 404 metering-not-configured. `clusters` reaches
     each cluster for the live `why` and `standing` of a tenant (fleetops/api/why.py); without it they are not served."""
@@ -213,13 +213,13 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def limited(key: str) -> None:
         if not limiter.hit(rate, key):
             reset = limiter.get_window_stats(rate, key).reset_time
-            raise Problem(429, "rate-limited", f"more than {settings.rate} requests", {"Retry-After": str(max(1, int(reset - time.time()) + 1))})
+            raise HTTPProblem(429, "rate-limited", f"more than {settings.rate} requests", {"Retry-After": str(max(1, int(reset - time.time()) + 1))})
 
     def principal(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
         who = tokens.who(credentials.credentials) if credentials is not None else None
         if who is None:  # guesses count against the address they come from
             limited(f"address:{request.client.host if request.client else '-'}")
-            raise Problem(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+            raise HTTPProblem(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
         request.state.who = who.name
         limited(f"token:{who.name}")
         return who
@@ -228,7 +228,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
 
     def operator(who: Who) -> Principal:
         if who.scope is not Scope.OPERATOR:
-            raise Problem(403, "forbidden", "an operator token is required")
+            raise HTTPProblem(403, "forbidden", "an operator token is required")
         return who
 
     Operator = Annotated[Principal, Depends(operator)]
@@ -248,10 +248,10 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
 
     def visible_tenant(snapshot: Snapshot, name: str, who: Principal) -> spec.Tenant:
         if not who.sees(name):
-            raise Problem(403, "forbidden", f"this token sees tenant {who.tenant!r} only")
+            raise HTTPProblem(403, "forbidden", f"this token sees tenant {who.tenant!r} only")
         tenant = snapshot.tenant(name)
         if tenant is None:
-            raise Problem(404, "no-such-tenant", f"no tenant {name!r} in {snapshot.environment}")
+            raise HTTPProblem(404, "no-such-tenant", f"no tenant {name!r} in {snapshot.environment}")
         return tenant
 
     @app.exception_handler(NotModified)
@@ -260,7 +260,7 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> Response:
-        kind = exc.kind if isinstance(exc, Problem) else _KINDS.get(exc.status_code, "error")
+        kind = exc.kind if isinstance(exc, HTTPProblem) else _KINDS.get(exc.status_code, "error")
         return problem_response(exc.status_code, kind, str(exc.detail), exc.headers, getattr(exc, "problems", None))
 
     @app.exception_handler(RequestValidationError)
@@ -278,11 +278,11 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     async def healthz() -> dict[str, str]:  # on the event loop: answered even when every worker thread is busy
         return {"status": "ok"}
 
-    @app.get("/v1/revision", response_model=models.Revision)
-    def revision(seen: Tagged) -> models.Revision:
+    @app.get("/v1/revision", response_model=models.ApiRevision)
+    def revision(seen: Tagged) -> models.ApiRevision:
         """The revision served and what this token may see."""
         snapshot, who = seen.snapshot, seen.who
-        return models.Revision(environment=snapshot.environment, revision=snapshot.revision, etag=etag(snapshot, who),
+        return models.ApiRevision(environment=snapshot.environment, revision=snapshot.revision, etag=etag(snapshot, who),
                                fleetops_version=__version__, scope=who.scope, tenant=who.tenant)
 
     @app.get("/v1/capacity", response_model=list[models.CapacityRow])
@@ -298,13 +298,13 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         return models.Prices(currency=env.budget.currency, monthly_budget=env.budget.monthly, monthly_cost=spec.monthly_cost(env),
                              prices=[models.Price(model=m, per_device_hour=p) for m, p in sorted(env.prices.items())])
 
-    @app.get("/v1/tenants", response_model=list[models.Tenant])
-    def tenants(seen: Tagged) -> list[models.Tenant]:
+    @app.get("/v1/tenants", response_model=list[models.ApiTenant])
+    def tenants(seen: Tagged) -> list[models.ApiTenant]:
         """Tenants and their quotas, with what Kueue grants them per cluster; a tenant token sees its own."""
         return [_tenant(seen.snapshot, t) for t in seen.snapshot.env.tenants if seen.who.sees(t.name)]
 
-    @app.get("/v1/tenants/{name}", response_model=models.Tenant)
-    def tenant(name: str, seen: Tagged) -> models.Tenant:
+    @app.get("/v1/tenants/{name}", response_model=models.ApiTenant)
+    def tenant(name: str, seen: Tagged) -> models.ApiTenant:
         return _tenant(seen.snapshot, visible_tenant(seen.snapshot, name, seen.who))
 
     async def metered(name: str, who: Principal, period: str | None) -> Statement:
@@ -313,23 +313,23 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         snapshot = current()
         visible_tenant(snapshot, name, who)
         if meter is None:
-            raise Problem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}: serve --prometheus URL")
+            raise HTTPProblem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}: serve --prometheus URL")
         try:
             month = Period.parse(period or this_month())
             reading = meter.statements(snapshot.revision, snapshot.env, month)
             made = await asyncio.wait_for(asyncio.wrap_future(reading), settings.metering_wait)
         except MeteringBusy:
-            raise Problem(503, "metering-busy", "other periods are being read from Prometheus: ask again", {"Retry-After": "10"}) from None
+            raise HTTPProblem(503, "metering-busy", "other periods are being read from Prometheus: ask again", {"Retry-After": "10"}) from None
         except TimeoutError:
-            raise Problem(503, "metering-pending", f"Prometheus has not answered for {month.name} in {settings.metering_wait:g} s; "
+            raise HTTPProblem(503, "metering-pending", f"Prometheus has not answered for {month.name} in {settings.metering_wait:g} s; "
                           "the reading goes on: ask again", {"Retry-After": "10"}) from None
         except PrometheusError as exc:  # its line names the URL without credentials, never the token
             log.warning("metering unavailable: %s", exc.lines[0])
-            raise Problem(503, "metering-unavailable", exc.lines[0], {"Retry-After": "30"}) from None
+            raise HTTPProblem(503, "metering-unavailable", exc.lines[0], {"Retry-After": "30"}) from None
         except StatementError as exc:
-            raise Problem(404, "no-metering", exc.lines[0]) from None
+            raise HTTPProblem(404, "no-metering", exc.lines[0]) from None
         if unknown := made.incomplete.get(name):
-            raise Problem(503, "metering-incomplete", f"some of {name}'s use in {month.name} is unknown: {unknown[0]}",
+            raise HTTPProblem(503, "metering-incomplete", f"some of {name}'s use in {month.name} is unknown: {unknown[0]}",
                           {"Retry-After": str(int(TTL_SECONDS))}, problems=unknown)
         return next(s for s in made.statements if s.tenant == name)
 
@@ -372,23 +372,23 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         """What `plan` would say of the change: verdict, decisions with fixes, capacity and cost. Nothing is written."""
         response.headers["Cache-Control"] = "no-store"
         if not quote_slots.acquire(blocking=False):
-            raise Problem(429, "quotes-busy", f"{settings.quotes_at_once} quotes are being judged: ask again", {"Retry-After": "1"})
+            raise HTTPProblem(429, "quotes-busy", f"{settings.quotes_at_once} quotes are being judged: ask again", {"Retry-After": "1"})
         try:
             return quote_mod.quote(current(), request, meter.prometheus if meter else None)
         except FleetopsError as exc:
-            raise Problem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
+            raise HTTPProblem(422, "change-refused", exc.lines[0], problems=exc.lines) from None
         finally:
             quote_slots.release()
 
     if clusters is not None:
-        why_routes.register(app, current, principal, visible_tenant, clusters, Problem, meter.prometheus if meter else None)
+        why_routes.register(app, current, principal, visible_tenant, clusters, HTTPProblem, meter.prometheus if meter else None)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
                                    openapi_version=app.openapi_version)
             document = models.with_components(document)
-            document["components"]["schemas"]["Problem"] = models.Problem.model_json_schema()
+            document["components"]["schemas"]["Problem"] = models.ProblemDetails.model_json_schema()
             app.openapi_schema = document
         return app.openapi_schema
 
@@ -398,11 +398,11 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     return app
 
 
-def _tenant(snapshot: Snapshot, tenant: spec.Tenant) -> models.Tenant:
+def _tenant(snapshot: Snapshot, tenant: spec.Tenant) -> models.ApiTenant:
     granted = snapshot.grants
     quotas = [models.TenantQuota(resource=r, guaranteed=q.guaranteed, burst=q.burst,
-                                 granted=[models.Grant(cluster=c, **{k: g[k] for k in ("guaranteed", "reachable", "lends")})
+                                 granted=[models.ApiGrant(cluster=c, **{k: g[k] for k in ("guaranteed", "reachable", "lends")})
                                           for c in tenant.clusters if (g := granted.get(c, {}).get(tenant.name, {}).get(r)) is not None])
               for r, q in sorted(tenant.quota.items())]
-    return models.Tenant(name=tenant.name, clusters=tenant.clusters, workloads=list(tenant.workloads),
+    return models.ApiTenant(name=tenant.name, clusters=tenant.clusters, workloads=list(tenant.workloads),
                          priority_classes=tenant.priority_classes, quotas=quotas)

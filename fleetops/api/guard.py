@@ -50,7 +50,7 @@ class ClientLimits:
 
     def refusal(self) -> bytes:
         detail = f"more than {self.per_client} connections from this address at once"
-        body = json.dumps(models.Problem(type=models.PROBLEM_TYPE + "too-many-connections", title="too many requests", status=429,
+        body = json.dumps(models.ProblemDetails(type=models.PROBLEM_TYPE + "too-many-connections", title="too many requests", status=429,
                                          detail=detail, problems=[]).model_dump()).encode()
         head = (f"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\n"
                 f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n")

@@ -41,7 +41,7 @@ def this_month(now: Callable[[], datetime.datetime] = lambda: datetime.datetime.
 
 
 @dataclass
-class Meter:
+class StatementCache:
     """Every tenant's statements for a period, from `prometheus`, kept `ttl` seconds per (revision, period)."""
 
     prometheus: Prometheus

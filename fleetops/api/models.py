@@ -43,8 +43,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Problem(BaseModel):
+class ProblemDetails(BaseModel):
     """RFC 9457 problem details: every error the API answers, as application/problem+json."""
+
+    model_config = ConfigDict(title="Problem")
 
     type: str = "about:blank"
     title: str
@@ -58,7 +60,9 @@ class Scope(StrEnum):
     TENANT = "tenant"  # sees the fleet's capacity and prices, and its own quotas, use and statements
 
 
-class Revision(BaseModel):
+class ApiRevision(BaseModel):
+    model_config = ConfigDict(title="Revision")
+
     environment: str
     revision: str
     etag: str
@@ -94,8 +98,10 @@ class Prices(BaseModel):
     prices: list[Price]
 
 
-class Grant(BaseModel):
+class ApiGrant(BaseModel):
     """What Kueue grants a tenant of one resource on one cluster, read from the rendered queues."""
+
+    model_config = ConfigDict(title="Grant")
 
     cluster: str
     guaranteed: int
@@ -107,10 +113,12 @@ class TenantQuota(BaseModel):
     resource: str
     guaranteed: int
     burst: int
-    granted: list[Grant]
+    granted: list[ApiGrant]
 
 
-class Tenant(BaseModel):
+class ApiTenant(BaseModel):
+    model_config = ConfigDict(title="Tenant")
+
     name: str
     clusters: list[str]
     workloads: list[str]
@@ -196,7 +204,9 @@ class QuoteRequest(Strict):
     approvals: int = Field(0, ge=0, le=100, description="approvals the change would have, as plan's --approvals")
 
 
-class Cost(BaseModel):
+class ApiCost(BaseModel):
+    model_config = ConfigDict(title="Cost")
+
     before: float
     after: float
     delta: float
@@ -215,7 +225,7 @@ class Quote(BaseModel):
     decisions: list[Decision]
     capacity: list[dict[str, Any]] = Field(description="per cluster and resource, before and after (plan's `capacity`)")
     quota_changes: list[dict[str, Any]]
-    cost: Cost
+    cost: ApiCost
     objects: dict[str, int] = Field(description="objects added, removed and changed")
     environment_file: str = Field(description="the repository's environment file with the change made in place, comments and "
                                   "layout kept: what a pull request would hold; the decisions' lines are its lines")
@@ -252,4 +262,18 @@ class Use(BaseModel):
 def with_components(document: dict[str, Any]) -> dict[str, Any]:
     document = copy.deepcopy(document)
     document.setdefault("components", {}).setdefault("schemas", {}).update(components())
+    return _wire_names(document)
+
+
+def _wire_names(document: dict[str, Any]) -> dict[str, Any]:
+    """The models named apart from the fleet's own (`ApiTenant` beside `spec.Tenant`) keep their published
+    names: each is its title (`model_config`) in the document, as clients have always read it."""
+    renamed = {cls.__name__: title for cls in BaseModel.__subclasses__() if cls.__module__ == __name__
+               and (title := cls.model_config.get("title")) and title != cls.__name__}
+    text = json.dumps(document)
+    for name, title in renamed.items():
+        text = text.replace(f'"#/components/schemas/{name}"', f'"#/components/schemas/{title}"')
+    document = json.loads(text)
+    schemas = document["components"]["schemas"]
+    document["components"]["schemas"] = {renamed.get(key, key): schema for key, schema in schemas.items()}
     return document

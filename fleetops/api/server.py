@@ -57,7 +57,7 @@ def run(s: Serving, progress: Callable[[str], AbstractContextManager[None]], ann
     # after; the tenants the tokens name are checked once it is. The Prometheus client lives as long as
     # the server: each query is bounded, and each request's wait for metering (the app's), not a whole.
     given_tokens = auth.read(s.tokens) if s.openapi is None and s.tokens is not None else None
-    meter = api_metering.Meter(Prometheus(s.prometheus, s.prometheus_token_file, client_deadline=None)) if s.prometheus is not None else None
+    meter = api_metering.StatementCache(Prometheus(s.prometheus, s.prometheus_token_file, client_deadline=None)) if s.prometheus is not None else None
     source = None if Path(s.repo).is_dir() else reconcile.GitSource(s.repo, s.rev, s.cache_dir)  # a URL: cloned, credentials kept out
 
     def fetch() -> tuple[Path, str]:

@@ -31,7 +31,7 @@ class Snapshot:
     environment: str
     env_rel: str  # environments/<env>.yaml, as plan names it
     revision: str  # the commit
-    side: plan.Side  # the environment, its file's data and positions, and its rendered objects
+    side: plan.RenderedSide  # the environment, its file's data and positions, and its rendered objects
     tree: Path  # the revision's environment file and policies, kept while the server runs
     capacity: list[dict[str, Any]]
     grants: dict[str, Any]  # cluster -> tenant -> resource -> what Kueue grants (grants.facts)
@@ -100,7 +100,7 @@ def capacity(env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -
         granted = grants.of_cluster(clusters.get(cluster.name, []))
         free: dict[grants.FlavorResource, int] = {}
         for node in nodes:
-            if node.parent is None and node.kind is grants.Kind.COHORT:
+            if node.parent is None and node.kind is grants.KueueKind.COHORT:
                 for fr, amount in node.subtree.items():
                     free[fr] = free.get(fr, 0) + amount
         for group in (*cluster.pools, *cluster.edge_groups):

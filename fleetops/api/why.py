@@ -130,7 +130,7 @@ def register(app: FastAPI, current: Callable[[], Snapshot], who: Any, visible_te
         for document, found, live in read(snapshot, tenant, cluster):
             past = (lambda resource, c=found: history.measure(prometheus, snapshot.env, c, tenant.name, resource, window)) if prometheus else None
             try:
-                rows += [r.to_dict() for r in why_standing.standing(why_answer.Cluster(document, found, live, tenant.name), tenant.name, past)]
+                rows += [r.to_dict() for r in why_standing.standing(why_answer.ClusterContext(document, found, live, tenant.name), tenant.name, past)]
             except FleetopsError as exc:  # Prometheus did not answer: no figure rather than a wrong one
                 log.warning("standing: metering unreadable: %s", exc.lines[0])
                 raise problem(503, "metering-unreadable", exc.lines[0], {"Retry-After": "10"}) from None

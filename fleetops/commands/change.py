@@ -156,7 +156,7 @@ def whatif_command(
     if write_trace is not None:
         traces.write_csv(jobs_of, write_trace)
     with progress(f"whatif {env}: replaying {len(jobs_of.jobs)} jobs on {', '.join(wanted)}"):
-        figures = run.replay(chosen, jobs_of, run.Options(root=top, keep=keep))
+        figures = run.replay(chosen, jobs_of, run.ReplayOptions(root=top, keep=keep))
     if pictures is not None:
         from fleetops.whatif import pictures as drawn
 

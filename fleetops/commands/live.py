@@ -48,7 +48,7 @@ def reconcile_command(
     reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
     period = parse_interval(interval, "--interval") if interval is not None else 0.0
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
-    reconciler = reconcile.Reconciler(
+    reconciler = reconcile.ReconcileLoop(
         env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
     )
@@ -164,7 +164,7 @@ def standing_command(
         c, live = live_cluster(document, name, reach, tenant)
         past = (lambda resource, c=c: history.measure(source, document.env, c, tenant, resource, span)) if source else None
         try:
-            rows += why_standing.standing(why_answer.Cluster(document, c, live), tenant, past)
+            rows += why_standing.standing(why_answer.ClusterContext(document, c, live), tenant, past)
         except prom.PrometheusError as exc:
             fail(exc.lines[0])
         problems += live.problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fleetops import spec
 from fleetops.envelope import DecisionStatus
 from fleetops.output.markdown import GROUP_OVER
-from fleetops.plan_result import Finding, PlanDecision, PlanResult, Side, SpecChange
+from fleetops.plan_result import FindingKind, PlanDecision, PlanResult, PlanSide, SpecChange
 
 LEVEL = {DecisionStatus.DENY: "error", DecisionStatus.APPROVAL: "warning", DecisionStatus.WARN: "warning", DecisionStatus.WAIVED: "notice"}
 
@@ -24,7 +24,7 @@ def _place(plan: PlanResult, d: PlanDecision | None) -> str:
 def _already(plan: PlanResult) -> list[str]:
     """The decisions already at base, counted rather than put on every line again: those that block as one
     error (they still block: fail closed), the rest as one notice; and what the change resolved."""
-    there = [d for d in plan.decisions if d.finding is Finding.PRE_EXISTING]
+    there = [d for d in plan.decisions if d.finding is FindingKind.PRE_EXISTING]
     out = []
     blocking = [d for d in there if d.status.blocks]
     if blocking:
@@ -46,14 +46,14 @@ def render(plan: PlanResult) -> str:
     comes from; those already at base and those it resolved, counted (`_already`)."""
     out = []
     for d in plan.decisions:
-        if d.finding is Finding.PRE_EXISTING:
+        if d.finding is FindingKind.PRE_EXISTING:
             continue
         message = d.msg + (f" Fix: {d.fix}" if d.fix and d.status is DecisionStatus.DENY else "")
         out.append(f"::{LEVEL[d.status]} {_place(plan, d)},title={_escape(d.status.value + ': ' + d.rule, True)}::{_escape(message)}")
     out += _already(plan)
     kinds: dict[str, list[SpecChange]] = {}
     for e in plan.spec_changes:
-        if e.security and e.side is Side.HEAD:
+        if e.security and e.side is PlanSide.HEAD:
             kinds.setdefault(e.security_field, []).append(e)
     for kind, edits in kinds.items():
         # A new environment's hundreds of node matches are one notice at the first, not one per line.

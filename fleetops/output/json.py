@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetops import errors
 from fleetops.envelope import as_json, decision_counts, envelope
-from fleetops.plan_result import PlanResult, Verdict
+from fleetops.plan_result import PlanResult, PlanVerdict
 
 if TYPE_CHECKING:
     from fleetops import policy
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def document(plan: PlanResult) -> dict[str, Any]:
     fields = plan.to_json()
     del fields["counts"]  # the envelope's own
-    return envelope("plan", plan.verdict is Verdict.ALLOWED, plan.counts, **fields)
+    return envelope("plan", plan.verdict is PlanVerdict.ALLOWED, plan.counts, **fields)
 
 
 def render(plan: PlanResult) -> str:

@@ -18,16 +18,16 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fleetops import spec, usage
-from fleetops.audit import AuditReport, Gate, malformed_summary
+from fleetops.audit import AuditReport, GateKind, malformed_summary
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
 from fleetops.envelope import DecisionStatus, Severity
-from fleetops.plan_result import CapacityChange, Cost, Finding, PlanDecision, PlanResult, ServiceChange, Side, TenantGrant, Verdict
+from fleetops.plan_result import CapacityChange, Cost, FindingKind, PlanDecision, PlanResult, ServiceChange, PlanSide, TenantGrant, PlanVerdict
 
 DEFAULT_MAX_CHARS = 55_000  # GitHub refuses comments over 65,536; GitLab notes over 1,000,000
-VERDICT = {Verdict.DENIED: "❌ denied", Verdict.NEEDS_APPROVAL: "⏳ needs approval", Verdict.ALLOWED: "✅ allowed",
-           Verdict.INVALID: "⛔ cannot be judged"}
+VERDICT = {PlanVerdict.DENIED: "❌ denied", PlanVerdict.NEEDS_APPROVAL: "⏳ needs approval", PlanVerdict.ALLOWED: "✅ allowed",
+           PlanVerdict.INVALID: "⛔ cannot be judged"}
 SECURITY = "🔒"
 
 
@@ -105,7 +105,7 @@ def header(plan: PlanResult) -> list[str]:
     # Those the change made (or not compared with a base: loud, as new); a waiver already in force at base
     # is counted in the decisions, not raised on every change.
     waived = [d for d in plan.decisions if d.status is DecisionStatus.WAIVED and d.severity in (Severity.CRITICAL, Severity.HIGH)
-              and d.finding is not Finding.PRE_EXISTING]
+              and d.finding is not FindingKind.PRE_EXISTING]
     if waived:
         lines += ["", "> ⚠️ **Waived high-severity denials** (they would block without their waiver):"]
         lines += [f"> - {_code(d.rule)} {_text(d.msg)} — owner {_text(d.waiver.owner)}, {_text(d.waiver.ticket)}, "
@@ -217,7 +217,7 @@ def blocking(plan: PlanResult) -> list[str]:
     lines: list[str] = []
     for status, title in ((DecisionStatus.DENY, "**Denied by**"), (DecisionStatus.APPROVAL, "**Needs approval**")):
         these = [d for d in plan.decisions if d.status is status]
-        made, there = [d for d in these if d.finding is not Finding.PRE_EXISTING], [d for d in these if d.finding is Finding.PRE_EXISTING]
+        made, there = [d for d in these if d.finding is not FindingKind.PRE_EXISTING], [d for d in these if d.finding is FindingKind.PRE_EXISTING]
         if not these:
             continue
         has = f"; has {plan.approvals.have}" if status is DecisionStatus.APPROVAL else ""
@@ -328,7 +328,7 @@ class Fold(NamedTuple):
 
 def spec_fields(plan: PlanResult) -> Fold:
     # What decides who may run where first, then down the file.
-    edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not Side.HEAD, e.line))
+    edits = sorted(plan.spec_changes, key=lambda e: (not e.security, e.side is not PlanSide.HEAD, e.line))
     return Fold("Environment file changes", ["| | field | before | after | where |", "|---|---|---|---|---|"], [
         [f"| {SECURITY if e.security else ''} | {_code(e.path)} | {' | '.join(_values(e.old, e.new))} | {_code(e.place)} |"] for e in edits])
 
@@ -353,7 +353,7 @@ STATUS_ORDER = {DecisionStatus.DENY: 0, DecisionStatus.APPROVAL: 1, DecisionStat
 def _decision_rows(decisions: list[PlanDecision]) -> list[list[str]]:
     """Those the change made first, then those already at base; by status."""
     rows = []
-    for d in sorted(decisions, key=lambda d: (d.finding is Finding.PRE_EXISTING, STATUS_ORDER[d.status])):
+    for d in sorted(decisions, key=lambda d: (d.finding is FindingKind.PRE_EXISTING, STATUS_ORDER[d.status])):
         where = _text(f"{d.location.file}:{d.location.line}") if d.location else ""
         rows.append([f"| {_text(d.finding.value if d.finding else '')} | {_text(d.status.value)} | {_code(d.rule)} | {_text(d.severity.value)} | {_text(d.resource)} "
                      f"| {_text(d.msg)} | {where} |"])
@@ -519,7 +519,7 @@ def cannot_judge(plan: PlanResult, max_chars: int | None = DEFAULT_MAX_CHARS) ->
         shown.append(line)
         body += len(line) + 1
     lines = [
-        f"### fleetops plan {_code(plan.environment)}: {VERDICT[Verdict.INVALID]}",
+        f"### fleetops plan {_code(plan.environment)}: {VERDICT[PlanVerdict.INVALID]}",
         "",
         f"The change cannot be judged, so it cannot be merged: base {_code(_revision(plan.base.revision))}, "
         f"head {_code(_revision(plan.head.revision))}. Any earlier verdict on this pull request no longer holds.",
@@ -559,9 +559,9 @@ def comment(plan: PlanResult, max_chars: int = DEFAULT_MAX_CHARS, artifacts: str
 
 # --- the audit report (`audit --output markdown`) ---------------------------------------------
 
-GATE_TITLES = {Gate.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
-               Gate.pull_request: "pull requests (plan, check in a pull request)",
-               Gate.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
+GATE_TITLES = {GateKind.production: "production gate (reconcile, Pulumi pack, check outside pull requests)",
+               GateKind.pull_request: "pull requests (plan, check in a pull request)",
+               GateKind.local: "local plans (outside CI or a pull request: previews, they gated nothing)"}
 
 
 def _who(d: dict[str, Any]) -> str:

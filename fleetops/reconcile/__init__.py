@@ -15,12 +15,12 @@ A module per job: `options` (what a pass may do), `gate`, `result` (actions: wri
 `retry` (backoff and the unreachable-server guard), `objects` (LIST, diff, prune), `nodes` (labels,
 taints, quarantine, cordon, certificate requests), `status` (status and inventory ConfigMaps),
 `sync` (one pass over every cluster), `source` (Git), `lease` (leader election), `service`
-(metrics, health, logs) and `loop` (the Reconciler). This module names what the CLI and tests use.
+(metrics, health, logs) and `loop` (the ReconcileLoop). This module names what the CLI and tests use.
 """
 
 from fleetops.reconcile.gate import GateResult, default_gate
 from fleetops.reconcile.lease import LeaseElector
-from fleetops.reconcile.loop import LOG_ITEMS, Reconciler
+from fleetops.reconcile.loop import LOG_ITEMS, ReconcileLoop
 from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import Found, Outcome, PassResult, PassStatus, Write
 from fleetops.reconcile.retry import call
@@ -44,7 +44,7 @@ __all__ = [
     "Found",
     "Outcome",
     "Write",
-    "Reconciler",
+    "ReconcileLoop",
     "applied_keys",
     "call",
     "default_gate",

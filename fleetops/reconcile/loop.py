@@ -35,7 +35,7 @@ Connect = Callable[[spec.Cluster], ClusterAPI]
 LOG_ITEMS = 20  # objects and reasons a pass's log line names; the rest is a count (a first pass drifts in thousands)
 
 
-class Reconciler:
+class ReconcileLoop:
     """Fetch, validate, render, gate and reconcile, pass after pass; keeps the last good and last applied revisions."""
 
     def __init__(

@@ -96,7 +96,7 @@ def quarantine(cluster: str, node: inventory.NodeInfo, why: str) -> Action:
     return Action(cluster, Write.QUARANTINE, target, why, kind="Node", key=("v1", "Node", "", node.name), body=patch)
 
 
-def node_actions(cluster: spec.Cluster, inv: inventory.Inventory, now: dt.datetime,
+def node_actions(cluster: spec.Cluster, inv: inventory.ClusterInventory, now: dt.datetime,
                  record: dict[str, str] | None = None) -> tuple[list[Action], dict[str, list[inventory.NodeInfo]]]:
     """Per node: its actions (writes carry the node's patch); and the members of each group (for capacity)."""
     out: list[Action] = []
@@ -160,15 +160,15 @@ def identity_actions(api: ClusterAPI, cluster: spec.Cluster, opts: Options, resu
     return actions, record
 
 
-def read_nodes(api: ClusterAPI, cluster: spec.Cluster, opts: Options) -> tuple[inventory.Inventory, str | None]:
+def read_nodes(api: ClusterAPI, cluster: spec.Cluster, opts: Options) -> tuple[inventory.ClusterInventory, str | None]:
     try:
         raw = call(opts, api.list, *NODE_KIND, "")
     except ApiError as exc:
-        return inventory.Inventory(cluster.name), f"{cluster.name}: list nodes: {exc}"
+        return inventory.ClusterInventory(cluster.name), f"{cluster.name}: list nodes: {exc}"
     return inventory.read_inventory(cluster.name, raw), None
 
 
-def live_input(env: spec.Environment, inventories: dict[str, inventory.Inventory], results: dict[str, ClusterResult]) -> dict[str, Any]:
+def live_input(env: spec.Environment, inventories: dict[str, inventory.ClusterInventory], results: dict[str, ClusterResult]) -> dict[str, Any]:
     """The live facts the policy sees: nodes, capacity per group and shortfalls against guaranteed quota."""
     return {
         "clusters": {

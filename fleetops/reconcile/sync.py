@@ -112,7 +112,7 @@ def run_pass(
     apis = dict(guards)
     now = opts.clock()
 
-    def survey(cluster: spec.Cluster) -> tuple[inventory.Inventory, list[Action]]:
+    def survey(cluster: spec.Cluster) -> tuple[inventory.ClusterInventory, list[Action]]:
         inv, error = read_nodes(apis[cluster.name], cluster, opts)
         result = results[cluster.name]
         if guards[cluster.name].down is not None:

@@ -17,7 +17,7 @@ from collections import Counter
 
 from fleetops import spec
 from fleetops.errors import WhatifError
-from fleetops.whatif.trace import DAY, MAX_JOBS, Job, Trace, renumber, row_problems
+from fleetops.whatif.trace import DAY, MAX_JOBS, Trace, TraceJob, renumber, row_problems
 from fleetops.why.jobs import Job as Workload
 from fleetops.why.jobs import State
 from fleetops.why.live import Live
@@ -31,7 +31,7 @@ def trace(live: Live, env: spec.Environment, since: dt.datetime | None = None) -
         raise WhatifError(f"{live.cluster}: no Workload {'since ' + since.isoformat() + ' ' if since else ''}to make a trace of")
     first = min(w.created for w in kept if w.created is not None)
     start = dt.datetime.combine(first.date(), dt.time(), dt.timezone.utc)
-    jobs: list[Job] = []
+    jobs: list[TraceJob] = []
     left_out: Counter[str] = Counter()
     for w in sorted(kept, key=lambda w: (w.created, w.namespace, w.workload)):
         made = _job(w, live, env, start)
@@ -53,7 +53,7 @@ def _reasons(left_out: Counter[str]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in left_out.most_common())
 
 
-def _job(w: Workload, live: Live, env: spec.Environment, start: dt.datetime) -> Job | str:
+def _job(w: Workload, live: Live, env: spec.Environment, start: dt.datetime) -> TraceJob | str:
     """The job a Workload was, or why it is none."""
     if w.state is not State.FINISHED or w.reserved_at is None or w.since is None or w.created is None:
         return "not finished (duration unknown)"
@@ -74,5 +74,5 @@ def _job(w: Workload, live: Live, env: spec.Environment, start: dt.datetime) -> 
     problem = next(row_problems(row, env), None)
     if problem is not None:
         return f"outside the environment's rules ({problem[0]})"
-    return Job(0, float(row["arrival"]), tenant, row["class"], resource, total // pods, pods, float(row["duration"]), live.cluster)
+    return TraceJob(0, float(row["arrival"]), tenant, row["class"], resource, total // pods, pods, float(row["duration"]), live.cluster)
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetops.errors import WhatifError
-from fleetops.whatif.trace import Job
+from fleetops.whatif.trace import TraceJob
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 CANARY = "fleetops-whatif-canary"
@@ -122,7 +122,7 @@ class Submission:
     tolerations: tuple[tuple[str, str, str], ...] = ()
 
 
-def workload(job: Job, how: Submission) -> dict[str, Any]:
+def workload(job: TraceJob, how: Submission) -> dict[str, Any]:
     """The Workload Kueue's Job integration makes of the job's suspended batch/v1 Job: one pod set of
     `pods` pods each requesting `units` of the resource, in the tenant's queue, at the class's priority."""
     pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [
@@ -150,7 +150,7 @@ class Run:
 class Record:
     """What became of one job on one side."""
 
-    job: Job
+    job: TraceJob
     runs: list[Run] = field(default_factory=list)
     finished: float | None = None
 
@@ -181,7 +181,7 @@ def _time(text: str) -> float:
 class Replay:
     """One cluster of one side: its jobs replayed on a started Kueue (`api`, fleetops.whatif.servers)."""
 
-    def __init__(self, api: Any, jobs: list[Job], submissions: Callable[[Job], Submission], window: float,
+    def __init__(self, api: Any, jobs: list[TraceJob], submissions: Callable[[TraceJob], Submission], window: float,
                  roots: dict[tuple[str, str], str], witnesses: dict[str, str]):
         from kubernetes import client
 
@@ -268,7 +268,7 @@ class Replay:
             self.stop.set()
         return self.records
 
-    def _submit(self, job: Job) -> None:
+    def _submit(self, job: TraceJob) -> None:
         how = self.submission(job)
         last = self.created.get(how.priority)
         if last is not None:
@@ -299,7 +299,7 @@ class Replay:
             _content_type="application/json-patch+json")
         self.echoes.add(done["metadata"]["resourceVersion"])
 
-    def _root(self, job: Job) -> str:
+    def _root(self, job: TraceJob) -> str:
         return self.roots[(job.tenant, self.submission(job).queue)]
 
     # --- quiescence ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from fleetops.whatif import servers
 from fleetops.whatif.figures import SideFigures, side_figures
 from fleetops.whatif.replay import Record, Replay, prepared
 from fleetops.whatif.report import impact
-from fleetops.whatif.sides import Side, SideKind, side_of
+from fleetops.whatif.sides import ReplaySide, SideKind, side_of
 from fleetops.whatif.trace import Trace, read_csv
 
 if TYPE_CHECKING:  # the plan's sides, as plan.Meter hands them over
@@ -22,13 +22,13 @@ if TYPE_CHECKING:  # the plan's sides, as plan.Meter hands them over
 
 
 @dataclass(frozen=True)
-class Options:
+class ReplayOptions:
     root: Path | None = None  # where .tools/bin is looked for first
     keep: Path | None = None  # the servers' folders and logs stay here (default: a temporary folder, removed)
     port: Callable[[], int] = servers.any_free_port
 
 
-def replay_side(side: Side, trace: Trace, etcd: servers.Etcd, folder: Path, options: Options) -> dict[int, Record]:
+def replay_side(side: ReplaySide, trace: Trace, etcd: servers.Etcd, folder: Path, options: ReplayOptions) -> dict[int, Record]:
     """Every job of the trace on `side`: one Kueue per cluster the jobs ask of, one after the other."""
     records: dict[int, Record] = {}
     for cluster in sorted({j.cluster for j in trace.jobs}):
@@ -39,7 +39,7 @@ def replay_side(side: Side, trace: Trace, etcd: servers.Etcd, folder: Path, opti
     return records
 
 
-def replay(sides: list[Side], trace: Trace, options: Options = Options()) -> list[SideFigures]:
+def replay(sides: list[ReplaySide], trace: Trace, options: ReplayOptions = ReplayOptions()) -> list[SideFigures]:
     """Each side's figures for `trace`, in the order given."""
     for name in ("etcd", "kube-apiserver", "kueue"):
         servers.tool(name, options.root)  # every server found before any starts
@@ -53,12 +53,12 @@ def replay(sides: list[Side], trace: Trace, options: Options = Options()) -> lis
     return out
 
 
-def work(path: Path, options: Options = Options()) -> Callable[[plan.Side, plan.Side], dict[str, Any]]:
+def work(path: Path, options: ReplayOptions = ReplayOptions()) -> Callable[[plan.RenderedSide, plan.RenderedSide], dict[str, Any]]:
     """`plan --whatif`: what the plan's change does to the work of the CSV trace at `path`, replayed on the
     plan's own rendered base and head (`report.impact`, plain data for `plan.Meter.work`). The trace is
     read against head, as `fleetops whatif` reads it for base and head, so both commands give one trace
     the same figures."""
-    def replayed(before: plan.Side, after: plan.Side) -> dict[str, Any]:
+    def replayed(before: plan.RenderedSide, after: plan.RenderedSide) -> dict[str, Any]:
         both = []
         for kind, side in ((SideKind.BASE, before), (SideKind.HEAD, after)):
             if not side.exists or side.env is None:

@@ -22,7 +22,7 @@ from typing import Any
 from fleetops import kube, spec
 from fleetops.errors import WhatifError
 from fleetops.whatif.replay import GROUP, VERSION, Submission
-from fleetops.whatif.trace import Job
+from fleetops.whatif.trace import TraceJob
 
 NEVER = {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"}}
 POOLED = "fleetops-whatif-pooled"
@@ -36,7 +36,7 @@ class SideKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class Side:
+class ReplaySide:
     """A configuration to replay on: each cluster's objects, and the model its jobs are submitted by."""
 
     kind: SideKind
@@ -45,14 +45,14 @@ class Side:
     clusters: dict[str, list[dict[str, Any]]]
     queues: dict[tuple[str, str], str]  # (tenant, class) -> LocalQueue, read from the side's own objects
 
-    def submission(self, job: Job) -> Submission:
+    def submission(self, job: TraceJob) -> Submission:
         objects = self.clusters[job.cluster]
         queue = self.queues.get((job.tenant, job.priority_class))
         if queue is None:
             raise WhatifError(f"whatif: side {self.kind}: tenant {job.tenant} has no LocalQueue on {job.cluster} for class {job.priority_class}")
         return Submission(queue, *_priority(objects, job.priority_class), tolerations=self._tolerations(job))
 
-    def _tolerations(self, job: Job) -> tuple[tuple[str, str, str], ...]:
+    def _tolerations(self, job: TraceJob) -> tuple[tuple[str, str, str], ...]:
         tenant = next(t for t in self.env.tenants if t.name == job.tenant)
         groups = [g for g in spec.eligible_groups(tenant, [spec.cluster_by_name(self.env, job.cluster)]) if job.resource in spec.group_capacity(g)]
         taints = [(t.key, t.value, t.effect) for g in groups for t in spec.restricting_taints(g)]
@@ -130,12 +130,12 @@ def pooled(objects: list[dict[str, Any]], cluster: spec.Cluster, preemption: dic
     return out
 
 
-def side_of(kind: SideKind, revision: str, env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -> Side:
+def side_of(kind: SideKind, revision: str, env: spec.Environment, clusters: dict[str, list[dict[str, Any]]]) -> ReplaySide:
     """A rendered environment as a side, its jobs sent to the queues its own objects give them."""
-    return Side(kind, revision, env, clusters, queue_map(env, clusters))
+    return ReplaySide(kind, revision, env, clusters, queue_map(env, clusters))
 
 
-def derived(base: Side, kind: SideKind) -> Side:
+def derived(base: ReplaySide, kind: SideKind) -> ReplaySide:
     """The static or pooled side of `base`'s environment; its jobs go to the queues they go to on base."""
     if kind is SideKind.STATIC:
         clusters = {name: static(objects) for name, objects in base.clusters.items()}
@@ -145,7 +145,7 @@ def derived(base: Side, kind: SideKind) -> Side:
 
 
 @contextlib.contextmanager
-def revisions(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None) -> Iterator[tuple[Side, Side]]:
+def revisions(repo: Path, env_name: str, base_rev: str | None, head_rev: str | None) -> Iterator[tuple[ReplaySide, ReplaySide]]:
     """Base and head rendered as `plan` renders them: each revision out of Git, a side whose program is not
     the one running here rendered confined (fleetops.isolate) and read back as data."""
     from fleetops import plan, revisions as revs

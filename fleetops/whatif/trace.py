@@ -35,7 +35,7 @@ MAX_PROBLEMS = 20  # a file wrong throughout is told its first problems, not a m
 
 
 @dataclass(frozen=True)
-class Job:
+class TraceJob:
     """One job of a trace: `pods` pods of `units` of `resource` each, for `duration` seconds once admitted."""
 
     index: int
@@ -61,7 +61,7 @@ class Job:
 class Trace:
     """Jobs in arrival order over a window of `window` seconds; `source` says where they came from."""
 
-    jobs: tuple[Job, ...]
+    jobs: tuple[TraceJob, ...]
     window: float
     source: str
 
@@ -125,7 +125,7 @@ def read_csv(path: Path, env: spec.Environment, window: float | None = None, dis
     if path.stat().st_size > MAX_BYTES:
         raise WhatifError(f"{shown}: {path.stat().st_size} bytes, more than a trace may hold ({MAX_BYTES})")
     problems: list[Problem] = []
-    jobs: list[Job] = []
+    jobs: list[TraceJob] = []
     with path.open(newline="", encoding="utf-8", errors="replace") as f:
         reader = csv.DictReader(f)
         header = [name.strip() for name in reader.fieldnames or []]
@@ -160,17 +160,17 @@ def read_csv(path: Path, env: spec.Environment, window: float | None = None, dis
     return Trace(tuple(renumber(jobs)), span, shown)
 
 
-def _job(index: int, row: dict[str, str], env: spec.Environment) -> Job:
+def _job(index: int, row: dict[str, str], env: spec.Environment) -> TraceJob:
     tenant = next(t for t in env.tenants if t.name == row["tenant"])
     cluster = row.get("cluster") or _clusters_offering(tenant, env, row["resource"])[0]
-    return Job(index, float(row["arrival"]), tenant.name, row["class"], row["resource"], int(row["units"]), int(row["pods"]),
+    return TraceJob(index, float(row["arrival"]), tenant.name, row["class"], row["resource"], int(row["units"]), int(row["pods"]),
                float(row["duration"]), cluster)
 
 
-def renumber(jobs: Sequence[Job]) -> Iterator[Job]:
+def renumber(jobs: Sequence[TraceJob]) -> Iterator[TraceJob]:
     """The jobs numbered in the order given: a job's index is its place in arrival order."""
     for i, job in enumerate(jobs):
-        yield Job(i, job.arrival, job.tenant, job.priority_class, job.resource, job.units, job.pods, job.duration, job.cluster)
+        yield TraceJob(i, job.arrival, job.tenant, job.priority_class, job.resource, job.units, job.pods, job.duration, job.cluster)
 
 
 def write_csv(trace: Trace, path: Path) -> None:
@@ -222,7 +222,7 @@ def generate(env: spec.Environment, days: int, jobs: int, load: float, seed: int
     rng.shuffle(tenants)
     zipf = [1 / (rank + 1) ** p["tenant_zipf_exponent"] for rank in range(len(tenants))]
     median, sigma = p["runtime_seconds"]["median"], p["runtime_seconds"]["sigma"]
-    made: list[Job] = []
+    made: list[TraceJob] = []
     for i in range(jobs):
         tenant = rng.choices(tenants, weights=zipf)[0]
         offered = sorted(r for r in tenant.quota if offering(tenant, r))
@@ -234,12 +234,12 @@ def generate(env: spec.Environment, days: int, jobs: int, load: float, seed: int
         units = max(1, min(units, burst))
         pods = max(1, min(pods, burst // units))
         runtime = min(max(rng.lognormvariate(math.log(median), sigma), p["runtime_seconds"]["min"]), p["runtime_seconds"]["max"])
-        made.append(Job(i, _arrival(rng, days, p["hourly_arrival_weight"]), tenant.name, rng.choice(tenant_classes(tenant, env)),
+        made.append(TraceJob(i, _arrival(rng, days, p["hourly_arrival_weight"]), tenant.name, rng.choice(tenant_classes(tenant, env)),
                         resource, units, pods, runtime, cluster))
     trace = Trace(tuple(made), days * DAY, "")
     for _ in range(4):  # what runs past the window is not offered within it: scaled again on what is
         scale = {key: load / value for key, value in trace.offered(env).items()}
-        trace = Trace(tuple(Job(j.index, j.arrival, j.tenant, j.priority_class, j.resource, j.units, j.pods,
+        trace = Trace(tuple(TraceJob(j.index, j.arrival, j.tenant, j.priority_class, j.resource, j.units, j.pods,
                                 max(60.0, round(j.duration * scale[(j.cluster, j.resource)])), j.cluster) for j in trace.jobs), trace.window, "")
     ordered = sorted(trace.jobs, key=lambda j: (j.arrival, j.index))
     return Trace(tuple(renumber(ordered)), trace.window,

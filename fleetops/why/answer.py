@@ -169,7 +169,7 @@ class Group:
         return isinstance(self.group, spec.EdgeGroup)
 
 
-class Cluster:
+class ClusterContext:
     """What every job of one cluster is explained against: the file, the live queues and their use, the nodes."""
 
     def __init__(self, document: spec.Document, cluster: spec.Cluster, live: Live, viewer: str | None = None):
@@ -276,7 +276,7 @@ def _is_device(resource: str, devices: set[str]) -> bool:
 # --- one job --------------------------------------------------------------------------------
 
 
-def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
+def explain(ctx: ClusterContext, job: Job, devices: set[str]) -> Answer:
     """Why `job` waits (or, admitted, why its pods may not all start): `devices` are the resources Kueue counts (`device_resources`)."""
     tenant = ctx.namespace_tenant.get(job.namespace)
     answer = Answer(job, ctx.cluster.name, tenant.name if tenant else None)
@@ -308,7 +308,7 @@ def explain(ctx: Cluster, job: Job, devices: set[str]) -> Answer:
     return answer
 
 
-def _resource(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, node: grants.Node | None, pod_set: PodSet,
+def _resource(ctx: ClusterContext, answer: Answer, tenant: spec.Tenant, ti: int, node: grants.Node | None, pod_set: PodSet,
               resource: str, units: int) -> None:
     job, cname = answer.job, ctx.cluster.name
     offering = [g for g in ctx.groups.values() if resource in spec.group_capacity(g.group)]
@@ -386,14 +386,14 @@ def _is_spot_taint(taint: dict[str, Any]) -> bool:
     return taint.get("key") == spec.SPOT_TAINT.key
 
 
-def _room(ctx: Cluster, tenant: spec.Tenant, g: Group, resource: str) -> int:
+def _room(ctx: ClusterContext, tenant: spec.Tenant, g: Group, resource: str) -> int:
     """What the tenant could be admitted with on the pool now: its own room there, bounded by the pool's free units."""
     used = ctx.tenant_holds(tenant.name, g.name, resource)
     free = ctx.pool_units(g.name, resource) - ctx.used.get((g.name, resource), 0)
     return min(ctx.tenant_reach(tenant.name, g.name, resource) - used, free)
 
 
-def _taint_finding(ctx: Cluster, tenant: spec.Tenant, ti: int, job: Job, g: Group, taints: list[dict[str, Any]], ever: bool = False) -> Finding:
+def _taint_finding(ctx: ClusterContext, tenant: spec.Tenant, ti: int, job: Job, g: Group, taints: list[dict[str, Any]], ever: bool = False) -> Finding:
     """A pool with room the job may not use: its taint, or a spot pool the job's class may not go to. `ever`: another pool may
     still admit the job as asked (this one only has the room now)."""
     shown = ", ".join(grants.taint_text(t) for t in taints)
@@ -411,7 +411,7 @@ def _taint_finding(ctx: Cluster, tenant: spec.Tenant, ti: int, job: Job, g: Grou
                                  f"(a dedicated pool: only jobs that tolerate its taint are admitted there)"), ctx.at((*g.loc, "taints")), ever=ever)
 
 
-def _spread(ctx: Cluster, tenant: spec.Tenant, resource: str, flavor: str, extra: int) -> int:
+def _spread(ctx: ClusterContext, tenant: spec.Tenant, resource: str, flavor: str, extra: int) -> int:
     """How much more burst gives the tenant `extra` more on `flavor`: its borrowing is split over its pools in proportion to their units."""
     sizes = {g.name: spec.group_capacity(g.group).get(resource, 0) for g in ctx.groups.values()
              if g.name in {x.name for x in spec.eligible_groups(tenant, [ctx.cluster])}}
@@ -419,7 +419,7 @@ def _spread(ctx: Cluster, tenant: spec.Tenant, resource: str, flavor: str, extra
     return math.ceil(extra * sum(sizes.values()) / share) if share else extra
 
 
-def _why_not_now(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, node: grants.Node, usable: list[Group], resource: str, units: int) -> None:
+def _why_not_now(ctx: ClusterContext, answer: Answer, tenant: spec.Tenant, ti: int, node: grants.Node, usable: list[Group], resource: str, units: int) -> None:
     """The job fits some pool it tolerates: what holds it back now (its tenant's burst in use, or the pool full)."""
     job = answer.job
     quota_loc = ("tenants", ti, "quota", resource)
@@ -461,7 +461,7 @@ def _why_not_now(ctx: Cluster, answer: Answer, tenant: spec.Tenant, ti: int, nod
         answer.preemption = f"Kueue is preempting to admit it: {job.message}"
 
 
-def _reclaim(ctx: Cluster, answer: Answer, tenant: spec.Tenant, node: grants.Node, g: Group, resource: str, units: int) -> None:
+def _reclaim(ctx: ClusterContext, answer: Answer, tenant: spec.Tenant, node: grants.Node, g: Group, resource: str, units: int) -> None:
     """Whether Kueue takes the room back for the job (a reclaim of the tenant's guarantee, a preemption of lower
     classes) or the job's class never preempts."""
     job = answer.job
@@ -487,25 +487,25 @@ def _reclaim(ctx: Cluster, answer: Answer, tenant: spec.Tenant, node: grants.Nod
         answer.preemption = f"Kueue preempts lower classes for it (evicting {', '.join(e.key for e in evicting[:SHOWN])})"
 
 
-def _preempts(ctx: Cluster, node: grants.Node) -> bool:
+def _preempts(ctx: ClusterContext, node: grants.Node) -> bool:
     """Whether the job's ClusterQueue preempts at all (the tenant's non-preempting queue never does)."""
     queue = next((q for q in ctx.live.queues if q.get("kind") == "ClusterQueue" and q["metadata"]["name"] == node.name), None)
     preemption = ((queue or {}).get("spec") or {}).get("preemption") or {}
     return any(preemption.get(k) not in (None, "Never") for k in ("reclaimWithinCohort", "withinClusterQueue"))
 
 
-def _never(ctx: Cluster, tenant: spec.Tenant, job: Job, message: str) -> Finding:
+def _never(ctx: ClusterContext, tenant: spec.Tenant, job: Job, message: str) -> Finding:
     cls = job.priority_class
     loc = ("priority_classes", ctx.class_index[cls], "preemption") if cls in ctx.class_index else ("tenants", ctx.tenant_index[tenant.name], "priority_classes")
     return Finding(Cause.CLASS_PREEMPTION, f"class {cls}: {message}", ctx.at(loc))
 
 
-def _holders(ctx: Cluster, flavors: Iterable[str], resource: str) -> list[Holding]:
+def _holders(ctx: ClusterContext, flavors: Iterable[str], resource: str) -> list[Holding]:
     """Who holds each of these pools now: per tenant, within its guarantee or borrowed, and its jobs."""
     return [h for flavor in flavors for h in ctx.holders(flavor, resource)]
 
 
-def _named(ctx: Cluster, flavors: list[str], resource: str, whose: Any) -> str:
+def _named(ctx: ClusterContext, flavors: list[str], resource: str, whose: Any) -> str:
     """The work to wait for on these pools, borrowed work first (Kueue reclaims it first), the most units first."""
     rows = _holders(ctx, flavors, resource)
     jobs = sorted(((-(h.borrowed > 0), -n, j, h.tenant, n, c) for h in rows for j, c, n in h.jobs
@@ -519,7 +519,7 @@ def _named(ctx: Cluster, flavors: list[str], resource: str, whose: Any) -> str:
     return ", ".join(p for p in (shown, "other tenants' work" if hidden else "") if p)
 
 
-def _node_findings(ctx: Cluster, g: Group, resource: str) -> list[Finding]:
+def _node_findings(ctx: ClusterContext, g: Group, resource: str) -> list[Finding]:
     """What the pool's live nodes lack against the file: missing, NotReady, cordoned, quarantined, advertising less, skewed clocks."""
     group = g.group
     nodes = ctx.members.get(g.name, [])
@@ -566,6 +566,6 @@ def _node_findings(ctx: Cluster, g: Group, resource: str) -> list[Finding]:
 
 
 def explain_all(document: spec.Document, cluster: spec.Cluster, live: Live, jobs: list[Job], viewer: str | None = None) -> list[Answer]:
-    ctx = Cluster(document, cluster, live, viewer)
+    ctx = ClusterContext(document, cluster, live, viewer)
     devices = device_resources(document.env)
     return [explain(ctx, job, devices) for job in jobs]

@@ -45,7 +45,7 @@ class Live:
     local_queues: dict[tuple[str, str], str]  # (namespace, LocalQueue) -> ClusterQueue
     queue_tenant: dict[str, str]  # ClusterQueue -> tenant (its fleetops.io/tenant label)
     queue_usage: dict[str, dict[tuple[str, str], int]]  # ClusterQueue -> (flavor, resource) -> units its work holds
-    nodes: inventory.Inventory
+    nodes: inventory.ClusterInventory
     clocks: list[NodeClock]
     status: dict[str, str] | None  # the reconciler's status ConfigMap's data; None when it has written none
     problems: list[str] = field(default_factory=list)  # objects that could not be read, each left out

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleetops.why.answer import Cluster, device_resources
+from fleetops.why.answer import ClusterContext, device_resources
 from fleetops.why.history import UNKNOWN, BelowGuarantee
 from fleetops.why.jobs import State
 
@@ -35,7 +35,7 @@ class Standing:
 History = Callable[[str], BelowGuarantee]  # resource -> the tenant's minutes below its guarantee on the cluster
 
 
-def standing(ctx: Cluster, tenant: str, history: History | None = None) -> list[Standing]:
+def standing(ctx: ClusterContext, tenant: str, history: History | None = None) -> list[Standing]:
     """The tenant's standing per device resource it has quota for (or asks for) on the cluster; `history` (metering's
     Prometheus) gives its minutes below guarantee while others borrowed, unknown without it."""
     granted = ctx.granted.get(tenant, {})
