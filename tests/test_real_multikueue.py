@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +60,28 @@ def dispatched(manager: Tenants, uid: str) -> str:
     return seen["wl"]["status"]["clusterName"]
 
 
-def test_a_job_submitted_on_the_manager_runs_on_a_worker_with_room_and_the_next_on_the_other(kueue, record_property) -> None:
+@pytest.fixture
+def fleet(api_servers, tmp_path: Path) -> Iterator[dict[str, servers.KueueServer]]:
+    """The manager and both workers, each a real kube-apiserver with the real Kueue and its rendered
+    objects, brought up side by side (tests/conftest.py `kueue` starts one at a time)."""
+    rendered = render.render(ROOT / "environments" / "prod.yaml", revision="r1").clusters
+    names = (MANAGER, *WORKERS)
+    apis = api_servers(*names, crds=False)
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {name: pool.submit(servers.kueue_cluster, apis[name], tmp_path / f"kueue-{name}", rendered[name]) for name in names}
+    with ExitStack() as stack:
+        for future in futures.values():  # every Kueue that started is stopped, even when another failed to
+            if future.exception() is None:
+                stack.callback(future.result().stop)
+        yield {name: future.result() for name, future in futures.items()}
+
+
+def test_a_job_submitted_on_the_manager_runs_on_a_worker_with_room_and_the_next_on_the_other(fleet, record_property) -> None:
     """A job of 26 GPUs fits research's allowance on either center (26 on h100-mig in Beijing, 48 on
     a100-train in Shanghai); once one center holds it, research has 22 left there, so a second job of
     26 can only go to the other center. Both are submitted on the manager only."""
-    started = time.monotonic()
-    path = ROOT / "environments" / "prod.yaml"
-    env = spec.load_environment(path)
-    rendered = render.render(path, revision="r1").clusters
-    clusters = {name: kueue(rendered[name]) for name in (MANAGER, *WORKERS)}
+    env = spec.load_environment(ROOT / "environments" / "prod.yaml")
+    clusters = fleet
     core = client.CoreV1Api(clusters[MANAGER].api.client())
     for worker in WORKERS:
         core.create_namespaced_secret(KUEUE_NAMESPACE, {
@@ -96,4 +112,4 @@ def test_a_job_submitted_on_the_manager_runs_on_a_worker_with_room_and_the_next_
     # The manager runs neither: MultiKueue manages its Jobs, which stay suspended there.
     for name in ("first", "second"):
         assert manager.jobs.read_namespaced_job(name, TENANT).spec.managed_by == "kueue.x-k8s.io/multikueue"
-    record_property("timings", f"3 clusters up {ready - started:.1f}s, both dispatches {time.monotonic() - ready:.1f}s")
+    record_property("timings", f"both dispatches and their checks {time.monotonic() - ready:.1f}s")
