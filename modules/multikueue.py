@@ -25,7 +25,8 @@ from fleetops.spec import NON_PREEMPTING, bundles, non_preempting_classes, queue
 from modules.kube import Part, Target
 from modules.node_pool import flavor_manifest
 from modules.scheduler import NAMESPACE as KUEUE_NAMESPACE
-from modules.tenant import NEVER_PREEMPTS, admission_manifests, namespace_manifest, network_manifests, resource_groups
+from modules.tenant import (NEVER_PREEMPTS, admission_manifests, cluster_queue_manifest, local_queue_manifest, namespace_manifest,
+                            network_manifests, resource_groups)
 
 CONTROLLER = "kueue.x-k8s.io/multikueue"
 GROUP = "kueue.x-k8s.io"
@@ -79,25 +80,13 @@ def tenant_manifests(target: Target, tenant: spec.Tenant, workers: list[spec.Clu
     cohort = f"{target.cluster}.{tenant.name}"
 
     def cluster_queue(name: str, resource_groups: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "apiVersion": VERSION,
-            "kind": "ClusterQueue",
-            "metadata": target.metadata(name, labels=labels),
-            "spec": {
-                "cohortName": cohort,
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
-                "queueingStrategy": "BestEffortFIFO",
-                "resourceGroups": resource_groups,
-                "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
-                # The workers preempt, each by its own queues' policies and the capacity it has; the
-                # manager holds no capacity, and evicting here would only withdraw a job a worker runs.
-                "preemption": NEVER_PREEMPTS,
-            },
-        }
-
-    def local_queue(name: str, cluster_queue_name: str) -> dict[str, Any]:
-        return {"apiVersion": VERSION, "kind": "LocalQueue", "metadata": target.metadata(name, tenant.name),
-                "spec": {"clusterQueue": cluster_queue_name}}
+        return cluster_queue_manifest(target, tenant, name, cohort, {
+            "resourceGroups": resource_groups,
+            "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
+            # The workers preempt, each by its own queues' policies and the capacity it has; the
+            # manager holds no capacity, and evicting here would only withdraw a job a worker runs.
+            "preemption": NEVER_PREEMPTS,
+        })
 
     summed = summed_quota(env, tenant, workers)
     preempting, never = queue_names(tenant)
@@ -110,12 +99,12 @@ def tenant_manifests(target: Target, tenant: spec.Tenant, workers: list[spec.Clu
         # The tenant's two queues share its summed quota, as on a worker: held by the first, borrowed by the second.
         {"apiVersion": VERSION, "kind": "Cohort", "metadata": target.metadata(cohort, labels=labels), "spec": {}},
         cluster_queue(tenant.name, summed),
-        local_queue(preempting, tenant.name),
+        local_queue_manifest(target, tenant, preempting, tenant.name),
     ]
     if non_preempting_classes(tenant, env):
         name = f"{tenant.name}-{NON_PREEMPTING}"
         zero = [{**g, "flavors": [{**f, "resources": [{**r, "nominalQuota": 0} for r in f["resources"]]} for f in g["flavors"]]} for g in summed]
-        out += [cluster_queue(name, zero), local_queue(never, name)]
+        out += [cluster_queue(name, zero), local_queue_manifest(target, tenant, never, name)]
     return out + network_manifests(target, tenant, env) + admission_manifests(target, tenant, env)
 
 
