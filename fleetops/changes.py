@@ -279,7 +279,15 @@ def _tenant_changes(before: spec.Environment, after: spec.Environment) -> list[F
                 add(subject, f"tenant {name}: network isolation or allow lists changed", security=True)
             if set(a.clusters) != set(b.clusters):
                 add(subject, f"tenant {name}: clusters {', '.join(b.clusters)} → {', '.join(a.clusters)}", devices=_guaranteed(a))
+            if a.spill_over != b.spill_over:  # where its work may run: a worker's Kueue takes jobs submitted elsewhere
+                add(subject, f"tenant {name}: spill-over {_spill_text(b.spill_over)} → {_spill_text(a.spill_over)}", security=True)
     return out
+
+
+def _spill_text(spill: spec.SpillOver | None) -> str:
+    if spill is None:
+        return "none"
+    return f"submitted on {spill.manager}, run on {', '.join(spill.workers)} (MultiKueue)"
 
 
 def _openings(env: spec.Environment) -> dict[tuple[str, spec.End, spec.End], set[str]]:

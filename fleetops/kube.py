@@ -108,7 +108,7 @@ CLUSTER_SCOPED = {
     "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
     "ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "Cohort", "NodeGroup", "NodePool", "Queue",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CertificateSigningRequest",
-    "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "AdmissionCheck", "MultiKueueConfig", "MultiKueueCluster",
 }
 
 

@@ -19,6 +19,7 @@ from modules.edge_group import edge_group
 from modules.kube import Part, Target
 from modules.metering import metering
 from modules.monitoring import monitoring
+from modules.multikueue import multikueue
 from modules.node_pool import node_pool
 from modules.priorities import priorities
 from modules.reconciler import reconciler
@@ -36,6 +37,8 @@ def cluster_part(cluster: spec.Cluster, env: spec.Environment) -> Part:
         parts += [node_pool(target, pool), device_plugin(target, pool)]
     parts += [edge_group(target, cluster, group) for group in cluster.edge_groups]
     parts += [tenant_part(target, tenant, env) for tenant in env.tenants if cluster.name in tenant.clusters]
+    if (spill := multikueue(target, env)) is not None:
+        parts.append(spill)
     parts.append(monitoring(target, cluster, env))
     parts.append(autoscaling(target, cluster, env))
     parts.append(metering(target, cluster, env))

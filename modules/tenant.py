@@ -204,31 +204,15 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
     }
 
     def cluster_queue(name: str, amounts: Amounts, preemption: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": target.metadata(name, labels=labels),
-            "spec": {
-                "cohortName": cohort_name,
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
-                "queueingStrategy": "BestEffortFIFO",
-                # Kueue stops at the first flavor a job fits in, borrowing if it must: told to look on,
-                # it takes the pool that holds the tenant's guarantee before borrowing elsewhere; and
-                # where that pool's guarantee is lent out, it reclaims it there rather than borrowing on
-                # another pool (Kueue's default), where its work could in turn be reclaimed.
-                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor", "preference": "PreemptionOverBorrowing"},
-                "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction, amounts),
-                "preemption": preemption,
-            },
-        }
-
-    def local_queue(name: str, cluster_queue_name: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": target.metadata(name, tenant.name),
-            "spec": {"clusterQueue": cluster_queue_name},
-        }
+        return cluster_queue_manifest(target, tenant, name, cohort_name, {
+            # Kueue stops at the first flavor a job fits in, borrowing if it must: told to look on,
+            # it takes the pool that holds the tenant's guarantee before borrowing elsewhere; and
+            # where that pool's guarantee is lent out, it reclaims it there rather than borrowing on
+            # another pool (Kueue's default), where its work could in turn be reclaimed.
+            "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor", "preference": "PreemptionOverBorrowing"},
+            "resourceGroups": resource_groups(tenant, groups, placement, scheduler.lend_fraction, amounts),
+            "preemption": preemption,
+        })
 
     preempting, never = queue_names(tenant)
     out = [
@@ -237,12 +221,36 @@ def kueue_manifests(target: Target, tenant: spec.Tenant, groups: list[spec.Group
             "reclaimWithinCohort": scheduler.reclaim_within_cohort,
             "withinClusterQueue": scheduler.within_cluster_queue,
         }),
-        local_queue(preempting, tenant.name),
+        local_queue_manifest(target, tenant, preempting, tenant.name),
     ]
     if non_preempting_classes(tenant, env):
         name = f"{tenant.name}-{NON_PREEMPTING}"
-        out += [cluster_queue(name, lambda n, b, lend: {"nominalQuota": 0}, NEVER_PREEMPTS), local_queue(never, name)]
+        out += [cluster_queue(name, lambda n, b, lend: {"nominalQuota": 0}, NEVER_PREEMPTS), local_queue_manifest(target, tenant, never, name)]
     return out
+
+
+def cluster_queue_manifest(target: Target, tenant: spec.Tenant, name: str, cohort: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A ClusterQueue of the tenant's, in `cohort`, for its namespace only; `body` is the rest of its spec."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": target.metadata(name, labels={kube.TENANT_LABEL: tenant.name}),
+        "spec": {
+            "cohortName": cohort,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+            "queueingStrategy": "BestEffortFIFO",
+            **body,
+        },
+    }
+
+
+def local_queue_manifest(target: Target, tenant: spec.Tenant, name: str, cluster_queue: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": target.metadata(name, tenant.name),
+        "spec": {"clusterQueue": cluster_queue},
+    }
 
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

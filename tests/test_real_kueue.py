@@ -579,7 +579,7 @@ TRAINING = [{"key": "dedicated", "operator": "Equal", "value": "training", "effe
 
 
 def test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more(kueue, tmp_path: Path) -> None:
-    """environments/prod.yaml with line 202 `lend_fraction: 1.0` made 0.5 (as it was before validate refused
+    """environments/prod.yaml with line 204 `lend_fraction: 1.0` made 0.5 (as it was before validate refused
     it): on center-sh, a100-train (lines 38-40 `name: a100-train ... per_node: 8} ... nodes: 8`) holds
     llm-pretrain's guarantee of 48 (line 126 `nvidia.com/gpu: {guaranteed: 48, burst: 64}`) and research's
     8 (line 157 `nvidia.com/gpu: {guaranteed: 8, burst: 48}`), each keeping half of it from lending.

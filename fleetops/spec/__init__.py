@@ -16,7 +16,7 @@ from fleetops.spec.fields import (
     Count, Currency, Device, Devices, Disconnect, EdgeGroup, Endpoint, Environment, Fingerprint, Fraction, Grafana,
     Group, GroupNames, Image, LabelKey, LabelValue, Labels, Limits, Mig, MigProfile, Model, Monitoring, Name, Network,
     NodeGlob, NodeMatch, OfflineWork, PluginKind, Pool, Positive, PriorityClass, Quota, Reconciler, Replica, Replicas,
-    ResourceName, Scheduler, Server, Service, Sharing, Spot, Taint, Targets, Tenant, TenantNetwork, TopUp, Url,
+    ResourceName, Scheduler, Server, Service, Sharing, SpillOver, Spot, Taint, Targets, Tenant, TenantNetwork, TopUp, Url,
     Workload, group_names, is_dns_label, is_mig_capable, named_groups, plugin_kind,
 )
 from fleetops.spec.positions import (
@@ -58,7 +58,7 @@ __all__ = [
     "Mig", "MigProfile", "Model", "Monitoring", "NON_PREEMPTING", "Name", "Network", "NodeGlob", "NodeMatch",
     "OfflineWork", "Placement", "PluginKind", "Pool", "Positions", "Positive", "PriorityClass", "QUEUE_NAME_MAX", "Quota",
     "RESERVED_LABELS", "Reconciler", "Reference", "Replica", "Replicas", "ResourceName", "SPOT_TAINT", "SYSTEM_NAMESPACES",
-    "Scheduler", "Server", "Service", "Sharing", "SpecError", "Spot", "Taint", "Targets", "Tenant", "TenantNetwork",
+    "Scheduler", "Server", "Service", "Sharing", "SpecError", "SpillOver", "Spot", "Taint", "Targets", "Tenant", "TenantNetwork",
     "TopUp", "Url", "Workload", "YAML_LOADER", "NO_CAPACITY", "Capacity", "ClusterCapacity", "below_reference", "bundles", "capacity", "capacity_rows", "cluster_by_name",
     "cost_at_reference", "cross_checks", "device_hour_price", "eligible_groups", "environment_path", "format_loc", "group_capacity",
     "group_monthly_cost", "group_names", "guarantee_placement", "is_dns_label", "is_mig_capable", "is_spot",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from fleetops import mig
 from fleetops.spec.devices import group_capacity, is_spot, physical_devices
-from fleetops.spec.fields import (LIMITS, MAX_COUNT, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, Tenant,
+from fleetops.spec.fields import (LIMITS, MAX_COUNT, Billing, Cluster, Device, EdgeGroup, Environment, Pool, Quota, Server, Sharing, SpillOver, Tenant,
                                   group_names, is_mig_capable, plugin_kind)
 from fleetops.spec.nodes import RESERVED_LABELS, SPOT_TAINT
 from fleetops.spec.placement import (KUEUE, NON_PREEMPTING, QUEUE_NAME_MAX, bundles, eligible_groups, guarantee_placement,
@@ -244,6 +244,8 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
             if name not in endpoints:
                 yield loc + ("network", "allow_to_endpoints", k), f"unknown center endpoint {name!r}"
         yield from _billing_checks(loc + ("billing",), tenant.billing)
+        if tenant.spill_over is not None:
+            yield from _spill_over_checks(loc + ("spill_over",), tenant, tenant.spill_over, clusters, where)
         mine = [clusters[n] for n in tenant.clusters if n in clusters]
         # What each cluster offers the tenant, taken once: not a walk over its groups for each resource.
         offered = {c.name: {r for g in eligible_groups(tenant, [c]) for r in group_capacity(g)} for c in mine} if tenant.quota else {}
@@ -336,6 +338,31 @@ def _service_checks(env: Environment, clusters: dict[str, Cluster], where: Calla
             yield loc + ("targets",), "declare gpu_utilisation_percent or requests_waiting_per_replica (or both): the autoscaler needs a metric"
         if targets.requests_waiting_per_replica is not None and service.server is None:
             yield loc + ("server",), f"requests_waiting_per_replica needs the inference server (one of {', '.join(s.value for s in Server)}): it chooses the queue's series"
+
+
+def _spill_over_checks(loc: Loc, tenant: Tenant, spill: SpillOver, clusters: dict[str, Cluster], where: Callable[[Loc], str]) -> Iterator[tuple[Loc, str]]:
+    """A MultiKueue declaration that cannot work. MultiKueue creates the job on a worker in the same
+    namespace and LocalQueue as on the manager, so each worker must hold the tenant's queues (be one
+    of its clusters); the manager's LocalQueue of that name dispatches and runs nothing, so it cannot
+    be a cluster where the tenant's queue holds quota (a worker, or any other of its clusters)."""
+    if spill.manager not in clusters:
+        yield loc + ("manager",), f"unknown cluster {spill.manager!r}"
+    elif spill.manager in spill.workers:
+        yield loc + ("manager",), (f"{spill.manager} is also a worker: MultiKueue dispatches from the manager's queue to the workers' queues "
+                                   "of the same name, so one cluster cannot hold both; name another manager")
+    elif spill.manager in tenant.clusters:
+        yield loc + ("manager",), (f"{spill.manager} is one of the tenant's clusters, where its queue holds quota: the manager's queue of that "
+                                   "name only dispatches; name a cluster the tenant is not on, or drop it from the tenant's clusters")
+    yield from _duplicates((((*loc, "workers", k), n) for k, n in enumerate(spill.workers)), "worker", where, named=False)
+    for k, name in enumerate(spill.workers):
+        if name not in clusters:
+            yield loc + ("workers", k), f"unknown cluster {name!r}"
+        elif name not in tenant.clusters and name != spill.manager:
+            yield loc + ("workers", k), (f"the tenant is not on {name}, so it has no queue there for MultiKueue to create its jobs in: "
+                                         f"add {name} to the tenant's clusters")
+    workers = [clusters[n] for n in dict.fromkeys(spill.workers) if n in clusters and n in tenant.clusters]
+    if workers and (problem := kueue_limit_problem(bundles(sorted(tenant.quota), eligible_groups(tenant, workers)))):
+        yield loc + ("workers",), f"{problem} (its ClusterQueue on the manager {spill.manager}, over every worker's pools): name fewer workers"
 
 
 def _billing_checks(loc: Loc, billing: Billing) -> Iterator[tuple[Loc, str]]:

@@ -366,6 +366,16 @@ class Billing(Model):
     low_balance_at: Annotated[float, Field(ge=0)] | None = None
 
 
+class SpillOver(Model):
+    """Kueue's MultiKueue for the tenant: its jobs are submitted on `manager`, which runs none of them
+    and dispatches each to whichever of `workers` admits it first (modules/multikueue.py). The
+    workers are clusters of the tenant's, each with its queues as ever; the manager's queue is the
+    workers' quotas summed, derived, never declared."""
+
+    manager: Name
+    workers: list[Name] = Field(min_length=1, max_length=20)  # a MultiKueueConfig lists at most 20
+
+
 class Tenant(Model):
     name: Name
     clusters: list[Name] = Field(min_length=1)
@@ -380,6 +390,7 @@ class Tenant(Model):
     # Classes of its own whose work accepts being preempted at any time, as if declared `preemptible:
     # true` for this tenant alone: they too may run on the spot pools it names (placement.preemptible_classes).
     preemptible_classes: list[Name] = []
+    spill_over: SpillOver | None = None
 
 
 class PriorityClass(Model):
