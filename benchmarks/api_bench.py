@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.goals import Goal, report  # noqa: E402
-from tests.test_plan import make_repo  # noqa: E402  (a commit of this project's fleet: what serve loads, whatever the working tree holds)
+from tests.plan.test_plan import make_repo  # noqa: E402  (a commit of this project's fleet: what serve loads, whatever the working tree holds)
 
 TOKEN = "bench-operator-token-not-a-secret"
 ROUTES = ["/v1/capacity", "/v1/tenants", "/v1/prices", "/v1/revision"]

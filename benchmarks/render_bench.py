@@ -7,7 +7,7 @@ medians of `--repeat` runs (the SDK render, ~40 s of CPU, runs once).
 - render: `fleetops.render.render()`, the direct walk of the fleet's parts that plan, check and the
   reconciler use: load and validate the environment, build every object, engine checks, sorting.
 - render under the SDK: the same with `engine="pulumi"`: `stacks/__main__.py` under the SDK's mocks,
-  what render was before; tests/test_render.py proves both give byte-identical files.
+  what render was before; tests/render/test_render.py proves both give byte-identical files.
 - render -o: what `fleetops render -o DIR` does: render, each cluster's YAML file written by the
   C writer as soon as that cluster is rendered, all renamed into place at the end, over the files
   of the run before (each run replaces them: on ext4 a rename over a file starts writing it out,

@@ -40,7 +40,7 @@ from benchmarks.goals import Goal, report  # noqa: E402
 from fleetops import cluster as cluster_mod, render, spec  # noqa: E402
 from fleetops.why import answer, live  # noqa: E402
 from tests import servers  # noqa: E402
-from tests.cli import fleetops_command  # noqa: E402
+from tests.command import fleetops_command  # noqa: E402
 from tests.kueue_jobs import suspended_job  # noqa: E402
 
 ENVIRONMENT = ROOT / "environments" / "dev.yaml"

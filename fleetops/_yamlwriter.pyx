@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """yamltext's YAML and orjson's JSON, written in C: `render -o` writes each cluster's file as it is rendered.
 
-The text is yamltext.documents' (or emit.json_text's), byte for byte (tests/test_emit.py: every
+The text is yamltext.documents' (or emit.json_text's), byte for byte (tests/render/test_emit.py: every
 bundled environment, the generated fleet, random awkward values), for manifests of exact JSON
 types: dicts with str keys, lists, str, int within 64 bits, bool, None. For anything else (a
 float, a tuple, a str subclass, a lone surrogate, a bigger int, nesting deeper than MAX_DEPTH) it

@@ -79,7 +79,7 @@ class _Monitor(MockMonitor):
     The one reach past the documented mocks (`set_mocks`' `monitor` argument, the SDK's own class):
     `Mocks.new_resource` is told a resource's type and name but neither its parent nor its
     dependencies, so only the monitor knows its URN and what it waits for. RegisterResource is the
-    engine protocol's method, left to the SDK after the check; tests/test_sdk_render.py fails if the
+    engine protocol's method, left to the SDK after the check; tests/render/test_sdk_render.py fails if the
     SDK stops calling it.
     """
 

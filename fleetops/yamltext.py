@@ -5,12 +5,12 @@ large fleet that was 6.5x the time of rendering it (benchmarks/render_bench.py).
 data (dicts, lists, strings, numbers, booleans, null), so they are written here directly: mappings
 and sequences in block style with sorted keys, a string plain only when YAML 1.1 and 1.2 both read
 it back as that string (else as a JSON string, which YAML reads as a double-quoted scalar), and a
-multi-line string as a literal block. tests/test_render.py reads every file back with PyYAML.
+multi-line string as a literal block. tests/render/test_render.py reads every file back with PyYAML.
 
 This module defines the text. Its C twin, fleetops/_yamlwriter.pyx (8x as fast), writes the
 same bytes for manifests of exact JSON types;
 this module writes them where the twin was not built, and any value the twin leaves to it (a
-float, a tuple, a str subclass). tests/test_emit.py holds the two to the same bytes: a change to
+float, a tuple, a str subclass). tests/render/test_emit.py holds the two to the same bytes: a change to
 the format here is a change there too.
 """
 

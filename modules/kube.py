@@ -92,7 +92,7 @@ WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 def prerequisites(manifest: dict[str, Any]) -> list[Key]:
     """The objects that must exist before `manifest` is created, the one declaration of order: `pulumi up`
     (modules.program, as `depends_on`), render's and the reconciler's apply order (fleetops.kube.apply_order,
-    proven to agree by tests/test_deploy_order.py) follow it.
+    proven to agree by tests/deploy/test_deploy_order.py) follow it.
 
     A namespaced object needs its Namespace (else: "namespaces X not found"); a workload its pod's
     ServiceAccount and ConfigMap volumes (else the pods fail to start). A custom resource needs its CRD

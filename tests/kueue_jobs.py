@@ -1,5 +1,5 @@
 """The suspended Job a user submits into a tenant's Kueue queue: one builder for the real-Kueue scenarios
-(tests/test_real_kueue.py) and the admission latency bench (benchmarks/kueue_bench.py), so that both
+(tests/render/test_real_kueue.py) and the admission latency bench (benchmarks/kueue_bench.py), so that both
 submit what a tenant may submit.
 """
 

@@ -88,7 +88,7 @@ kueue() {
 }
 
 # prometheus-adapter: the custom and external metrics APIs the HPA controller reads, from Prometheus
-# (tests/test_real_autoscaling.py). Its version is compiled in through the apiserver's version package.
+# (tests/render/test_real_autoscaling.py). Its version is compiled in through the apiserver's version package.
 prometheus-adapter() {
   local v; v=$(version prometheus-adapter sigs.k8s.io/prometheus-adapter)
   build_tool prometheus-adapter "$v" prometheus-adapter -- -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v" \
@@ -96,7 +96,7 @@ prometheus-adapter() {
 }
 
 # kube-router: its network-policy controller alone (firewall only, iptables + ipset) is the NetworkPolicy
-# dataplane the probe matrix connects through (tests/test_real_network.py).
+# dataplane the probe matrix connects through (tests/render/test_real_network.py).
 kube-router() {
   local mod=github.com/cloudnativelabs/kube-router/v2 v
   v=$(version kube-router "$mod")

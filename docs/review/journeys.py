@@ -4,7 +4,7 @@ screenshotted with headless Chromium:
     .venv/bin/python docs/review/journeys.py [--out docs/review]     # writes NAME.md, NAME.html, NAME.png
 
 Each journey is one change to this repository's own fleet, committed on a branch of a temporary copy.
-tests/test_review.py checks the same journeys' comments as HTML. The audit report's capacity chart of
+tests/plan/test_review.py checks the same journeys' comments as HTML. The audit report's capacity chart of
 prod is screenshotted beside them (audit-capacity.png), as a browser draws that section of the report.
 """
 

@@ -26,13 +26,13 @@ from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mo
 from fleetops.prometheus import Prometheus
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
-from tests.cli import fleetops_command, run
+from tests.command import fleetops_command, run
 from tests.fake_prometheus import Fake, Script, serve as fake_prometheus, server, success  # noqa: F401 - server is a fixture
 from tests.fakes.cluster import MemoryCluster
-from tests.test_statements import DAY
+from tests.metering.test_statements import DAY
 from tests.servers import free_port
-from tests.test_plan import commit, edit, git, make_repo, plan_json
-from tests.test_plan_usage import held
+from tests.plan.test_plan import commit, edit, git, make_repo, plan_json
+from tests.plan.test_plan_usage import held
 
 OPERATOR = "op-7Jq2-not-a-real-secret-but-long-enough"
 VISION = "vision-9Xw1-another-token-of-the-tenant"

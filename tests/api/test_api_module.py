@@ -1,6 +1,6 @@
 """The fleet API as fleetops renders it (modules/api.py): where it runs, from what image, with what rights.
 
-That the real API server accepts these objects strictly is tests/test_real_kube.py's check of every
+That the real API server accepts these objects strictly is tests/reconcile/test_real_kube.py's check of every
 object prod renders (prod declares `api:`).
 """
 
@@ -10,7 +10,7 @@ import functools
 
 from fleetops import kube, render, schema, spec
 from modules.api import NAME
-from tests.cli import run
+from tests.command import run
 from tests.reconcile_support import ROOT
 
 PROD = ROOT / "environments" / "prod.yaml"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT, small_env, write_env
 
 

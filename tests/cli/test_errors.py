@@ -37,10 +37,10 @@ def test_a_conflict_whose_cause_is_a_field_manager_is_a_field_conflict_and_not_r
 
 
 def test_a_fleetops_error_a_command_does_not_catch_ends_it_with_its_exit_code_in_one_line(tmp_path) -> None:
-    from tests import cli
+    from tests import command
 
     policies = tmp_path / "policies"
     policies.mkdir()
-    done = cli.run("policy", "test", "--policies", policies, cwd=tmp_path)
+    done = command.run("policy", "test", "--policies", policies, cwd=tmp_path)
     assert (done.returncode, done.stderr.splitlines()) == (errors.ExitCode.BAD_INPUT, [f"{policies}: no .rego policies"])
     assert "Traceback" not in done.stderr

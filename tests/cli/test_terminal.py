@@ -6,7 +6,7 @@ import os
 import pty
 import subprocess
 
-from tests.cli import fleetops_command
+from tests.command import fleetops_command
 from tests.helpers import ROOT
 
 ANSI = "\x1b["

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetops import render, spec
-from tests.cli import run
+from tests.command import run
 from tests.helpers import small_env, write_env
 
 # A newcomer's shell without any Pulumi setting.
@@ -96,7 +96,7 @@ def test_after_pulumi_up_reconcile_reads_the_revision_deployed_from_the_clusters
     from fleetops import cli, deploy as deploy_mod, reconcile
     from tests.fakes import MemoryCluster
     from tests.reconcile_support import DEV, allow, options
-    from tests.test_reconcile_operator import printed
+    from tests.reconcile.test_reconcile_operator import printed
 
     env, state = spec.load_environment(DEV), render.render(DEV, revision="rev-1")
     clusters = {c.name: MemoryCluster(c.name) for c in env.clusters}

@@ -3,7 +3,7 @@ the fleet needs: said before Pulumi starts, nothing changed.
 
 Pulumi creates objects in parallel; before the program declared each object's prerequisites
 (modules.kube.prerequisites) a tenant's objects raced its Namespace and the first `up` of a generated
-fleet failed with "namespaces ... not found" (tests/test_deploy_order.py refuses that program). One `up`
+fleet failed with "namespaces ... not found" (tests/deploy/test_deploy_order.py refuses that program). One `up`
 of over 3,000 objects now succeeds, a preview after it has nothing to change, and the reconciler finds no
 drift. Times at the generated fleet's own shape (20 clusters) are in benchmarks/deploy_bench.py.
 """
@@ -20,12 +20,12 @@ import yaml
 
 from benchmarks import generate
 from tests import servers
-from tests.cli import run
+from tests.command import run
 from tests.reconcile_support import commit, new_repo
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The generated fleet at scale 0.2 on one center and one edge cluster (two API servers, not twenty):
 # 3,022 objects, 2,377 of them on center-0.
 SCALE, CENTERS, EDGES = 0.2, 1, 1

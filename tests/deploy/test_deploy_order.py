@@ -20,7 +20,7 @@ from fleetops.kube import apply_order, describe, key_of, kind_rank
 from modules.kube import prerequisites
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def generated(tmp_path, scale: float):
@@ -71,7 +71,7 @@ def test_a_program_whose_objects_wait_for_nothing_is_refused_naming_the_first(tm
     """The first `up` of a generated fleet failed with "namespaces … not found" because the engine was
     told no order (issue 42); that program is refused before any engine runs it. The fleet's own program
     passes the same check on every bundled environment and the generated fleet at three scales
-    (tests/test_render.py renders them all through it)."""
+    (tests/render/test_render.py renders them all through it)."""
     program = tmp_path / "__main__.py"
     program.write_text(WAITS_FOR_NOTHING.format(program=str(render.STACK_PROGRAM)))
     with pytest.raises(RenderError, match=r"center-bj's .* is registered without depends_on its Namespace \S+: the engine may create it first"):

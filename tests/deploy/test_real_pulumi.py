@@ -21,12 +21,12 @@ import yaml
 from fleetops import envelope, render
 from fleetops.cluster import KubeCluster
 from tests import pulumi_stack, servers
-from tests.cli import run
+from tests.command import run
 from tests.reconcile_support import commit, git, new_repo
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXTS = {"dev-center": "dev", "dev-edge": "dev-edge"}  # the dev environment's kubeconfig contexts
 
 

@@ -25,7 +25,7 @@ import yaml
 from fleetops import spec
 from modules import metering
 from tests import metering_data as data
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
 from tests.servers import Prometheus, prometheus_server
 
@@ -136,7 +136,7 @@ def test_the_api_answers_each_tenant_s_statement_as_the_cli_prints_it(month: tup
 
     from fleetops.api import app as api_app, auth, metering as api_metering, snapshot as snapshot_mod
     from fleetops.prometheus import Prometheus as Client
-    from tests.test_plan import git, make_repo
+    from tests.plan.test_plan import git, make_repo
 
     server, _ = month
     code, out, _ = statements(server, "--period", "2026-11", "--output", "json")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetops.metering.statements import Period, StatementError
-from tests.cli import run
+from tests.command import run
 from tests.fake_prometheus import server, success  # noqa: F401 - server is a fixture
 from tests.helpers import ROOT
 

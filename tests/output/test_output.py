@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 
 from fleetops import __version__, envelope
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
-from tests.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
+from tests.plan.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
 
 VALIDATOR = jsonschema.Draft202012Validator(envelope.json_schema())
 

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from tests.helpers import ROOT
-from tests.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
-from tests.test_policy_cli import mutated_env_dir, run
+from tests.plan.test_plan import commit, edit, plan, repo  # noqa: F401 - repo is the fixture
+from tests.policy.test_policy_cli import mutated_env_dir, run
 
 SARIF = jsonschema.Draft4Validator(json.loads((ROOT / "tests" / "schemas" / "sarif-schema-2.1.0.json").read_text()))
 MORE_GPUS = ("nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetops import forge as approvals
-from tests.cli import run
+from tests.command import run
 
 HEAD = "c0ffee"
 CODEOWNERS = "*  @everyone-else\n/environments/prod.yaml  @alice @org/sre\n/policies/  @carol\n"

@@ -1,7 +1,7 @@
 """What Kueue will grant each tenant (fleetops/grants.py), from the rendered objects of the bundled
 environments, and validate's refusal of a promise the rendered cohort cannot keep.
 
-tests/test_real_kueue.py::test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more
+tests/render/test_real_kueue.py::test_the_reachable_burst_fleetops_computes_is_what_kueue_admits_and_no_more
 proves the 60 below against the real Kueue."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetops import grants, render, spec
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
 
 

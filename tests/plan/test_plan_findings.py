@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_plan import commit, edit, plan, plan_json, repo  # noqa: F401 - the fixture
+from tests.plan.test_plan import commit, edit, plan, plan_json, repo  # noqa: F401 - the fixture
 
 HOURS = 730
 
@@ -88,7 +88,7 @@ def test_findings_already_at_base_are_told_apart_from_those_the_change_makes_and
 
 
 def test_a_deny_already_at_base_still_denies_the_change_and_says_so_folded(repo: Path) -> None:  # noqa: F811
-    from tests.test_plan import git
+    from tests.plan.test_plan import git
 
     git(repo, "checkout", "-q", "main")
     edit(repo, "budget: {monthly: 600000,", "budget: {monthly: 500000,")  # the fleet's 540k/mo: over it

@@ -17,7 +17,7 @@ import pytest
 from fleetops import audit, isolate, plan, policy
 from fleetops import usage
 from tests.fake_prometheus import Answer, Fake, serve
-from tests.test_plan import ROOT, commit, make_repo, plan_json
+from tests.plan.test_plan import ROOT, commit, make_repo, plan_json
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ VISION_RAISED = VISION_GPU.replace("guaranteed: 96", "guaranteed: 140").replace(
 IDLE = {usage.DEVICES: [({"cluster": "center-bj", "pool": "h100-train", "tenant": "vision"}, 2.0)], usage.SPEND: []}
 
 # vision's jobs of a trace wait 4 h longer at head (the figures `fleetops.whatif.report.impact` makes; replayed for real in
-# tests/test_whatif_real.py).
+# tests/whatif/test_whatif_real.py).
 VISION_WAITS = {"source": "jobs.csv", "jobs": 3, "window_hours": 24.0, "utilisation": 0.2, "utilisation_after": 0.15, "offered_load": 0.2,
                 "offered_load_after": 0.2, "backlog_jobs": 0, "backlog_jobs_after": 0, "assumptions": [],
                 "tenants": [{"tenant": "vision", "jobs": 3, "wait_p50_hours": 0.0, "wait_p50_hours_after": 2.0, "wait_p99_hours": 0.0,
@@ -196,7 +196,7 @@ CASES: dict[str, Case] = {
                                      "        nodes: 2\n        match: {name_pattern: \"sh-a100-s-*\"}\n      - name: fpga-arria10\n",
                                      "- name: a100-spare", "name"),
     "capacity.live_below_guaranteed": Exempt("compares the live Ready nodes with the guarantees: the reconciler's, "
-                                             "which reports it by cluster and resource (tests/test_reconcile.py)"),
+                                             "which reports it by cluster and resource (tests/reconcile/test_reconcile.py)"),
 }
 
 WRAPPER = '''

@@ -14,7 +14,7 @@ import yaml
 
 from fleetops import forge, isolate, revisions
 from tests.helpers import ROOT
-from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
+from tests.plan.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
 
 needs_landlock = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_plan import commit, edit, plan, plan_json, repo  # noqa: F401 - the fixture
+from tests.plan.test_plan import commit, edit, plan, plan_json, repo  # noqa: F401 - the fixture
 
 STRICT = "    isolation: strict\n    quota:\n      nvidia.com/gpu: {guaranteed: 48, burst: 64}\n    network:\n      allow_to_endpoints: [model-registry]\n"
 

@@ -12,7 +12,7 @@ import pytest
 
 from fleetops import isolate
 from fleetops.spec import HOURS_PER_MONTH as HOURS
-from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
+from tests.plan.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - `repo` is a fixture
 
 pytestmark = pytest.mark.skipif(not isolate.available(), reason="the confined render needs Landlock (Linux 5.13+) and a seccomp filter (libseccomp2)")
 

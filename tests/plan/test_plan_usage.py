@@ -13,7 +13,7 @@ import pytest
 from fleetops import envelope, spec, usage
 from fleetops.prometheus import Prometheus
 from tests.fake_prometheus import Fake, serve, server  # noqa: F401 - server is a fixture
-from tests.test_plan import ROOT, commit, edit, make_repo, plan
+from tests.plan.test_plan import ROOT, commit, edit, make_repo, plan
 
 VISION = "guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}"
 VISION_RAISED = "guaranteed: 140, burst: 160, guaranteed_per_pool: {h100-train: 92, a100-infer: 48}"

@@ -2,7 +2,7 @@
 
 The figures here are the plain data `fleetops.whatif.report.impact` makes, handed to the plan as the CLI
 hands them (`plan.Meter.work`), so that the comment, the published JSON and the approval rule are tested
-without servers; tests/test_whatif_real.py replays a trace through `plan --whatif` on the real Kueue.
+without servers; tests/whatif/test_whatif_real.py replays a trace through `plan --whatif` on the real Kueue.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from fleetops import envelope, plan
 from fleetops.output import json as output_json, markdown
-from tests.test_plan import commit, edit, make_repo, plan as run_plan
+from tests.plan.test_plan import commit, edit, make_repo, plan as run_plan
 
 CUT = ("nvidia.com/gpu: {guaranteed: 8, burst: 32}", "nvidia.com/gpu: {guaranteed: 8, burst: 8}")
 

@@ -13,8 +13,8 @@ import pytest
 from fleetops import usage
 from tests import servers
 from tests.metering_month import BLOCK, SCRAPE, series
-from tests.test_plan import commit, edit, make_repo, plan
-from tests.test_plan_usage import VISION, VISION_RAISED
+from tests.plan.test_plan import commit, edit, make_repo, plan
+from tests.plan.test_plan_usage import VISION, VISION_RAISED
 
 pytestmark = pytest.mark.real
 

@@ -13,10 +13,10 @@ import pytest
 import sys
 
 from benchmarks.generate import synthetic_yaml
-from tests.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
+from tests.plan.test_plan import commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
 
 PROD = Path("environments") / "prod.yaml"
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs" / "review"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "review"))
 import journeys  # noqa: E402 - docs/review/journeys.py: the journeys the screenshots show
 from journeys import JOURNEYS, Journey  # noqa: E402
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import run
+from tests.command import run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ROOT / "policies"
 
 

@@ -16,7 +16,7 @@ from benchmarks.generate import synthetic_yaml
 from fleetops import policy, render, spec
 from fleetops.envelope import DecisionStatus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENVIRONMENTS = ROOT / "environments"
 # A day inside the bundled waiver's window (created 2026-12-01, expires 2027-02-28): these tests judge
 # the policies, not the calendar. The CLI tests run on the real date.

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import cli
+from tests import command
 from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     # An empty FLEETOPS_OPA_URL selects the embedded engine, whatever the caller's shell has set.
-    return cli.run(*args, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), "FLEETOPS_OPA_URL": "", **env})
+    return command.run(*args, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), "FLEETOPS_OPA_URL": "", **env})
 
 
 def mutated_env_dir(tmp_path: Path, change) -> Path:
@@ -158,18 +158,18 @@ def fleet_repository(tmp_path: Path) -> Path:
 def test_check_audit_and_policy_test_judge_with_the_policies_of_the_repository_they_run_in(tmp_path):
     repo = fleet_repository(tmp_path)
     environ = {"FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl"), "FLEETOPS_OPA_URL": ""}
-    shipped = json.loads(cli.run("check", "--env", "prod", "--output", "json", cwd=repo, env=environ).stdout)
+    shipped = json.loads(command.run("check", "--env", "prod", "--output", "json", cwd=repo, env=environ).stdout)
     assert [d["rule"] for d in shipped["decisions"] if d["status"] == "waived"] == ["quota.tenant_share"]
     (repo / "policies" / "waivers.yaml").write_text("waivers: []\n")  # this repository waives nothing
-    judged = cli.run("check", "--env", "prod", "--output", "json", cwd=repo, env=environ)
+    judged = command.run("check", "--env", "prod", "--output", "json", cwd=repo, env=environ)
     assert judged.returncode == 1, judged.stderr
     report = json.loads(judged.stdout)
     assert "quota.tenant_share" in [d["rule"] for d in report["decisions"] if d["status"] == "deny"]
     assert report["policy_digest"] != shipped["policy_digest"]  # the digest covers the waivers
-    audit = json.loads(cli.run("audit", "--env", "prod", "--output", "json", cwd=repo, env=environ).stdout)
+    audit = json.loads(command.run("audit", "--env", "prod", "--output", "json", cwd=repo, env=environ).stdout)
     assert audit["waivers"] == [] and audit["provenance"]["policy_digest"] == report["policy_digest"]
     (repo / "policies" / "devices_test.rego").unlink()
-    tested = json.loads(cli.run("policy", "test", "--output", "json", cwd=repo, env=environ).stdout)
+    tested = json.loads(command.run("policy", "test", "--output", "json", cwd=repo, env=environ).stdout)
     assert not any(t["package"] == "fleet.devices_test" for t in tested["tests"])
     assert next(c for c in tested["coverage"] if c["path"] == "devices.rego")["percent"] < 100
 
@@ -177,7 +177,7 @@ def test_check_audit_and_policy_test_judge_with_the_policies_of_the_repository_t
 def test_a_folder_without_policies_is_bad_input_not_a_pass(tmp_path):
     repo = fleet_repository(tmp_path)
     shutil.rmtree(repo / "policies")
-    proc = cli.run("check", "--env", "dev", cwd=repo, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "d.jsonl"), "FLEETOPS_OPA_URL": ""})
+    proc = command.run("check", "--env", "dev", cwd=repo, env={"FLEETOPS_DECISION_LOG": str(tmp_path / "d.jsonl"), "FLEETOPS_OPA_URL": ""})
     assert proc.returncode == 2 and "policies: no policy folder" in proc.stderr and "failing closed" in proc.stderr
 
 

@@ -15,12 +15,12 @@ import yaml
 
 from fleetops import policy
 from fleetops.policy.dataschema import ANY, data_reads, declared_paths, declares
-from tests import cli
-from tests.test_plan import commit, make_repo, plan
-from tests.test_policy import MUTATIONS
-from tests.test_policy_pack import pack, rendered, stack_resources, validate  # noqa: F401 - pack is a fixture
+from tests import command
+from tests.plan.test_plan import commit, make_repo, plan
+from tests.policy.test_policy import MUTATIONS
+from tests.policy.test_policy_pack import pack, rendered, stack_resources, validate  # noqa: F401 - pack is a fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "policies"
 MISSPELT = ("  max_latency_ms: 20\n", "  max_latncy_ms: 20\n")  # edge.latency reads edge.max_latency_ms
 # What the misspelling is refused with: its own line, one line for the unknown and the missing key it stands for.
@@ -63,9 +63,9 @@ def test_a_misspelt_threshold_is_no_decision_at_its_line_not_a_rule_that_never_f
     # Before: edge.latency read an undefined max_latency_ms and never fired: exit 0, the change allowed.
     policies = copy_policies(tmp_path / "policies", {"data.yaml": MISSPELT})
     environments = with_latency(tmp_path / "environments")
-    shipped = cli.run("check", "--env", "prod", "--environments", environments, env={"FLEETOPS_OPA_URL": "", "FLEETOPS_DECISION_LOG": str(tmp_path / "d.jsonl")})
+    shipped = command.run("check", "--env", "prod", "--environments", environments, env={"FLEETOPS_OPA_URL": "", "FLEETOPS_DECISION_LOG": str(tmp_path / "d.jsonl")})
     assert shipped.returncode == 1 and "edge.latency" in shipped.stdout
-    proc = cli.run("check", "--env", "prod", "--environments", environments, "--policies", policies,
+    proc = command.run("check", "--env", "prod", "--environments", environments, "--policies", policies,
                    env={"FLEETOPS_OPA_URL": "", "FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl")})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.strip().splitlines()
@@ -190,7 +190,7 @@ def test_policy_test_and_audit_refuse_the_misspelt_data(tmp_path: Path) -> None:
     policies = copy_policies(tmp_path / "policies", {"data.yaml": MISSPELT})
     environ = {"FLEETOPS_OPA_URL": "", "FLEETOPS_DECISION_LOG": str(tmp_path / "decisions.jsonl")}
     for args in (("policy", "test", "--policies", policies), ("audit", "--env", "prod", "--output", "json", "--policies", policies)):
-        proc = cli.run(*args, env=environ)
+        proc = command.run(*args, env=environ)
         assert proc.returncode == 2, (args, proc.stdout[-500:], proc.stderr)
         assert re.search(REFUSED, proc.stderr), (args, proc.stderr)
         assert "Traceback" not in proc.stderr

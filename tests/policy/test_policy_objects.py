@@ -16,7 +16,7 @@ import pytest
 from fleetops import policy
 from fleetops.envelope import DecisionStatus
 from tests import servers
-from tests.test_policy import TODAY, rendered
+from tests.policy.test_policy import TODAY, rendered
 
 RBAC = "rbac.authorization.k8s.io/v1"
 

@@ -1,7 +1,7 @@
 """OpaEngine: the OPA server client, against a fake OPA on 127.0.0.1.
 
 The fake records what the client sends (policy and data upload, query path, bearer token) and can
-answer with any status, so the client's error paths are checked here; tests/test_real_opa.py checks
+answer with any status, so the client's error paths are checked here; tests/policy/test_real_opa.py checks
 the same client against a real OPA server.
 """
 
@@ -22,9 +22,9 @@ import pytest
 import regorus
 
 from fleetops import policy, render, spec
-from tests.test_policy import MUTATIONS, mutated
+from tests.policy.test_policy import MUTATIONS, mutated
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TODAY = dt.date(2026, 12, 2)
 TOKEN = "s3cret-opa-token"
 

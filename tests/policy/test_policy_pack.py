@@ -1,6 +1,6 @@
 """The Pulumi policy pack's validations, without the Pulumi CLI: Pulumi's policy args built from a render.
 
-tests/test_real_pulumi.py runs the same pack under the real Pulumi engine.
+tests/deploy/test_real_pulumi.py runs the same pack under the real Pulumi engine.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pulumi_policy import PolicyProviderResource, PolicyResourceOptions, Resourc
 from fleetops import policy, render, spec
 from fleetops.envelope import DecisionStatus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "policies" / "pack"
 
 

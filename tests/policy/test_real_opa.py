@@ -24,12 +24,12 @@ from benchmarks.same_decisions import seeded_input
 from fleetops import policy, render, spec
 from fleetops.envelope import DecisionStatus
 from tests import servers
-from tests.cli import run
-from tests.test_policy import MUTATIONS, TODAY, mutated, rendered
+from tests.command import run
+from tests.policy.test_policy import MUTATIONS, TODAY, mutated, rendered
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def decisions(verdict: policy.Verdict) -> list[tuple]:

@@ -10,7 +10,7 @@ import pytest
 
 from fleetops import policy
 from fleetops.errors import PolicyError
-from tests.test_plan import ROOT, commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
+from tests.plan.test_plan import ROOT, commit, edit, git, plan, plan_json, repo  # noqa: F401 - repo is the fixture
 
 PROD = Path("environments") / "prod.yaml"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
 
 WORKFLOWS = [ROOT / "docs" / "ci" / "github-actions.yml", ROOT / "docs" / "ci" / "gitlab-ci.yml"]

@@ -21,7 +21,7 @@ from tests.reconcile_support import DEV, commit, new_repo
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / ".tools" / "image"  # keeps the Debian base between runs
 
 

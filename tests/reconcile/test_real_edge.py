@@ -30,9 +30,9 @@ from fleetops.reconcile.result import Found
 from modules.tenant import QUEUE_LABEL, queue_names
 from tests import servers
 from tests.backends import RealCluster
-from tests.cli import fleetops_command
+from tests.command import fleetops_command
 from tests.reconcile_support import DEV, allow, options
-from tests.test_real_kube import fleet_repo
+from tests.reconcile.test_real_kube import fleet_repo
 
 pytestmark = pytest.mark.real
 

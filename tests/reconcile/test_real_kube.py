@@ -2,7 +2,7 @@
 is enough for a pass, and a server that stops or never answers is handled in seconds.
 
 The reconcile behaviours themselves (converge, drift, conflicts, prune, nodes, Lease) run on both
-backends in tests/test_reconcile.py and tests/test_reconcile_service.py.
+backends in tests/reconcile/test_reconcile.py and tests/reconcile/test_reconcile_service.py.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from kubernetes import client, dynamic
 from fleetops import kube, reconcile, render
 from tests import servers
 from tests.backends import RealCluster
-from tests.cli import run
+from tests.command import run
 from tests.reconcile_support import DEV, Sleeps, allow, commit, dev, key_fingerprint, kubelet_csr, new_repo, options
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def dry_run_apply(dyn: Any, manifest: dict[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 
 from fleetops import reconcile, spec
-from tests.cli import run
+from tests.command import run
 from tests.reconcile_support import DEV, allow, allowing, dev, kubelet_csr, node, options
 
 CSR = ("certificates.k8s.io/v1", "CertificateSigningRequest")

@@ -20,7 +20,7 @@ from fleetops import cli, cluster, reconcile, render, spec
 from fleetops.errors import ExitCode
 from fleetops.reconcile import loop
 from tests.fakes import Faults, MemoryCluster
-from tests.test_output import conforms
+from tests.output.test_output import conforms
 from tests.reconcile_support import DEV, Clock, allow, commit, git, new_repo, options
 
 GOOD = DEV.read_text()

@@ -12,10 +12,10 @@ import yaml
 from fleetops import grants, spec
 from fleetops.errors import SpecError
 from modules.autoscaling import adapter_config
-from tests.cli import run
+from tests.command import run
 from tests.helpers import find, one, render_env, small_env, write_env
-from tests.test_output import conforms
-from tests.test_plan import commit, edit, make_repo, plan, plan_json
+from tests.output.test_output import conforms
+from tests.plan.test_plan import commit, edit, make_repo, plan, plan_json
 
 SERVICE: dict[str, Any] = {
     "name": "asr",
@@ -134,7 +134,7 @@ def test_validate_names_the_file_and_line_and_exits_2_without_a_traceback(tmp_pa
 
 def test_the_bundled_environments_declare_a_service_each() -> None:
     for name in ("dev", "prod"):
-        env = spec.load_environment(Path(__file__).resolve().parent.parent / "environments" / f"{name}.yaml")
+        env = spec.load_environment(Path(__file__).resolve().parents[2] / "environments" / f"{name}.yaml")
         assert env.services, name
 
 

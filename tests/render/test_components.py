@@ -237,7 +237,7 @@ def test_tenant_gets_namespace_limit_range_and_one_quota_per_device_resource(sma
     assert quotas == {
         "device-nvidia-com-gpu": {"requests.nvidia.com/gpu": "30"},
         "device-huawei-com-ascend910": {"requests.huawei.com/Ascend910": "8"},
-        "priority-classes": {"pods": "0"},  # for pods outside the tenant's priority classes (tests/test_real_kube.py)
+        "priority-classes": {"pods": "0"},  # for pods outside the tenant's priority classes (tests/reconcile/test_real_kube.py)
     }
     assert one(small_state, "center-a", "LimitRange", "defaults", "vision")["spec"]["limits"][0]["type"] == "Container"
 

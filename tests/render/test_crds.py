@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetops import schema
-from tests.cli import run
+from tests.command import run
 from tests.helpers import small_env, write_env
 
 CRDS = Path(schema.__file__).resolve().parent / "crds"
@@ -32,7 +32,7 @@ def test_each_shipped_crd_has_its_upstream_blob_id() -> None:
 
 @pytest.mark.real
 def test_the_kueue_crds_render_checks_against_are_those_of_the_kueue_the_tests_run() -> None:
-    # The objects render checks must be what the real Kueue's API (tests/test_real_kueue.py) accepts.
+    # The objects render checks must be what the real Kueue's API (tests/render/test_real_kueue.py) accepts.
     from tests import servers
 
     served = servers.kueue_assets() / "crds"

@@ -1,5 +1,5 @@
 """Edge continuity as declared and rendered: the disconnect policy, offline work and the model cache
-(issue 24). The objects on the real API server: tests/test_real_edge_admission.py, tests/test_real_edge.py."""
+(issue 24). The objects on the real API server: tests/render/test_real_edge_admission.py, tests/reconcile/test_real_edge.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from fleetops import render, spec
 from modules import edge_group
-from tests.cli import run
+from tests.command import run
 from tests.helpers import one, render_env, small_env, write_env
 
 DIGEST = "sha256:" + "ab" * 32

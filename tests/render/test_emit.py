@@ -19,7 +19,7 @@ import yaml
 from benchmarks.generate import synthetic_yaml
 from fleetops import emit, render, yamltext
 from tests.helpers import ROOT
-from tests.test_render import TRICKY
+from tests.render.test_render import TRICKY
 
 EXACT = [{"s": {t: t for t in TRICKY if t}, "l": TRICKY, "n": [0, -1, 2**40, 2**63 - 1, -(2**63), True, False, None],
           "e": [{}, [], {"x": []}], "nested": [[1, [2]], [{"a": {"b": [{"c": "d"}]}}]]}, {}]

@@ -15,7 +15,7 @@ from modules import dashboards
 from tests import promtool
 from tests.helpers import find, one, render_env, small_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SELECTOR = {"release": "kps"}
 MONITORS = ("PrometheusRule", "ServiceMonitor", "PodMonitor")
 

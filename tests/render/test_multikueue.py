@@ -1,4 +1,4 @@
-"""Spill-over (Kueue's MultiKueue) as declared, validated, rendered and planned; tests/test_real_multikueue.py
+"""Spill-over (Kueue's MultiKueue) as declared, validated, rendered and planned; tests/render/test_real_multikueue.py
 proves it on the real Kueue."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from fleetops import render, spec
-from tests.test_plan import commit, edit, make_repo, plan_json
+from tests.plan.test_plan import commit, edit, make_repo, plan_json
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROD = ROOT / "environments" / "prod.yaml"
 DECLARED = "spill_over: {manager: edge-gz-gateway, workers: [center-bj, center-sh]}"
 

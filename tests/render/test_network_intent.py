@@ -1,5 +1,5 @@
 """The network intent (fleetops.spec.reach) against what render writes, read by an independent
-NetworkPolicy analyzer (tests/netpol.py); the dataplane itself is tests/test_real_network.py."""
+NetworkPolicy analyzer (tests/netpol.py); the dataplane itself is tests/render/test_real_network.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """An edge group's disconnect policy on the real kube-apiserver (v1.37): the MutatingAdmissionPolicy
 fleetops renders gives the group's pods its offline tolerations, over the 300 s the API server's
 DefaultTolerationSeconds plugin adds and over what the pod said. (Evictions and rescheduling with the
-controller-manager and scheduler: tests/test_real_edge.py.)"""
+controller-manager and scheduler: tests/reconcile/test_real_edge.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests import servers
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 

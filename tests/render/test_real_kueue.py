@@ -23,7 +23,7 @@ from tests import kueue_jobs, servers
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cluster_objects(env: str, cluster: str) -> list[dict[str, Any]]:

@@ -24,11 +24,11 @@ from fleetops import render, spec
 from modules.multikueue import secret_name
 from modules.scheduler import NAMESPACE as KUEUE_NAMESPACE
 from tests import kueue_jobs, servers
-from tests.test_real_kueue import Tenants
+from tests.render.test_real_kueue import Tenants
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TENANT, MANAGER, WORKERS = "research", "edge-gz-gateway", ("center-bj", "center-sh")
 
 

@@ -21,7 +21,7 @@ import pytest
 from fleetops import render
 from tests import servers
 from tests.helpers import one, render_env
-from tests.test_monitoring import monitored_env, scrape_config
+from tests.render.test_monitoring import monitored_env, scrape_config
 
 pytestmark = pytest.mark.real
 

@@ -1,6 +1,6 @@
 """The environment lines a real-Kueue scenario names in its docstring are the lines it proves.
 
-tests/test_real_kueue.py names what each scenario proves as `environments/<env>.yaml:<line>` (or
+tests/render/test_real_kueue.py names what each scenario proves as `environments/<env>.yaml:<line>` (or
 `line <n>` / `lines <n>-<m>` of the file named before), each quoting the line in backticks; "..."
 in a quote skips text. An edit that moves or changes a line fails here, so the proofs keep naming
 the lines they prove. Runs without any server.
@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "tests" / "test_real_kueue.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "tests" / "render" / "test_real_kueue.py"
 REFERENCE = re.compile(r"(?:environments/)?(?P<file>[a-z]+)\.yaml(?::(?P<first>\d+)(?:-(?P<last>\d+))?)?"
                        r"|\blines?\s+(?P<line>\d+)(?:-(?P<until>\d+))?")
 QUOTE = re.compile(r"\s*`(?P<text>[^`]+)`")

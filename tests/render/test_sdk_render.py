@@ -12,7 +12,7 @@ import pulumi.runtime
 import pytest
 
 from fleetops import render, sdk_render
-from tests.test_render import run_custom
+from tests.render.test_render import run_custom
 
 # The one name taken from outside the SDK's `__all__`: `Mocks.new_resource` is told a resource's type
 # and name but not its parent, so only the monitor (set_mocks' `monitor` argument) knows its URN.

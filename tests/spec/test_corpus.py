@@ -1,6 +1,6 @@
 """Malformed environment files: one line per problem at the right place, exit 2, nothing written, no traceback.
 
-Each file in tests/corpus/ opens with one `# expect[:LINE]: FRAGMENT` comment per problem it has, in
+Each file in tests/spec/corpus/ opens with one `# expect[:LINE]: FRAGMENT` comment per problem it has, in
 the order they are reported.
 """
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
 
-CORPUS = ROOT / "tests" / "corpus"
+CORPUS = ROOT / "tests" / "spec" / "corpus"
 EXPECT = re.compile(r"^# expect(?::(\d+))?: (.*)$")
 
 
@@ -57,7 +57,7 @@ def test_the_corpus_covers_at_least_25_malformed_files() -> None:
 
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_malformed_environment_is_refused_with_one_line_per_problem(path: Path, tmp_path: Path) -> None:
-    assert_refused(path.stem, CORPUS.relative_to(ROOT), f"tests/corpus/{path.name}", expectations(path), tmp_path)
+    assert_refused(path.stem, CORPUS.relative_to(ROOT), f"tests/spec/corpus/{path.name}", expectations(path), tmp_path)
 
 
 def test_a_file_over_8_mib_is_refused_before_parsing(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from typing import Any, Callable
 import pytest
 
 from fleetops import spec
-from tests.cli import run
+from tests.command import run
 from tests.helpers import small_env, write_env
-from tests.test_cli import COMMANDS, env_dir
+from tests.cli.test_cli import COMMANDS, env_dir
 
 BIG = 2**32  # each within its field's bound (2^53 - 1); their product is not
 
@@ -67,7 +67,7 @@ def test_an_overflowing_product_is_one_line_in_every_command_not_a_traceback(com
 
 
 def test_plan_refuses_an_overflowing_head_at_its_line(tmp_path: Path) -> None:
-    from tests.test_plan import commit, edit, make_repo, plan_json
+    from tests.plan.test_plan import commit, edit, make_repo, plan_json
 
     repo = make_repo(tmp_path)
     edit(repo, "model: H100-SXM-80GB, per_node: 8}\n        nodes: 16", f"model: H100-SXM-80GB, per_node: {BIG}}}\n        nodes: {BIG}")

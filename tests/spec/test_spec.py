@@ -263,7 +263,7 @@ def test_a_file_longer_than_its_reported_size_is_read_only_to_the_limit(tmp_path
 
 def test_the_limits_hold_the_generated_large_fleet(tmp_path: Path) -> None:
     # scale 4 is the largest fleet the generator writes (benchmarks/scale_bench.py measures it): its tenants are
-    # as many as the policy input holds (tests/test_policy.py), the other counts far below their limits.
+    # as many as the policy input holds (tests/policy/test_policy.py), the other counts far below their limits.
     env = spec.load_environment(_written(tmp_path, synthetic_yaml(4)))
     groups = sum(len(c.pools) + len(c.edge_groups) for c in env.clusters)
     clusters = {c.name: c for c in env.clusters}
@@ -275,7 +275,7 @@ def test_the_limits_hold_the_generated_large_fleet(tmp_path: Path) -> None:
 
 def test_the_generator_refuses_a_fleet_past_the_tenants_an_environment_holds() -> None:
     # Scales 5 and 10 wrote fleets that validate refused (and whose policy input check refused).
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "generate.py"
     done = subprocess.run([sys.executable, str(script), "--scale", "5"], capture_output=True, text=True, check=False, timeout=120)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (f"generate.py: --scale 5: 5,000 tenants: an environment holds at most {spec.LIMITS.tenants:,} (fleetops.spec.LIMITS.tenants, "

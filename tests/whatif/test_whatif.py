@@ -1,6 +1,6 @@
 """`fleetops whatif` without servers: the trace a user writes or generates, the derived sides, the figures.
 
-The replay on the real Kueue is tests/test_whatif_real.py.
+The replay on the real Kueue is tests/whatif/test_whatif_real.py.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from fleetops import render, spec
 from fleetops.errors import WhatifError
 from fleetops.whatif import figures, sides, trace
 from fleetops.whatif.replay import Record, Run
-from tests.cli import run as run_cli
+from tests.command import run as run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROD = ROOT / "environments" / "prod.yaml"
 HEADER = "arrival,tenant,class,resource,units,pods,duration\n"
 

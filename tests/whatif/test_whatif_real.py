@@ -20,11 +20,11 @@ from fleetops import render, spec
 from fleetops.whatif import report, run, sides, trace
 from fleetops.whatif.figures import SideFigures
 from tests import servers
-from tests.test_plan import commit, edit, make_repo, plan
+from tests.plan.test_plan import commit, edit, make_repo, plan
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT / "environments" / "dev.yaml"
 HOUR = 3600.0
 
@@ -158,7 +158,7 @@ def test_the_finished_jobs_kueue_keeps_are_read_back_as_a_trace_and_the_unfinish
     from fleetops import cluster
     from fleetops.whatif import history
     from fleetops.why import live
-    from tests.test_real_kueue import Tenants, cluster_objects
+    from tests.render.test_real_kueue import Tenants, cluster_objects
 
     tenants = Tenants(kueue(cluster_objects("dev", "dev-center")))
     done = tenants.admitted("platform-dev", tenants.submit("platform-dev", "done", {"nvidia.com/gpu": 4}, "training-standard"))

@@ -1,7 +1,7 @@
 """`fleetops why` and `standing` without real servers: bad input refused in one line, and the fleet API's
 routes keeping a tenant token to its own jobs and use.
 
-The answers themselves are proven on the real Kueue (tests/test_why_real.py). Here the cluster is the
+The answers themselves are proven on the real Kueue (tests/why/test_why_real.py). Here the cluster is the
 in-memory twin holding dev-center's rendered queues and Workloads as Kueue writes them (an admitted one
 with its ClusterQueue's usage, a pending one with Kueue's message): what the routes are given to show.
 """
@@ -20,11 +20,11 @@ from fastapi.testclient import TestClient
 
 from fleetops import render
 from fleetops.api import app as api_app, auth, snapshot as snapshot_mod
-from tests.cli import run
+from tests.command import run
 from tests.fakes.cluster import MemoryCluster
 from tests.helpers import ROOT
 from tests.kueue_jobs import suspended_job
-from tests.test_plan import make_repo
+from tests.plan.test_plan import make_repo
 
 OPERATOR = "op-why-0a1b2c3d4e5f-not-a-real-secret"
 SANDBOX = "sandbox-why-9f8e7d6c-tenant-token"

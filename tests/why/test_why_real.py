@@ -21,9 +21,9 @@ from kubernetes import client
 
 from fleetops import envelope, kube
 from tests import servers
-from tests.cli import run
+from tests.command import run
 from tests.helpers import ROOT
-from tests.test_real_kueue import Tenants, cluster_objects, condition, flavors, variant
+from tests.render.test_real_kueue import Tenants, cluster_objects, condition, flavors, variant
 
 pytestmark = pytest.mark.real
 
@@ -382,7 +382,7 @@ def test_the_fleet_apis_service_account_answers_why_and_standing_and_writes_noth
 
     from fleetops import render
     from modules.api import NAME
-    from tests.test_real_kube import service_account_token
+    from tests.reconcile.test_real_kube import service_account_token
 
     path = variant(tmp_path, "dev", {"\nprices:": "\napi: {cluster: dev-center, allow_from: [10.20.0.0/16]}\n\nprices:"})
     state = render.render(path, revision="r1").clusters["dev-center"]
