@@ -89,7 +89,7 @@ def plan_command(
             write_files(forms.forms(invalid, artifacts, max_chars), "the plan")
         sys.stdout.write(forms.render(invalid, output, max_chars))
         fail(str(exc))
-    code = errors.ExitCode.OK if result.verdict is plan.Verdict.ALLOWED else errors.ExitCode.DENIED
+    code = errors.ExitCode.OK if result.verdict is plan.PlanVerdict.ALLOWED else errors.ExitCode.DENIED
     where = artifacts_url or (f"`{artifacts / 'plan.md'}`" if artifacts is not None else "")
     if artifacts is not None:  # every form of the one plan, for a CI job that plans once per environment
         write_files(forms.forms(result, artifacts, max_chars, where), "the full plan")
