@@ -68,7 +68,7 @@ def plan_command(
         work = None
         if whatif is not None:  # the trace replayed on the plan's own sides: plan itself never imports whatif
             from fleetops.whatif import run as replay
-            work = replay.work(whatif, replay.Options(root=top))
+            work = replay.work(whatif, replay.ReplayOptions(root=top))
         meter = plan.Meter(source, usage.parse_window(usage_window), work)
         with progress(f"planning {env}: rendering base and head, diffing, {f'replaying {whatif}, ' if whatif else ''}judging"):
             result = plan.build(top, env, base, head, approvals, meter)

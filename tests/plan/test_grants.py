@@ -37,6 +37,10 @@ def test_every_bundled_kueue_tenant_is_granted_what_its_file_declares() -> None:
         path = ROOT / "environments" / f"{name}.yaml"
         env, granted = spec.load_environment(path), grants.facts(rendered(path))
         declared = {(t.name, c, r): (q.guaranteed, q.burst) for t in env.tenants for c in t.clusters for r, q in t.quota.items()}
+        # A spill-over's manager (modules/multikueue.py) holds, per resource, the burst the tenant may reach on each
+        # worker, summed, all of it its own: it stops dispatching only when every worker is taken.
+        declared |= {(t.name, t.spill_over.manager, r): (q.burst * len(t.spill_over.workers),) * 2
+                     for t in env.tenants if t.spill_over is not None for r, q in t.quota.items()}
         got = {(t, c, r): (g["guaranteed"], g["reachable"]) for c, per in granted.items() for t, rs in per.items() for r, g in rs.items()}
         assert got == declared, name
 

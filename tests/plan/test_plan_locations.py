@@ -153,6 +153,7 @@ CASES: dict[str, Case] = {
         '{k: v for k, v in o["metadata"].get("labels", {}).items() if not k.startswith("pod-security")}}} for o in objects]'),
     "workloads.host_volume": added("PersistentVolume", "v1", "host-data",
                                    '"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}'),
+    "credentials.secret_rendered": added("Secret", "v1", "worker-kubeconfig", '"data": {"kubeconfig": "YXBpVmVyc2lvbjogdjE="}', "vision"),
     "admission.webhook": added("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "watcher",
                                '"webhooks": [{"name": "w.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None", '
                                '"clientConfig": {"url": "https://example.com"}}]'),

@@ -104,13 +104,13 @@ def test_a_sample_that_is_no_number_or_negative_is_unknown_use_not_zero(h100: fl
 
 def test_a_prometheus_that_trickles_its_answer_is_unknown_use_at_the_query_s_deadline(server) -> None:  # noqa: F811
     from fleetops import plan as plan_mod
-    from fleetops.plan_result import Quota, QuotaChange
+    from fleetops.plan_result import PlanQuota, PlanQuotaChange
 
     url, script = server
     script.body, script.pace = b'{"status": "success", "data": {"resultType": "vector", "result": []}}', 0.2
     text = (ROOT / "environments" / "prod.yaml").read_text()
     env = spec.parse_environment(text, "prod.yaml").env
-    quota = [QuotaChange("vision", "center-bj", "nvidia.com/gpu", Quota(96, 160), Quota(140, 160))]
+    quota = [PlanQuotaChange("vision", "center-bj", "nvidia.com/gpu", PlanQuota(96, 160), PlanQuota(140, 160))]
     meter = plan_mod.Meter(Prometheus(url, read_timeout=1, query_deadline=2, retries=0), usage.parse_window("30d"))
     measured = plan_mod.measured(meter, env, env, quota)
     assert measured.status is usage.Status.unavailable

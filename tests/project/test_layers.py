@@ -35,7 +35,7 @@ def test_the_import_contracts_hold() -> None:
 
 
 LAYERS = "The CLI on top, the engine below it, the model and the Kubernetes contract at the bottom"
-COMPONENTS = "The components (modules/) read only the model, the contract, identities and the errors of fleetops"
+COMPONENTS = "The components (modules/) read only the model, the contract, identities, metric names and the errors of fleetops"
 CYCLES = "No import cycles between the modules of a package"
 
 
