@@ -134,7 +134,7 @@ def whatif_command(
     preemptions, guarantees not honoured and fairness, side by side (docs/whatif.md). Exit 2 on bad input
     or when a server (etcd, kube-apiserver, Kueue from `make tools`) is missing."""
     from fleetops import git
-    from fleetops.whatif import report, run, sides as whatif_sides, trace as traces
+    from fleetops.whatif import run, sides as whatif_sides, trace as traces
 
     if [trace is not None, generate, history is not None].count(True) != 1:
         fail("whatif: give a --trace FILE, --generate or --history CLUSTER (one of them)")
@@ -162,12 +162,9 @@ def whatif_command(
 
         write_files({pictures / "utilisation.svg": drawn.utilisation(figures, jobs_of.window / 3600), pictures / "waits.svg": drawn.waits(figures)},
                     "pictures")
-    if output is TableFormat.json:
-        from fleetops.envelope import as_json
+    from fleetops.output import json, text
 
-        sys.stdout.write(as_json(report.document(env, jobs_of, figures)))
-    else:
-        sys.stdout.write(report.table(env, jobs_of, figures))
+    sys.stdout.write(json.whatif(env, jobs_of, figures) if output is TableFormat.json else text.whatif(env, jobs_of, figures))
 
 
 def _history(fleet: spec.Environment, name: str, reach: LiveOptions, since: dt.datetime | None) -> "Trace":

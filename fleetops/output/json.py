@@ -3,6 +3,7 @@ the command found; the plan's is also the fleet API's `/v1/plan`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 from fleetops import errors
 from fleetops.envelope import as_json, decision_counts, envelope
 from fleetops.plan_result import PlanResult, PlanVerdict
+from fleetops.whatif import report
 
 if TYPE_CHECKING:
+    from fleetops.whatif.figures import SideFigures
+    from fleetops.whatif.trace import Trace
     from fleetops import policy
     from fleetops.audit import AuditReport
     from fleetops.deploy import Result as DeployResult
@@ -74,3 +78,21 @@ def standing(env: str, tenant: str, rows: list[Any], problems: list[str]) -> str
 
 def deploy(env: str, result: DeployResult) -> str:
     return as_json(envelope("deploy", result.ok, result.changes, environment=env, **result.to_dict()))
+
+
+def whatif_document(environment: str, trace: Trace, figures: list[SideFigures]) -> dict[str, Any]:
+    """`fleetops whatif --output json`: every side's figures in the one envelope, beside the trace and the assumptions."""
+    def side(f: SideFigures) -> dict[str, Any]:
+        out = dataclasses.asdict(f)
+        for row, u in zip(out["utilisation"], f.utilisation):
+            row["utilisation"] = round(u.utilisation, 4)
+        out["preemptions_by_class"] = f.preemptions_by_class()
+        return out
+
+    return envelope("whatif", True, {"jobs": len(trace.jobs), "sides": len(figures)}, environment=environment,
+                    revision=None, trace={"source": trace.source, "jobs": len(trace.jobs), "window_hours": trace.window / 3600},
+                    assumptions=list(report.ASSUMPTIONS), sides=[side(f) for f in figures])
+
+
+def whatif(environment: str, trace: Trace, figures: list[SideFigures]) -> str:
+    return as_json(whatif_document(environment, trace, figures))

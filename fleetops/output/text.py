@@ -1,8 +1,11 @@
-"""Statements as a person reads them (`statements --output text`, the default)."""
+"""Plain text a person reads: statements (`statements --output text`, the default) and what-if figures (`whatif`, the default)."""
 
 from __future__ import annotations
 
 from fleetops.metering.statements import Mode, Statement
+from fleetops.whatif import report
+from fleetops.whatif.figures import SideFigures, Waits
+from fleetops.whatif.trace import Trace
 
 
 def statement(statement: Statement, unknown: list[str]) -> str:
@@ -24,3 +27,40 @@ def statement(statement: Statement, unknown: list[str]) -> str:
             spent, left = f"{b.spent_in_period:,.2f}", f"{b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}"
         rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period {spent} = balance {left}")
     return "\n".join(rows) + "\n"
+
+
+def _cells(w: Waits) -> str:
+    return f"{w.p50:>7.2f} {w.p90:>7.2f} {w.p99:>7.2f} {w.over_an_hour:>7.1%}"
+
+
+def whatif(environment: str, trace: Trace, figures: list[SideFigures]) -> str:
+    """`fleetops whatif`'s table: every side's figures side by side, then each side's per flavor, tenant and class."""
+    names = [f.side for f in figures]
+    width = max(12, *(len(n) for n in names))
+
+    def row(label: str, values: list[str]) -> str:
+        return f"{label:<34}" + "".join(f"{v:>{width + 2}}" for v in values)
+
+    lines = [f"whatif {environment}: {trace.source}; {len(trace.jobs)} jobs over {trace.window / 86400:g} days", "",
+             row("", names),
+             row("allocation utilisation", [f"{f.total_utilisation:.1%}" for f in figures]),
+             row("offered load (the ceiling)", [f"{f.offered_load:.1%}" for f in figures]),
+             row("backlog at the end (jobs)", [str(f.backlog_jobs) for f in figures]),
+             row("backlog (device-hours asked)", [f"{f.backlog_device_hours:.0f}" for f in figures]),
+             row("wait p50 / p99 (h)", [f"{f.waits_all.p50:.2f} / {f.waits_all.p99:.2f}" for f in figures]),
+             row("jobs waiting > 1 h", [f"{f.waits_all.over_an_hour:.1%}" for f in figures]),
+             row("preemptions", [str(sum(p.count for p in f.preemptions)) for f in figures]),
+             row("device-hours thrown away", [f"{sum(p.device_hours_lost for p in f.preemptions):.1f}" for f in figures]),
+             row("guarantee not honoured (min)", [f"{sum(g.unhonoured_minutes for g in f.guarantees):.0f}" for f in figures]),
+             row("fairness (Jain, use/guarantee)", [f"{f.fairness:.3f}" for f in figures])]
+    for f in figures:
+        lines += ["", f"{f.side} ({f.revision[:12]}): utilisation per flavor", f"  {'cluster':<16}{'resource':<34}{'flavor':<16}{'used':>8}"]
+        lines += [f"  {u.cluster:<16}{u.resource:<34}{u.flavor or '(all)':<16}{u.utilisation:>8.1%}" for u in f.utilisation]
+        lines += [f"  {'waits (h)':<24}{'p50':>7} {'p90':>7} {'p99':>7} {'>1h':>7} {'jobs':>6}"]
+        lines += [f"  {w.group:<24}{_cells(w)} {w.jobs:>6}" for w in (*f.waits_by_tenant, *f.waits_by_class)]
+        lines += [f"  preempted: {p.victim_tenant}/{p.victim_class} by {p.preemptor_tenant}/{p.preemptor_class}: {p.count}, "
+                  f"{p.device_hours_lost:.1f} device-hours lost" for p in f.preemptions]
+        lines += [f"  guarantee of {g.tenant} ({g.resource} on {g.cluster}) not honoured {g.unhonoured_minutes:.0f} min in {g.episodes} "
+                  f"stretches, the longest {g.longest_minutes:.0f} min" for g in f.guarantees if g.unhonoured_minutes]
+    lines += ["", *(f"assumed: {a}" for a in report.ASSUMPTIONS)]
+    return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from fleetops import render, spec
 from fleetops.errors import WhatifError
 from fleetops.whatif import figures, sides, trace
 from fleetops.whatif.replay import Record, Run
+from fleetops.why.live import Live
 from tests.command import run as run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,10 +252,9 @@ def workload(name: str, namespace: str, created: str, gpus: int = 8, pods: int =
             "status": {"conditions": conditions}}
 
 
-def live_of(workloads: list[dict]) -> "Live":
+def live_of(workloads: list[dict]) -> Live:
     from fleetops import inventory
     from fleetops.why.jobs import read_job
-    from fleetops.why.live import Live
 
     return Live("center-bj", [read_job(w) for w in workloads], [], {("vision", "main"): "cq-vision", ("speech", "main"): "cq-speech"},
                 {"cq-vision": "vision", "cq-speech": "speech"}, {}, inventory.read_inventory("center-bj", []), [], None)
@@ -316,11 +316,11 @@ def test_a_history_of_a_cluster_the_environment_lacks_is_refused_in_one_line_bef
 
 def test_the_json_document_is_in_the_one_envelope(prod: spec.Environment) -> None:
     from fleetops.envelope import json_schema
-    from fleetops.whatif import report
+    from fleetops.output import json as output_json
 
     made = trace.generate(prod, 1, 5, 0.5, 1, ["center-bj"])
     records = {j.index: Record(j, [Run(j.arrival, "h100-train", None)]) for j in made.jobs}
-    document = report.document("prod", made, [figures.side_figures("base", "r1", prod, made, records)])
+    document = output_json.whatif_document("prod", made, [figures.side_figures("base", "r1", prod, made, records)])
     import jsonschema
 
     jsonschema.validate(json.loads(json.dumps(document)), json_schema())

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from fleetops import render, spec
-from fleetops.whatif import report, run, sides, trace
+from fleetops.output import json as output_json
+from fleetops.whatif import run, sides, trace
 from fleetops.whatif.figures import SideFigures
 from tests import servers
 from tests.plan.test_plan import commit, edit, make_repo, plan
@@ -142,7 +143,7 @@ def test_the_same_trace_and_seed_give_the_same_figures_on_a_quiet_and_a_busy_mac
     finally:
         hog.kill()
         hog.wait()
-    one, two = (json.dumps(report.document("dev", work, [f])["sides"], sort_keys=True) for f in (quiet, busy))
+    one, two = (json.dumps(output_json.whatif_document("dev", work, [f])["sides"], sort_keys=True) for f in (quiet, busy))
     assert one == two
     assert quiet.waits_all.never_admitted < quiet.jobs and quiet.total_utilisation > 0  # the figures say something
 
