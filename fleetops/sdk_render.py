@@ -97,15 +97,17 @@ class _Monitor(MockMonitor):
             self.registered[urn] = (request.name, tuple(request.dependencies))
             return super().RegisterResource(request)
 
-    def depends_on(self, objects: list[tuple[str, str, dict[str, Any]]]) -> dict[str, set[Key]]:
-        """Each Kubernetes object's resource name -> the objects (keys) it was registered to wait for."""
+    def depends_on(self, objects: list[tuple[str, str, dict[str, Any]]]) -> dict[tuple[str, str], set[Key]]:
+        """Each Kubernetes object (its resource name and kind) -> the objects (keys) it was registered to wait for.
+        By name and kind, not by name alone: a Deployment and its ServiceAccount share a name (kube.object_name),
+        and keyed by name whichever registered last, in the SDK's thread pool's order, stood for both."""
         kind = lambda urn: urn.rsplit("::", 2)[-2].rsplit(":", 1)[-1]  # noqa: E731 - urn:...::<parent$>kubernetes:<group/version>:<Kind>::<name>
         key_by_urn: dict[str, Key] = {}
         names = {(name, manifest["kind"]): key_of(manifest) for name, _, manifest in objects}
         for urn, (name, _) in self.registered.items():
             if (name, kind(urn)) in names:
                 key_by_urn[urn] = names[(name, kind(urn))]
-        return {name: {key_by_urn[d] for d in deps if d in key_by_urn} for urn, (name, deps) in self.registered.items() if urn in key_by_urn}
+        return {(name, kind(urn)): {key_by_urn[d] for d in deps if d in key_by_urn} for urn, (name, deps) in self.registered.items() if urn in key_by_urn}
 
 
 def run_program(program: Path, config: dict[str, str], stack: str) -> tuple[_Recorder, _Monitor]:
@@ -155,5 +157,5 @@ def collect(program: Path, config: dict[str, str], stack: str, clusters: list[st
     declared: Declared = {}
     for cluster, name, manifest in placed:
         out[cluster].append(manifest)
-        declared[(cluster, key_of(manifest))] = waits.get(name, set())
+        declared[(cluster, key_of(manifest))] = waits.get((name, manifest["kind"]), set())
     return out, recorder.count, declared
