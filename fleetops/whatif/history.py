@@ -33,8 +33,9 @@ def trace(live: Live, env: spec.Environment, since: dt.datetime | None = None) -
     start = dt.datetime.combine(first.date(), dt.time(), dt.timezone.utc)
     jobs: list[TraceJob] = []
     left_out: Counter[str] = Counter()
+    devices = spec.capacity(env).get(live.cluster, {})  # the cluster's device resources, once for every Workload
     for w in sorted(kept, key=lambda w: (w.created, w.namespace, w.workload)):
-        made = _job(w, live, env, start)
+        made = _job(w, live, env, start, devices)
         if isinstance(made, str):
             left_out[made] += 1
         elif len(jobs) < MAX_JOBS:
@@ -53,14 +54,13 @@ def _reasons(left_out: Counter[str]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in left_out.most_common())
 
 
-def _job(w: Workload, live: Live, env: spec.Environment, start: dt.datetime) -> TraceJob | str:
+def _job(w: Workload, live: Live, env: spec.Environment, start: dt.datetime, devices: dict[str, int]) -> TraceJob | str:
     """The job a Workload was, or why it is none."""
     if w.state is not State.FINISHED or w.reserved_at is None or w.since is None or w.created is None:
         return "not finished (duration unknown)"
     tenant = live.queue_tenant.get(live.local_queues.get((w.namespace, w.queue or ""), ""))
     if tenant is None:
         return "not in a tenant's queue"
-    devices = spec.capacity(env).get(live.cluster, {})
     asked = {r: n for r, n in w.requests().items() if r in devices}
     if len(asked) != 1:
         return "asking no device resource" if not asked else "asking two device resources (a job of a trace asks one)"
