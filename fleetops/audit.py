@@ -16,12 +16,16 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from fleetops import git, policy, render, spec
 from fleetops.envelope import VERDICT_STATUSES, DecisionStatus, decision_counts
+from fleetops.errors import WhatifError
+
+if TYPE_CHECKING:  # read only when a report is given a replay: the replay's modules stay out of every other audit
+    from fleetops.whatif.document import Replayed
 
 # --- provenance ------------------------------------------------------------------------------
 
@@ -367,6 +371,7 @@ class AuditReport:
     waivers: list[dict[str, Any]]
     history: dict[str, Any]
     statements: dict[str, object] | None  # `audit --statements FILE` (statements.audit_summary); None: not asked
+    work: Replayed | None = None  # `audit --whatif FILE`: what a configuration did to a trace's work; None: not asked
 
     @property
     def decisions(self) -> list[dict[str, Any]]:
@@ -381,7 +386,7 @@ class AuditReport:
         """The published `audit` fields (the envelope adds schema, command, version, ok, counts and problems)."""
         return {"provenance": asdict(self.provenance), "packages": self.packages, "policies": self.policies, "tests": asdict(self.tests),
                 "coverage": self.coverage, "environments": [asdict(e) for e in self.environments], "waivers": self.waivers,
-                "history": self.history, "statements": self.statements}
+                "history": self.history, "statements": self.statements, "work": None if self.work is None else work_summary(self.work)}
 
 
 def build(
@@ -392,9 +397,11 @@ def build(
     engine: policy.Engine | None = None,
     today: dt.date | None = None,
     statements: Path | None = None,
+    work: Path | None = None,
 ) -> AuditReport:
     """The report of `environments` judged by `policies_dir`, with the history of `decision_log` and,
-    when given, the statements of `statements` (a `fleetops statements --output json` file)."""
+    when given, the statements of `statements` (a `fleetops statements --output json` file) and the replay
+    of `work` (a `fleetops whatif --output json` file)."""
     engine = engine or policy.engine_from()
     today = today or dt.date.today()
     bundle = policy.load_bundle(policies_dir)
@@ -432,6 +439,7 @@ def build(
         waivers=waiver_rows(policies_dir, today),
         history=history(decision_log),
         statements=_statements(statements) if statements is not None else None,
+        work=_work(work, [name for name, _ in environments]) if work is not None else None,
     )
 
 
@@ -439,6 +447,25 @@ def _statements(path: Path) -> dict[str, object]:
     from fleetops.metering import statements
 
     return statements.audit_summary(path)
+
+
+def _work(path: Path, covered: list[str]) -> Replayed:
+    from fleetops.whatif import document
+
+    work = document.read(path)
+    if work.environment not in covered:  # a replay is evidence of its own environment only
+        raise WhatifError(f"{path}: a replay of environment {work.environment}, which this report does not cover ({', '.join(covered)})")
+    return work
+
+
+def work_summary(work: Replayed) -> dict[str, Any]:
+    """The audit's rows of a replay: per side, the figures a reader compares first, beside the load offered and the trace."""
+    sides = [{"side": f.side, "revision": f.revision, "utilisation": f.total_utilisation, "offered_load": f.offered_load,
+              "backlog_jobs": f.backlog_jobs, "wait_p50_hours": f.waits_all.p50, "wait_p99_hours": f.waits_all.p99,
+              "over_an_hour": f.waits_all.over_an_hour, "preemptions": sum(p.count for p in f.preemptions), "fairness": f.fairness}
+             for f in work.figures]
+    return {"environment": work.environment, "source": work.source, "jobs": work.jobs, "window_hours": work.window_hours,
+            "assumptions": work.assumptions, "sides": sides}
 
 
 def engine_version(engine: policy.Engine) -> str:

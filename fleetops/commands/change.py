@@ -125,7 +125,8 @@ def whatif_command(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     request_timeout: TimeoutOpt = "30s",
-    pictures: Annotated[Path | None, typer.Option(help="Also draw the figures in this folder: utilisation.svg (per side, under the offered load) and waits.svg (each tenant's, per side)")] = None,
+    pictures: Annotated[Path | None, typer.Option(help="Also draw the figures in this folder: utilisation.svg (per side, under the offered load), waits.svg (each tenant's, per side) "
+                                                       "and whatif.json, the figures they are drawn from (for `audit --whatif`)")] = None,
     output: Annotated[TableFormat, typer.Option("--output", help="table or json")] = TableFormat.table,
 ) -> None:
     """What a change does to the fleet's work: a trace of jobs replayed on the real Kueue, once per side.
@@ -157,12 +158,13 @@ def whatif_command(
         traces.write_csv(jobs_of, write_trace)
     with progress(f"whatif {env}: replaying {len(jobs_of.jobs)} jobs on {', '.join(wanted)}"):
         figures = run.replay(chosen, jobs_of, run.ReplayOptions(root=top, keep=keep))
+    from fleetops.output import json, text
+
     if pictures is not None:
         from fleetops.whatif import pictures as drawn
 
-        write_files({pictures / "utilisation.svg": drawn.utilisation(figures, jobs_of.window / 3600), pictures / "waits.svg": drawn.waits(figures)},
-                    "pictures")
-    from fleetops.output import json, text
+        write_files({pictures / "utilisation.svg": drawn.utilisation(figures, jobs_of.window / 3600), pictures / "waits.svg": drawn.waits(figures),
+                     pictures / "whatif.json": json.whatif(env, jobs_of, figures)}, "pictures")
 
     sys.stdout.write(json.whatif(env, jobs_of, figures) if output is TableFormat.json else text.whatif(env, jobs_of, figures))
 

@@ -22,8 +22,9 @@ def audit_command(
     policies: PoliciesOpt = DEFAULT_POLICIES,
     opa_url: Annotated[str | None, typer.Option("--opa-url", help="Evaluate on this OPA server (default: $FLEETOPS_OPA_URL, else the embedded engine)")] = None,
     statements_file: Annotated[Path | None, typer.Option("--statements", help="Add these statements (`fleetops statements --output json`) to the report")] = None,
+    whatif_file: Annotated[Path | None, typer.Option("--whatif", help="Add this replay (`fleetops whatif --output json`): its figures per side and, in HTML, its pictures")] = None,
 ) -> None:
-    """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity, statements."""
+    """One self-contained report for auditors: rules, tests and coverage, decisions, waivers, history, capacity, statements, what a configuration does to the work."""
     from fleetops import policy
     from fleetops import audit
     from fleetops import git
@@ -46,7 +47,7 @@ def audit_command(
         with progress("building the audit report"):
             report = audit.build(
                 repo, [(name, c) for name, c in checked.items() if not isinstance(c, list)], policies, policy.decision_log_path(decision_log), engine=policy.engine_from(opa_url),
-                statements=statements_file,
+                statements=statements_file, work=whatif_file,
             )
     except policy.PolicyError as exc:
         fail(f"{exc} (no report written)")

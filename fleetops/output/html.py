@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape
 
 import jinja2
 
+from fleetops.audit import work_summary
 from fleetops.output.markdown import GATE_TITLES
 
 if TYPE_CHECKING:
@@ -68,7 +69,18 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def work_pictures(report: AuditReport) -> list[str]:
+    """The replay's pictures (`audit --whatif`), drawn as `whatif --pictures` draws them: none when no replay was given."""
+    if report.work is None:
+        return []
+    from fleetops.whatif import pictures
+
+    return [pictures.utilisation(report.work.figures, report.work.window_hours), pictures.waits(report.work.figures)]
+
+
 def audit(report: AuditReport) -> str:
     charts = {e.name: capacity_chart(e.name, e.capacity) for e in report.environments}
     generated = f"{dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()} (revision time {report.provenance.revision_date})"
-    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES)
+    work = work_summary(report.work) if report.work is not None else None
+    return _environment().get_template("audit.html.j2").render(r=report, charts=charts, generated=generated, gates=GATE_TITLES,
+                                                               work=work, work_pictures=work_pictures(report))

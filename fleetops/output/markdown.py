@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fleetops import spec, usage
-from fleetops.audit import AuditReport, GateKind, malformed_summary
+from fleetops.audit import AuditReport, GateKind, malformed_summary, work_summary
 from fleetops.diff import FieldChange
 from fleetops.errors import Problem
 from fleetops.kube import ObjectKey
@@ -569,6 +569,19 @@ def _who(d: dict[str, Any]) -> str:
     return " ".join(filter(None, (d["source"] or "unknown source", f"PR #{d['pr']}" if d["pr"] else "", f"by {d['actor']}" if d["actor"] else "")))
 
 
+
+def _work_lines(w: dict[str, Any]) -> list[str]:
+    """The replay's rows (`audit --whatif`); its pictures are in the HTML form."""
+    lines = ["", f"## What the configuration does to the work: {w['environment']}", "",
+             f"{w['jobs']} jobs of {w['source']} over {w['window_hours']:g} h, replayed on the real Kueue once per side (`fleetops whatif`); "
+             "the offered load is the most a side can reach. Pictures: the HTML form.", "",
+             "| side | revision | utilisation | offered load | backlog (jobs) | wait p50 / p99 (h) | waited > 1 h | preemptions | fairness (Jain) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {s['side']} | `{s['revision'][:12]}` | {s['utilisation']:.1%} | {s['offered_load']:.1%} | {s['backlog_jobs']} | "
+              f"{s['wait_p50_hours']:g} / {s['wait_p99_hours']:g} | {s['over_an_hour']:.1%} | {s['preemptions']} | {s['fairness']:.3f} |" for s in w["sides"]]
+    return lines + ["", "Assumptions:", "", *(f"- {a}" for a in w["assumptions"])]
+
+
 def audit(report: AuditReport) -> str:
     p = report.provenance
     lines = [
@@ -606,6 +619,8 @@ def audit(report: AuditReport) -> str:
                   "| tenant | mode | total | balance |", "|---|---|---:|---:|"]
         lines += [f"| {r['tenant']} | {r['mode']} | {r['total']:,.2f} {r['currency']} | "
                   f"{'' if r['balance'] is None else format(r['balance'], ',.2f') + ' ' + r['currency']} |" for r in st["rows"]]
+    if report.work is not None:
+        lines += _work_lines(work_summary(report.work))
     h = report.history
     lines += ["", "## History", "", f"{h['entries']} evaluations in the decision log." if h["entries"] else "No decision log entries."]
     if h["malformed"]:

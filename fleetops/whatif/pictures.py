@@ -54,10 +54,11 @@ def utilisation(figures: list[SideFigures], window_hours: float) -> str:
 
     body = [f'<line x1="{LEFT}" y1="{y(share)}" x2="{LEFT + plot_w}" y2="{y(share)}" stroke="#ddd"/>'
             f'<text x="{LEFT - 6}" y="{y(share) + 4}" text-anchor="end">{share:.0%}</text>' for share in (0, 0.25, 0.5, 0.75, 1)]
-    days = int(window_hours // 24)
-    every = max(1, days // 10)
-    body += [f'<text x="{x(day * 24)}" y="{TOP + plot_h + 16}" text-anchor="middle">{day}</text>' for day in range(0, days + 1, every)]
-    body.append(f'<text x="{LEFT + plot_w / 2}" y="{height - 6}" text-anchor="middle">day of the window</text>')
+    unit, hours = ("day", 24) if window_hours >= 48 else ("hour", 1)  # a short window read in days would have one mark
+    span = window_hours / hours
+    body += [f'<text x="{x(mark * hours)}" y="{TOP + plot_h + 16}" text-anchor="middle">{mark:g}</text>'
+             for mark in (_ticks(span) if span else [0]) if mark <= span]
+    body.append(f'<text x="{LEFT + plot_w / 2}" y="{height - 6}" text-anchor="middle">{unit} of the window</text>')
     if figures:
         offered = figures[0].offered_load
         body.append(f'<line x1="{LEFT}" y1="{y(offered)}" x2="{LEFT + plot_w}" y2="{y(offered)}" stroke="#444" stroke-dasharray="6 4"/>'

@@ -231,11 +231,68 @@ def test_the_pictures_draw_each_side_under_the_offered_load_and_each_tenants_wai
     heights = {float(point.split(",")[1]) for point in lines[0].get("points").split()}
     assert len(heights) == 2  # base: busy in the first hour, idle after
     assert "offered load" in "".join(drawn.itertext()) and drawn.find(f"{svg}title").text.startswith("Allocation utilisation")
+    marks = [t.text for t in drawn.findall(f"{svg}text")]
+    assert "hour of the window" in marks and ["0", "1", "2", "3", "4"] == marks[marks.index("100%") + 1:marks.index("hour of the window")]  # 4 h: read in hours
 
     drawn = ET.fromstring(pictures.waits([base, head]))
     bars = [g.find(f"{svg}title").text for g in drawn.iter(f"{svg}g")]
     assert bars == ["speech on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "speech on head: p50 1 h, p90 1 h, p99 1 h, 1 jobs",
                     "vision on base: p50 0 h, p90 0 h, p99 0 h, 1 jobs", "vision on head: p50 2 h, p90 2 h, p99 2 h, 1 jobs"]
+
+
+def a_replay(prod: spec.Environment, tmp_path: Path) -> Path:
+    """A `whatif --output json` document of two sides: base admits both jobs at once, head makes them wait."""
+    from fleetops.output import json as json_form
+
+    made = trace.Trace((job(0, "vision", 0, 96), job(1, "speech", 0, 48)), 4 * 3600, "jobs.csv")
+    base = figures.side_figures("base", "b" * 40, prod, made, {0: Record(made.jobs[0], [Run(0, "h100-train", 3600)], 3600),
+                                                               1: Record(made.jobs[1], [Run(0, "a100-infer", 3600)], 3600)})
+    head = figures.side_figures("head", "h" * 40, prod, made, {0: Record(made.jobs[0], [Run(7200, "h100-train", 10800)], 10800),
+                                                               1: Record(made.jobs[1], [Run(3600, "a100-infer", 7200)], 7200)})
+    path = tmp_path / "whatif.json"
+    path.write_text(json_form.whatif("prod", made, [base, head]))
+    return path
+
+
+def test_a_replay_given_to_the_audit_shows_each_sides_figures_and_in_html_its_pictures(prod: spec.Environment, tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    replay = a_replay(prod, tmp_path)
+    sides = json.loads(replay.read_text())["sides"]
+    out = {form: tmp_path / f"audit.{form}" for form in ("html", "markdown", "json")}
+    (log := tmp_path / "decisions.jsonl").write_text("")
+    for form, path in out.items():
+        done = run_cli("audit", "--env", "prod", "--output", form, "-o", str(path), "--whatif", str(replay), "--decision-log", str(log))
+        assert done.returncode == 0, done.stderr
+    page = out["html"].read_text()
+    section = page[page.index('<section id="work"'):]
+    section = section[:section.index("</section>")]
+    svg = "{http://www.w3.org/2000/svg}"
+    titles = [ET.fromstring(f"<svg{part.split('</figure>')[0].split('<svg', 1)[1]}").find(f"{svg}title").text for part in section.split("<figure>")[1:]]
+    assert titles == ["Allocation utilisation over the window, per side", "Queueing delay per tenant, per side"]
+    assert f"{sides[0]['total_utilisation']:.1%}" in section and f"{sides[1]['total_utilisation']:.1%}" in section
+    text = out["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| head |"))
+    assert f"| {sides[1]['total_utilisation']:.1%} | {sides[1]['offered_load']:.1%} |" in row and "| 1 / 2 |" in row  # head: they wait 1 h and 2 h
+    work = json.loads(out["json"].read_text())["work"]
+    assert [(s["side"], s["wait_p99_hours"]) for s in work["sides"]] == [("base", 0.0), ("head", 2.0)]
+    assert work["source"] == "jobs.csv" and work["window_hours"] == 4 and work["assumptions"]
+
+
+def test_a_file_that_is_no_replay_or_of_another_environment_is_one_line_and_no_audit(prod: spec.Environment, tmp_path: Path) -> None:
+    replay = a_replay(prod, tmp_path)
+    document = json.loads(replay.read_text())
+    del document["sides"][1]["utilisation_over_time"][0:]
+    document["sides"][1]["waits_all"] = {"group": "all"}
+    replay.write_text(json.dumps(document))
+    out = tmp_path / "audit.html"
+    done = run_cli("audit", "--env", "prod", "-o", str(out), "--whatif", str(replay))
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip() == f"{replay}: not the JSON of `fleetops whatif --output json`: sides.1.waits_all.jobs: Field required"
+    replay = a_replay(prod, tmp_path)
+    done = run_cli("audit", "--env", "dev", "-o", str(out), "--whatif", str(replay))
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip() == f"{replay}: a replay of environment prod, which this report does not cover (dev)"
 
 
 def workload(name: str, namespace: str, created: str, gpus: int = 8, pods: int = 1, cls: str = "training-high",
