@@ -94,9 +94,11 @@ def test_borrowing_and_lending_limits_quantities_and_a_missing_flavor_as_kueue_r
         queue("b", "root", "pool", "4", "b", lendingLimit=2),  # keeps 2 from the root: 2 + 20
         queue("c", "elsewhere", "pool", 6, "c"),  # an implicit cohort holding only c's 6
         queue("d", "root", "gone", 5, "d"),  # its flavor is not rendered: admits nothing, lends its quota still
+        queue("e", "alone", "pool", "1500m", "e"),  # Kueue's Quantity.Value() rounds a fraction up: 2 devices
     ]
     got = {t: grants.total(per["gpu"]) for t, per in grants.of_cluster(objects).items()}
-    assert got == {"a": grants.Grant(8, 12, 8), "b": grants.Grant(4, 22, 2), "c": grants.Grant(6, 6, 6), "d": grants.Grant(5, 0, 5)}
+    assert got == {"a": grants.Grant(8, 12, 8), "b": grants.Grant(4, 22, 2), "c": grants.Grant(6, 6, 6), "d": grants.Grant(5, 0, 5),
+                   "e": grants.Grant(2, 2, 2)}
 
 
 def test_a_cohort_cycle_grants_nothing_and_ends() -> None:
