@@ -139,6 +139,8 @@ def whatif_command(
 
     if [trace is not None, generate, history is not None].count(True) != 1:
         fail("whatif: give a --trace FILE, --generate or --history CLUSTER (one of them)")
+    if history is None and (given := [name for name, value in (("--since", since), ("--kubeconfig", kubeconfig), ("--context", context)) if value is not None]):
+        fail(f"whatif: {', '.join(given)} read a live cluster's history: give --history CLUSTER too")
     reach = LiveOptions.of(kubeconfig, context, False, request_timeout, [history or ""])
     wanted = [whatif_sides.SideKind(s.value) for s in dict.fromkeys(sides or [WhatifSide.base, WhatifSide.head])]
     try:

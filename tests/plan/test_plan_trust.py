@@ -33,7 +33,8 @@ def test_a_head_that_rewrites_the_judge_through_its_answer_is_still_denied(repo:
 class _Payload:
     def __reduce__(self):
         # Loaded, it drops every denial of the judge and stands in for a harmless ConfigMap.
-        return (eval, ("(setattr(__import__('fleetops.policy').policy, 'report_rows', lambda verdict: []), "
+        return (eval, ("(setattr(__import__('fleetops.policy').policy, 'evaluate_input', (lambda real: lambda *a, **k: "
+                       "__import__('dataclasses').replace(real(*a, **k), decisions=[]))(__import__('fleetops.policy').policy.evaluate_input)), "
                        "open({str(marker)!r}, 'w').write('x'), "
                        "{{'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {{'name': 'payload', 'namespace': 'default'}}}})[2]",))
 

@@ -364,6 +364,12 @@ def test_whatif_asks_for_one_source_of_jobs_and_says_so(sources: tuple[str, ...]
     assert "give a --trace FILE, --generate or --history CLUSTER (one of them)" in result.stderr
 
 
+def test_a_live_clusters_options_without_history_are_refused_not_ignored(tmp_path: Path) -> None:
+    result = run_cli("whatif", "--env", "prod", "--generate", "--context", "center-bj", "--since", "2026-11-01", "--keep", str(tmp_path / "servers"))
+    assert result.returncode == 2 and not (tmp_path / "servers").exists()
+    assert result.stderr.strip() == "whatif: --since, --context read a live cluster's history: give --history CLUSTER too"
+
+
 def test_a_history_of_a_cluster_the_environment_lacks_is_refused_in_one_line_before_any_server_starts() -> None:
     result = run_cli("whatif", "--env", "prod", "--history", "center-nowhere", "--side", "head")
     assert result.returncode == 2, result.stderr
