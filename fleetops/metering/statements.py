@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
@@ -261,13 +261,10 @@ class _Document(BaseModel):
 
 def audit_summary(path: Path) -> dict[str, object]:
     """What the audit report shows of a `fleetops statements --output json` file: per tenant, its mode, total and balance."""
-    raw = spec.read_bounded(path, DOCUMENT_BYTES, str(path), "statements")
     try:
-        document = _Document.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "the document"
-        raise StatementError(f"{path}: not the JSON of `fleetops statements --output json`: {where}: {first['msg']}") from None
+        document = spec.read_output(path, _Document, DOCUMENT_BYTES, "statements")
+    except ValueError as exc:
+        raise StatementError(str(exc)) from None
     unknown = document.incomplete or {s.tenant: ["total: null"] for s in document.statements if s.total is None}
     if unknown:  # an audit shows no figure that is not one
         tenant, reasons = next(iter(unknown.items()))

@@ -45,7 +45,7 @@ from fleetops.spec.checks import (
     SYSTEM_NAMESPACES, cross_checks, over_limits,
 )
 from fleetops.spec.document import (
-    ENVIRONMENTS, MAX_PRUNES, Document, environment_path, load_environment, no_environment, parse_environment, read_bounded,
+    ENVIRONMENTS, MAX_PRUNES, Document, environment_path, load_environment, no_environment, parse_environment, read_bounded, read_output,
     read_environment,
 )
 
@@ -65,6 +65,6 @@ __all__ = [
     "judged_hour_price", "kueue_limit_problem", "lent", "load_environment", "matches_node", "mig_resource", "model_price_change", "monthly_cost", "named_groups",
     "no_environment", "node_labels", "non_preempting_classes", "offline_queue_name", "open_groups", "over_limits", "parse_environment", "parse_yaml",
     "physical", "physical_devices", "physical_shares", "plugin_kind", "preemptible_classes", "price_change_cost", "queue_names", "quota_sums",
-    "read_bounded", "read_environment", "replica_monthly_cost", "repriced_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
+    "read_bounded", "read_environment", "read_output", "replica_monthly_cost", "repriced_monthly_cost", "restricting_taints", "service_pools", "taints", "tenant_classes",
     "unguaranteed", "unit_hour_price", "yaml_errors",
 ]

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,6 +17,8 @@ from fleetops.errors import Problem, SpecError
 from fleetops.spec.checks import cross_checks, over_limits
 from fleetops.spec.fields import LIMITS, Environment
 from fleetops.spec.positions import Loc, Positions, format_loc, parse_yaml
+
+M = TypeVar("M", bound=BaseModel)
 
 
 _TYPE_NAMES = {
@@ -241,6 +243,18 @@ def read_bounded(path: Path, limit: int, file: str, what: str) -> bytes:
     if len(data) > limit:
         raise SpecError([Problem(f"more than the {limit} byte limit for {what}", file, 1, 1)])
     return data
+
+
+def read_output(path: Path, model: type[M], limit: int, command: str) -> M:
+    """A command's `--output json` document given back to fleetops (audit --statements, --whatif), read whole
+    (at most `limit` bytes) into `model`; one ValueError naming the file and its first wrong field otherwise."""
+    raw = read_bounded(path, limit, str(path), f"the output of `fleetops {command}`")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the document"
+        raise ValueError(f"{path}: not the JSON of `fleetops {command} --output json`: {where}: {first['msg']}") from None
 
 
 ENVIRONMENTS = Path("environments")  # the folder of environment files, in a fleet's repository

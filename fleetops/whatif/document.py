@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import WhatifError
@@ -46,13 +46,10 @@ class Replayed:
 
 def read(path: Path) -> Replayed:
     """The replay a whatif JSON document holds; anything else is one WhatifError naming the file and the first wrong field."""
-    raw = spec.read_bounded(path, DOCUMENT_BYTES, str(path), "the whatif document")
     try:
-        document = _Document.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "the document"
-        raise WhatifError(f"{path}: not the JSON of `fleetops whatif --output json`: {where}: {first['msg']}") from None
+        document = spec.read_output(path, _Document, DOCUMENT_BYTES, "whatif")
+    except ValueError as exc:
+        raise WhatifError(str(exc)) from None
     if not document.sides:
         raise WhatifError(f"{path}: a whatif document without sides: nothing to report")
     return Replayed(document.environment, document.trace.source, document.trace.jobs, document.trace.window_hours,
