@@ -54,8 +54,8 @@ class Utilisation:
 
 
 UTILISATION = {
-    Exporter.DCGM: Utilisation("FleetGPUUtilisationLow", metrics.GPU_UTIL, "GPU"),
-    Exporter.NPU: Utilisation("FleetNPUUtilisationLow", metrics.NPU_UTIL, "NPU"),
+    Exporter.DCGM: Utilisation("FleetopsGPUUtilisationLow", metrics.GPU_UTIL, "GPU"),
+    Exporter.NPU: Utilisation("FleetopsNPUUtilisationLow", metrics.NPU_UTIL, "NPU"),
 }
 
 
@@ -153,7 +153,7 @@ def _edge_offline(cluster: spec.Cluster, group: spec.EdgeGroup) -> dict[str, Any
     nodes = glob.replace(".", "\\\\.").replace("*", ".*").replace("?", ".").replace("[!", "[^")
     grace = group.offline_grace_seconds
     return alert(
-        "FleetEdgeNodeOffline",
+        "FleetopsEdgeNodeOffline",
         f'{metrics.NODE_CONDITION}{{condition="Ready",status="true",node=~"{nodes}"}} == 0',
         duration=f"{grace}s",
         severity="critical",
@@ -170,7 +170,7 @@ def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str,
     minutes = mon.kueue_pending_minutes
     return [
         alert(
-            "FleetKueueWorkloadsPending",
+            "FleetopsKueueWorkloadsPending",
             f'sum by (cluster, cluster_queue) ({metrics.KUEUE_PENDING}) > 0',
             duration=f"{minutes}m",
             severity="warning",
@@ -180,7 +180,7 @@ def _kueue_alerts(cluster: spec.Cluster, mon: spec.Monitoring) -> list[dict[str,
                         f"jobs there, so they do not start.",
         ),
         alert(
-            "FleetKueueAdmissionSlow",
+            "FleetopsKueueAdmissionSlow",
             f"histogram_quantile(0.9, sum by (cluster, cluster_queue, le) (rate({metrics.KUEUE_ADMISSION_WAIT}_bucket[30m])))"
             f" > {minutes * 60}",
             duration="15m",
@@ -209,7 +209,7 @@ def rule_groups(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, 
                 "name": "fleetops.quota",
                 "rules": [
                     alert(
-                        "FleetQuotaExhausted",
+                        "FleetopsQuotaExhausted",
                         f'{metrics.RESOURCE_QUOTA}{{type="used",resource=~"requests\\\\..*"}} / ignoring(type) '
                         f'{metrics.RESOURCE_QUOTA}{{type="hard",resource=~"requests\\\\..*"}} > {ratio}',
                         duration="15m",

@@ -450,7 +450,7 @@ class Monitoring(Model):
     # (its ruleSelector, serviceMonitorSelector, podMonitorSelector; kube-prometheus-stack: `release: <its release>`).
     prometheus_selector: Labels = {}
     grafana: Grafana = Grafana()
-    # Device utilisation alerts (FleetGPUUtilisationLow, FleetNPUUtilisationLow): under this, for that long.
+    # Device utilisation alerts (FleetopsGPUUtilisationLow, FleetopsNPUUtilisationLow): under this, for that long.
     gpu_utilisation_low_percent: Annotated[int, Field(ge=1, le=100)] = 30
     gpu_utilisation_for_minutes: Positive = 30
     quota_exhaustion_percent: Annotated[int, Field(ge=1, le=100)] = 90

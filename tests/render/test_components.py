@@ -432,7 +432,7 @@ def test_monitoring_rules_scrape_and_dashboard(small_state: render.DesiredState)
     rule = one(small_state, "edge-b", "PrometheusRule", "fleetops-fleet", "monitoring")
     groups = {g["name"]: g["rules"] for g in rule["spec"]["groups"]}
     assert set(groups) == {"fleetops.edge", "fleetops.quota", "fleetops.kueue"}  # Jetson only: no DCGM utilisation
-    assert [(r["alert"], r["for"], r["labels"]["pool"]) for r in groups["fleetops.edge"]] == [("FleetEdgeNodeOffline", "240s", "jetson")]
+    assert [(r["alert"], r["for"], r["labels"]["pool"]) for r in groups["fleetops.edge"]] == [("FleetopsEdgeNodeOffline", "240s", "jetson")]
     monitor = one(small_state, "center-a", "ServiceMonitor", "dcgm-exporter", "monitoring")
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-monitoring"]}
     dashboards = one(small_state, "center-a", "ConfigMap", "fleetops-dashboards", "monitoring")
