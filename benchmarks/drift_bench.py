@@ -9,9 +9,10 @@ read). Three hand edits follow, in the first cluster (benchmarks/reconcile_real_
 values, a Namespace relabelled out of the reconciler's selector (`fleetops.io/environment`: found by its
 identity, an update, never a create) and a NetworkPolicy deleted. Then, alternating, `--runs` runs of each
 command as a user types it, each a subprocess timed whole (interpreter start, imports, Git, every API
-call): `pulumi refresh --preview-only` of that stack and `fleetops reconcile --once --detect-only` of a Git
-repository at the same revision (its clone cached, as a reconciler's is after its first pass). Both must
-name the three edits. Prints the median and range of each and their ratio. Not in `make bench`: it needs
+call): `pulumi refresh --preview-only` of that stack and `fleetops reconcile --once --detect-only` (its
+table) of a Git repository at the same revision (its clone cached, as after a first run). Both must name
+the three edits, in every run: pulumi's preview as two updates and a delete, fleetops's table as two
+updates and a create (and once, untimed, its `--output json` has exactly those three actions). Prints the median and range of each and their ratio. Not in `make bench`: it needs
 the real servers (`.tools/`).
 """
 
@@ -68,6 +69,14 @@ def fleetops_found(stdout: str, cluster: str, names: dict[str, str]) -> str | No
     return None if wanted <= actions and len(actions) == 3 and not others else f"fleetops found {sorted(actions)} (+{len(others)} elsewhere)"
 
 
+def table_found(stdout: str, cluster: str, names: dict[str, str]) -> str | None:
+    """None when the table (what a user reads) has the three edits' rows, two updates and a create, and drift 3."""
+    rows = {tuple(cell.strip() for cell in line.split("│")[1:4]) for line in stdout.splitlines() if line.startswith("│ ")}
+    wanted = {(cluster, "update", f"ResourceQuota {names['ResourceQuota']}"), (cluster, "update", f"Namespace {names['Namespace']}"),
+              (cluster, "create", f"NetworkPolicy {names['NetworkPolicy']}")}
+    return None if wanted <= rows and "drift: 3, errors: 0" in stdout else f"the table lacks {sorted(wanted - rows)}:\n{stdout[-3000:]}"
+
+
 # A step of the preview's final listing: `~  kubernetes:core/v1:Namespace center-bj/_/fleetops-system update [diff: ~metadata]`.
 STEP = re.compile(r"^\s*[~+-]\s+kubernetes:[^:]+:(\w+) (\S+) (update|delete|create)\b", re.MULTILINE)
 
@@ -94,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--environment", default="prod")
     parser.add_argument("--keep", type=Path, help="work in DIR and leave it (servers' logs, the stack's state)")
+    parser.add_argument("--also", type=Path, help="another tree's fleetops (e.g. a checkout of main), timed alternately beside this one: a before/after")
     args = parser.parse_args(argv)
     path = spec.environment_path(args.environment, ROOT / spec.ENVIRONMENTS)
     env = spec.load_environment(path)
@@ -101,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
-        return measure(env, work, args.runs)
+        return measure(env, work, args.runs, args.also)
 
 
 @dataclass
@@ -153,23 +163,28 @@ def deployed(env: spec.Environment, work: Path) -> Iterator[Fleet]:
                 [str(engine.cli), "refresh", "--preview-only", "--stack", env.environment, "--non-interactive", "--color", "never"],
                 engine.state / "work", {**os.environ, **engine.env},
                 [*fleetops_command(), "reconcile", "--env", env.environment, "--repo", str(repo), "--once", "--detect-only",
-                 "--kubeconfig", str(kubeconfig), "--cache-dir", str(work / "cache"), "--output", "json"],
+                 "--kubeconfig", str(kubeconfig), "--cache-dir", str(work / "cache")],
                 # This tree's fleetops (the shared venv's editable install may point at another checkout), its decisions beside the run.
                 repo, {**os.environ, "PYTHONPATH": str(ROOT), "FLEETOPS_DECISION_LOG": str(work / "decisions.jsonl")},
                 engine.cli, state.object_count, up_s)
-            _, clean = timed(fleet.detect, fleet.detect_cwd, fleet.detect_env)  # the first pass clones the repository into the cache
+            _, clean = timed([*fleet.detect, "--output", "json"], fleet.detect_cwd, fleet.detect_env)  # the first pass clones the repository
             assert clean.returncode == 0 and json.loads(clean.stdout)["drift"] == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
             _, unchanged = timed(fleet.refresh, fleet.refresh_cwd, fleet.refresh_env)
             assert unchanged.returncode == 0, unchanged.stdout[-2000:] + unchanged.stderr[-2000:]
             edit_by_hand(state, first, RealCluster(first, by_name[first], work / "edit.kubeconfig"))
+            _, found = timed([*fleet.detect, "--output", "json"], fleet.detect_cwd, fleet.detect_env)
+            assert found.returncode == 1, found.stdout[-2000:] + found.stderr[-2000:]
+            problem = fleetops_found(found.stdout, first, fleet.names)  # the exact actions, once; the timed runs read the table
+            assert problem is None, problem
             yield fleet
         finally:
             for server in started:
                 server.stop()
 
 
-def measure(env: spec.Environment, work: Path, runs: int) -> int:
-    seconds: dict[str, list[float]] = {"fleetops": [], "pulumi": []}
+def measure(env: spec.Environment, work: Path, runs: int, also: Path | None) -> int:
+    seconds: dict[str, list[float]] = {"fleetops": [], "pulumi": [], **({f"fleetops at {also}": []} if also else {})}
+    load_before = [round(x, 2) for x in os.getloadavg()]
     with deployed(env, work) as fleet:
         for _ in range(runs):
             wall, done = timed(fleet.refresh, fleet.refresh_cwd, fleet.refresh_env)
@@ -179,11 +194,15 @@ def measure(env: spec.Environment, work: Path, runs: int) -> int:
             assert problem is None, problem
             seconds["pulumi"].append(wall)
             wall, done = timed(fleet.detect, fleet.detect_cwd, fleet.detect_env)
-            (work / "fleetops-detect.json").write_text(done.stdout + done.stderr)
+            (work / "fleetops-detect.txt").write_text(done.stdout + done.stderr)
             assert done.returncode == 1, f"exit {done.returncode}: " + done.stdout[-2000:] + done.stderr[-2000:]
-            problem = fleetops_found(done.stdout, fleet.cluster, fleet.names)
+            problem = table_found(done.stdout, fleet.cluster, fleet.names)
             assert problem is None, problem
             seconds["fleetops"].append(wall)
+            if also is not None:
+                wall, done = timed(fleet.detect, fleet.detect_cwd, {**fleet.detect_env, "PYTHONPATH": str(also.resolve())})
+                assert done.returncode == 1 and table_found(done.stdout, fleet.cluster, fleet.names) is None, done.stdout[-2000:] + done.stderr[-2000:]
+                seconds[f"fleetops at {also}"].append(wall)
     figures: dict[str, Any] = {"environment": env.environment, "objects": fleet.objects, "pulumi_up_s": fleet.pulumi_up_s,
                                "edits": fleet.names, "runs": runs}
     figures.update({tool: summary(s) for tool, s in seconds.items()})
@@ -191,8 +210,10 @@ def measure(env: spec.Environment, work: Path, runs: int) -> int:
     ratio = statistics.median(seconds["pulumi"]) / statistics.median(seconds["fleetops"])
     figures["ratio"] = round(ratio, 2)
     figures["ratio_range"] = [round(min(seconds["pulumi"]) / max(seconds["fleetops"]), 2), round(max(seconds["pulumi"]) / min(seconds["fleetops"]), 2)]
+    if also is not None:
+        figures["ratio_at_also"] = round(statistics.median(seconds["pulumi"]) / statistics.median(seconds[f"fleetops at {also}"]), 2)
     figures["pulumi_version"] = subprocess.run([str(fleet.cli), "version"], capture_output=True, text=True, check=False).stdout.strip()
-    figures["load"] = [round(x, 2) for x in os.getloadavg()]
+    figures["load"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}  # 1, 5 and 15 minutes
     print(json.dumps(figures))
     return report("drift_bench: fleetops reconcile --detect-only against pulumi refresh --preview-only, three hand edits", [
         Goal("pulumi refresh / fleetops detect (medians)", ratio, 10, "x", at_least=True),
