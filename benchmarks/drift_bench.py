@@ -1,6 +1,6 @@
 """Drift detection over the whole fleet: `fleetops reconcile --detect-only` against `pulumi refresh --preview-only`.
 
-    .venv/bin/python benchmarks/drift_bench.py [--runs 5] [--environment prod] [--keep DIR]
+    .venv/bin/python benchmarks/drift_bench.py [--runs 5] [--environment prod] [--also TREE] [--keep DIR]
 
 The bundled environment is deployed by `pulumi up` of fleetops' own stack (the policy pack on) onto real
 kube-apiservers on loopback, one per cluster, reached through one kubeconfig with a context per cluster
@@ -12,8 +12,10 @@ command as a user types it, each a subprocess timed whole (interpreter start, im
 call): `pulumi refresh --preview-only` of that stack and `fleetops reconcile --once --detect-only` (its
 table) of a Git repository at the same revision (its clone cached, as after a first run). Both must name
 the three edits, in every run: pulumi's preview as two updates and a delete, fleetops's table as two
-updates and a create (and once, untimed, its `--output json` has exactly those three actions). Prints the median and range of each and their ratio. Not in `make bench`: it needs
-the real servers (`.tools/`).
+updates and a create (and once, untimed, its `--output json` has exactly those three actions). Prints the
+median and range of each, wall and CPU, and their ratio; `--also TREE` times another tree's fleetops (the
+code before a change) alternately in the same deployment. Not in `make bench`: it needs the real servers
+(`.tools/`).
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def deployed(env: spec.Environment, work: Path) -> Iterator[Fleet]:
             _, clean = timed([*fleet.detect, "--output", "json"], fleet.detect_cwd, fleet.detect_env)  # the first pass clones the repository
             assert clean.returncode == 0 and json.loads(clean.stdout)["drift"] == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
             _, unchanged = timed(fleet.refresh, fleet.refresh_cwd, fleet.refresh_env)
-            assert unchanged.returncode == 0, unchanged.stdout[-2000:] + unchanged.stderr[-2000:]
+            assert unchanged.returncode == 0 and not STEP.findall(unchanged.stdout), unchanged.stdout[-2000:] + unchanged.stderr[-2000:]
             edit_by_hand(state, first, RealCluster(first, by_name[first], work / "edit.kubeconfig"))
             _, found = timed([*fleet.detect, "--output", "json"], fleet.detect_cwd, fleet.detect_env)
             assert found.returncode == 1, found.stdout[-2000:] + found.stderr[-2000:]
