@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from fleetops import errors
 from fleetops.envelope import as_json, decision_counts, envelope
+from fleetops.plan_result import PlanResult, PlanVerdict
+from fleetops.whatif import report
 
-if TYPE_CHECKING:  # and the plan's and whatif's modules imported where used: reconcile --output json needs neither
-    from fleetops.plan_result import PlanResult
+if TYPE_CHECKING:
     from fleetops.whatif.figures import SideFigures
     from fleetops.whatif.trace import Trace
     from fleetops import policy
@@ -25,8 +26,6 @@ if TYPE_CHECKING:  # and the plan's and whatif's modules imported where used: re
 
 
 def document(plan: PlanResult) -> dict[str, Any]:
-    from fleetops.plan_result import PlanVerdict
-
     fields = plan.to_json()
     del fields["counts"]  # the envelope's own
     return envelope("plan", plan.verdict is PlanVerdict.ALLOWED, plan.counts, **fields)
@@ -83,8 +82,6 @@ def deploy(env: str, result: DeployResult) -> str:
 
 def whatif_document(environment: str, trace: Trace, figures: list[SideFigures]) -> dict[str, Any]:
     """`fleetops whatif --output json`: every side's figures in the one envelope, beside the trace and the assumptions."""
-    from fleetops.whatif import report
-
     def side(f: SideFigures) -> dict[str, Any]:
         out = dataclasses.asdict(f)
         for row, u in zip(out["utilisation"], f.utilisation):
