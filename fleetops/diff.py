@@ -52,8 +52,19 @@ class Changes:
 
 
 def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The object without what the server sets or what changes on every revision."""
-    return _stripped(copy.deepcopy(dict(manifest)))
+    """The object without what the server sets or what changes on every revision.
+
+    A new object whose top level, metadata and annotations are copies (what is stripped), the rest shared
+    with `manifest`: nothing here or in `drift` writes into it. A deep copy of every live object (its
+    managedFields most of it) was half of a detect-only pass's CPU over prod (benchmarks/README.md, "Drift
+    detection against pulumi refresh")."""
+    out = dict(manifest)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        out["metadata"] = meta = dict(meta)
+        if isinstance(meta.get("annotations"), dict):
+            meta["annotations"] = dict(meta["annotations"])
+    return _stripped(out)
 
 
 def _stripped(out: dict[str, Any]) -> dict[str, Any]:
