@@ -25,6 +25,7 @@ class Options:
     backoff_max: float = 30.0
     clock: Callable[[], dt.datetime] = utcnow
     sleep: Callable[[float], None] = time.sleep
+    timer: Callable[[], float] = time.perf_counter  # what a cluster's pass seconds are measured with (its weight among shards)
 
     @property
     def writes(self) -> bool:
