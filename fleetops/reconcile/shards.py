@@ -34,7 +34,7 @@ SLOT_PREFIX = "fleetops-reconciler-shard-"
 COSTS_ANNOTATION = "fleetops.io/pass-seconds"  # JSON {cluster: seconds} of the clusters a slot keeps
 COSTS_MAX_CHARS = 64_000  # a quarter of a Lease's annotations (256 KiB): the heaviest clusters first, the rest weigh the mean
 EPSILON = 0.25  # no slot above 1.25 x the mean load
-SMOOTHING = 0.5  # a cluster's cost moves halfway to each new measurement, so one slow pass moves little
+SAMPLES = 3  # a cluster's cost is the least of its last passes': a pause (a garbage collection, a slow response) only ever adds
 STICKY = 2.0  # the published cost changes only when the cost has moved past this factor: the replicas' weights stay put
 
 
@@ -105,8 +105,17 @@ class Members:
 
     live: list[str]  # the slot names of unexpired slot Leases, this replica's among them
     mine: str | None  # this replica's slot; None: every slot is held by another replica, or the home cluster failed
-    costs: dict[str, float]  # the pass seconds the live slots publish, per cluster
+    published: dict[str, dict[str, float]]  # per live slot, the pass seconds it publishes per cluster
     error: str | None = None  # why the slot Leases could not be read or written
+
+    @property
+    def costs(self) -> dict[str, float]:
+        """Per cluster, the cost the live slots publish (the highest, where two do during a handover)."""
+        out: dict[str, float] = {}
+        for costs in self.published.values():
+            for cluster, seconds in costs.items():
+                out[cluster] = max(seconds, out.get(cluster, 0.0))
+        return out
 
 
 def _costs(annotation: str | None) -> dict[str, float]:
@@ -173,12 +182,8 @@ class Membership:
                 self.last_failure = elector.last_failure
                 return Members([], None, {}, f"cannot take a slot Lease: {elector.last_error}")
         live = [e.name for i, (e, lease) in enumerate(zip(self.electors, leases)) if i == self.mine or (self._live(lease, now) and lease_holder(lease) != self.identity)]
-        published: dict[str, float] = {}
-        for i, lease in enumerate(leases):
-            if self.electors[i].name in live:
-                text = annotation if i == self.mine else ((lease or {}).get("metadata", {}).get("annotations") or {}).get(COSTS_ANNOTATION)
-                for cluster, seconds in _costs(text).items():
-                    published[cluster] = max(seconds, published.get(cluster, 0.0))
+        published = {self.electors[i].name: _costs(annotation if i == self.mine else ((lease or {}).get("metadata", {}).get("annotations") or {}).get(COSTS_ANNOTATION))
+                     for i, lease in enumerate(leases) if self.electors[i].name in live}
         return Members(live, None if self.mine is None else self.electors[self.mine].name, published)
 
     def leave(self) -> None:
@@ -204,7 +209,7 @@ class Shards:
     epsilon: float = EPSILON
     members: Members | None = None
     assignment: dict[str, str] = field(default_factory=dict)
-    costs: dict[str, float] = field(default_factory=dict)  # smoothed pass seconds of the clusters this replica keeps
+    samples: dict[str, list[float]] = field(default_factory=dict)  # the last SAMPLES pass seconds of each cluster this replica keeps
     published: dict[str, float] = field(default_factory=dict)  # what its slot Lease says of them (changed past STICKY only)
     objects: dict[str, int] = field(default_factory=dict)  # desired objects of the clusters this replica keeps
     assigned_at: dict[str, float] = field(default_factory=dict)  # when each kept cluster came to this replica (time.time)
@@ -238,21 +243,30 @@ class Shards:
         self.assignment = assign(self.members.live, clusters, weights, pins, self.epsilon)
         owned, now = self.owned, self.now()
         for cluster in set(self.assigned_at) - owned:
-            for record in (self.assigned_at, self.reconciled_at, self.costs, self.published, self.objects, self.waiting):
+            for record in (self.assigned_at, self.reconciled_at, self.samples, self.objects, self.waiting):
                 record.pop(cluster, None)
+        others = {c for slot, costs in self.members.published.items() if slot != self.mine for c in costs}
+        for cluster in set(self.published) - owned:
+            # Published until its new owner publishes it: meanwhile every replica weighs it alike, not as the mean.
+            if cluster in others or cluster not in self.assignment:
+                del self.published[cluster]
         for cluster in owned - set(self.assigned_at):
             self.assigned_at[cluster] = now
             if self.members.costs.get(cluster):  # measured by its last owner: the starting point
-                self.costs[cluster] = self.published[cluster] = self.members.costs[cluster]
+                self.published[cluster] = self.members.costs[cluster]
         return owned
 
+    def cost(self, cluster: str) -> float:
+        """The cluster's pass seconds as this replica measured them (0: not yet)."""
+        return min(self.samples.get(cluster) or [0.0])
+
     def _publish(self) -> dict[str, float]:
-        """The costs of the kept clusters for the slot Lease: a cost moves there only past a factor of STICKY."""
+        """The costs for the slot Lease: the kept clusters' (each moves only past a factor of STICKY), and those handed over."""
         for cluster in self.owned:
-            cost, shown = self.costs.get(cluster, 0.0), self.published.get(cluster, 0.0)
+            cost, shown = self.cost(cluster), self.published.get(cluster, 0.0)
             if cost > 0 and not (shown / STICKY <= cost <= shown * STICKY):
                 self.published[cluster] = cost
-        return {c: self.published[c] for c in self.owned if c in self.published}
+        return dict(self.published)
 
     def holders(self, leading: set[str], electors: Mapping[str, LeaseElector]) -> None:
         """Note the kept clusters whose Lease another replica still holds, past a Lease duration since they came here."""
@@ -269,8 +283,7 @@ class Shards:
                 continue
             self.objects[name] = desired.get(name, 0)
             if cluster.seconds > 0:
-                before = self.costs.get(name) or cluster.seconds
-                self.costs[name] = before + SMOOTHING * (cluster.seconds - before)
+                self.samples[name] = [*self.samples.get(name, [])[1 - SAMPLES:], cluster.seconds]
             if not cluster.errors:
                 self.reconciled_at[name] = now
 
@@ -298,13 +311,13 @@ class ShardCollector(Collector):
         shard = s.mine
         clusters = GaugeMetricFamily(names.SHARD_CLUSTERS, "Clusters this replica's shard keeps", labels=["shard"])
         objects = GaugeMetricFamily(names.SHARD_OBJECTS, "Objects Git wants on the shard's clusters", labels=["shard"])
-        seconds = GaugeMetricFamily(names.SHARD_PASS_SECONDS, "The shard's clusters' pass seconds, smoothed and summed (its load)", labels=["shard"])
+        seconds = GaugeMetricFamily(names.SHARD_PASS_SECONDS, "The shard's clusters' pass seconds (each the least of its last passes'), summed: its load", labels=["shard"])
         lag = GaugeMetricFamily(names.SHARD_LAG, "Seconds since this replica last reconciled the cluster, or since it was assigned it", labels=["shard", "cluster"])
         if shard is not None:
             owned = sorted(s.owned)
             clusters.add_metric([shard], len(owned))
             objects.add_metric([shard], sum(s.objects.get(c, 0) for c in owned))
-            seconds.add_metric([shard], sum(s.costs.get(c, 0.0) for c in owned))
+            seconds.add_metric([shard], sum(s.cost(c) for c in owned))
             now = s.now()
             for c in owned:
                 lag.add_metric([shard, c], now - s.reconciled_at.get(c, s.assigned_at.get(c, now)))
