@@ -91,8 +91,7 @@ class LeaseElector:
                 return False
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease["metadata"]["resourceVersion"]},
-                    "spec": {**lease["spec"], "holderIdentity": None, "renewTime": None}}
-            body["spec"] = {k: v for k, v in body["spec"].items() if v is not None}
+                    "spec": {k: v for k, v in lease["spec"].items() if k not in ("holderIdentity", "renewTime")}}
             self.api.replace(body)
             return True
         except ApiError as exc:
