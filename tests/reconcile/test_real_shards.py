@@ -5,10 +5,14 @@ replicas at once (each replica calls as a ServiceAccount of its own, so the audi
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import shutil
 import signal
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,8 +47,10 @@ def audited_server(name: str, directory: Path, etcd: servers.Etcd) -> servers.Ap
 
 
 def replica_tokens(server: servers.ApiServer) -> dict[str, str]:
-    """A ServiceAccount per replica, bound to cluster-admin: the audit log tells the replicas apart."""
+    """The reconciler's namespace (as installing it made it), and a ServiceAccount per replica, bound to
+    cluster-admin: the audit log tells the replicas apart."""
     core, rbac = client.CoreV1Api(server.client()), client.RbacAuthorizationV1Api(server.client())
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
     for replica in REPLICAS:
         core.create_namespaced_service_account("default", {"metadata": {"name": replica}})
     rbac.create_cluster_role_binding({"metadata": {"name": "fleetops-replicas"},
@@ -68,9 +74,36 @@ def status_of(server: servers.ApiServer) -> dict[str, str]:
         return {}
 
 
-def policies(server: servers.ApiServer) -> set[str]:
-    return {p.metadata.name for p in client.NetworkingV1Api(server.client()).list_network_policy_for_all_namespaces(
-        label_selector="app.kubernetes.io/managed-by=fleetops").items}
+MANAGED = "app.kubernetes.io/managed-by=fleetops"
+
+
+def repairable(server: servers.ApiServer) -> set[tuple[str, str, str]]:
+    """The fleet's NetworkPolicies and ResourceQuotas on a cluster: what the test deletes by hand."""
+    api = server.client()
+    found = [("NetworkPolicy", p) for p in client.NetworkingV1Api(api).list_network_policy_for_all_namespaces(label_selector=MANAGED).items]
+    found += [("ResourceQuota", q) for q in client.CoreV1Api(api).list_resource_quota_for_all_namespaces(label_selector=MANAGED).items]
+    return {(kind, o.metadata.namespace, o.metadata.name) for kind, o in found}
+
+
+def delete(server: servers.ApiServer, objects: set[tuple[str, str, str]]) -> None:
+    networking, core = client.NetworkingV1Api(server.client()), client.CoreV1Api(server.client())
+    for kind, namespace, name in objects:
+        if kind == "NetworkPolicy":
+            networking.delete_namespaced_network_policy(name, namespace)
+        else:
+            core.delete_namespaced_resource_quota(name, namespace)
+
+
+def slot_holders(home: servers.ApiServer) -> set[str]:
+    leases = client.CoordinationV1Api(home.client()).list_namespaced_lease(NAMESPACE).items
+    return {lease.spec.holder_identity for lease in leases if lease.metadata.name.startswith("fleetops-reconciler-shard-") and lease.spec.holder_identity}
+
+
+def owned(port: int) -> set[str]:
+    """The clusters a replica says its shard keeps (its lag series, one per kept cluster)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {m.group(1) for m in re.finditer(r'^fleetops_shard_lag_seconds\{cluster="([^"]+)"', text, re.M)}
 
 
 def writes(audit: Path) -> list[tuple[str, str]]:
@@ -106,42 +139,50 @@ def test_a_replica_killed_mid_pass_is_taken_over_within_the_lease_time_and_no_cl
             apis = dict(zip(CLUSTERS, pool.map(lambda n: audited_server(n, kube, etcd), CLUSTERS)))
         started += apis.values()
         tokens = {c: replica_tokens(s) for c, s in apis.items()}
-        doc = synthetic_environment(0.1, "dev", center_clusters=2, edge_clusters=1, tenants=4, edge_groups=1, nodes=1)
+        doc = synthetic_environment(0.1, "dev", center_clusters=2, edge_clusters=1, tenants=30, edge_groups=1, nodes=8)
         doc["reconciler"] = {"replicas": 3}
         repo = new_repo(tmp_path / "fleet")
         shutil.copytree(DEV.parent.parent / "policies", repo / "policies", ignore=shutil.ignore_patterns("pack", "__pycache__"))
         commit(repo, yaml.safe_dump(doc, sort_keys=False), "three clusters, three replicas")
+        ports = {r: servers.free_port() for r in REPLICAS}
         for replica in REPLICAS:
             config = servers.write_kubeconfig(tmp_path / replica / "kubeconfig", {c: (apis[c], tokens[c][replica]) for c in CLUSTERS})
             processes[replica] = servers.Process(replica, [
                 *fleetops_command(), "reconcile", "--env", "dev", "--repo", str(repo), "--interval", f"{INTERVAL}s", "--kubeconfig", str(config),
-                "--cache-dir", str(tmp_path / replica / "cache"), "--identity", replica, "--shard-home", "center-0", "--force-conflicts",
+                "--cache-dir", str(tmp_path / replica / "cache"), "--identity", replica, "--shard-home", "center-0", "--force-conflicts", "--metrics-port", str(ports[replica]),
             ], tmp_path / replica).start()
 
         def settled() -> bool:
-            return all(status_of(s).get("result") == "ok" and lease_of(s).get("holder") in REPLICAS for s in apis.values())
+            """Every replica holds a slot, the replicas' shards split the clusters, each cluster applied by the holder of its Lease."""
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                shards = {r: owned(ports[r]) for r in REPLICAS}
+                keeper = {c: r for r, kept in shards.items() for c in kept}
+                return slot_holders(apis["center-0"]) == set(REPLICAS) and sum(map(len, shards.values())) == len(CLUSTERS) \
+                    and all(status_of(s).get("result") == "ok" and lease_of(s).get("holder") == keeper.get(c) for c, s in apis.items())
+            return False
 
-        servers.wait_until(settled, "every cluster applied by a replica holding its Lease", timeout=90)
+        servers.wait_until(settled, "every cluster applied by a replica holding its Lease, the assignment settled", timeout=120)
         holders = {c: lease_of(s)["holder"] for c, s in apis.items()}
         victim = holders["center-1"]
         kept = [c for c, h in holders.items() if h == victim]
-        # Drift on the victim's cluster: its next pass re-creates the NetworkPolicies; it is killed as the first is back.
-        deleted = policies(apis["center-1"])
-        assert deleted, "the fleet renders NetworkPolicies"
-        networking = client.NetworkingV1Api(apis["center-1"].client())
-        for p in networking.list_network_policy_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=fleetops").items:
-            networking.delete_namespaced_network_policy(p.metadata.name, p.metadata.namespace)
-        servers.wait_until(lambda: bool(policies(apis["center-1"])), "the victim's repair under way", processes[victim], timeout=30)
+        assert len(set(holders.values())) >= 2, holders  # shared, not one replica taking every cluster
+        # Drift on the victim's cluster: its next pass re-creates what was deleted; it is killed as the first is back.
+        deleted = repairable(apis["center-1"])
+        assert len(deleted) > 50, "the fleet renders NetworkPolicies and ResourceQuotas"
+        delete(apis["center-1"], deleted)
+        servers.wait_until(lambda: bool(repairable(apis["center-1"])), "the victim's repair under way", processes[victim], timeout=30)
         processes[victim].stop(signal.SIGKILL)
         killed = time.monotonic()
-        restored_at_kill = len(policies(apis["center-1"]))
+        restored_at_kill = len(repairable(apis["center-1"]))
 
         def taken_over() -> bool:
             return all(lease_of(apis[c]).get("holder") not in (None, victim) for c in kept)
 
         servers.wait_until(taken_over, f"{victim}'s clusters taken over", timeout=LEASE + 4 * INTERVAL + 15)
         takeover = time.monotonic() - killed
-        servers.wait_until(lambda: policies(apis["center-1"]) == deleted, "the successor's repair", timeout=30)
+        # One more hand edit, after the takeover: its repair (and whatever the victim had left) is the successor's.
+        delete(apis["center-1"], {sorted(repairable(apis["center-1"]))[0]})
+        servers.wait_until(lambda: repairable(apis["center-1"]) == deleted, "the successor's repair", timeout=30)
         repaired = time.monotonic() - killed
         assert takeover <= LEASE + 2 * INTERVAL + 5, takeover  # the Lease time, an interval, and a pass starting
         for replica in REPLICAS:
@@ -152,7 +193,7 @@ def test_a_replica_killed_mid_pass_is_taken_over_within_the_lease_time_and_no_cl
         # Each change of writer is a change of Lease holder: no cluster written by two replicas in turn within one tenure.
         assert all(len(runs[c]) <= transitions[c] + 1 for c in CLUSTERS), (runs, transitions)
         assert victim in runs["center-1"] and runs["center-1"][-1] != victim  # the victim wrote it, then its successor did
-        record_property("timings", f"{victim} killed with {restored_at_kill} of {len(deleted)} NetworkPolicies restored; its clusters "
+        record_property("timings", f"{victim} killed with {restored_at_kill} of {len(deleted)} deleted objects restored; its clusters "
                         f"{', '.join(kept)} taken over in {takeover:.1f} s (Lease {LEASE} s, interval {INTERVAL} s), repaired in "
                         f"{repaired:.1f} s; writers per cluster in turn: {runs}")
     finally:
