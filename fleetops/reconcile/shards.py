@@ -296,7 +296,7 @@ class Shards:
             why = f" ({self.members.error})" if self.members.error else ""
             out.append(f"no live shard on {self.home}{why}: no replica owns {', '.join(sorted(clusters))}")
         for cluster, holder in sorted(self.waiting.items()):
-            out.append(f"{cluster}: assigned to {self.mine}, but {holder} has held its Lease for longer than {self.duration} s since; nothing written there")
+            out.append(f"{cluster}: assigned to {self.mine} more than {self.duration} s ago (a Lease duration), but {holder} still holds its Lease; nothing written there")
         return out
 
 
