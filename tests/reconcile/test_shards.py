@@ -156,10 +156,10 @@ class Replicas:
             api.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleetops-system"}})
         self.loops: dict[str, reconcile.ReconcileLoop] = {}
 
-    def start(self, name: str) -> reconcile.ReconcileLoop:
+    def start(self, name: str, sharded: bool = True) -> reconcile.ReconcileLoop:
         views = {n: Recorded(api, name, self.writes) for n, api in self.apis.items()}
         loop = reconcile.ReconcileLoop("shards", Source(), lambda c: views[c.name], gate=allow, opts=options(clock=self.clock, timer=Ticks(), workers=1),
-                                       identity=name, shards=reconcile.Shards(self.home))
+                                       identity=name, shards=reconcile.Shards(self.home) if sharded else None)
         loop._rendered["rev-1"] = (self.env, self.state)  # rendered once for all replicas
         self.loops[name] = loop
         return loop
@@ -303,8 +303,7 @@ def test_readyz_names_every_cluster_when_no_shard_is_live(fleet) -> None:
 
 def test_without_shards_the_loop_leads_every_cluster_as_before(fleet) -> None:
     replicas = Replicas(*fleet)
-    loop = replicas.start("a")
-    loop.shards = None
+    replicas.start("a", sharded=False)
     replicas.round()
     assert set(replicas.holders().values()) == {"a"}
     assert replicas.apis["center-0"].peek("coordination.k8s.io/v1", "Lease", "fleetops-system", slot_name(0)) is None
