@@ -56,3 +56,8 @@ LAST_SUCCESS = "fleetops_last_success_timestamp_seconds"
 RECONCILE_ERRORS = "fleetops_reconcile_errors"  # {cluster}
 CLUSTER_UP = "fleetops_cluster_up"  # {cluster}
 CAPACITY_READ = "fleetops_capacity_read_timestamp_seconds"  # {cluster}
+# Per shard, when replicas share the fleet (fleetops/reconcile/shards.py): each replica reports its own shard.
+SHARD_CLUSTERS = "fleetops_shard_clusters"  # {shard}
+SHARD_OBJECTS = "fleetops_shard_objects"  # {shard}: objects Git wants on its clusters
+SHARD_PASS_SECONDS = "fleetops_shard_pass_seconds"  # {shard}: its clusters' pass seconds, smoothed, summed (the load it is balanced on)
+SHARD_LAG = "fleetops_shard_lag_seconds"  # {shard, cluster}: since the cluster was last reconciled by the shard (or assigned to it)

@@ -29,6 +29,8 @@ def reconcile_command(
     in_cluster: InClusterOpt = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where the repository is cloned (default ~/.cache/fleetops/repos)")] = None,
     identity: Annotated[str | None, typer.Option(help="Leader election identity (default: host name); only the Lease holder writes", envvar="FLEETOPS_IDENTITY")] = None,
+    shard_home: Annotated[str | None, typer.Option("--shard-home", metavar="CLUSTER", help="Share the clusters with the other replicas: a slot Lease each on this cluster, clusters hashed to slots by their pass cost (README: Sharded replicas); needs --interval")] = None,
+    shards: Annotated[int | None, typer.Option("--shards", metavar="N", help="With --shard-home: slots (default: the environment's reconciler.replicas)")] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
     request_timeout: TimeoutOpt = "30s",
@@ -45,13 +47,22 @@ def reconcile_command(
         fail("choose one of --once or --interval DURATION")
     if dry_run and detect_only:
         fail("--dry-run and --detect-only are alternatives; choose one")
+    if shards is not None and shard_home is None:
+        fail("--shards N needs --shard-home CLUSTER")
+    if shards is not None and shards < 1:
+        fail(f"--shards: must be 1 or more, got {shards}")
+    if shard_home is not None and (once or dry_run or detect_only):
+        fail("--shard-home shares the writes of a running service: use it with --interval, without --dry-run or --detect-only")
     reach = LiveOptions.of(kubeconfig, context, in_cluster, request_timeout, clusters or [])
     period = parse_interval(interval, "--interval") if interval is not None else 0.0
     opts = reconcile.Options(prune=prune, dry_run=dry_run, detect_only=detect_only, force_conflicts=force_conflicts)
     reconciler = reconcile.ReconcileLoop(
         env, reconcile.GitSource(repo, ref, cache_dir), reach.connect, gate=None, opts=opts, only=clusters or None,
         identity=identity or socket.gethostname(),  # a one-off run also yields to a running leader
+        shards=reconcile.Shards(shard_home, shards) if shard_home is not None else None,
     )
+    if shard_home is not None:
+        _check_shard_home(reconciler, shard_home)
     if once:
         try:
             with progress(f"reconciling {env}"):
@@ -77,6 +88,14 @@ def reconcile_command(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
+
+
+def _check_shard_home(reconciler: Any, home: str) -> None:
+    """--shard-home names a cluster of the environment at the followed revision (when it can be read now: else each pass says why)."""
+    fetched = reconciler.source.fetch()
+    loaded = reconciler.load(fetched.path, fetched.revision) if fetched.path is not None and fetched.revision is not None else None
+    if isinstance(loaded, tuple) and home not in {c.name for c in loaded[0].clusters}:
+        fail(f"--shard-home: no cluster {home} in environment {loaded[0].environment} (its clusters: {', '.join(c.name for c in loaded[0].clusters)})")
 
 
 def why_command(

@@ -243,7 +243,9 @@ def build_input(
         "environment": env.environment,
         "revision": revision,
         # A spill-over appears where a tenant declares one: a null per tenant would take the largest fleet's input past its bound.
-        "spec": env.model_dump(mode="json", exclude={"tenants": {i: {"spill_over"} for i, t in enumerate(env.tenants) if t.spill_over is None}}),
+        # Reconciler pins likewise (no policy reads them): a file without pins judges the same input as before they existed.
+        "spec": env.model_dump(mode="json", exclude={"tenants": {i: {"spill_over"} for i, t in enumerate(env.tenants) if t.spill_over is None},
+                                                     **({} if env.reconciler.pins else {"reconciler": {"pins"}})}),
         "resources": entries,
         "by_kind": by_kind,
         "facts": {**derived_facts(env), "egress": egress_coverage(entries), "reach": reach_fact(env), "grants": granted, "services": grants.services(env, granted)},

@@ -9,12 +9,13 @@ invalid revision, a denied one. The last applied revision stays.
 
 The loop adds metrics (errors and reachability per cluster among them), /healthz, /readyz (the last
 pass worked, or why not), JSON logs and leader election through a Lease per cluster, so that several
-replicas can run and only the leader of a cluster writes to it.
+replicas can run and only the leader of a cluster writes to it; with shards, the replicas split the clusters.
 
 A module per job: `options` (what a pass may do), `gate`, `result` (actions: writes and findings, their outcomes, results, statuses),
 `retry` (backoff and the unreachable-server guard), `objects` (LIST, diff, prune), `nodes` (labels,
 taints, quarantine, cordon, certificate requests), `status` (status and inventory ConfigMaps),
-`sync` (one pass over every cluster), `source` (Git), `lease` (leader election), `service`
+`sync` (one pass over every cluster), `source` (Git), `lease` (leader election), `shards` (replicas sharing the
+clusters: slot Leases and the assignment), `service`
 (metrics, health, logs) and `loop` (the ReconcileLoop). This module names what the CLI and tests use.
 """
 
@@ -26,6 +27,7 @@ from fleetops.reconcile.result import Found, Outcome, PassResult, PassStatus, Wr
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import JsonFormatter, Metrics, json_logging, serve_http
 from fleetops.reconcile.source import GitSource, redact
+from fleetops.reconcile.shards import Shards, assign
 from fleetops.reconcile.status import INVENTORY_CONFIGMAP, INVENTORY_KEY, applied_keys, inventory_content, record_deploy
 from fleetops.reconcile.sync import run_pass
 
@@ -45,7 +47,9 @@ __all__ = [
     "Outcome",
     "Write",
     "ReconcileLoop",
+    "Shards",
     "applied_keys",
+    "assign",
     "call",
     "default_gate",
     "inventory_content",

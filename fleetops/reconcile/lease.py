@@ -43,12 +43,13 @@ class LeaseElector:
         self.last_failure: ApiError | None = None  # the last failed call: NotFound means the namespace is not there yet
         self.last_error: str | None = None  # that call's error, when it was not a lost race (409)
         self.holder: str | None = None  # who held the Lease at the last read
+        self.annotations: dict[str, str] = {}  # written with every renewal (a shard's slot Lease carries its clusters' pass costs)
 
     def _body(self, now: dt.datetime, transitions: int, acquired: str) -> Manifest:
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
+            "metadata": {"name": self.name, "namespace": self.namespace, **({"annotations": dict(self.annotations)} if self.annotations else {})},
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
                      "acquireTime": acquired, "renewTime": _micro_time(now), "leaseTransitions": transitions},
         }
@@ -67,7 +68,7 @@ class LeaseElector:
             renewed = held.get("renewTime")
             expired = renewed is None or (now - inventory.parse_time(renewed)).total_seconds() > held.get("leaseDurationSeconds", self.duration)
             mine = held.get("holderIdentity") == self.identity
-            if not mine and not expired:
+            if not mine and not expired:  # a released Lease has no renewTime: expired, free at once
                 return False
             transitions = held.get("leaseTransitions", 0) + (0 if mine else 1)
             body = self._body(now, transitions, held.get("acquireTime") if mine else _micro_time(now))
@@ -78,3 +79,22 @@ class LeaseElector:
             self.last_failure = exc
             self.last_error = None if isinstance(exc, Conflict) else str(exc)
             return False  # a conflict, or the API is unreachable: not the leader this round
+
+    def release(self) -> bool:
+        """Give the Lease up at once when this candidate holds it (a planned move need not wait for it to
+        expire); True when it was released. Written with the resourceVersion read, so a Lease another
+        candidate took meanwhile is left alone."""
+        self.last_failure = self.last_error = None
+        try:
+            lease = self.api.get("coordination.k8s.io/v1", "Lease", self.namespace, self.name)
+            if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
+                return False
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": {k: v for k, v in lease["spec"].items() if k not in ("holderIdentity", "renewTime")}}
+            self.api.replace(body)
+            return True
+        except ApiError as exc:
+            self.last_failure = exc
+            self.last_error = None if isinstance(exc, Conflict) else str(exc)
+            return False

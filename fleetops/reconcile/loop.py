@@ -19,6 +19,7 @@ from fleetops.reconcile.options import Options
 from fleetops.reconcile.result import WORKED, ClusterResult, PassResult, PassStatus
 from fleetops.reconcile.retry import call
 from fleetops.reconcile.service import READY_REASON_CHARS, Metrics, Readiness, readiness
+from fleetops.reconcile.shards import ShardCollector, Shards
 from fleetops.reconcile.status import Recorded
 from fleetops.reconcile.source import GitSource, redact
 from fleetops.reconcile.sync import record_refusal, run_pass
@@ -48,6 +49,7 @@ class ReconcileLoop:
         only: list[str] | None = None,
         metrics: Metrics | None = None,
         identity: str | None = None,
+        shards: Shards | None = None,
     ):
         self.environment = environment
         self.source = source
@@ -57,6 +59,9 @@ class ReconcileLoop:
         self.only = only
         self.metrics = metrics or Metrics()
         self.identity = identity  # set: write only where this identity holds the cluster's Lease; None: no election
+        self.shards = shards  # set (with an identity): only the clusters the shard assignment gives this replica
+        if shards is not None:
+            self.metrics.registry.register(ShardCollector(shards))
         self.last_applied: str | None = None
         self.last_status: PassStatus | None = None
         self.last_result: PassResult | None = None
@@ -65,6 +70,7 @@ class ReconcileLoop:
         self.passes = 0
         self._apis: dict[str, ClusterAPI] = {}
         self._electors: dict[str, LeaseElector] = {}
+        self._home: ClusterAPI | None = None  # the shards' home cluster, when this replica does not reconcile it
         self._rendered: dict[str, tuple[spec.Environment, render.DesiredState] | list[str]] = {}
 
     def load(self, checkout: Path, revision: str) -> tuple[spec.Environment, render.DesiredState] | list[str]:
@@ -88,12 +94,18 @@ class ReconcileLoop:
         for cluster in env.clusters:
             if (self.only is None or cluster.name in self.only) and cluster.name not in self._apis:
                 self._apis[cluster.name] = self.connect(cluster)
+            if self.shards is not None and cluster.name == self.shards.home and self._home is None:
+                self._home = self._apis.get(cluster.name) or self.connect(cluster)
+        if self.shards is not None and self.shards.home not in {c.name for c in env.clusters}:
+            raise ValueError(f"no cluster {self.shards.home} in environment {env.environment} to hold the shards' Leases (--shard-home)")
         return self._apis
 
-    def _leaders(self, state: render.DesiredState, apis: dict[str, ClusterAPI]) -> dict[str, ClusterAPI]:
+    def _leaders(self, env: spec.Environment, state: render.DesiredState, apis: dict[str, ClusterAPI]) -> dict[str, ClusterAPI]:
         """The clusters this replica leads; without an identity it is the only writer of all."""
         if self.identity is None:
             return apis
+        if self.shards is not None:
+            apis = self._assigned(env, state, apis)
         leading = {}
         for name, api in apis.items():
             elector = self._electors.setdefault(name, LeaseElector(api, self.opts.namespace or "", self.identity, self.lease_seconds, self.opts.clock))
@@ -103,13 +115,36 @@ class ReconcileLoop:
                 held = elector.acquire()
             if held:
                 leading[name] = api
+        if self.shards is not None:
+            self.shards.holders(set(leading), self._electors)
         return leading
+
+    def _assigned(self, env: spec.Environment, state: render.DesiredState, apis: dict[str, ClusterAPI]) -> dict[str, ClusterAPI]:
+        """The clusters the shard assignment gives this replica; the Lease of any other it holds is released at once."""
+        assert self.shards is not None and self.identity is not None
+        home = self._home
+        assert home is not None  # connected by _apis_for
+        owned = self.shards.plan(env, [c.name for c in env.clusters], home, self.identity, self.lease_seconds, self.opts.clock)
+        if self.shards.membership is not None and isinstance(self.shards.membership.last_failure, NotFound):
+            self._ensure_namespace(home, state, self.shards.home)  # the first replica creates the namespace of the slot Leases
+            owned = self.shards.plan(env, [c.name for c in env.clusters], home, self.identity, self.lease_seconds, self.opts.clock)
+        for name in sorted(set(self._electors) - owned):
+            self._electors.pop(name).release()  # a failed release expires on its own
+        return {n: api for n, api in apis.items() if n in owned}
+
+    def _standby(self, name: str) -> str:
+        """Why this replica wrote nothing to a cluster."""
+        if self.shards is not None and name not in self.shards.owned:
+            owner = self.shards.assignment.get(name)
+            return f"{name}: assigned to {owner or 'no live shard'}, not to {self.shards.mine or 'this replica (it holds no slot)'}; nothing written"
+        return f"{name}: {self._electors[name].holder or 'another replica'} holds the Lease; nothing written"
 
     def _held(self) -> dict[str, ClusterAPI]:
         """Clusters reached in earlier passes that this replica may write to now (no bootstrap)."""
         if self.identity is None:
             return dict(self._apis)
-        return {n: api for n, api in self._apis.items() if n in self._electors and self._electors[n].acquire()}
+        mine = self._apis.keys() if self.shards is None else self.shards.owned
+        return {n: api for n, api in self._apis.items() if n in self._electors and n in mine and self._electors[n].acquire()}
 
     def _ensure_namespace(self, api: ClusterAPI, state: render.DesiredState, name: str) -> None:
         # The Lease lives in the reconciler's namespace, which the first apply creates: bootstrap it.
@@ -154,13 +189,13 @@ class ReconcileLoop:
         except (ValueError, ApiError, KubeconfigError) as exc:
             return PassResult(self.environment, fetched.revision, PassStatus.UNAVAILABLE, notes + [str(exc)], last_applied=self.last_applied)
         if self.opts.writes:
-            leaders = self._leaders(state, apis)
+            leaders = self._leaders(env, state, apis)
             if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
-                failed = {n: e for n, e in sorted(self._electors.items()) if n in apis and e.last_error}
+                failed = {n: e for n, e in sorted(self._electors.items()) if n in apis and n in self._mine(apis) and e.last_error}
                 if failed:  # an unreachable or forbidden API server is not another leader
                     errors = {n: lease_failure(n, e) for n, e in failed.items()}
                     return PassResult(self.environment, fetched.revision, PassStatus.ERRORS, notes + [r.errors[0] for r in errors.values()], errors, self.last_applied)
-                held = [f"{n}: {self._electors[n].holder or 'another replica'} holds the Lease; nothing written" for n in sorted(apis)]
+                held = [self._standby(n) for n in sorted(apis)]
                 standby = {n: ClusterResult(n, leader=False) for n in sorted(apis)}
                 return PassResult(self.environment, fetched.revision, PassStatus.STANDBY, notes + held, standby, self.last_applied)
             apis = leaders
@@ -172,7 +207,7 @@ class ReconcileLoop:
             record_refusal(apis, self.opts, Recorded.DENIED, "; ".join(result.reasons))
         for name in sorted(set(self._apis) - set(apis)):
             elector = self._electors.get(name)
-            if elector is not None and elector.last_error:  # not another leader: a server that failed us
+            if elector is not None and elector.last_error and name in self._mine(self._apis):  # not another leader: a server that failed us
                 result.clusters[name] = lease_failure(name, elector)
                 result.reasons.append(result.clusters[name].errors[0])
                 result.status = PassStatus.ERRORS
@@ -181,11 +216,22 @@ class ReconcileLoop:
         if result.last_applied:
             self.last_applied = result.last_applied
         result.last_applied = self.last_applied
+        if self.shards is not None:
+            self.shards.observe(result, {n: len(state.clusters.get(n, [])) for n in self.shards.owned})
         return result
+
+    def _mine(self, apis: dict[str, ClusterAPI]) -> set[str]:
+        """The clusters whose Lease failures are this replica's to report: all, or its shard's."""
+        return set(apis) if self.shards is None else self.shards.owned
 
     @property
     def ready(self) -> Readiness:
-        return Readiness(self.failure) if self.failure else readiness(self.last_result)
+        state = Readiness(self.failure) if self.failure else readiness(self.last_result)
+        shards = self.shards.problems(sorted(self._apis)) if self.shards is not None else []
+        if not shards:
+            return state
+        why = "; ".join(([state.reason] if state.reason else []) + shards)
+        return Readiness(why if len(why) <= READY_REASON_CHARS else why[:READY_REASON_CHARS] + "...")
 
     def serve(self, interval: float, stop: threading.Event) -> None:
         """Pass after pass until `stop` is set; a failing pass is logged and the next one starts on time."""
@@ -198,3 +244,8 @@ class ReconcileLoop:
                 self.failure = f"the last pass failed: {error}"[:READY_REASON_CHARS]
                 log.error("reconcile pass failed", extra={"fields": {"error": error}})
             stop.wait(interval)
+        if self.shards is not None and self.shards.membership is not None:
+            # A planned stop: hand the clusters and the slot over now rather than after the Leases expire.
+            for elector in self._electors.values():
+                elector.release()
+            self.shards.membership.leave()

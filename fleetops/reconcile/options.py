@@ -25,6 +25,9 @@ class Options:
     backoff_max: float = 30.0
     clock: Callable[[], dt.datetime] = utcnow
     sleep: Callable[[float], None] = time.sleep
+    # A cluster's pass cost (its weight among shards): CPU seconds of the thread that worked on it. The waits on its API
+    # server overlap in the worker pool, the CPU does not: it is what a replica runs out of, and other processes do not move it.
+    timer: Callable[[], float] = time.thread_time
 
     @property
     def writes(self) -> bool:

@@ -172,6 +172,7 @@ class ClusterResult:
     applied: set[Key] | None = None  # the inventory of applied objects after this pass; None: not known
     last_applied: str | None = None  # the revision its status ConfigMap records as applied
     measured: set[str] | None = None  # the kinds whose drift this pass measured; None: none (unreachable, denied, standby)
+    seconds: float = 0.0  # what this pass spent on the cluster (its nodes, objects and records): its weight when replicas share the fleet
 
     @property
     def errors(self) -> list[str]:

@@ -113,6 +113,13 @@ def run_pass(
     now = opts.clock()
 
     def survey(cluster: spec.Cluster) -> tuple[inventory.ClusterInventory, list[Action]]:
+        started = opts.timer()
+        try:
+            return surveyed_nodes(cluster)
+        finally:
+            results[cluster.name].seconds += opts.timer() - started
+
+    def surveyed_nodes(cluster: spec.Cluster) -> tuple[inventory.ClusterInventory, list[Action]]:
         inv, error = read_nodes(apis[cluster.name], cluster, opts)
         result = results[cluster.name]
         if guards[cluster.name].down is not None:
@@ -143,6 +150,13 @@ def run_pass(
                               gate_unavailable=verdict.unavailable)
 
         def one(cluster: spec.Cluster) -> None:
+            started = opts.timer()
+            try:
+                reconciled(cluster)
+            finally:
+                results[cluster.name].seconds += opts.timer() - started
+
+        def reconciled(cluster: spec.Cluster) -> None:
             api, result = apis[cluster.name], results[cluster.name]
             if result.unreachable is not None:
                 return

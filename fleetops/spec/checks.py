@@ -278,6 +278,17 @@ def cross_checks(env: Environment, where: Callable[[Loc], str] = format_loc) -> 
     yield from _kueue_checks(env, clusters)
     yield from _queue_name_checks(env)
     yield from _service_checks(env, clusters, where)
+    yield from _pin_checks(env, clusters)
+
+
+def _pin_checks(env: Environment, clusters: dict[str, Cluster]) -> Iterator[tuple[Loc, str]]:
+    """A pin names a cluster of the file and a shard the reconciler's replicas have."""
+    for name, index in env.reconciler.pins.items():
+        loc = ("reconciler", "pins", name)
+        if name not in clusters:
+            yield loc, f"no cluster {name} in this environment (its clusters: {', '.join(sorted(clusters))})"
+        elif index >= env.reconciler.replicas:
+            yield loc, f"shard {index} does not exist: reconciler.replicas is {env.reconciler.replicas} (shards 0 .. {env.reconciler.replicas - 1})"
 
 
 def _queue_name_checks(env: Environment) -> Iterator[tuple[Loc, str]]:

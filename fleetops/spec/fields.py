@@ -515,6 +515,9 @@ class Reconciler(Model):
     namespace: Name = "fleetops-system"
     replicas: Positive = 2
     interval_seconds: Positive = 60
+    # A cluster kept by one shard (its index, 0 .. replicas-1) while that shard's replica is live;
+    # otherwise it is hashed like the others (fleetops/reconcile/shards.py), so none is left without an owner.
+    pins: dict[Name, Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(default={}, max_length=LIMITS.clusters)
 
 
 class Api(Model):
