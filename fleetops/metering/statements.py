@@ -251,7 +251,7 @@ class _Summary(BaseModel):
     balance: _Balance | None
 
 
-class _Document(BaseModel):
+class _StatementsDocument(BaseModel):
     environment: str
     period: str
     prometheus: str
@@ -262,7 +262,7 @@ class _Document(BaseModel):
 def audit_summary(path: Path) -> dict[str, object]:
     """What the audit report shows of a `fleetops statements --output json` file: per tenant, its mode, total and balance."""
     try:
-        document = spec.read_output(path, _Document, DOCUMENT_BYTES, "statements")
+        document = spec.read_output(path, _StatementsDocument, DOCUMENT_BYTES, "statements")
     except ValueError as exc:
         raise StatementError(str(exc)) from None
     unknown = document.incomplete or {s.tenant: ["total: null"] for s in document.statements if s.total is None}

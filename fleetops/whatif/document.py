@@ -24,7 +24,7 @@ class _Trace(BaseModel):
     window_hours: float
 
 
-class _Document(BaseModel):
+class _WhatifDocument(BaseModel):
     command: Literal["whatif"]
     environment: str
     trace: _Trace
@@ -47,7 +47,7 @@ class Replayed:
 def read(path: Path) -> Replayed:
     """The replay a whatif JSON document holds; anything else is one WhatifError naming the file and the first wrong field."""
     try:
-        document = spec.read_output(path, _Document, DOCUMENT_BYTES, "whatif")
+        document = spec.read_output(path, _WhatifDocument, DOCUMENT_BYTES, "whatif")
     except ValueError as exc:
         raise WhatifError(str(exc)) from None
     if not document.sides:
