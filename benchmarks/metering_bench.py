@@ -2,8 +2,8 @@
 
 The generated large fleet (benchmarks/generate.py, scale 1: 1,000 tenants), one in ten of them
 prepaid with a top-up before the month. Prometheus (Debian's /usr/bin/prometheus, as in the tests)
-holds `fleetops:tenant_devices:physical` every 6 hours for each tenant on one of its pools from a week
-before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
+holds `fleetops:tenant_devices:physical` and `fleetops:tenant_spend:per_hour` (the devices at the pool's
+price) every 6 hours for each tenant on one of its pools from a week before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
 a sample for 6 hours (--query.lookback-delta): the server's work for the statements is the same as over
 minute samples (the query steps every minute whatever the samples), and promtool 2.42 writes a block
 per 2 hours of history, so hourly samples for 1,000 tenants took over 10 minutes to import on the
@@ -33,14 +33,14 @@ from benchmarks.goals import Goal, report  # noqa: E402
 from fleetops import spec  # noqa: E402
 from fleetops.metering import statements  # noqa: E402
 from fleetops.prometheus import Prometheus  # noqa: E402
-from modules.metering import DEVICES  # noqa: E402
+from modules.metering import DEVICES, SPEND  # noqa: E402
 from tests.servers import prometheus_server  # noqa: E402
 
 PERIOD = "2026-11"
 START = int(datetime.datetime(2026, 10, 25, tzinfo=datetime.timezone.utc).timestamp())
 END = int(datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc).timestamp())
 SAMPLE_SECONDS = 6 * 3600
-QUERIES = 2  # the month, and the prepaid tenants' spend before it: the bound, whatever the tenants
+QUERIES = 4  # device-hours and spend, for the month and for the prepaid tenants' use before it: the bound, whatever the tenants
 WALL_SECONDS = 30.0
 PEAK_MIB = 256.0
 
@@ -56,19 +56,22 @@ def environment(scale: float, directory: Path) -> spec.Environment:
 
 
 def openmetrics(env: spec.Environment) -> tuple[str, int]:
-    """Device series for each tenant on one of its pools, a sample every SAMPLE_SECONDS; the number of series."""
+    """Device and spend series for each tenant on one of its pools, a sample every SAMPLE_SECONDS; the number of series."""
     rng = random.Random(22)
     clusters = {c.name: c for c in env.clusters}
-    lines, count = [f"# TYPE {DEVICES} gauge"], 0
+    devices, spend, count = [f"# TYPE {DEVICES} gauge"], [f"# TYPE {SPEND} gauge"], 0
     for tenant in env.tenants:
         groups = spec.eligible_groups(tenant, [clusters[n] for n in tenant.clusters])[:1]
         for group in groups:
             cluster = next(c for c in tenant.clusters if any(g is group for g in (*clusters[c].pools, *clusters[c].edge_groups)))
-            labels = f'cluster="{cluster}",pool="{group.name}",resource="{group.device.resource}",tenant="{tenant.name}"'
-            held = rng.randint(1, 8)
-            lines += [f"{DEVICES}{{{labels}}} {held if rng.random() < 0.6 else 0} {t}" for t in range(START, END + 1, SAMPLE_SECONDS)]
-            count += 1
-    return "\n".join(lines) + "\n# EOF\n", count
+            where = f'cluster="{cluster}",pool="{group.name}",tenant="{tenant.name}"'
+            held, price = rng.randint(1, 8), spec.device_hour_price(env, group)
+            for t in range(START, END + 1, SAMPLE_SECONDS):
+                now = held if rng.random() < 0.6 else 0
+                devices.append(f'{DEVICES}{{{where},resource="{group.device.resource}"}} {now} {t}')
+                spend.append(f'{SPEND}{{{where},currency="{env.budget.currency}"}} {now * price} {t}')
+            count += 2
+    return "\n".join(devices + spend) + "\n# EOF\n", count
 
 
 def main() -> int:

@@ -4,13 +4,20 @@ A postpaid tenant's statement is an invoice: a line per cluster, pool and device
 device-hours x the price per device-hour. A prepaid tenant's also has a balance: its top-ups dated up
 to the period's end, less what it spent from its first top-up to the period's end.
 
-The cost is bounded whatever the number of tenants: one range query for the period (grouped by
-cluster, pool, tenant and resource: never one per tenant), and one more for the prepaid tenants'
-spend before it when any was topped up earlier. Device-hours are counted at minute resolution
-(`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per series: each
-minute of the month counts once, as the latest sample at or before it says.
+The cost is bounded whatever the number of tenants: two range queries for the period, one per recorded
+series (device-hours and spend, grouped by cluster, pool and tenant: never one per tenant), and two more
+per month of the prepaid tenants' use before it when any was topped up earlier. Device-hours are counted
+at minute resolution (`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per
+series: each minute of the month counts once, as the latest sample at or before it says. The server holds
+a query's minute samples at once and refuses above its `--query.max-samples` (50 million by default), so
+no query asks for more than one series over SPAN: a month of one series for 1,000 tenant-pools is ~45
+million (benchmarks/metering_bench.py); both series at once, or a prepaid year at once, were refused.
 
-Prices are the environment's as declared now (the revision the command runs on), in the budget's currency.
+Money is what Prometheus recorded, never repriced: each minute's spend is `fleetops:tenant_spend:per_hour`,
+which the metering rules deployed at that minute computed with the prices of the revision they were
+rendered from. So a closed month keeps the prices that were in force in it, and the prepaid balance
+PromQL computes (from the same series) equals the statement's. A line's price per device-hour is what the
+period charged per device-hour (spend / device-hours): one price, or the mean of those in force.
 
 What cannot be read as use is said as unknown, never billed as 0: a day whose device-hours are no
 number (NaN, Inf) or negative, and a cluster a tenant runs on that has no series at all in the period
@@ -33,13 +40,15 @@ from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.metrics import DEVICES
+from fleetops.metrics import DEVICES, SPEND
 from fleetops.prometheus import Prometheus, finite
 
 DAY = 86400
 EARLY = 30  # seconds: between two minute steps of the subquery
 ROUND = 6  # decimals kept of device-hours and amounts: a sum of 30 days of minute samples, no more
 DAYS_NAMED = 3  # of the days refused on one pool, the first named; the rest counted
+SPAN = 31 * DAY  # the most one query asks for: a query holds its days' minutes of every series at once (below)
+PRICE_SOURCE = f"{SPEND} as Prometheus recorded it: each minute at the prices of the metering rules deployed then"
 
 
 class StatementError(FleetopsError):
@@ -76,7 +85,7 @@ class Line:
     device_model: str
     resource: str
     device_hours: float
-    price_per_device_hour: float
+    price_per_device_hour: float | None  # charged per device-hour in the period (spend / device-hours); None without use
     amount: float
 
 
@@ -119,7 +128,7 @@ class Statements:
 
     def document(self) -> dict[str, object]:
         return {"environment": self.environment, "period": self.period.name, "prometheus": self.prometheus,
-                "queries": self.queries, "unknown": self.unknown, "incomplete": self.incomplete,
+                "price_source": PRICE_SOURCE, "queries": self.queries, "unknown": self.unknown, "incomplete": self.incomplete,
                 "statements": [self.statement_document(s) for s in self.statements]}
 
     def statement_document(self, statement: Statement) -> dict[str, object]:
@@ -138,57 +147,85 @@ def _unix(day: datetime.date | datetime.datetime) -> float:
     return day.timestamp()
 
 
-def device_hours_expr(tenants: Iterable[str] | None = None) -> str:
-    """Device-hours in the day before each point, per cluster, pool, tenant and resource."""
-    selector = DEVICES if tenants is None else f'{DEVICES}{{tenant=~"{"|".join(sorted(tenants))}"}}'
-    return f"sum by (cluster, pool, tenant, resource) (sum_over_time({selector}[1d:1m])) / 60"
+def use_expr(name: str, tenants: Iterable[str] | None = None) -> str:
+    """The recorded series `name` (device-hours or spend) summed over the day before each point, per cluster, pool and tenant."""
+    where = "" if tenants is None else f'{{tenant=~"{"|".join(sorted(tenants))}"}}'
+    return f"sum by (cluster, pool, tenant) (sum_over_time({name}{where}[1d:1m])) / 60"
 
 
 Key = tuple[str, str, str]  # cluster, pool, tenant
-Days = dict[Key, list[tuple[float, float]]]  # (day's end, device-hours of the day)
+Days = dict[Key, list[tuple[float, float]]]  # (day's end, the day's device-hours or spend)
 
 
 def _day(t: float) -> str:
     return f"{datetime.datetime.fromtimestamp(t - DAY, datetime.timezone.utc):%Y-%m-%d}"
 
 
-def _refused(key: Key, points: list[tuple[float, float]]) -> str | None:
-    """Why some of a series' days cannot be read as use (no number, or below zero), naming them; None if all can."""
+def _refused(key: Key, what: str, points: list[tuple[float, float]]) -> str | None:
+    """Why some of a series' days cannot be read (no number, or below zero), naming them; None if all can."""
     bad = [(t, v) for t, v in points if not finite(v) or v < 0]
     if not bad:
         return None
     kinds = " or ".join(sorted({"no number (NaN, Inf)" if not finite(v) else "negative" for _, v in bad}))
     named = ", ".join(_day(t) for t, _ in bad[:DAYS_NAMED]) + (f" and {len(bad) - DAYS_NAMED} more" if len(bad) > DAYS_NAMED else "")
-    return f"{key[0]}/{key[1]}: device-hours {kinds} on {named}: unknown, not 0"
+    return f"{key[0]}/{key[1]}: {what} {kinds} on {named}: unknown, not 0"
 
 
-def _read(prom: Prometheus, expr: str, start: float, end: float) -> tuple[Days, dict[Key, str]]:
-    """(day's end, device-hours) for each day of [start, end) that reads as use, and per series why some
-    days do not. Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window
+@dataclass
+class _Use:
+    """What one read found: per series name, its days; and per key why some of them cannot be read."""
+
+    days: dict[str, Days] = field(default_factory=lambda: {DEVICES: {}, SPEND: {}})
+    refused: dict[Key, str] = field(default_factory=dict)
+
+
+WHAT = {DEVICES: "device-hours", SPEND: "spend"}
+
+
+def _read(prom: Prometheus, start: float, end: float, tenants: Iterable[str] | None = None) -> _Use:
+    """(day's end, value) of each series for each day of [start, end) that reads as a number, and per key why
+    some days do not. Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window
     holds exactly the day's 1,440 minutes (from 00:00 to 23:59) whether the server's ranges include
     their start (Prometheus 2) or not (3)."""
-    days: Days = {}
-    refused: dict[Key, str] = {}
-    for s in prom.query_range(expr, start + DAY - EARLY, end - EARLY, DAY):
-        key = (s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", ""))
-        points = [(t + EARLY, v) for t, v in s.points]
-        if (why := _refused(key, points)) is not None:
-            refused[key] = why
-        days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
-    return days, refused
+    use = _Use()
+    for name, days in use.days.items():
+        for first in range(int(start), int(end), SPAN):
+            last = min(first + SPAN, int(end))
+            for s in prom.query_range(use_expr(name, tenants), first + DAY - EARLY, last - EARLY, DAY):
+                key = (s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", ""))
+                points = [(t + EARLY, v) for t, v in s.points]
+                if (why := _refused(key, WHAT[name], points)) is not None:
+                    use.refused.setdefault(key, why)
+                days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
+    return use
+
+
+def _unpriced(key: Key, hours: list[tuple[float, float]], spend: list[tuple[float, float]]) -> str | None:
+    """Days of use with no recorded spend (the rules that price it were not loaded, or their series was lost), named."""
+    priced = {t for t, _ in spend}
+    bare = [t for t, v in hours if v > 0 and t not in priced]
+    if not bare:
+        return None
+    named = ", ".join(_day(t) for t in bare[:DAYS_NAMED]) + (f" and {len(bare) - DAYS_NAMED} more" if len(bare) > DAYS_NAMED else "")
+    return f"{key[0]}/{key[1]}: device-hours but no {SPEND} on {named}: its cost unknown, not 0"
 
 
 def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements:
     """Read the period (and the prepaid tenants' spend before it) and write every tenant's statement."""
     start, end = _unix(period.start), _unix(period.end)
-    usage, refused = _read(prom, device_hours_expr(), start, end)
+    use = _read(prom, start, end)
+    usage = use.days[DEVICES]
     if not usage:
         raise StatementError(f"{prom.url}: no {DEVICES} between {period.start:%Y-%m-%d} and {period.end:%Y-%m-%d}: is the "
                              f"PrometheusRule fleetops-metering loaded and kube-state-metrics scraped? (read as no answer, never as zero use)")
     prepaid = {t.name: t for t in env.tenants if t.billing.mode == Mode.PREPAID}
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
-    before, refused_before = _read(prom, device_hours_expr(prepaid), earliest, start) if earliest is not None else ({}, {})
+    before = _read(prom, earliest, start, prepaid) if earliest is not None else _Use()
+    for read in (use, before):
+        for key, hours in read.days[DEVICES].items():
+            if key not in read.refused and (why := _unpriced(key, hours, read.days[SPEND].get(key, []))) is not None:
+                read.refused[key] = why
 
     groups = {(c.name, g.name): g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
     tenants = {t.name for t in env.tenants}
@@ -198,23 +235,23 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
     metered = {c.name for c in env.clusters if c.pools or c.edge_groups}
 
     def unknowns(tenant: spec.Tenant) -> list[str]:
-        """What of the tenant's use cannot be read: clusters without a series, days without a number."""
+        """What of the tenant's use cannot be read: clusters without a series, days without a number or a price."""
         out = [f"{cluster}: no {DEVICES} in {period.name} (metering not loaded there, lost, or nothing ran): unknown, not 0"
                for cluster in tenant.clusters if cluster in metered and cluster not in measured]
-        out += [why for (_, _, name), why in sorted(refused.items()) if name == tenant.name]
-        out += [f"{why} (before {period.name}: the balance's spend)" for (_, _, name), why in sorted(refused_before.items()) if name == tenant.name]
+        out += [why for (_, _, name), why in sorted(use.refused.items()) if name == tenant.name]
+        out += [f"{why} (before {period.name}: the balance's spend)" for (_, _, name), why in sorted(before.refused.items()) if name == tenant.name]
         return out
 
-    def priced(days: Days, tenant: str, since: float) -> list[Line]:
+    def lines_of(read: _Use, tenant: str, since: float) -> list[Line]:
         lines = []
-        for (cluster, pool, name), points in sorted(days.items()):
+        for (cluster, pool, name), points in sorted(read.days[DEVICES].items()):
             group = groups.get((cluster, pool))
             if name != tenant or group is None:
                 continue
             hours = sum(v for t, v in points if t - DAY >= since)
-            price = spec.device_hour_price(env, group)
-            lines.append(Line(cluster, pool, group.device.model, group.device.resource,
-                              round(hours, ROUND), price, round(hours * price, ROUND)))
+            amount = sum(v for t, v in read.days[SPEND].get((cluster, pool, name), []) if t - DAY >= since)
+            lines.append(Line(cluster, pool, group.device.model, group.device.resource, round(hours, ROUND),
+                              round(amount / hours, ROUND) if hours else None, round(amount, ROUND)))
         return lines
 
     out, incomplete = [], {}
@@ -222,11 +259,11 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
         if reasons := unknowns(tenant):
             incomplete[tenant.name] = reasons
         since = first_top_up.get(tenant.name, float("-inf"))  # prepaid use is paid from the first top-up on
-        lines = priced(usage, tenant.name, since)
+        lines = lines_of(use, tenant.name, since)
         total = round(sum(line.amount for line in lines), ROUND)
         balance = None
         if tenant.name in prepaid:
-            spent_before = round(sum(line.amount for line in priced(before, tenant.name, since)), ROUND)
+            spent_before = round(sum(line.amount for line in lines_of(before, tenant.name, since)), ROUND)
             top_ups = sum(u.amount for u in tenant.billing.top_ups if _unix(u.date) < end)
             balance = Balance(round(top_ups, ROUND), spent_before, total, round(top_ups - spent_before - total, ROUND),
                               tenant.billing.low_balance_at)

@@ -13,8 +13,8 @@ def statement(statement: Statement, unknown: list[str]) -> str:
     title = "Invoice" if statement.mode is Mode.POSTPAID else "Prepaid statement"
     rows = [f"{title} for {statement.tenant}, {statement.period} ({statement.currency})"]
     for line in statement.lines:
-        rows.append(f"  {line.cluster}/{line.pool} {line.device_model}: {line.device_hours:,.2f} device-hours x "
-                    f"{line.price_per_device_hour:g} = {line.amount:,.2f}")
+        price = "-" if line.price_per_device_hour is None else f"{line.price_per_device_hour:g}"
+        rows.append(f"  {line.cluster}/{line.pool} {line.device_model}: {line.device_hours:,.2f} device-hours x {price} = {line.amount:,.2f}")
     if not statement.lines and not unknown:
         rows.append("  no use in the period")
     rows += [f"  unknown: {why}" for why in unknown]

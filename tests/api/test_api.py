@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from fleetops.api import app as api_app
 from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
 from fleetops.prometheus import Prometheus
+from fleetops.metrics import SPEND
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.command import fleetops_command, run
@@ -145,10 +146,12 @@ IDLE = [{"cluster": "center-sh", "pool": "a100-train", "tenant": "recsys", "reso
 
 
 def metering(form: dict[str, str]) -> bytes:
-    """vision used 48 H100s all day every day of the month asked; the prepaid tenants' spend before the month is asked apart, and none."""
+    """vision used 48 H100s all day every day of the month asked, recorded at 2.9 an hour; the prepaid tenants' use
+    before the month is asked apart, and none."""
     first, last = int(float(form["start"])), int(float(form["end"]))
     per_day = lambda value: [[t, str(value)] for t in range(first, last + 1, DAY)]  # noqa: E731 - on the asked steps
-    series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": per_day(48 * 24)},
+    per_hour = 2.9 if SPEND in form["query"] else 1
+    series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": per_day(48 * 24 * per_hour)},
                                                      *({"metric": labels, "values": per_day(0)} for labels in IDLE)]
     return success({"resultType": "matrix", "result": series})
 
@@ -175,10 +178,11 @@ def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_pe
                             "device_hours": 34560, "spend": 100224}]}
     research = client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)).json()
     assert research["lines"] == [] and research["balance"]["remaining"] == 250000  # both top-ups, nothing spent
-    # Every tenant's month from metering's two queries (the month, and the prepaid spend before it), not a set per request.
-    assert [form["query"].startswith("sum by") for _, form, _ in script.asked] == [True, True]
+    # Every tenant's month from metering's four queries (device-hours and spend, of the month and of the prepaid tenants
+    # before it), not a set per request.
+    assert [form["query"].startswith("sum by") for _, form, _ in script.asked] == [True] * 4
     client.get("/v1/tenants/speech/use", params={"period": "2026-10"}, headers=bearer(OPERATOR))
-    assert len(script.asked) == 3  # another period is read on its own (one query: no top-up before October to spend from)
+    assert len(script.asked) == 6  # another period is read on its own (two queries: no top-up before October to spend from)
 
 
 def test_use_defaults_to_the_month_to_date(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
@@ -198,10 +202,10 @@ def test_the_statements_kept_are_read_again_after_their_ttl(served: Served, serv
     ask = lambda: client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION))  # noqa: E731
     ask(), ask()
     now[0] = 59.0
-    assert ask().status_code == 200 and len(script.asked) == 2
+    assert ask().status_code == 200 and len(script.asked) == 4
     now[0] = 60.0
     ask()
-    assert len(script.asked) == 4
+    assert len(script.asked) == 8
 
 
 def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_token(served: Served, tmp_path: Path) -> None:

@@ -5,24 +5,29 @@ openmetrics`. Prometheus evaluates recording rules live, never over backfilled h
 metering rules are evaluated over that history by the real server (range queries of the rendered
 expressions, as `promtool tsdb create-blocks-from rules` does) and the results backfilled beside the raw
 series; the statements then read the recorded series, as they do in a cluster (and as plan's utilisation
-does), rather than raw series they would have to join again. Every figure is checked against the sums the test
-computes from its own generator (tests/metering_data.py).
+does), rather than raw series they would have to join again. The prices change on 15 November at noon: the
+spend before it is recorded by the rules of the file as it was, after it by the rules of the file with the
+new prices, as a deploy that day would have it. Every figure is checked against the sums the test computes
+from its own generator (tests/metering_data.py) and the two files' prices.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import datetime
 import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from fleetops import spec
+from fleetops.prometheus import Prometheus as Client
 from modules import metering
 from tests import metering_data as data
 from tests.command import run
@@ -32,28 +37,36 @@ from tests.servers import Prometheus, prometheus_server
 pytestmark = pytest.mark.real
 
 PROD = ROOT / "environments" / "prod.yaml"
+HOUR = 3600
 START = data.unix(datetime.date(2026, 10, 25))  # a week before the month: research's prepaid spend before it
 END = data.unix(datetime.date(2026, 12, 1))
 MONTH = (data.unix(datetime.date(2026, 11, 1)), END)
+CHANGE = data.unix(datetime.date(2026, 11, 15)) + 12 * HOUR  # the new prices deployed
+RAISE = 1.25  # every device model's price from CHANGE on
 
 
-def recorded(url: str, env: spec.Environment) -> str:
-    """The rendered device rules of every cluster evaluated by the real server over the history, hour by
-    hour as the samples are, as OpenMetrics families to backfill.
+def repriced(raw: dict[str, Any]) -> dict[str, Any]:
+    after = copy.deepcopy(raw)
+    after["prices"] = {model: round(price * RAISE, 4) for model, price in raw["prices"].items()}
+    return after
+
+
+def recorded(url: str, record: str, sides: list[tuple[spec.Environment, int, int]]) -> str:
+    """The rendered rules that record `record`, of each side's environment over its [start, end], evaluated by the
+    real server hour by hour as the samples are: an OpenMetrics family to backfill.
 
     What `promtool tsdb create-blocks-from rules` does, in one range query per rule: promtool asks per
     two-hour block and writes one block each, which took over ten minutes and 2 GB for these 37 days."""
-    from fleetops.prometheus import Prometheus as Client
-
     client = Client(url)
-    lines = [f"# TYPE {metering.DEVICES} gauge"]
-    for cluster in env.clusters:
-        for rule in metering.metering_rules(cluster, env):
-            if rule["record"] != metering.DEVICES:
-                continue
-            for series in client.query_range(rule["expr"], START, END, 3600):
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted({**series.labels, **rule["labels"]}.items()))
-                lines += [f"{metering.DEVICES}{{{labels}}} {v!r} {t:.0f}" for t, v in series.points]
+    lines = [f"# TYPE {record} gauge"]
+    for env, start, end in sides:
+        for cluster in env.clusters:
+            for rule in metering.metering_rules(cluster, env):
+                if rule["record"] != record:
+                    continue
+                for series in client.query_range(rule["expr"], start, end, HOUR):
+                    labels = ",".join(f'{k}="{v}"' for k, v in sorted({**series.labels, **rule["labels"]}.items()))
+                    lines += [f"{record}{{{labels}}} {v!r} {t:.0f}" for t, v in series.points]
     return "\n".join(lines) + "\n"
 
 
@@ -62,11 +75,15 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
     raw = yaml.safe_load(PROD.read_text())
     pods = data.pods(raw, START, END)
     directory = tmp_path_factory.mktemp("prometheus")
-    text = data.openmetrics(raw, pods, START, END)
-    with prometheus_server(directory / "raw", text, lookback="1h") as raw_server:
-        rules = recorded(raw_server.url, spec.load_environment(PROD))
-    both = text.removesuffix("# EOF\n") + rules + "# EOF\n"
-    with prometheus_server(directory / "both", both, lookback="1h") as server:
+    before = spec.load_environment(PROD)
+    (directory / "prod.yaml").write_text(yaml.safe_dump(repriced(raw), sort_keys=False))
+    after = spec.load_environment(directory / "prod.yaml")
+    text = data.openmetrics(raw, pods, START, END).removesuffix("# EOF\n")
+    with prometheus_server(directory / "raw", text + "# EOF\n", lookback="1h") as raw_server:
+        text += recorded(raw_server.url, metering.DEVICES, [(before, START, END)])
+    with prometheus_server(directory / "devices", text + "# EOF\n", lookback="1h") as devices_server:
+        text += recorded(devices_server.url, metering.SPEND, [(before, START, CHANGE - HOUR), (after, CHANGE, END)])
+    with prometheus_server(directory / "both", text + "# EOF\n", lookback="1h") as server:
         yield server, pods
 
 
@@ -75,44 +92,64 @@ def statements(server: Prometheus, *args: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def expected(pods: list[data.Pod], a: int, b: int) -> dict[tuple[str, str, str], float]:
-    out: dict[tuple[str, str, str], float] = {}
+def expected(pods: list[data.Pod], a: int, b: int) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """Per tenant, cluster and pool: device-hours in [a, b), and what they cost at the prices in force, minute by minute."""
+    raw = yaml.safe_load(PROD.read_text())
+    models = {(c["name"], g["name"]): g["device"]["model"] for c in raw["clusters"] for k in ("pools", "edge_groups") for g in c.get(k, [])}
+    out: dict[tuple[str, str, str], tuple[float, float]] = {}
     for pod in pods:
         key = (pod.tenant, pod.cluster, pod.pool)
-        out[key] = out.get(key, 0.0) + data.device_hours(pod, START, a, b)
+        price = raw["prices"][models[(pod.cluster, pod.pool)]]
+        early, late = data.device_hours(pod, START, a, min(b, CHANGE)), data.device_hours(pod, START, max(a, CHANGE), b)
+        hours, cost = out.get(key, (0.0, 0.0))
+        out[key] = (hours + early + late, cost + early * price + late * round(price * RAISE, 4))
     return out
 
 
-def test_prod_statements_for_a_month_match_the_generators_own_sums(month: tuple[Prometheus, list[data.Pod]]) -> None:
+def balance_promql(server: Prometheus, tenant: str, at: int) -> float:
+    """The prepaid balance as the rendered budget rules compute it at `at`: the BALANCE rule's expression, with its
+    PREPAID_SPEND read as that rule evaluated every BUDGET_MINUTES (a subquery at the rule group's interval)."""
+    rules = {r["record"]: r for r in metering.budget_rules(spec.load_environment(PROD)) if "record" in r and r.get("labels", {}).get("tenant") == tenant}
+    prepaid, balance = rules[metering.PREPAID_SPEND]["expr"], rules[metering.BALANCE]["expr"]
+    read = f'{metering.PREPAID_SPEND}{{tenant="{tenant}"}}[{metering.BALANCE_RANGE}]'
+    assert read in balance, "test setup: the balance rule no longer reads the prepaid spend so"
+    (value,) = Client(server.url).query(balance.replace(read, f"({prepaid})[{metering.BALANCE_RANGE}:{metering.BUDGET_MINUTES}m]"), at)
+    return value.value
+
+
+def test_prod_statements_for_a_month_with_a_price_change_are_what_each_hour_cost_then(month: tuple[Prometheus, list[data.Pod]]) -> None:
     server, pods = month
     code, out, err = statements(server, "--period", "2026-11", "--output", "json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["queries"] == 2  # the month, and the prepaid tenants' spend before it: whatever the tenants
+    assert document["queries"] == 4  # device-hours and spend, of the month and of the prepaid tenants before it: whatever the tenants
     raw = yaml.safe_load(PROD.read_text())
-    prices = raw["prices"]
-    models = {(c["name"], g["name"]): g["device"]["model"] for c in raw["clusters"] for k in ("pools", "edge_groups") for g in c.get(k, [])}
-    hours = expected(pods, *MONTH)
     got = {s["tenant"]: s for s in document["statements"]}
     assert set(got) == {t["name"] for t in raw["tenants"]}
-    billed = 0.0
-    for (tenant, cluster, pool), device_hours in hours.items():
+    month_use = expected(pods, *MONTH)
+    for (tenant, cluster, pool), (device_hours, cost) in month_use.items():
         line = next(x for x in got[tenant]["lines"] if (x["cluster"], x["pool"]) == (cluster, pool))
-        price = prices[models[(cluster, pool)]]
         assert line["device_hours"] == pytest.approx(device_hours, abs=1e-5)
-        assert line["amount"] == pytest.approx(device_hours * price, abs=1e-4)
-        billed += device_hours * price
-    assert sum(s["total"] for s in got.values()) == pytest.approx(billed, abs=1e-3)
+        assert line["amount"] == pytest.approx(cost, abs=0.005)  # to the cent: each minute at the price deployed then
+    billed = sum(cost for _, cost in month_use.values())
+    assert sum(s["total"] for s in got.values()) == pytest.approx(billed, abs=0.005)
     assert billed > 0 and document["unknown"] == []  # the kube-system pod is no tenant's, and billed to none
+    # Not the prices of the file the command read (the month's first half), nor the new ones: what each line charged per hour.
+    lines = [line for s in got.values() for line in s["lines"] if line["device_hours"]]
+    at_the_file = sum(line["device_hours"] * raw["prices"][line["device_model"]] for line in lines)
+    assert billed - at_the_file > 1
+    assert all(raw["prices"][x["device_model"]] < x["price_per_device_hour"] < raw["prices"][x["device_model"]] * RAISE for x in lines)
 
     research = got["research"]
     assert research["mode"] == "prepaid"
-    before = sum(h * prices[models[(c, p)]] for (t, c, p), h in expected(pods, data.unix(datetime.date(2026, 10, 1)), MONTH[0]).items() if t == "research")
+    before = sum(cost for (t, _, _), (_, cost) in expected(pods, data.unix(datetime.date(2026, 10, 1)), MONTH[0]).items() if t == "research")
     assert before > 0
     balance = research["balance"]
     assert balance["top_ups"] == 250000  # 1 October and 15 November, both before the month's end
-    assert balance["spent_before"] == pytest.approx(before, abs=1e-3)
-    assert balance["remaining"] == pytest.approx(250000 - before - research["total"], abs=1e-3)
+    assert balance["spent_before"] == pytest.approx(before, abs=0.005)
+    assert balance["remaining"] == pytest.approx(250000 - before - research["total"], abs=0.005)
+    # What the low-balance alert reads, computed by Prometheus at the month's end, is the statement's balance.
+    assert balance_promql(server, "research", END - 1) == pytest.approx(balance["remaining"], abs=0.005)
     assert got["speech"]["balance"] is None
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from fleetops.metering.statements import Period, StatementError
+from fleetops.metering.statements import Period, StatementError, use_expr
+from fleetops.metrics import DEVICES, SPEND
 from tests.command import run
 from tests.fake_prometheus import server, success  # noqa: F401 - server is a fixture
 from tests.helpers import ROOT
@@ -23,12 +25,26 @@ def days(per_day: float, first: int = NOVEMBER, count: int = 30) -> list[list[ob
     return [[first + (i + 1) * DAY - 30, str(per_day)] for i in range(count)]
 
 
-def matrix(*series: tuple[dict[str, str], list[list[object]]]) -> bytes:
-    return success({"resultType": "matrix", "result": [{"metric": labels, "values": values} for labels, values in series]})
+Series = tuple[dict[str, str], list[list[object]]]
+
+
+def matrix(*series: Series) -> Callable[[dict[str, str]], bytes]:
+    """Prometheus's answer to each of the statements' queries: the given series of the recorded series it asks for
+    (each series tagged with its name under "series", a tag the answer drops)."""
+    def answer(form: dict[str, str]) -> bytes:
+        asked = [({k: v for k, v in labels.items() if k != "series"}, values) for labels, values in series if labels["series"] in form["query"]]
+        return success({"resultType": "matrix", "result": [{"metric": labels, "values": values} for labels, values in asked]})
+    return answer
+
+
+def use(key: dict[str, str], points: list[list[object]], price: float | None) -> tuple[Series, ...]:
+    """A key's device-hours and, unless `price` is None, the spend the metering rules recorded for them at `price`."""
+    spent = [[t, v if v in ("NaN", "+Inf") else str(float(str(v)) * price)] for t, v in points] if price is not None else None
+    return (({**key, "series": DEVICES}, points),) + ((({**key, "series": SPEND}, spent),) if spent is not None else ())
 
 
 # dev's edge cluster measured too (its tenant held nothing): a cluster without any series is unknown use, not 0
-EDGE = ({"cluster": "dev-edge", "pool": "dev-jetson", "tenant": "edge-dev", "resource": "nvidia.com/gpu"}, days(0))
+EDGE = use({"cluster": "dev-edge", "pool": "dev-jetson", "tenant": "edge-dev"}, days(0), 0.3)
 
 
 def statements(url: str, *args: str) -> tuple[int, str, str]:
@@ -38,9 +54,9 @@ def statements(url: str, *args: str) -> tuple[int, str, str]:
 
 def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server) -> None:  # noqa: F811
     url, script = server
-    sandbox = {"cluster": "dev-center", "tenant": "ml-sandbox", "resource": "nvidia.com/gpu"}
-    script.body = matrix(({**sandbox, "pool": "dev-a100"}, days(48)), ({**sandbox, "pool": "dev-spot"}, days(10)),
-                         ({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone", "resource": "nvidia.com/gpu"}, days(1)), EDGE)
+    sandbox = {"cluster": "dev-center", "tenant": "ml-sandbox"}
+    script.answer = matrix(*use({**sandbox, "pool": "dev-a100"}, days(48), 1.4), *use({**sandbox, "pool": "dev-spot"}, days(10), 0.5),
+                         *use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone"}, days(1), 1.4), *EDGE)
     code, out, err = statements(url, "--output", "json")
     assert code == 1
     assert err.splitlines() == ["warning: dev-center/dev-a100/gone: metered, but no such tenant or pool in dev: not billed",
@@ -51,22 +67,23 @@ def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server
     lines = {line["pool"]: (line["device_hours"], line["price_per_device_hour"], line["amount"]) for line in sandbox_statement["lines"]}
     assert lines == {"dev-a100": (1440, 1.4, 2016), "dev-spot": (300, 0.5, 150)}  # the spot pool at its own price
     assert sandbox_statement["balance"] == {"top_ups": 2000, "spent_before": 0, "spent_in_period": 2166, "remaining": -166, "low_balance_at": 200}
-    # One query: dev's prepaid tenant was topped up on the month's first day, so there is no spend before it to read.
-    assert [path for path, _, _ in script.asked] == ["/api/v1/query_range"]
+    # The month's two queries only: dev's prepaid tenant was topped up on the month's first day, so there is no use before it to read.
+    assert [path for path, _, _ in script.asked] == ["/api/v1/query_range"] * 2
 
 
 def test_the_queries_are_grouped_never_one_per_tenant(server) -> None:  # noqa: F811
     url, script = server
-    script.body = matrix(({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev", "resource": "nvidia.com/gpu"}, days(1)), EDGE)
+    script.answer = matrix(*use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}, days(1), 1.4), *EDGE)
     assert statements(url)[0] == 0
-    (_, form, _), = script.asked
-    assert form["query"] == ("sum by (cluster, pool, tenant, resource) (sum_over_time(fleetops:tenant_devices:physical[1d:1m])) / 60")
-    assert (form["start"], form["step"]) == (f"{NOVEMBER + DAY - 30}.000", "86400")
+    devices, spend = (form for _, form, _ in script.asked)
+    assert devices["query"] == use_expr(DEVICES) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_devices:physical[1d:1m])) / 60"
+    assert spend["query"] == use_expr(SPEND) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_spend:per_hour[1d:1m])) / 60"
+    assert {(form["start"], form["step"]) for form in (devices, spend)} == {(f"{NOVEMBER + DAY - 30}.000", "86400")}
 
 
 def test_no_metering_in_the_month_is_exit_2_not_zero_use(server) -> None:  # noqa: F811
     url, script = server
-    script.body = matrix()
+    script.answer = matrix()
     code, out, err = statements(url)
     assert code == 2 and out == ""
     assert "no fleetops:tenant_devices:physical between 2026-11-01 and 2026-12-01" in err and len(err.strip().splitlines()) == 1
@@ -74,7 +91,7 @@ def test_no_metering_in_the_month_is_exit_2_not_zero_use(server) -> None:  # noq
 
 def test_the_text_form_reads_as_an_invoice(server, tmp_path: Path) -> None:  # noqa: F811
     url, script = server
-    script.body = matrix(({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev", "resource": "nvidia.com/gpu"}, days(2)), EDGE)
+    script.answer = matrix(*use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}, days(2), 1.4), *EDGE)
     code, _, err = statements(url, "--out", str(tmp_path))
     assert code == 0 and "wrote 4 statements for 2026-11" in err
     assert (tmp_path / "platform-dev.txt").read_text() == (
@@ -96,7 +113,7 @@ def test_february_of_a_leap_year_has_29_days() -> None:
 
 # --- use that cannot be read is unknown, never 0 ------------------------------------------------------------
 
-PLATFORM = {"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev", "resource": "nvidia.com/gpu"}
+PLATFORM = {"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}
 
 
 @pytest.mark.parametrize("value,said", [("NaN", "no number (NaN, Inf)"), ("+Inf", "no number (NaN, Inf)"), ("-24", "negative")])
@@ -104,7 +121,7 @@ def test_a_day_without_a_number_makes_the_statement_incomplete_and_exits_2(serve
     url, script = server
     points = days(24)
     points[2][1] = value  # 2026-11-03
-    script.body = matrix((PLATFORM, points), EDGE)
+    script.answer = matrix(use(PLATFORM, points, None)[0], use(PLATFORM, days(24), 1.4)[1], *EDGE)
     code, out, err = statements(url, "--output", "json")
     assert code == 2
     why = f"dev-center/dev-a100: device-hours {said} on 2026-11-03: unknown, not 0"
@@ -119,7 +136,7 @@ def test_a_day_without_a_number_makes_the_statement_incomplete_and_exits_2(serve
 
 def test_a_cluster_missing_from_the_answer_is_unknown_use_and_nothing_is_written(server, tmp_path: Path) -> None:  # noqa: F811
     url, script = server
-    script.body = matrix((PLATFORM, days(2)))  # dev-edge: no series at all
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4))  # dev-edge: no series at all
     code, out, err = statements(url, "--out", str(tmp_path))
     assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
     assert err.splitlines() == [
@@ -136,12 +153,12 @@ def test_a_cluster_missing_from_the_answer_is_unknown_use_and_nothing_is_written
 
 
 @pytest.mark.parametrize("body,said", [
-    (matrix((PLATFORM, days(2)), (PLATFORM, days(2)), EDGE), "is answered twice"),  # two replicas, not deduplicated
-    (matrix((PLATFORM, days(2, first=NOVEMBER - 31 * DAY)), EDGE), "not one of the asked steps"),  # October's days
+    (matrix(*use(PLATFORM, days(2), 1.4), *use(PLATFORM, days(2), 1.4), *EDGE), "is answered twice"),  # two replicas, not deduplicated
+    (matrix(*use(PLATFORM, days(2, first=NOVEMBER - 31 * DAY), 1.4), *EDGE), "not one of the asked steps"),  # October's days
 ])
-def test_duplicated_or_out_of_period_samples_are_refused_not_billed(server, body: bytes, said: str) -> None:  # noqa: F811
+def test_duplicated_or_out_of_period_samples_are_refused_not_billed(server, body: Callable[[dict[str, str]], bytes], said: str) -> None:  # noqa: F811
     url, script = server
-    script.body = body
+    script.answer = body
     code, out, err = statements(url)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "an answer to a range query that is not Prometheus's" in err and said in err
@@ -149,7 +166,7 @@ def test_duplicated_or_out_of_period_samples_are_refused_not_billed(server, body
 
 def test_a_prometheus_that_trickles_its_answer_is_cut_at_the_deadline(server) -> None:  # noqa: F811
     url, script = server
-    script.body = matrix((PLATFORM, days(2)), EDGE)
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4), *EDGE)
     script.pace = 0.2
     code, out, err = statements(url, "--deadline", "2s")
     assert code == 2 and out == ""
@@ -161,7 +178,7 @@ def test_incomplete_statements_are_not_audited(server, tmp_path: Path) -> None: 
     from fleetops.metering.statements import audit_summary
 
     url, script = server
-    script.body = matrix((PLATFORM, days(2)))  # dev-edge unmeasured
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4))  # dev-edge unmeasured
     code, out, _ = statements(url, "--output", "json")
     assert code == 2
     (tmp_path / "statements.json").write_text(out)
@@ -170,3 +187,65 @@ def test_incomplete_statements_are_not_audited(server, tmp_path: Path) -> None: 
     assert str(caught.value) == (f"{tmp_path / 'statements.json'}: 1 incomplete statements (e.g. edge-dev: dev-edge: no "
                                  "fleetops:tenant_devices:physical in 2026-11 (metering not loaded there, lost, or nothing ran): "
                                  "unknown, not 0): not audited")
+
+
+# --- money as it was recorded: the prices in force, never today's -------------------------------------------
+
+
+def test_a_month_with_a_price_change_is_billed_at_the_prices_recorded_not_todays(server) -> None:  # noqa: F811
+    """dev's A100 costs 1.4 today; the rules deployed before the 15th recorded 1.0. A closed month keeps what it cost."""
+    url, script = server
+    hours = days(24)
+    spend = [[t, "24" if i < 14 else str(24 * 1.4)] for i, (t, _) in enumerate(hours)]
+    script.answer = matrix(({**PLATFORM, "series": DEVICES}, hours), ({**PLATFORM, "series": SPEND}, spend), *EDGE)
+    code, out, err = statements(url, "--output", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    line, = next(s for s in document["statements"] if s["tenant"] == "platform-dev")["lines"]
+    assert (line["device_hours"], line["amount"]) == (720, pytest.approx(14 * 24 * 1.0 + 16 * 24 * 1.4, abs=1e-6))
+    assert line["price_per_device_hour"] == pytest.approx((14 * 1.0 + 16 * 1.4) / 30, abs=1e-6)  # what the month charged per device-hour
+    assert document["price_source"].startswith("fleetops:tenant_spend:per_hour as Prometheus recorded it")
+
+
+def test_use_without_recorded_spend_is_an_unknown_cost_not_todays_price(server) -> None:  # noqa: F811
+    url, script = server
+    hours = days(24)
+    spend = [[t, str(24 * 1.4)] for t, _ in hours[:28]]  # the 29th and 30th: the rules that price it were not loaded
+    script.answer = matrix(({**PLATFORM, "series": DEVICES}, hours), ({**PLATFORM, "series": SPEND}, spend), *EDGE)
+    code, out, err = statements(url, "--output", "json")
+    assert code == 2
+    why = "dev-center/dev-a100: device-hours but no fleetops:tenant_spend:per_hour on 2026-11-29, 2026-11-30: its cost unknown, not 0"
+    assert err.splitlines() == [f"incomplete: platform-dev: {why}"]
+    assert json.loads(out)["incomplete"] == {"platform-dev": [why]}
+
+
+def test_a_long_prepaid_history_is_read_a_month_at_a_time_and_every_day_of_it_spent(server, tmp_path: Path) -> None:  # noqa: F811
+    """A query holds its days' minutes of every series at once, refused past the server's --query.max-samples:
+    a prepaid tenant topped up in August has its use before November asked in spans of at most 31 days."""
+    url, script = server
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    dev = (ROOT / "environments" / "dev.yaml").read_text()
+    assert "top_ups: [{date: 2026-11-01" in dev, "test setup: dev's prepaid tenant is topped up otherwise"
+    (environments / "dev.yaml").write_text(dev.replace("top_ups: [{date: 2026-11-01", "top_ups: [{date: 2026-08-01"))
+    sandbox = {"cluster": "dev-center", "pool": "dev-a100", "tenant": "ml-sandbox"}
+    month = matrix(*use(sandbox, days(1), 1.4), *EDGE)
+
+    def answer(form: dict[str, str]) -> bytes:
+        if "tenant=~" not in form["query"]:
+            return month(form)
+        first, last = int(float(form["start"])), int(float(form["end"]))
+        value = "1" if DEVICES in form["query"] else "1.4"  # an A100-hour a day, at 1.4
+        return success({"resultType": "matrix", "result": [{"metric": sandbox, "values": [[t, value] for t in range(first, last + 1, DAY)]}]})
+
+    script.answer = answer
+    done = run("statements", "--env", "dev", "--environments", environments, "--prometheus", url, "--period", "2026-11", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    balance = next(s for s in json.loads(done.stdout)["statements"] if s["tenant"] == "ml-sandbox")["balance"]
+    assert balance["spent_before"] == pytest.approx(92 * 1.4, abs=1e-6)  # 1 August to 31 October, every day
+    assert balance["remaining"] == pytest.approx(2000 - 92 * 1.4 - 30 * 1.4, abs=1e-6)
+    spans = sorted({(float(form["start"]) + 30 - DAY, float(form["end"]) + 30) for _, form, _ in script.asked if "tenant=~" in form["query"]})
+    august = int(datetime.datetime(2026, 8, 1, tzinfo=datetime.timezone.utc).timestamp())
+    assert spans[0][0] == august and spans[-1][1] == NOVEMBER and len(spans) == 3
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and all(end - start <= 31 * DAY for start, end in spans)
+    assert len(script.asked) == 2 + 2 * 3  # the month's two, and two per span before it
