@@ -45,7 +45,7 @@ def plan_command(
     approvals: Annotated[int, typer.Option(min=0, envvar="FLEETOPS_APPROVALS", help="Approvals the change has (CI sets FLEETOPS_APPROVALS)")] = 0,
     output: Annotated[PlanFormat, typer.Option("--output", help="markdown (the PR comment), json, junit, github (check annotations on the lines), sarif (GitHub code scanning) or tap")] = PlanFormat.markdown,
     max_chars: Annotated[int, typer.Option(min=2000, help="Longest markdown comment; objects beyond it are summarised per cluster and kind")] = 55_000,
-    artifacts: Annotated[Path | None, typer.Option(help="Also write every form of the plan here: plan.json, plan.md (no size limit), comment.md, plan-junit.xml, annotations.txt")] = None,
+    artifacts: Annotated[Path | None, typer.Option(help="Also write every form of the plan here: plan.json, plan.md (no size limit), comment.md, plan-junit.xml, annotations.txt, plan.sarif, plan.tap")] = None,
     artifacts_url: Annotated[str, typer.Option(envvar="FLEETOPS_ARTIFACTS_URL", help="Where CI keeps --artifacts, named in a shortened comment")] = "",
     only_on_change: Annotated[bool, typer.Option(help="Print nothing when the change has no effect (objects, fields, policies or cost)")] = False,
     repo: Annotated[Path, typer.Option(help="The fleet's Git repository")] = Path("."),

@@ -80,6 +80,10 @@ def verdict_form(verdict: policy.Verdict, form: CheckFormat, file: Path, policie
     return {CheckFormat.json: json.check, CheckFormat.junit: junit.check, CheckFormat.tap: tap.check}[form](verdict)
 
 
+ARTIFACTS = {PlanFormat.markdown: "comment.md", PlanFormat.json: "plan.json", PlanFormat.junit: "plan-junit.xml",
+             PlanFormat.github: "annotations.txt", PlanFormat.sarif: "plan.sarif", PlanFormat.tap: "plan.tap"}  # --artifacts' file of each form
+
+
 def render(plan: PlanResult, form: PlanFormat, max_chars: int, artifacts: str = "") -> str:
     """The plan in `form`; markdown is the comment, at most `max_chars`, pointing to the full plan at `artifacts`."""
     from fleetops.output import github, json, junit, markdown, sarif, tap
@@ -101,9 +105,8 @@ def _environment_file(environment: str) -> str:
 
 def forms(plan: PlanResult, folder: Path, max_chars: int, artifacts: str = "") -> dict[Path, str]:
     """Every form of the one plan, as files of `folder`, for a CI job that plans once per environment:
-    the whole plan as markdown (plan.md) beside the bounded comment."""
-    from fleetops.output import github, json, junit, markdown
+    the whole plan as markdown (plan.md) beside the bounded comment, and each `--output` form as it prints."""
+    from fleetops.output import markdown
 
-    return {folder / "plan.json": json.render(plan), folder / "plan.md": markdown.full(plan),
-            folder / "comment.md": markdown.comment(plan, max_chars, artifacts), folder / "plan-junit.xml": junit.render(plan),
-            folder / "annotations.txt": github.render(plan)}
+    return {folder / "plan.md": markdown.full(plan),
+            **{folder / name: render(plan, form, max_chars, artifacts) for form, name in ARTIFACTS.items()}}

@@ -79,7 +79,7 @@ def test_plan_output_conforms(repo: Path) -> None:  # noqa: F811 - the fixture
 
 
 @pytest.mark.parametrize("form, artifact", [("markdown", "comment.md"), ("json", "plan.json"), ("junit", "plan-junit.xml"),
-                                            ("github", "annotations.txt")])
+                                            ("github", "annotations.txt"), ("sarif", "plan.sarif"), ("tap", "plan.tap")])
 def test_each_form_of_a_plan_is_one_function_for_output_and_artifacts(repo: Path, tmp_path: Path, form: str, artifact: str) -> None:  # noqa: F811
     # CI posts comment.md and uploads the rest: what it keeps must be what a person running --output sees.
     edit(repo, "nvidia.com/gpu: {guaranteed: 96, burst: 160, guaranteed_per_pool: {h100-train: 48, a100-infer: 48}}", "nvidia.com/gpu: {guaranteed: 150, burst: 200, guaranteed_per_pool: {h100-train: 75, a100-infer: 75}}")
@@ -87,6 +87,8 @@ def test_each_form_of_a_plan_is_one_function_for_output_and_artifacts(repo: Path
     out = plan(repo, "--env", "prod", "--output", form, "--artifacts", tmp_path / "artifacts", "--max-chars", "6000")
     assert out.returncode == 1 and out.stdout == (tmp_path / "artifacts" / artifact).read_text()
     assert len((tmp_path / "artifacts" / "comment.md").read_text()) <= 6000 < len((tmp_path / "artifacts" / "plan.md").read_text())
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [
+        "annotations.txt", "comment.md", "plan-junit.xml", "plan.json", "plan.md", "plan.sarif", "plan.tap"]
 
 
 def test_audit_output_conforms() -> None:
