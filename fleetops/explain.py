@@ -56,7 +56,7 @@ def explain(decisions: Sequence[PlanDecision], env: spec.Environment | None, pos
         rule = meta.get(d.rule)
         gated = d.status is DecisionStatus.DENY and rule is not None and rule.gate is policy.Resolution.APPROVAL
         out.append(dataclasses.replace(
-            d, status=DecisionStatus.APPROVAL if gated else d.status, fix=fix(rule.fix, d) if rule else "",
+            d, status=DecisionStatus.APPROVAL if gated else d.status, fix=fix(rule.fix, d) if rule else "", title=rule.title if rule else "",
             location=location(d, env, positions, edited, rule.field if rule else (), rule.causes if rule else ()),
             waiver=waivers.get(d.waived_by or "")))
     return out

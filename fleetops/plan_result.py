@@ -179,6 +179,7 @@ class PlanDecision:
     package: str
     waived_by: str | None = None  # file:line of the waiver
     fix: str = ""
+    title: str = ""  # the rule's METADATA title (explain): what a reader of SARIF or the JSON sees the rule called
     figures: Row | None = None  # the numbers the rule computed; None: a decision no rule made
     location: Location | None = None
     waiver: Waiver | None = None  # the waiver that waives it: a reviewer reads its owner, ticket, expiry and reason
@@ -200,7 +201,7 @@ class PlanDecision:
                     "finding": self.finding.value if self.finding else None}
         return {"status": self.status.value, "rule": self.rule, "severity": self.severity.value, "msg": self.msg, "resource": self.resource,
                 "subject": self.subject, "package": self.package, "waived_by": self.waived_by, "fix": self.fix,
-                **{k: v for k, v in optional.items() if v is not None}}
+                **({"title": self.title} if self.title else {}), **{k: v for k, v in optional.items() if v is not None}}
 
 
 def status_counts(decisions: Iterable[PlanDecision]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Decisions as SARIF 2.1.0, for GitHub code scanning (`check` and `plan --output sarif`): one result per
 unwaived deny, approval or warning, its ruleId the rule's id, at the place of the environment file the decision
 is about when it has one (the plan's decisions do), else on the environment file itself; each rule in
-`tool.driver.rules`, with its METADATA title and description where the policies are at hand (`check`).
+`tool.driver.rules`, with its METADATA title and description where the policies are at hand (`check`), else
+the title its decisions carry (the plan's, which `explain` gave them from the base's policies).
 
 Validated against the published schema (tests/schemas/sarif-schema-2.1.0.json)."""
 
@@ -21,9 +22,9 @@ SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sar
 LEVEL = {DecisionStatus.DENY: "error", DecisionStatus.APPROVAL: "error", DecisionStatus.WARN: "warning"}
 
 
-def _rule(rule_id: str, meta: RuleMeta | None) -> dict[str, Any]:
+def _rule(rule_id: str, meta: RuleMeta | None, title: str) -> dict[str, Any]:
     if meta is None:
-        return {"id": rule_id}
+        return {"id": rule_id, "name": rule_id, "shortDescription": {"text": title}} if title else {"id": rule_id}
     described = {"fullDescription": {"text": meta.description}} if meta.description else {}
     return {"id": rule_id, "name": rule_id, "shortDescription": {"text": meta.title or rule_id}, **described,
             "properties": {"severity": str(meta.severity), **({"control_id": meta.control_id} if meta.control_id else {})}}
@@ -44,11 +45,12 @@ def render(rows: Sequence[dict[str, Any]], file: str, metadata: Iterable[RuleMet
     flagged = [r for r in rows if DecisionStatus(r["status"]) in LEVEL]
     ids = list(dict.fromkeys([*known, *(r["rule"] for r in flagged)]))
     index = {rule_id: i for i, rule_id in enumerate(ids)}
+    titles = {r["rule"]: r["title"] for r in flagged if r.get("title")}
     results = [{"ruleId": r["rule"], "ruleIndex": index[r["rule"]], "level": LEVEL[DecisionStatus(r["status"])],
                 "message": {"text": f"{r['resource']}: {r['msg']}" if r.get("resource") else r["msg"]},
                 "locations": [_location(r, file)]} for r in flagged]
     log = {"$schema": SCHEMA, "version": "2.1.0",
            "runs": [{"tool": {"driver": {"name": "fleetops", "version": __version__,
-                                         "rules": [_rule(i, known.get(i)) for i in ids]}},
+                                         "rules": [_rule(i, known.get(i), titles.get(i, "")) for i in ids]}},
                      "results": results}]}
     return json.dumps(log, indent=2) + "\n"

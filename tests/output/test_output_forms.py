@@ -56,6 +56,10 @@ def test_plan_sarif_puts_each_decision_at_its_line(repo: Path) -> None:  # noqa:
     located = {(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"]) for r in found["results"]
                if "region" in r["locations"][0]["physicalLocation"]}
     assert {(d["rule"], d["location"]["line"]) for d in approvals} <= located
+    # Each rule by the title of its METADATA in the base's policies, as `check` names it, not by its id alone.
+    rules = {r["id"]: r for r in found["tool"]["driver"]["rules"]}
+    for d in approvals:
+        assert d["title"] and rules[d["rule"]]["shortDescription"]["text"] == d["title"] != d["rule"]
 
 
 def test_check_tap_has_a_line_per_decision_not_ok_for_a_deny(tmp_path: Path) -> None:
