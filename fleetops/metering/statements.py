@@ -161,14 +161,18 @@ def _day(t: float) -> str:
     return f"{datetime.datetime.fromtimestamp(t - DAY, datetime.timezone.utc):%Y-%m-%d}"
 
 
+def _named(days: list[float]) -> str:
+    """The first DAYS_NAMED of these days (each point's day's end), and how many more."""
+    return ", ".join(_day(t) for t in days[:DAYS_NAMED]) + (f" and {len(days) - DAYS_NAMED} more" if len(days) > DAYS_NAMED else "")
+
+
 def _refused(key: Key, what: str, points: list[tuple[float, float]]) -> str | None:
     """Why some of a series' days cannot be read (no number, or below zero), naming them; None if all can."""
     bad = [(t, v) for t, v in points if not finite(v) or v < 0]
     if not bad:
         return None
     kinds = " or ".join(sorted({"no number (NaN, Inf)" if not finite(v) else "negative" for _, v in bad}))
-    named = ", ".join(_day(t) for t, _ in bad[:DAYS_NAMED]) + (f" and {len(bad) - DAYS_NAMED} more" if len(bad) > DAYS_NAMED else "")
-    return f"{key[0]}/{key[1]}: {what} {kinds} on {named}: unknown, not 0"
+    return f"{key[0]}/{key[1]}: {what} {kinds} on {_named([t for t, _ in bad])}: unknown, not 0"
 
 
 @dataclass
@@ -182,11 +186,18 @@ class _Use:
 WHAT = {DEVICES: "device-hours", SPEND: "spend"}
 
 
+def _unpriced(key: Key, hours: list[tuple[float, float]], spend: list[tuple[float, float]]) -> str | None:
+    """Days of use with no recorded spend (the rules that price it were not loaded, or their series was lost), named."""
+    priced = {t for t, _ in spend}
+    bare = [t for t, v in hours if v > 0 and t not in priced]
+    return f"{key[0]}/{key[1]}: device-hours but no {SPEND} on {_named(bare)}: its cost unknown, not 0" if bare else None
+
+
 def _read(prom: Prometheus, start: float, end: float, tenants: Iterable[str] | None = None) -> _Use:
     """(day's end, value) of each series for each day of [start, end) that reads as a number, and per key why
-    some days do not. Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window
-    holds exactly the day's 1,440 minutes (from 00:00 to 23:59) whether the server's ranges include
-    their start (Prometheus 2) or not (3)."""
+    some days do not (no number, or device-hours without recorded spend). Each point is asked EARLY seconds
+    before its day's end, so that its `[1d:1m]` window holds exactly the day's 1,440 minutes (from 00:00 to
+    23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
     use = _Use()
     for name, days in use.days.items():
         for first in range(int(start), int(end), SPAN):
@@ -197,17 +208,10 @@ def _read(prom: Prometheus, start: float, end: float, tenants: Iterable[str] | N
                 if (why := _refused(key, WHAT[name], points)) is not None:
                     use.refused.setdefault(key, why)
                 days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
+    for key, hours in use.days[DEVICES].items():
+        if key not in use.refused and (why := _unpriced(key, hours, use.days[SPEND].get(key, []))) is not None:
+            use.refused[key] = why
     return use
-
-
-def _unpriced(key: Key, hours: list[tuple[float, float]], spend: list[tuple[float, float]]) -> str | None:
-    """Days of use with no recorded spend (the rules that price it were not loaded, or their series was lost), named."""
-    priced = {t for t, _ in spend}
-    bare = [t for t, v in hours if v > 0 and t not in priced]
-    if not bare:
-        return None
-    named = ", ".join(_day(t) for t in bare[:DAYS_NAMED]) + (f" and {len(bare) - DAYS_NAMED} more" if len(bare) > DAYS_NAMED else "")
-    return f"{key[0]}/{key[1]}: device-hours but no {SPEND} on {named}: its cost unknown, not 0"
 
 
 def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements:
@@ -222,10 +226,6 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
     before = _read(prom, earliest, start, prepaid) if earliest is not None else _Use()
-    for read in (use, before):
-        for key, hours in read.days[DEVICES].items():
-            if key not in read.refused and (why := _unpriced(key, hours, read.days[SPEND].get(key, []))) is not None:
-                read.refused[key] = why
 
     groups = {(c.name, g.name): g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
     tenants = {t.name for t in env.tenants}
