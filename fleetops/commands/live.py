@@ -20,7 +20,7 @@ def reconcile_command(
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit with its code")] = False,
     interval: Annotated[str | None, typer.Option(help="Service mode: a pass every DURATION (60s, 5m)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what a pass would do; write nothing")] = False,
-    detect_only: Annotated[bool, typer.Option("--detect-only", help="Report drift, write nothing; exit 1 with --once when drift exists")] = False,
+    detect_only: Annotated[bool, typer.Option("--detect-only", help="Report drift, write nothing, judge nothing (the gate judges writes: `check` judges a revision); exit 1 with --once when drift exists")] = False,
     prune: Annotated[bool, typer.Option("--prune", help="Delete managed objects that Git no longer has")] = False,
     force_conflicts: Annotated[bool, typer.Option("--force-conflicts", help="Take fields other managers own (hand edits) back for Git")] = False,
     clusters: Annotated[list[str] | None, typer.Option("--cluster", help="Only this cluster (repeatable); default: all of the environment")] = None,
@@ -32,7 +32,7 @@ def reconcile_command(
     shard_home: Annotated[str | None, typer.Option("--shard-home", metavar="CLUSTER", help="Share the clusters with the other replicas: a slot Lease each on this cluster, clusters hashed to slots by their pass cost (README: Sharded replicas); needs --interval")] = None,
     shards: Annotated[int | None, typer.Option("--shards", metavar="N", help="With --shard-home: slots (default: the environment's reconciler.replicas)")] = None,
     metrics_host: Annotated[str, typer.Option(help="Address for /metrics, /healthz, /readyz")] = "127.0.0.1",
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz and /readyz on this port")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics, /healthz, /readyz and /drift (a detect-only pass now, its JSON) on this port")] = None,
     request_timeout: TimeoutOpt = "30s",
     output: Annotated[TableFormat, typer.Option("--output", help="table or json")] = TableFormat.table,
 ) -> None:
@@ -70,9 +70,7 @@ def reconcile_command(
         except Exception as exc:  # an engine fault: one line, not a traceback
             fail(f"reconcile failed: {type(exc).__name__}: {reconcile.redact(str(exc))}", errors.ExitCode.DENIED)
         if output is TableFormat.json:
-            from fleetops.output import json
-
-            sys.stdout.write(json.reconcile(result))
+            sys.stdout.write(_document(result))
         else:
             from fleetops.output import table
 
@@ -81,13 +79,21 @@ def reconcile_command(
     reconciler.lease_seconds = max(15, int(3 * period))
     if metrics_port is not None:
         try:
-            reconcile.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready)
+            reconcile.serve_http(metrics_host, metrics_port, reconciler.metrics, ready=lambda: reconciler.ready,
+                                 drift=lambda: _document(reconciler.detect()).encode())
         except OSError as exc:
             fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc.strerror or exc}")
     reconcile.json_logging()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the pod is stopping: finish this pass, then exit
     reconciler.serve(period, stop)
+
+
+def _document(result: Any) -> str:
+    """A pass as `--output json` prints it, and /drift answers it."""
+    from fleetops.output import json
+
+    return json.reconcile(result)
 
 
 def _check_shard_home(reconciler: Any, home: str) -> None:

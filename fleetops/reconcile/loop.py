@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -72,6 +73,7 @@ class ReconcileLoop:
         self._electors: dict[str, LeaseElector] = {}
         self._home: ClusterAPI | None = None  # the shards' home cluster, when this replica does not reconcile it
         self._rendered: dict[str, tuple[spec.Environment, render.DesiredState] | list[str]] = {}
+        self._passing = threading.Lock()  # one pass at a time: the service's and those asked over HTTP share the clients and caches
 
     def load(self, checkout: Path, revision: str) -> tuple[spec.Environment, render.DesiredState] | list[str]:
         """The revision validated and rendered, or its problems (file:line); cached, a revision renders the same every time."""
@@ -157,7 +159,8 @@ class ReconcileLoop:
 
     def run_once(self) -> PassResult:
         started = time.perf_counter()
-        result = self._pass()
+        with self._passing:
+            result = self._pass(self.opts)
         self.passes += 1
         self.last_status, self.last_result, self.failure = result.status, result, None
         self.metrics.observe(result, time.perf_counter() - started, time.time())
@@ -172,23 +175,30 @@ class ReconcileLoop:
         )
         return result
 
-    def _pass(self) -> PassResult:
+    def detect(self) -> PassResult:
+        """A detect-only pass now, between the service's passes, on what they keep warm (clients, the rendered
+        revision): what differs from Git at the revision fetched now. It writes nothing, holds no Lease and leaves
+        the service's record (metrics, /readyz, last result) to its own passes."""
+        with self._passing:
+            return self._pass(dataclasses.replace(self.opts, dry_run=False, detect_only=True))
+
+    def _pass(self, opts: Options) -> PassResult:
         fetched = self.source.fetch()
         notes = [fetched.error] if fetched.error else []
         if fetched.path is None or fetched.revision is None:
             return PassResult(self.environment, None, PassStatus.UNAVAILABLE, notes, last_applied=self.last_applied)
         loaded = self.load(fetched.path, fetched.revision)
         if isinstance(loaded, list):
-            if self.opts.writes:
-                record_refusal(self._held(), self.opts, Recorded.INVALID, "; ".join(loaded))
+            if opts.writes:
+                record_refusal(self._held(), opts, Recorded.INVALID, "; ".join(loaded))
             return PassResult(self.environment, fetched.revision, PassStatus.INVALID, notes + loaded, last_applied=self.last_applied)
         env, state = loaded
-        self.opts.namespace = self.opts.namespace or env.reconciler.namespace
+        self.opts.namespace = opts.namespace = opts.namespace or env.reconciler.namespace
         try:
             apis = self._apis_for(env)
         except (ValueError, ApiError, KubeconfigError) as exc:
             return PassResult(self.environment, fetched.revision, PassStatus.UNAVAILABLE, notes + [str(exc)], last_applied=self.last_applied)
-        if self.opts.writes:
+        if opts.writes:
             leaders = self._leaders(env, state, apis)
             if not leaders:  # a follower: no gate, no reads, no writes until the Lease is free
                 failed = {n: e for n, e in sorted(self._electors.items()) if n in apis and n in self._mine(apis) and e.last_error}
@@ -201,10 +211,10 @@ class ReconcileLoop:
             apis = leaders
         policies = fetched.path / "policies"
         gate = self.gate or functools.partial(default_gate, policies_dir=policies)
-        result = run_pass(env, state, apis, gate, self.opts, self.last_applied)
+        result = run_pass(env, state, apis, gate, opts, self.last_applied)
         result.reasons = notes + result.reasons
-        if result.status == PassStatus.DENIED and self.opts.writes:
-            record_refusal(apis, self.opts, Recorded.DENIED, "; ".join(result.reasons))
+        if result.status == PassStatus.DENIED and opts.writes:
+            record_refusal(apis, opts, Recorded.DENIED, "; ".join(result.reasons))
         for name in sorted(set(self._apis) - set(apis)):
             elector = self._electors.get(name)
             if elector is not None and elector.last_error and name in self._mine(self._apis):  # not another leader: a server that failed us
@@ -216,7 +226,7 @@ class ReconcileLoop:
         if result.last_applied:
             self.last_applied = result.last_applied
         result.last_applied = self.last_applied
-        if self.shards is not None:
+        if self.shards is not None and opts.writes:  # a detect pass reads every cluster: it is no measure of this shard's load
             self.shards.observe(result, {n: len(state.clusters.get(n, [])) for n in self.shards.owned})
         return result
 

@@ -32,3 +32,9 @@ class Options:
     @property
     def writes(self) -> bool:
         return not (self.dry_run or self.detect_only)
+
+    @property
+    def judges(self) -> bool:
+        """The gate judges what a pass would write; a detect-only pass writes and plans nothing, it compares (as
+        `pulumi refresh` runs no policy pack). `check` and `plan` judge a revision."""
+        return not self.detect_only

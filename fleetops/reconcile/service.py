@@ -1,4 +1,4 @@
-"""The running service: Prometheus metrics, /healthz and /readyz, JSON logs."""
+"""The running service: Prometheus metrics, /healthz and /readyz, drift asked now (/drift), JSON logs."""
 
 from __future__ import annotations
 
@@ -110,12 +110,56 @@ def readiness(result: PassResult | None) -> Readiness:
     return Readiness(why if len(why) <= READY_REASON_CHARS else why[:READY_REASON_CHARS] + "...")
 
 
-def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], Readiness]) -> http.server.ThreadingHTTPServer:
-    """/metrics, /healthz (the process answers) and /readyz (the last pass worked, or why not), in a daemon thread."""
+class Shared:
+    """A read asked over HTTP, run at most once at a time: each request is answered by a run that started after it
+    arrived, and the requests waiting for a run share it. However many ask, the servers behind it see one pass at a
+    time, as if the service ran back to back."""
+
+    def __init__(self, run: Callable[[], bytes]):
+        self._run = run
+        self._changed = threading.Condition()
+        self._started = self._finished = 0  # runs started and finished, counted
+        self._running = False
+        self._answer: bytes | BaseException = b""
+
+    def __call__(self) -> bytes:
+        with self._changed:
+            wanted = self._started + 1  # the next run to start began after this request arrived
+            while self._finished < wanted:
+                if self._running:
+                    self._changed.wait()
+                    continue
+                self._running, self._started = True, self._started + 1
+                run = self._started
+                self._changed.release()
+                try:
+                    answer: bytes | BaseException = self._run()
+                except Exception as exc:  # noqa: BLE001 - the waiting requests get the failure, the service goes on
+                    answer = exc
+                finally:
+                    self._changed.acquire()
+                self._running, self._finished, self._answer = False, run, answer
+                self._changed.notify_all()
+            answer = self._answer
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], Readiness],
+               drift: Callable[[], bytes] | None = None) -> http.server.ThreadingHTTPServer:
+    """/metrics, /healthz (the process answers) and /readyz (the last pass worked, or why not), in a daemon thread;
+    with `drift`, /drift answers its JSON document, a detect-only pass run for the request (`Shared`)."""
+    shared = Shared(drift) if drift is not None else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path == "/metrics":
+            if self.path == "/drift" and shared is not None:
+                try:
+                    self._send(200, shared(), "application/json")
+                except Exception as exc:  # noqa: BLE001 - one line, never a traceback to the client
+                    self._send(503, f"drift not read: {redact(f'{type(exc).__name__}: {exc}')}\n".encode())
+            elif self.path == "/metrics":
                 self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
                 self._send(200, b"ok\n")

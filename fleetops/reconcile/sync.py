@@ -9,7 +9,7 @@ from fleetops import identity, inventory, render, spec
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import ApiError, NotFound, Unreachable
 from fleetops.kube import MANAGER, Key, Manifest, key_of
-from fleetops.reconcile.gate import Gate
+from fleetops.reconcile.gate import Gate, GateResult
 from fleetops.reconcile.nodes import NODE_KIND, identity_actions, live_input, node_actions, read_nodes
 from fleetops.reconcile.objects import kinds_of, not_served, object_actions, read_live
 from fleetops.reconcile.options import Options
@@ -103,7 +103,7 @@ def run_pass(
     """One reconcile pass of a rendered revision over the clusters in `apis` (others are not touched).
 
     Nodes are read first because the gate judges the revision with the live inventory in view;
-    a denial stops the pass before any object is read or written.
+    a denial stops the pass before any object is read or written. A detect-only pass is not judged (`Options.judges`).
     """
     opts = dataclasses.replace(opts or Options(), namespace=(opts and opts.namespace) or env.reconciler.namespace)
     clusters = [c for c in env.clusters if c.name in apis]
@@ -144,7 +144,7 @@ def run_pass(
     with ThreadPoolExecutor(max_workers=max(1, opts.workers)) as pool:
         surveyed = dict(zip((c.name for c in clusters), pool.map(survey, clusters)))
         inventories = {name: inv for name, (inv, _) in surveyed.items()}
-        verdict = gate(env, state, live_input(env, inventories, results))
+        verdict = gate(env, state, live_input(env, inventories, results)) if opts.judges else GateResult(False)
         if verdict.denied:
             return PassResult(env.environment, state.revision, PassStatus.DENIED, verdict.reasons, results, last_applied, verdict.warnings,
                               gate_unavailable=verdict.unavailable)

@@ -238,11 +238,13 @@ def test_a_tenant_dropped_from_git_loses_its_managed_objects_but_not_its_namespa
 def test_detect_only_reports_drift_and_writes_nothing(backend) -> None:
     env, state = dev()
     apis = backend(env)
-    result = reconcile.run_pass(env, state, apis, allow, options(detect_only=True))
+    # It compares and judges nothing: the gate judges writes (a denying gate is not asked).
+    result = reconcile.run_pass(env, state, apis, deny, options(detect_only=True))
     assert result.status == "drift" and result.drift == state.object_count and result.exit_code() == 1
     assert sum(api.writes() for api in apis.values()) == 0
     dry = reconcile.run_pass(env, state, apis, allow, options(dry_run=True))
     assert dry.status == "planned" and dry.exit_code() == 0 and sum(api.writes() for api in apis.values()) == 0
+    assert reconcile.run_pass(env, state, apis, deny, options(dry_run=True)).status == "denied"  # what a pass would do
 
 
 def test_twenty_percent_api_errors_converge_within_five_passes() -> None:

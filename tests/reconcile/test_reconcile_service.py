@@ -200,6 +200,101 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
         assert name in text
 
 
+def test_drift_asked_over_http_is_a_detect_pass_now_at_the_revision_fetched_now(repo: Path, tmp_path: Path) -> None:
+    from fleetops.output import json as json_output
+
+    apis = fleet()
+    commit(repo, GOOD, "good")
+    gate_says = {"deny": False}
+    rec = make(repo, tmp_path, apis, gate=lambda env, state, live: reconcile.GateResult(gate_says["deny"], ["fleet.quota: burst too high"]))
+    assert rec.run_once().status == "applied"
+    server = reconcile.serve_http("127.0.0.1", 0, rec.metrics, lambda: rec.ready, drift=lambda: json_output.reconcile(rec.detect()).encode())
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    center = apis["dev-center"]
+    edited = center.peek("v1", "ResourceQuota", "ml-sandbox", "device-nvidia-com-gpu")
+    edited["spec"]["hard"]["requests.nvidia.com/gpu"] = "999"
+    center.put(edited)
+    newer = commit(repo, BIGGER, "raise burst")
+    gate_says["deny"] = True  # what the gate would say of it: not asked, a detect pass writes nothing
+    for api in apis.values():
+        api.reset_counts()
+    try:
+        code, body = probe(base, "/drift")
+        metrics = probe(base, "/metrics")[1]
+    finally:
+        server.shutdown()
+    document = conforms(json.loads(body), "reconcile")  # the document `reconcile --output json` prints
+    assert code == 200 and document["status"] == "drift" and document["revision"] == newer
+    drifted = {(a["verb"], a["target"]) for a in document["clusters"]["dev-center"]["actions"]}
+    assert ("update", "ResourceQuota ml-sandbox/device-nvidia-com-gpu") in drifted  # the hand edit
+    assert sum(api.writes() for api in apis.values()) == 0
+    assert rec.last_status == "applied" and rec.passes == 1  # the service's record is its own passes'
+    assert "fleetops_policy_denials_total 0.0" in metrics and "fleetops_reconcile_duration_seconds_count 1.0" in metrics
+
+
+def test_drift_requests_share_passes_one_at_a_time_each_answered_by_a_pass_begun_after_it() -> None:
+    from fleetops.reconcile.service import Shared
+
+    first_began, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def run() -> bytes:
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:
+            first_began.set()
+            assert release.wait(30)
+        return str(len(runs)).encode()
+
+    class Watched(threading.Condition):
+        """Counts the requests that wait for a pass."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.waiting = threading.Semaphore(0)
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.waiting.release()
+            return super().wait(timeout)
+
+    changed = Watched()
+    shared = Shared(run)
+    shared._changed = changed  # noqa: SLF001 - the test watches who waits
+    answers: dict[str, bytes] = {}
+
+    def ask(name: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, shared()))
+        thread.start()
+        return thread
+
+    threads = [ask("before")]
+    assert first_began.wait(30)
+    threads += [ask("during-1"), ask("during-2")]  # they arrive while the first pass runs: it cannot answer them
+    assert changed.waiting.acquire(timeout=30) and changed.waiting.acquire(timeout=30)
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    assert answers == {"before": b"1", "during-1": b"2", "during-2": b"2"} and runs == [1, 2]
+
+
+def test_a_drift_pass_that_fails_answers_503_in_one_line_and_the_next_request_runs_again() -> None:
+    failures = iter([RuntimeError("list failed at https://user:TOKEN@git.example.com/fleet"), None])
+
+    def drift() -> bytes:
+        failure = next(failures)
+        if failure is not None:
+            raise failure
+        return b'{"drift": 0}'
+
+    server = reconcile.serve_http("127.0.0.1", 0, reconcile.Metrics(), lambda: reconcile.service.Readiness(), drift=drift)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        failed, again = probe(base, "/drift"), probe(base, "/drift")
+    finally:
+        server.shutdown()
+    assert failed[0] == 503 and failed[1].count("\n") == 1 and "RuntimeError: list failed" in failed[1] and "TOKEN" not in failed[1]
+    assert again == (200, '{"drift": 0}')
+
+
 def probe(base: str, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"{base}{path}") as answer:
