@@ -40,7 +40,7 @@ PERIOD = "2026-11"
 START = int(datetime.datetime(2026, 10, 25, tzinfo=datetime.timezone.utc).timestamp())
 END = int(datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc).timestamp())
 SAMPLE_SECONDS = 6 * 3600
-QUERIES = 4  # device-hours and spend, for the month and for the prepaid tenants' use before it: the bound, whatever the tenants
+QUERIES = 5  # device-hours, spend and the revisions applied for the month, device-hours and spend of the prepaid tenants' use before it: the bound, whatever the tenants
 WALL_SECONDS = 30.0
 PEAK_MIB = 256.0
 

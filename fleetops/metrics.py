@@ -56,6 +56,7 @@ LAST_SUCCESS = "fleetops_last_success_timestamp_seconds"
 RECONCILE_ERRORS = "fleetops_reconcile_errors"  # {cluster}
 CLUSTER_UP = "fleetops_cluster_up"  # {cluster}
 CAPACITY_READ = "fleetops_capacity_read_timestamp_seconds"  # {cluster}
+REVISION = "fleetops_revision_info"  # {cluster, revision}: 1 for the revision the cluster's fleetops-status records as applied
 # Per shard, when replicas share the fleet (fleetops/reconcile/shards.py): each replica reports its own shard.
 SHARD_CLUSTERS = "fleetops_shard_clusters"  # {shard}
 SHARD_OBJECTS = "fleetops_shard_objects"  # {shard}: objects Git wants on its clusters

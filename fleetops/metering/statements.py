@@ -4,8 +4,9 @@ A postpaid tenant's statement is an invoice: a line per cluster, pool and device
 device-hours x the price per device-hour. A prepaid tenant's also has a balance: its top-ups dated up
 to the period's end, less what it spent from its first top-up to the period's end.
 
-The cost is bounded whatever the number of tenants: two range queries for the period, one per recorded
-series (device-hours and spend, grouped by cluster, pool and tenant: never one per tenant), and two more
+The cost is bounded whatever the number of tenants: three range queries for the period, one per recorded
+series (device-hours and spend, grouped by cluster, pool and tenant: never one per tenant; the revisions
+applied, per cluster), and two more
 per month of the prepaid tenants' use before it when any was topped up earlier. Device-hours are counted
 at minute resolution (`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per
 series: each minute of the month counts once, as the latest sample at or before it says. The server holds
@@ -18,6 +19,10 @@ which the metering rules deployed at that minute computed with the prices of the
 rendered from. So a closed month keeps the prices that were in force in it, and the prepaid balance
 PromQL computes (from the same series) equals the statement's. A line's price per device-hour is what the
 period charged per device-hour (spend / device-hours): one price, or the mean of those in force.
+
+A statement names the revisions whose prices it billed: per cluster of its lines, each revision the cluster's
+reconciler recorded as applied (`fleetops_revision_info`, which Prometheus keeps) and the first and last day of
+the period it was; unknown (None) where nothing recorded it (a fleet deployed by `pulumi up` alone).
 
 What cannot be read as use is said as unknown, never billed as 0: a day whose device-hours are no
 number (NaN, Inf) or negative, and a cluster a tenant runs on that has no series at all in the period
@@ -40,7 +45,7 @@ from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.metrics import DEVICES, SPEND
+from fleetops.metrics import DEVICES, REVISION, SPEND
 from fleetops.prometheus import Prometheus, finite
 
 DAY = 86400
@@ -99,6 +104,15 @@ class Balance:
 
 
 @dataclass(frozen=True)
+class Deployed:
+    """A revision a cluster's reconciler recorded as applied, from the first to the last day of the period it was."""
+
+    revision: str
+    first_day: str
+    last_day: str
+
+
+@dataclass(frozen=True)
 class Statement:
     tenant: str
     mode: Mode
@@ -107,6 +121,7 @@ class Statement:
     lines: list[Line] = field(default_factory=list)
     total: float = 0.0
     balance: Balance | None = None
+    revisions: dict[str, list[Deployed] | None] = field(default_factory=dict)  # per cluster of its lines; None: not recorded
 
     @property
     def overdrawn(self) -> bool:
@@ -186,6 +201,23 @@ class _Use:
 WHAT = {DEVICES: "device-hours", SPEND: "spend"}
 
 
+REVISIONS_EXPR = f"max by (cluster, revision) (max_over_time({REVISION}[1d]))"
+
+
+def _deployed(prom: Prometheus, start: float, end: float) -> dict[str, list[Deployed]]:
+    """Per cluster, the revisions recorded as applied on some day of [start, end), in the order they came."""
+    days: dict[tuple[str, str], list[float]] = {}
+    for first in range(int(start), int(end), SPAN):
+        last = min(first + SPAN, int(end))
+        for s in prom.query_range(REVISIONS_EXPR, first + DAY - EARLY, last - EARLY, DAY):
+            key = (s.labels.get("cluster", ""), s.labels.get("revision", ""))
+            days.setdefault(key, []).extend(t + EARLY for t, v in s.points if finite(v))
+    out: dict[str, list[Deployed]] = {}
+    for (cluster, revision), ends in sorted(days.items(), key=lambda item: (item[0][0], min(item[1]), max(item[1]))):
+        out.setdefault(cluster, []).append(Deployed(revision, _day(min(ends)), _day(max(ends))))
+    return out
+
+
 def _unpriced(key: Key, hours: list[tuple[float, float]], spend: list[tuple[float, float]]) -> str | None:
     """Days of use with no recorded spend (the rules that price it were not loaded, or their series was lost), named."""
     priced = {t for t, _ in spend}
@@ -222,6 +254,7 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
     if not usage:
         raise StatementError(f"{prom.url}: no {DEVICES} between {period.start:%Y-%m-%d} and {period.end:%Y-%m-%d}: is the "
                              f"PrometheusRule fleetops-metering loaded and kube-state-metrics scraped? (read as no answer, never as zero use)")
+    deployed = _deployed(prom, start, end)
     prepaid = {t.name: t for t in env.tenants if t.billing.mode == Mode.PREPAID}
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
@@ -267,7 +300,8 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
             top_ups = sum(u.amount for u in tenant.billing.top_ups if _unix(u.date) < end)
             balance = Balance(round(top_ups, ROUND), spent_before, total, round(top_ups - spent_before - total, ROUND),
                               tenant.billing.low_balance_at)
-        out.append(Statement(tenant.name, Mode(tenant.billing.mode), period.name, env.budget.currency, lines, total, balance))
+        revisions = {cluster: deployed.get(cluster) for cluster in sorted({line.cluster for line in lines})}
+        out.append(Statement(tenant.name, Mode(tenant.billing.mode), period.name, env.budget.currency, lines, total, balance, revisions))
     return Statements(env.environment, period, prom.url, prom.queries, out, unknown, incomplete)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetops.metering.statements import Mode, Statement
+from fleetops.metrics import REVISION
 from fleetops.whatif import report
 from fleetops.whatif.figures import SideFigures, Waits
 from fleetops.whatif.trace import Trace
@@ -19,6 +20,11 @@ def statement(statement: Statement, unknown: list[str]) -> str:
         rows.append("  no use in the period")
     rows += [f"  unknown: {why}" for why in unknown]
     rows.append(f"  total: unknown (INCOMPLETE: at least {statement.total:,.2f})" if unknown else f"  total: {statement.total:,.2f}")
+    if statement.revisions:
+        rows.append("  prices of revisions: " + "; ".join(
+            f"{cluster} " + (", ".join(f"{d.revision[:12]} ({d.first_day} to {d.last_day})" for d in deployed) if deployed is not None
+                             else f"unknown (no {REVISION} recorded)")
+            for cluster, deployed in statement.revisions.items()))
     if (b := statement.balance) is not None:
         if unknown:
             spent, left = "unknown", f"unknown (at most {b.remaining:,.2f})"

@@ -36,6 +36,8 @@ class Metrics:
         self.cluster_errors = Counter(names.RECONCILE_ERRORS, "Errors of reconcile passes per cluster (reads, writes, an unreachable API server)", ["cluster"], registry=r)
         self.cluster_up = Gauge(names.CLUSTER_UP, "1 when the last pass reached the cluster's API server, 0 when it did not", ["cluster"], registry=r)
         self.capacity_read = Gauge(names.CAPACITY_READ, f"When the cluster's nodes were last read ({names.CAPACITY_DEVICES} is as of then)", ["cluster"], registry=r)
+        # What was deployed when, kept by Prometheus: statements name the revisions whose prices they billed.
+        self.revision = Gauge(names.REVISION, "1 for the revision the cluster's fleetops-status records as applied", ["cluster", "revision"], registry=r)
         self._series: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}
 
     def observe(self, result: PassResult, seconds: float, now: float) -> None:
@@ -49,6 +51,8 @@ class Metrics:
             for action in cluster.actions:
                 if action.error:
                     self.apply_errors.labels(name, action.kind).inc()
+            if cluster.last_applied:
+                self.replace(self.revision, name, {(cluster.last_applied,): 1})
             if cluster.measured is not None:  # every kind it compared, at 0 when equal to Git
                 counts = {kind: 0 for kind in cluster.measured} | cluster.drift_by_kind()
                 self.replace(self.drift, name, {(kind,): n for kind, n in counts.items()})

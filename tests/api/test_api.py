@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from fleetops.api import app as api_app
 from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
 from fleetops.prometheus import Prometheus
-from fleetops.metrics import SPEND
+from fleetops.metrics import REVISION, SPEND
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.command import fleetops_command, run
@@ -147,7 +147,9 @@ IDLE = [{"cluster": "center-sh", "pool": "a100-train", "tenant": "recsys", "reso
 
 def metering(form: dict[str, str]) -> bytes:
     """vision used 48 H100s all day every day of the month asked, recorded at 2.9 an hour; the prepaid tenants' use
-    before the month is asked apart, and none."""
+    before the month is asked apart, and none; no reconciler recorded what it applied."""
+    if REVISION in form["query"]:
+        return success({"resultType": "matrix", "result": []})
     first, last = int(float(form["start"])), int(float(form["end"]))
     per_day = lambda value: [[t, str(value)] for t in range(first, last + 1, DAY)]  # noqa: E731 - on the asked steps
     per_hour = 2.9 if SPEND in form["query"] else 1
@@ -171,18 +173,19 @@ def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_pe
     assert statement.status_code == 200, statement.text
     assert statement.json() == {"tenant": "vision", "mode": "postpaid", "period": "2026-11", "currency": "USD", "balance": None,
                                 "lines": [{"cluster": "center-bj", "pool": "h100-train", "device_model": "H100-SXM-80GB", "resource": "nvidia.com/gpu",
-                                           "device_hours": 34560, "price_per_device_hour": 2.9, "amount": 100224}], "total": 100224}
+                                           "device_hours": 34560, "price_per_device_hour": 2.9, "amount": 100224}], "total": 100224,
+                                "revisions": {"center-bj": None}}
     use = client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION)).json()
     assert use == {"tenant": "vision", "period": "2026-11", "currency": "USD", "spend": 100224,
                    "use": [{"cluster": "center-bj", "pool": "h100-train", "resource": "nvidia.com/gpu", "device_model": "H100-SXM-80GB",
                             "device_hours": 34560, "spend": 100224}]}
     research = client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)).json()
     assert research["lines"] == [] and research["balance"]["remaining"] == 250000  # both top-ups, nothing spent
-    # Every tenant's month from metering's four queries (device-hours and spend, of the month and of the prepaid tenants
-    # before it), not a set per request.
-    assert [form["query"].startswith("sum by") for _, form, _ in script.asked] == [True] * 4
+    # Every tenant's month from metering's five queries (device-hours, spend and the revisions applied of the month,
+    # device-hours and spend of the prepaid tenants before it), not a set per request.
+    assert [form["query"].split(" ")[0] for _, form, _ in script.asked] == ["sum", "sum", "max", "sum", "sum"]
     client.get("/v1/tenants/speech/use", params={"period": "2026-10"}, headers=bearer(OPERATOR))
-    assert len(script.asked) == 6  # another period is read on its own (two queries: no top-up before October to spend from)
+    assert len(script.asked) == 8  # another period is read on its own (three queries: no top-up before October to spend from)
 
 
 def test_use_defaults_to_the_month_to_date(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
@@ -202,10 +205,10 @@ def test_the_statements_kept_are_read_again_after_their_ttl(served: Served, serv
     ask = lambda: client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION))  # noqa: E731
     ask(), ask()
     now[0] = 59.0
-    assert ask().status_code == 200 and len(script.asked) == 4
+    assert ask().status_code == 200 and len(script.asked) == 5
     now[0] = 60.0
     ask()
-    assert len(script.asked) == 8
+    assert len(script.asked) == 10
 
 
 def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_token(served: Served, tmp_path: Path) -> None:
@@ -620,7 +623,7 @@ def test_the_openapi_document_is_3_1_and_reuses_the_cli_json_schema(client: Test
     # use and statements: the metering models, and a 503 when Prometheus does not answer
     statements = document["paths"]["/v1/tenants/{name}/statements"]["get"]["responses"]
     assert statements["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Statement"}
-    assert set(schemas["Statement"]["properties"]) == {"tenant", "mode", "period", "currency", "lines", "total", "balance"}
+    assert set(schemas["Statement"]["properties"]) == {"tenant", "mode", "period", "currency", "lines", "total", "balance", "revisions"}
     assert schemas["Mode"]["enum"] == ["postpaid", "prepaid"]
     assert set(statements) >= {"404", "503"} and "503" in document["paths"]["/v1/tenants/{name}/use"]["get"]["responses"]
 

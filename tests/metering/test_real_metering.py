@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from fleetops import spec
+from fleetops.metrics import REVISION
 from fleetops.prometheus import Prometheus as Client
 from modules import metering
 from tests import metering_data as data
@@ -70,6 +71,18 @@ def recorded(url: str, record: str, sides: list[tuple[spec.Environment, int, int
     return "\n".join(lines) + "\n"
 
 
+BEFORE, AFTER = "a1" * 20, "b2" * 20  # the revisions deployed before and after the price change
+
+
+def applied(env: spec.Environment, start: int, end: int) -> str:
+    """What each cluster's reconciler exports as it runs (scraped every hour here): the revision its status records
+    applied, BEFORE until the price change, AFTER from then: an OpenMetrics family to backfill."""
+    lines = [f"# TYPE {REVISION} gauge"]
+    for cluster in env.clusters:
+        lines += [f'{REVISION}{{cluster="{cluster.name}",revision="{BEFORE if t < CHANGE else AFTER}"}} 1 {t}' for t in range(start, end, HOUR)]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture(scope="module")
 def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, list[data.Pod]]]:
     raw = yaml.safe_load(PROD.read_text())
@@ -83,6 +96,7 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
         text += recorded(raw_server.url, metering.DEVICES, [(before, START, END)])
     with prometheus_server(directory / "devices", text + "# EOF\n", lookback="1h") as devices_server:
         text += recorded(devices_server.url, metering.SPEND, [(before, START, CHANGE - HOUR), (after, CHANGE, END)])
+    text += applied(before, START, END)
     with prometheus_server(directory / "both", text + "# EOF\n", lookback="1h") as server:
         yield server, pods
 
@@ -122,7 +136,8 @@ def test_prod_statements_for_a_month_with_a_price_change_are_what_each_hour_cost
     code, out, err = statements(server, "--period", "2026-11", "--output", "json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["queries"] == 4  # device-hours and spend, of the month and of the prepaid tenants before it: whatever the tenants
+    # device-hours, spend and the revisions applied of the month, device-hours and spend of the prepaid tenants before it: whatever the tenants
+    assert document["queries"] == 5
     raw = yaml.safe_load(PROD.read_text())
     got = {s["tenant"]: s for s in document["statements"]}
     assert set(got) == {t["name"] for t in raw["tenants"]}
@@ -139,6 +154,10 @@ def test_prod_statements_for_a_month_with_a_price_change_are_what_each_hour_cost
     at_the_file = sum(line["device_hours"] * raw["prices"][line["device_model"]] for line in lines)
     assert billed - at_the_file > 1
     assert all(raw["prices"][x["device_model"]] < x["price_per_device_hour"] < raw["prices"][x["device_model"]] * RAISE for x in lines)
+    # Each statement names the revisions whose rules priced it, per cluster it ran on: the prices' two revisions, on the days they were.
+    deployed = [{"revision": BEFORE, "first_day": "2026-11-01", "last_day": "2026-11-15"}, {"revision": AFTER, "first_day": "2026-11-15", "last_day": "2026-11-30"}]
+    for s in got.values():
+        assert s["revisions"] == {cluster: deployed for cluster in sorted({x["cluster"] for x in s["lines"]})}
 
     research = got["research"]
     assert research["mode"] == "prepaid"

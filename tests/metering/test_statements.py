@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetops.metering.statements import Period, StatementError, use_expr
-from fleetops.metrics import DEVICES, SPEND
+from fleetops.metrics import DEVICES, REVISION, SPEND
 from tests.command import run
 from tests.fake_prometheus import server, success  # noqa: F401 - server is a fixture
 from tests.helpers import ROOT
@@ -55,8 +55,11 @@ def statements(url: str, *args: str) -> tuple[int, str, str]:
 def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server) -> None:  # noqa: F811
     url, script = server
     sandbox = {"cluster": "dev-center", "tenant": "ml-sandbox"}
+    # dev-center's reconciler recorded one revision applied to the 15th, another from then; dev-edge's recorded none
+    applied = [({"cluster": "dev-center", "revision": "a" * 40, "series": REVISION}, days(1, count=15)),
+               ({"cluster": "dev-center", "revision": "b" * 40, "series": REVISION}, days(1, NOVEMBER + 14 * DAY, 16))]
     script.answer = matrix(*use({**sandbox, "pool": "dev-a100"}, days(48), 1.4), *use({**sandbox, "pool": "dev-spot"}, days(10), 0.5),
-                         *use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone"}, days(1), 1.4), *EDGE)
+                         *use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone"}, days(1), 1.4), *EDGE, *applied)
     code, out, err = statements(url, "--output", "json")
     assert code == 1
     assert err.splitlines() == ["warning: dev-center/dev-a100/gone: metered, but no such tenant or pool in dev: not billed",
@@ -67,18 +70,25 @@ def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server
     lines = {line["pool"]: (line["device_hours"], line["price_per_device_hour"], line["amount"]) for line in sandbox_statement["lines"]}
     assert lines == {"dev-a100": (1440, 1.4, 2016), "dev-spot": (300, 0.5, 150)}  # the spot pool at its own price
     assert sandbox_statement["balance"] == {"top_ups": 2000, "spent_before": 0, "spent_in_period": 2166, "remaining": -166, "low_balance_at": 200}
-    # The month's two queries only: dev's prepaid tenant was topped up on the month's first day, so there is no use before it to read.
-    assert [path for path, _, _ in script.asked] == ["/api/v1/query_range"] * 2
+    assert sandbox_statement["revisions"] == {"dev-center": [{"revision": "a" * 40, "first_day": "2026-11-01", "last_day": "2026-11-15"},
+                                                             {"revision": "b" * 40, "first_day": "2026-11-15", "last_day": "2026-11-30"}]}
+    assert next(s for s in document["statements"] if s["tenant"] == "edge-dev")["revisions"] == {"dev-edge": None}  # unknown, said
+    text = statements(url)[1]
+    assert f"prices of revisions: dev-center {'a' * 12} (2026-11-01 to 2026-11-15), {'b' * 12} (2026-11-15 to 2026-11-30)" in text
+    assert f"prices of revisions: dev-edge unknown (no {REVISION} recorded)" in text
+    # The month's three queries only: dev's prepaid tenant was topped up on the month's first day, so there is no use before it to read.
+    assert [path for path, _, _ in script.asked[:3]] == ["/api/v1/query_range"] * 3 and len(script.asked) == 6
 
 
 def test_the_queries_are_grouped_never_one_per_tenant(server) -> None:  # noqa: F811
     url, script = server
     script.answer = matrix(*use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}, days(1), 1.4), *EDGE)
     assert statements(url)[0] == 0
-    devices, spend = (form for _, form, _ in script.asked)
+    devices, spend, revisions = (form for _, form, _ in script.asked)
+    assert revisions["query"] == "max by (cluster, revision) (max_over_time(fleetops_revision_info[1d]))"
     assert devices["query"] == use_expr(DEVICES) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_devices:physical[1d:1m])) / 60"
     assert spend["query"] == use_expr(SPEND) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_spend:per_hour[1d:1m])) / 60"
-    assert {(form["start"], form["step"]) for form in (devices, spend)} == {(f"{NOVEMBER + DAY - 30}.000", "86400")}
+    assert {(form["start"], form["step"]) for form in (devices, spend, revisions)} == {(f"{NOVEMBER + DAY - 30}.000", "86400")}
 
 
 def test_no_metering_in_the_month_is_exit_2_not_zero_use(server) -> None:  # noqa: F811
@@ -97,7 +107,8 @@ def test_the_text_form_reads_as_an_invoice(server, tmp_path: Path) -> None:  # n
     assert (tmp_path / "platform-dev.txt").read_text() == (
         "Invoice for platform-dev, 2026-11 (USD)\n"
         "  dev-center/dev-a100 A100-PCIE-40GB: 60.00 device-hours x 1.4 = 84.00\n"
-        "  total: 84.00\n")
+        "  total: 84.00\n"
+        "  prices of revisions: dev-center unknown (no fleetops_revision_info recorded)\n")
 
 
 @pytest.mark.parametrize("text", ["2026-13", "2026/11", "november", ""])
@@ -248,4 +259,4 @@ def test_a_long_prepaid_history_is_read_a_month_at_a_time_and_every_day_of_it_sp
     august = int(datetime.datetime(2026, 8, 1, tzinfo=datetime.timezone.utc).timestamp())
     assert spans[0][0] == august and spans[-1][1] == NOVEMBER and len(spans) == 3
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and all(end - start <= 31 * DAY for start, end in spans)
-    assert len(script.asked) == 2 + 2 * 3  # the month's two, and two per span before it
+    assert len(script.asked) == 3 + 2 * 3  # the month's three, and two per span before it

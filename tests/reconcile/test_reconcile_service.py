@@ -177,7 +177,7 @@ def test_a_stale_lease_write_loses_the_race(backend) -> None:
 
 def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> None:
     apis = fleet()
-    commit(repo, GOOD, "good")
+    first = commit(repo, GOOD, "good")
     rec = make(repo, tmp_path, apis)
     server = reconcile.serve_http("127.0.0.1", 0, rec.metrics, lambda: rec.ready)
     base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -189,8 +189,14 @@ def test_metrics_health_and_readiness_endpoints(repo: Path, tmp_path: Path) -> N
         rec.run_once()
         assert urllib.request.urlopen(f"{base}/readyz").status == 200
         text = urllib.request.urlopen(f"{base}/metrics").read().decode()
+        second = commit(repo, BIGGER, "raise burst")
+        rec.run_once()
+        after = urllib.request.urlopen(f"{base}/metrics").read().decode()
     finally:
         server.shutdown()
+    # What was deployed when, for the statements: one series per cluster, the revision its status records applied.
+    assert f'fleetops_revision_info{{cluster="dev-center",revision="{first}"}} 1.0' in text
+    assert f'fleetops_revision_info{{cluster="dev-center",revision="{second}"}} 1.0' in after and first not in after
     quotas = sum(m["kind"] == "ResourceQuota" for m in render.render(DEV, revision="r").clusters["dev-center"])
     assert quotas >= 4  # a device quota and the priority-class quota per tenant: every one created is counted
     for name in ("fleetops_reconcile_duration_seconds_count 1.0", "fleetops_last_success_timestamp_seconds",
