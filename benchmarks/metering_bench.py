@@ -3,7 +3,8 @@
 The generated large fleet (benchmarks/generate.py, scale 1: 1,000 tenants), one in ten of them
 prepaid with a top-up before the month. Prometheus (Debian's /usr/bin/prometheus, as in the tests)
 holds `fleetops:tenant_devices:physical` and `fleetops:tenant_spend:per_hour` (the devices at the pool's
-price) every 6 hours for each tenant on one of its pools from a week before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
+price) every 6 hours for each tenant on one of its pools, and each pool's `fleetops:pool_idle_devices:physical`
+and `fleetops:pool_idle_spend:per_hour`, from a week before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
 a sample for 6 hours (--query.lookback-delta): the server's work for the statements is the same as over
 minute samples (the query steps every minute whatever the samples), and promtool 2.42 writes a block
 per 2 hours of history, so hourly samples for 1,000 tenants took over 10 minutes to import on the
@@ -33,14 +34,15 @@ from benchmarks.goals import Goal, report  # noqa: E402
 from fleetops import spec  # noqa: E402
 from fleetops.metering import statements  # noqa: E402
 from fleetops.prometheus import Prometheus  # noqa: E402
-from modules.metering import DEVICES, SPEND  # noqa: E402
+from fleetops.metrics import DEVICES, IDLE_DEVICES, IDLE_SPEND, SPEND  # noqa: E402
 from tests.servers import prometheus_server  # noqa: E402
 
 PERIOD = "2026-11"
 START = int(datetime.datetime(2026, 10, 25, tzinfo=datetime.timezone.utc).timestamp())
 END = int(datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc).timestamp())
 SAMPLE_SECONDS = 6 * 3600
-QUERIES = 5  # device-hours, spend and the revisions applied for the month, device-hours and spend of the prepaid tenants' use before it: the bound, whatever the tenants
+QUERIES = 7  # device-hours, spend, idle device-hours, idle spend and the revisions applied for the month, device-hours and spend of the
+# prepaid tenants' use before it: the bound, whatever the tenants
 WALL_SECONDS = 30.0
 PEAK_MIB = 256.0
 
@@ -56,7 +58,8 @@ def environment(scale: float, directory: Path) -> spec.Environment:
 
 
 def openmetrics(env: spec.Environment) -> tuple[str, int]:
-    """Device and spend series for each tenant on one of its pools, a sample every SAMPLE_SECONDS; the number of series."""
+    """Device and spend series for each tenant on one of its pools, and idle device and spend series for every pool, a sample
+    every SAMPLE_SECONDS; the number of series."""
     rng = random.Random(22)
     clusters = {c.name: c for c in env.clusters}
     devices, spend, count = [f"# TYPE {DEVICES} gauge"], [f"# TYPE {SPEND} gauge"], 0
@@ -71,7 +74,16 @@ def openmetrics(env: spec.Environment) -> tuple[str, int]:
                 devices.append(f'{DEVICES}{{{where},resource="{group.device.resource}"}} {now} {t}')
                 spend.append(f'{SPEND}{{{where},currency="{env.budget.currency}"}} {now * price} {t}')
             count += 2
-    return "\n".join(devices + spend) + "\n# EOF\n", count
+    idle, idle_spend = [f"# TYPE {IDLE_DEVICES} gauge"], [f"# TYPE {IDLE_SPEND} gauge"]
+    for cluster in env.clusters:
+        for group in (*cluster.pools, *cluster.edge_groups):
+            where, price = f'cluster="{cluster.name}",pool="{group.name}"', spec.device_hour_price(env, group)
+            for t in range(START, END + 1, SAMPLE_SECONDS):
+                now = rng.randint(0, spec.physical_devices(group))
+                idle.append(f"{IDLE_DEVICES}{{{where}}} {now} {t}")
+                idle_spend.append(f'{IDLE_SPEND}{{{where},currency="{env.budget.currency}"}} {now * price} {t}')
+            count += 2
+    return "\n".join(devices + spend + idle + idle_spend) + "\n# EOF\n", count
 
 
 def main() -> int:

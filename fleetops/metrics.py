@@ -15,6 +15,13 @@ UP = "up"  # Prometheus's own, per scrape target: {job, instance} and what the s
 DEVICES = "fleetops:tenant_devices:physical"
 # DEVICES x the price per device-hour: {cluster, pool, tenant, currency}.
 SPEND = "fleetops:tenant_spend:per_hour"
+# The physical devices a pool's (or edge group's) nodes offer, allocatable over the sharing factor: {cluster, pool, resource}.
+POOL_DEVICES = "fleetops:pool_devices:physical"
+# POOL_DEVICES less what tenants' running pods hold (DEVICES), never below 0: the capacity no tenant used, held by
+# nothing or by pods of no tenant (kube-system's): {cluster, pool}.
+IDLE_DEVICES = "fleetops:pool_idle_devices:physical"
+# IDLE_DEVICES x the price per device-hour: what the idle capacity costs: {cluster, pool, currency}.
+IDLE_SPEND = "fleetops:pool_idle_spend:per_hour"
 # SPEND labelled with the month of the evaluation: {cluster, pool, tenant, currency, month}.
 SPEND_BY_MONTH = "fleetops:tenant_spend_by_month:per_hour"
 # Spend since the 1st, 00:00 UTC: {cluster, pool, tenant, currency}.
@@ -27,6 +34,7 @@ BALANCE = "fleetops:tenant_balance:remaining"
 # --- kube-state-metrics (upstream names) ----------------------------------------------------------------
 POD_REQUESTS = "kube_pod_container_resource_requests"  # {namespace, pod, node, resource}
 POD_PHASE = "kube_pod_status_phase"  # {namespace, pod, phase}: 1 for the pod's phase, 0 for the others
+NODE_ALLOCATABLE = "kube_node_status_allocatable"  # {node, resource, unit}
 NODE_LABELS = "kube_node_labels"  # {node, label_<name>} for the allowlisted node labels
 NAMESPACE_LABELS = "kube_namespace_labels"  # {namespace, label_<name>} for the allowlisted namespace labels
 NODE_CONDITION = "kube_node_status_condition"  # {node, condition, status}

@@ -128,7 +128,7 @@ def build(spec: Board) -> dict[str, Any]:
             .unit(panel.unit)
             .span(12)
             .height(8)
-            .with_target(prometheus.Dataquery().ref_id("A").expr(panel.expr).legend_format(panel.legend))
+            .with_target(prometheus.Dataquery().ref_id("A").datasource(_datasource()).expr(panel.expr).legend_format(panel.legend))
         )
     return json.loads(json.dumps(builder.build(), cls=JSONEncoder))
 

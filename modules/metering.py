@@ -8,6 +8,12 @@ rules are the metric contract the statements (`fleetops statements`) and plan's 
   instances per GPU), so it counts physical devices; `resource` is the pool's declared device resource.
 - `fleetops:tenant_spend:per_hour{cluster, pool, tenant, currency}`: the above x the price per
   device-hour (`prices`, or a spot pool's own).
+- `fleetops:pool_devices:physical{cluster, pool, resource}`: the physical devices the pool's nodes offer
+  (their allocatable units over the same sharing factor).
+- `fleetops:pool_idle_devices:physical{cluster, pool}` and `fleetops:pool_idle_spend:per_hour{cluster, pool,
+  currency}`: the capacity no tenant's running pod holds, and its cost at the same price: what the statements
+  show as idle. A tenant's share of a shared GPU and the idle rest are cut by one sharing factor, so the
+  tenants' spend and the idle spend of a pool add up to its whole devices' cost, each minute.
 
 They are built from kube-state-metrics series, which must carry the pool and tenant labels:
 `--metric-labels-allowlist=nodes=[fleetops.io/pool,fleetops.io/edge-group],namespaces=[fleetops.io/tenant]`.
@@ -27,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fleetops import kube, metrics, spec
-from fleetops.metrics import BALANCE, DEVICES, MONTH_TO_DATE, PREPAID_SPEND, SPEND, SPEND_BY_MONTH
+from fleetops.metrics import BALANCE, DEVICES, IDLE_DEVICES, IDLE_SPEND, MONTH_TO_DATE, POOL_DEVICES, PREPAID_SPEND, SPEND, SPEND_BY_MONTH
 from modules.kube import Part, Target
 from modules.monitoring import alert, prometheus_rule
 
@@ -56,37 +62,58 @@ def _number(value: float) -> str:
     return f"{value:.12g}"
 
 
-def devices_expr(group: spec.Group) -> str:
-    """Physical devices held per tenant on `group`: running pods' requests over the sharing factor."""
-    node_label = "label_" + ksm_name(kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL)
-    tenant_label = "label_" + ksm_name(kube.TENANT_LABEL)
-    requests = " or ".join(
-        f'{metrics.POD_REQUESTS}{{resource="{ksm_name(resource)}"}}' + ("" if factor == 1 else f" / {_number(factor)}")
+def _physical(metric: str, group: spec.Group) -> str:
+    """`metric`'s units of each resource the group offers over its sharing factor: physical devices, per series."""
+    return " or ".join(
+        f'{metric}{{resource="{ksm_name(resource)}"}}' + ("" if factor == 1 else f" / {_number(factor)}")
         for resource, factor in sorted(sharing_factors(group).items())
     )
+
+
+def _nodes(group: spec.Group) -> str:
+    """kube-state-metrics' series of the group's nodes, to join on `node`."""
+    node_label = "label_" + ksm_name(kube.POOL_LABEL if isinstance(group, spec.Pool) else kube.EDGE_GROUP_LABEL)
+    return f'{metrics.NODE_LABELS}{{{node_label}="{group.name}"}}'
+
+
+def devices_expr(group: spec.Group) -> str:
+    """Physical devices held per tenant on `group`: running pods' requests over the sharing factor."""
+    tenant_label = "label_" + ksm_name(kube.TENANT_LABEL)
     # kube_pod_status_phase is 1 for the pod's phase and 0 for the others: a pending pod counts 0, and
     # a tenant's series stays continuous while its pods exist.
     return (
         f"sum by (tenant) (\n"
-        f"  ({requests})\n"
+        f"  ({_physical(metrics.POD_REQUESTS, group)})\n"
         f'  * on (namespace, pod) group_left () {metrics.POD_PHASE}{{phase="Running"}}\n'
-        f'  * on (node) group_left () {metrics.NODE_LABELS}{{{node_label}="{group.name}"}}\n'
+        f"  * on (node) group_left () {_nodes(group)}\n"
         f'  * on (namespace) group_left (tenant) label_replace({metrics.NAMESPACE_LABELS}{{{tenant_label}!=""}}, "tenant", "$1", "{tenant_label}", "(.+)")\n'
         f")"
     )
 
 
+def capacity_expr(group: spec.Group) -> str:
+    """Physical devices the group's nodes offer: their allocatable units over the sharing factor."""
+    return f"sum (\n  ({_physical(metrics.NODE_ALLOCATABLE, group)})\n  * on (node) group_left () {_nodes(group)}\n)"
+
+
 def metering_rules(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
-    """Per pool and edge group: its tenants' physical devices and their spend per hour."""
+    """Per pool and edge group: its tenants' physical devices and their spend per hour; its capacity, the part of it
+    no tenant held and what that cost."""
     rules: list[dict[str, Any]] = []
+    currency = {"currency": env.budget.currency}
     for group in (*cluster.pools, *cluster.edge_groups):
         where = {"cluster": cluster.name, "pool": group.name}
-        rules.append({"record": DEVICES, "expr": devices_expr(group), "labels": {**where, "resource": group.device.resource}})
-        rules.append({
-            "record": SPEND,
-            "expr": f'sum without (resource) ({DEVICES}{{cluster="{cluster.name}", pool="{group.name}"}}) * {_number(spec.device_hour_price(env, group))}',
-            "labels": {"currency": env.budget.currency},
-        })
+        selector = f'{{cluster="{cluster.name}", pool="{group.name}"}}'
+        price = _number(spec.device_hour_price(env, group))
+        capacity = f"sum by (cluster, pool) ({POOL_DEVICES}{selector})"
+        rules += [
+            {"record": DEVICES, "expr": devices_expr(group), "labels": {**where, "resource": group.device.resource}},
+            {"record": SPEND, "expr": f"sum without (resource) ({DEVICES}{selector}) * {price}", "labels": currency},
+            {"record": POOL_DEVICES, "expr": capacity_expr(group), "labels": {**where, "resource": group.device.resource}},
+            # No tenant series at all is no tenant's use: the whole capacity is idle.
+            {"record": IDLE_DEVICES, "expr": f"clamp_min({capacity} - (sum by (cluster, pool) ({DEVICES}{selector}) or {capacity} * 0), 0)"},
+            {"record": IDLE_SPEND, "expr": f"{IDLE_DEVICES}{selector} * {price}", "labels": currency},
+        ]
     return rules
 
 

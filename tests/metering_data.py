@@ -37,6 +37,21 @@ def per_unit(pool: dict[str, Any]) -> dict[str, float]:
     return {resource: 1.0}
 
 
+def allocatable(group: dict[str, Any]) -> dict[str, int]:
+    """What the device plugins of a group's nodes advertise, per resource, as the test reads the sharing: 4 units per
+    GPU with 4 time-slicing replicas, 7 per GPU of MIG 1g.10gb x7, per profile its count per GPU for strategy mixed."""
+    devices = group["nodes"] * group["device"]["per_node"]
+    sharing = group.get("sharing", {})
+    if sharing.get("mode") == "time-slicing":
+        return {group["device"]["resource"]: devices * sharing["replicas"]}
+    if sharing.get("mode") == "mig":
+        profiles = sharing["mig"]["profiles"]
+        if sharing["mig"].get("strategy", "single") == "single":
+            return {group["device"]["resource"]: devices * sum(profiles.values())}
+        return {f"nvidia.com/mig-{p}": devices * n for p, n in profiles.items()}
+    return {group["device"]["resource"]: devices}
+
+
 def ksm(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
@@ -76,7 +91,8 @@ def pods(env: dict[str, Any], start: int, end: int, seed: int = 22) -> list[Pod]
 
 def openmetrics(env: dict[str, Any], pod_list: list[Pod], start: int, end: int) -> str:
     """The kube-state-metrics series of the pods, their nodes and namespaces, hourly from start to end, plus a
-    system pod holding a GPU (never a tenant's): OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`."""
+    system pod holding a GPU (never a tenant's): OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`.
+    Each pool and edge group is one node, `POOL-0`, allocatable with the group's whole declared capacity."""
     times = range(start, end + 1, HOUR)
 
     def family(name: str, series: list[tuple[str, list[float] | float]]) -> Iterator[str]:
@@ -86,7 +102,8 @@ def openmetrics(env: dict[str, Any], pod_list: list[Pod], start: int, end: int) 
                 value = values[i] if isinstance(values, list) else values
                 yield f"{name}{{{labels}}} {value:g} {t}"
 
-    nodes = sorted({(p.pool, p.node_label) for p in pod_list})
+    nodes = sorted((g["name"], "label_fleetops_io_pool" if kind == "pools" else "label_fleetops_io_edge_group", allocatable(g))
+                   for c in env["clusters"] for kind in ("pools", "edge_groups") for g in c.get(kind, []))
     some = pod_list[0]
     requests = [(f'namespace="{p.tenant}",pod="{p.tenant}-{p.pool}",container="c{i}",node="{p.pool}-0",resource="{ksm(r)}",unit="integer"', float(n))
                 for p in pod_list for i, (r, n) in enumerate(sorted(p.requests.items()))]
@@ -94,7 +111,9 @@ def openmetrics(env: dict[str, Any], pod_list: list[Pod], start: int, end: int) 
     phases = [(f'namespace="{p.tenant}",pod="{p.tenant}-{p.pool}",phase="Running"', [float(r) for r in p.running]) for p in pod_list]
     phases.append(('namespace="kube-system",pod="probe",phase="Running"', 1.0))
     lines = [
-        *family("kube_node_labels", [(f'node="{pool}-0",{label}="{pool}"', 1.0) for pool, label in nodes]),
+        *family("kube_node_labels", [(f'node="{pool}-0",{label}="{pool}"', 1.0) for pool, label, _ in nodes]),
+        *family("kube_node_status_allocatable", [(f'node="{pool}-0",resource="{ksm(r)}",unit="integer"', float(n))
+                                                 for pool, _, units in nodes for r, n in sorted(units.items())]),
         *family("kube_namespace_labels", [(f'namespace="{t}",label_fleetops_io_tenant="{t}"', 1.0) for t in sorted({p.tenant for p in pod_list})]
                 + [('namespace="kube-system"', 1.0)]),
         *family("kube_pod_container_resource_requests", requests),

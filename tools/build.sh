@@ -103,7 +103,14 @@ kube-router() {
   build_tool kube-router "$v" kube-router -- -ldflags "-s -w -X $mod/pkg/version.Version=$v" "$mod/cmd/kube-router"
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter kube-router)
+# dashboard-strict: fleetops' own main (tools/grafana-foundation-sdk/main.go) over the SDK's Go types, which decode a
+# dashboard strictly: the second reader of the dashboards the Python builders write (tests/render/test_monitoring.py).
+grafana-foundation-sdk() {
+  local v; v=$(version grafana-foundation-sdk github.com/grafana/grafana-foundation-sdk/go)
+  build_tool grafana-foundation-sdk "$v" dashboard-strict -- -ldflags "-s -w" .
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter kube-router grafana-foundation-sdk)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done

@@ -33,7 +33,7 @@ from fleetops.api.models import Scope
 from fleetops.api.snapshot import Snapshot
 from fleetops.cluster import ClusterAPI
 from fleetops.errors import FleetopsError
-from fleetops.metering.statements import Period, Statement, StatementError
+from fleetops.metering.statements import Idle, Period, Statement, StatementError, Statements
 from fleetops.output import json as plan_json
 from fleetops.plan_result import status_counts
 from fleetops.prometheus import PrometheusError
@@ -307,17 +307,16 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
     def tenant(name: str, seen: Tagged) -> models.ApiTenant:
         return _tenant(seen.snapshot, visible_tenant(seen.snapshot, name, seen.who))
 
-    async def metered(name: str, who: Principal, period: str | None) -> Statement:
-        """The tenant's statement for the period (default: the month to date) from metering, or why there is none.
+    async def read_period(period: str | None) -> Statements:
+        """Every tenant's statements for the period (default: the month to date) from metering, or why there are none.
         Awaited on the event loop, never in a worker thread: a slow Prometheus holds no thread another route needs."""
         snapshot = current()
-        visible_tenant(snapshot, name, who)
         if meter is None:
             raise HTTPProblem(404, "metering-not-configured", f"metering is not configured for {snapshot.environment}: serve --prometheus URL")
         try:
             month = Period.parse(period or this_month())
             reading = meter.statements(snapshot.revision, snapshot.env, month)
-            made = await asyncio.wait_for(asyncio.wrap_future(reading), settings.metering_wait)
+            return await asyncio.wait_for(asyncio.wrap_future(reading), settings.metering_wait)
         except MeteringBusy:
             raise HTTPProblem(503, "metering-busy", "other periods are being read from Prometheus: ask again", {"Retry-After": "10"}) from None
         except TimeoutError:
@@ -328,8 +327,13 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
             raise HTTPProblem(503, "metering-unavailable", exc.lines[0], {"Retry-After": "30"}) from None
         except StatementError as exc:
             raise HTTPProblem(404, "no-metering", exc.lines[0]) from None
+
+    async def metered(name: str, who: Principal, period: str | None) -> Statement:
+        """The tenant's statement for the period; 503 where some of its use is unknown."""
+        visible_tenant(current(), name, who)
+        made = await read_period(period)
         if unknown := made.incomplete.get(name):
-            raise HTTPProblem(503, "metering-incomplete", f"some of {name}'s use in {month.name} is unknown: {unknown[0]}",
+            raise HTTPProblem(503, "metering-incomplete", f"some of {name}'s use in {made.period.name} is unknown: {unknown[0]}",
                           {"Retry-After": str(int(TTL_SECONDS))}, problems=unknown)
         return next(s for s in made.statements if s.tenant == name)
 
@@ -348,6 +352,13 @@ def create_app(current: Callable[[], Snapshot], tokens: Tokens, status: Callable
         """A tenant's statement for a month, as `fleetops statements --output json` gives it: a postpaid invoice or a prepaid balance."""
         response.headers.update(METERED_CACHE)
         return await metered(name, who, period)
+
+    @app.get("/v1/idle", response_model=list[Idle], responses=METERED)
+    async def idle(_: Operator, response: Response, period: Month = None) -> list[Idle]:
+        """Per pool and edge group, the capacity no tenant's running pod held in a month and its cost at the prices recorded,
+        as `fleetops statements --output json` gives it under `idle`: a null figure is unknown, and `unknown` says why."""
+        response.headers.update(METERED_CACHE)
+        return (await read_period(period)).idle
 
     @app.get("/v1/decisions", response_model=models.Decisions)
     def decisions(seen: Tagged, _: Operator) -> models.Decisions:

@@ -74,7 +74,8 @@ def statements_command(
     deadline: Annotated[str, typer.Option("--deadline", help="The whole time given to Prometheus's answers (30s, 10m); each query has at most 3m of it")] = "10m",
 ) -> None:
     """Per-tenant statements for a month from Prometheus: postpaid invoices (device-hours x price per cluster, pool and
-    device model) and prepaid balances (top-ups to the month's end less spend). Exit 1 when a prepaid balance is
+    device model) and prepaid balances (top-ups to the month's end less spend); and each pool's idle capacity, what no tenant
+    held and its cost (standard output only, never in a tenant's file). Exit 1 when a prepaid balance is
     overdrawn, 2 when Prometheus cannot be asked in --deadline, holds no metering for the month, or some use is unknown
     (a cluster without series, a day without a number): then the statements are printed marked incomplete, and --out writes none."""
     from fleetops.metering import statements
@@ -91,6 +92,9 @@ def statements_command(
     for tenant, reasons in result.incomplete.items():
         for why in reasons:
             say(f"incomplete: {tenant}: {why}")
+    for row in result.idle:
+        if row.unknown is not None:
+            say(f"idle unknown: {row.unknown}")
     overdrawn = [s.tenant for s in result.statements if s.overdrawn]
     counts = {"statements": len(result.statements), "overdrawn": len(overdrawn), "incomplete": len(result.incomplete)}
     if output is StatementFormat.json:
@@ -101,12 +105,12 @@ def statements_command(
         from fleetops.output import csv
 
         forms = {s.tenant: csv.csv_text([s], result.incomplete) for s in result.statements}
-        whole = csv.csv_text(result.statements, result.incomplete)
+        whole = csv.csv_text(result.statements, result.incomplete) + csv.idle_csv(result.idle, month.name, spec_env.budget.currency)
     else:
         from fleetops.output import text
 
         forms = {s.tenant: text.statement(s, result.incomplete.get(s.tenant, [])) for s in result.statements}
-        whole = "\n".join(forms.values())
+        whole = "\n".join([*forms.values(), text.idle(result.idle, month.name, spec_env.budget.currency)])
     if out_dir is None:
         sys.stdout.write(whole)
     elif result.incomplete:  # a file per tenant is what is sent: none while any is unknown

@@ -4,9 +4,9 @@ A postpaid tenant's statement is an invoice: a line per cluster, pool and device
 device-hours x the price per device-hour. A prepaid tenant's also has a balance: its top-ups dated up
 to the period's end, less what it spent from its first top-up to the period's end.
 
-The cost is bounded whatever the number of tenants: three range queries for the period, one per recorded
-series (device-hours and spend, grouped by cluster, pool and tenant: never one per tenant; the revisions
-applied, per cluster), and two more
+The cost is bounded whatever the number of tenants: five range queries for the period, one per recorded
+series (device-hours and spend, grouped by cluster, pool and tenant: never one per tenant; the idle
+device-hours and their spend, per cluster and pool; the revisions applied, per cluster), and two more
 per month of the prepaid tenants' use before it when any was topped up earlier. Device-hours are counted
 at minute resolution (`sum_over_time(...[1d:1m]) / 60`), one point per day, so a month is ~30 points per
 series: each minute of the month counts once, as the latest sample at or before it says. The server holds
@@ -19,6 +19,13 @@ which the metering rules deployed at that minute computed with the prices of the
 rendered from. So a closed month keeps the prices that were in force in it, and the prepaid balance
 PromQL computes (from the same series) equals the statement's. A line's price per device-hour is what the
 period charged per device-hour (spend / device-hours): one price, or the mean of those in force.
+
+Beside the tenants' statements, each pool's idle capacity: the device-hours no tenant's running pod held
+(`fleetops:pool_idle_devices:physical`: allocatable less the tenants' use, each minute) and what they cost
+(`fleetops:pool_idle_spend:per_hour`, at the same recorded prices). A shared GPU is cut by one sharing factor
+for both, a time-slicing replica a quarter of a 4-way GPU, a 3g.20gb MIG instance half an A100-40GB cut into
+one 3g and two 2g: a pool's tenants' spend and its idle spend add up to its whole devices' cost. OpenCost
+calls it idle cost; pods of no tenant (kube-system's) are part of it here, as no tenant pays for them.
 
 A statement names the revisions whose prices it billed: per cluster of its lines, each revision the cluster's
 reconciler recorded as applied (`fleetops_revision_info`, which Prometheus keeps) and the first and last day of
@@ -45,7 +52,7 @@ from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.metrics import DEVICES, REVISION, SPEND
+from fleetops.metrics import DEVICES, IDLE_DEVICES, IDLE_SPEND, REVISION, SPEND
 from fleetops.prometheus import Prometheus, finite
 
 DAY = 86400
@@ -74,11 +81,16 @@ class Period:
     end: datetime.datetime
 
     @classmethod
-    def parse(cls, text: str) -> Period:
+    def parse(cls, text: str, now: datetime.datetime | None = None) -> Period:
+        """The month `text` names, begun by `now` (default: the clock): a month to come has no use yet, and its
+        prepaid balance would be read from the first top-up on, 31 days a query, through years no one lived."""
         try:
             first = datetime.datetime.strptime(text, "%Y-%m").replace(tzinfo=datetime.timezone.utc)
         except ValueError:
             raise StatementError(f"--period {text!r}: a month is written YYYY-MM, e.g. 2026-11") from None
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        if first > now:
+            raise StatementError(f"--period {text}: the month has not begun (it is {now:%Y-%m-%d} UTC): no statement yet")
         days = calendar.monthrange(first.year, first.month)[1]
         return cls(text, first, first + datetime.timedelta(days=days))
 
@@ -101,6 +113,22 @@ class Balance:
     spent_in_period: float
     remaining: float
     low_balance_at: float | None
+
+
+@dataclass(frozen=True)
+class Idle:
+    """A pool's capacity no tenant's running pod held in the period, and its cost at the prices recorded then;
+    None where it cannot be read (`unknown` says why)."""
+
+    cluster: str
+    pool: str
+    device_model: str
+    resource: str
+    device_hours: float | None
+    tenant_device_hours: float  # what tenants' pods held of the pool in the period: the statements' lines (and metered unknown tenants')
+    share: float | None  # idle / (idle + tenants'), of the capacity the pool had
+    amount: float | None
+    unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,11 +168,12 @@ class Statements:
     statements: list[Statement]
     unknown: list[str]  # series naming a tenant or pool the environment does not have: not billed, said
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # tenant -> what of its use is unknown
+    idle: list[Idle] = field(default_factory=list)  # per pool and edge group of the environment
 
     def document(self) -> dict[str, object]:
         return {"environment": self.environment, "period": self.period.name, "prometheus": self.prometheus,
                 "price_source": PRICE_SOURCE, "queries": self.queries, "unknown": self.unknown, "incomplete": self.incomplete,
-                "statements": [self.statement_document(s) for s in self.statements]}
+                "statements": [self.statement_document(s) for s in self.statements], "idle": [asdict(i) for i in self.idle]}
 
     def statement_document(self, statement: Statement) -> dict[str, object]:
         """A statement as JSON: an incomplete one's total and balance are unknown (null), never the known part's sum."""
@@ -163,7 +192,8 @@ def _unix(day: datetime.date | datetime.datetime) -> float:
 
 
 def use_expr(name: str, tenants: Iterable[str] | None = None) -> str:
-    """The recorded series `name` (device-hours or spend) summed over the day before each point, per cluster, pool and tenant."""
+    """The recorded series `name` (device-hours or spend, a tenant's or idle) summed over the day before each point, per
+    cluster, pool and tenant (none: "", for the idle series)."""
     where = "" if tenants is None else f'{{tenant=~"{"|".join(sorted(tenants))}"}}'
     return f"sum by (cluster, pool, tenant) (sum_over_time({name}{where}[1d:1m])) / 60"
 
@@ -194,76 +224,100 @@ def _refused(key: Key, what: str, points: list[tuple[float, float]]) -> str | No
 class _Use:
     """What one read found: per series name, its days; and per key why some of them cannot be read."""
 
-    days: dict[str, Days] = field(default_factory=lambda: {DEVICES: {}, SPEND: {}})
+    days: dict[str, Days] = field(default_factory=dict)
     refused: dict[Key, str] = field(default_factory=dict)
 
 
-WHAT = {DEVICES: "device-hours", SPEND: "spend"}
+WHAT = {DEVICES: "device-hours", SPEND: "spend", IDLE_DEVICES: "idle device-hours", IDLE_SPEND: "idle spend"}
+PRICED_BY = {DEVICES: SPEND, IDLE_DEVICES: IDLE_SPEND}  # device-hours -> the spend recorded for them
+TENANTS = (DEVICES, SPEND)
+IDLE = (IDLE_DEVICES, IDLE_SPEND)
 
 
 REVISIONS_EXPR = f"max by (cluster, revision) (max_over_time({REVISION}[1d]))"
 
 
+def _daily(prom: Prometheus, expr: str, start: float, end: float) -> Iterable[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """Each series of `expr` asked once a day of [start, end), at most SPAN per query: its labels and (day's end, value)."""
+    for first in range(int(start), int(end), SPAN):
+        last = min(first + SPAN, int(end))
+        for s in prom.query_range(expr, first + DAY - EARLY, last - EARLY, DAY):
+            yield s.labels, [(t + EARLY, v) for t, v in s.points]
+
+
 def _deployed(prom: Prometheus, start: float, end: float) -> dict[str, list[Deployed]]:
     """Per cluster, the revisions recorded as applied on some day of [start, end), in the order they came."""
     days: dict[tuple[str, str], list[float]] = {}
-    for first in range(int(start), int(end), SPAN):
-        last = min(first + SPAN, int(end))
-        for s in prom.query_range(REVISIONS_EXPR, first + DAY - EARLY, last - EARLY, DAY):
-            key = (s.labels.get("cluster", ""), s.labels.get("revision", ""))
-            days.setdefault(key, []).extend(t + EARLY for t, v in s.points if finite(v))
+    for labels, points in _daily(prom, REVISIONS_EXPR, start, end):
+        key = (labels.get("cluster", ""), labels.get("revision", ""))
+        days.setdefault(key, []).extend(t for t, v in points if finite(v))
     out: dict[str, list[Deployed]] = {}
     for (cluster, revision), ends in sorted(days.items(), key=lambda item: (item[0][0], min(item[1]), max(item[1]))):
         out.setdefault(cluster, []).append(Deployed(revision, _day(min(ends)), _day(max(ends))))
     return out
 
 
-def _unpriced(key: Key, hours: list[tuple[float, float]], spend: list[tuple[float, float]]) -> str | None:
+def _unpriced(key: Key, hours: str, spend: str, days: list[tuple[float, float]], priced_days: list[tuple[float, float]]) -> str | None:
     """Days of use with no recorded spend (the rules that price it were not loaded, or their series was lost), named."""
-    priced = {t for t, _ in spend}
-    bare = [t for t, v in hours if v > 0 and t not in priced]
-    return f"{key[0]}/{key[1]}: device-hours but no {SPEND} on {_named(bare)}: its cost unknown, not 0" if bare else None
+    priced = {t for t, _ in priced_days}
+    bare = [t for t, v in days if v > 0 and t not in priced]
+    return f"{key[0]}/{key[1]}: {WHAT[hours]} but no {spend} on {_named(bare)}: its cost unknown, not 0" if bare else None
 
 
-def _read(prom: Prometheus, start: float, end: float, tenants: Iterable[str] | None = None) -> _Use:
-    """(day's end, value) of each series for each day of [start, end) that reads as a number, and per key why
-    some days do not (no number, or device-hours without recorded spend). Each point is asked EARLY seconds
-    before its day's end, so that its `[1d:1m]` window holds exactly the day's 1,440 minutes (from 00:00 to
-    23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
-    use = _Use()
+def _read(prom: Prometheus, start: float, end: float, names: tuple[str, str], tenants: Iterable[str] | None = None) -> _Use:
+    """(day's end, value) of each series of `names` (device-hours and their spend) for each day of [start, end)
+    that reads as a number, and per key why some days do not (no number, or device-hours without recorded spend).
+    Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window holds exactly the day's
+    1,440 minutes (from 00:00 to 23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
+    use = _Use({name: {} for name in names})
     for name, days in use.days.items():
-        for first in range(int(start), int(end), SPAN):
-            last = min(first + SPAN, int(end))
-            for s in prom.query_range(use_expr(name, tenants), first + DAY - EARLY, last - EARLY, DAY):
-                key = (s.labels.get("cluster", ""), s.labels.get("pool", ""), s.labels.get("tenant", ""))
-                points = [(t + EARLY, v) for t, v in s.points]
-                if (why := _refused(key, WHAT[name], points)) is not None:
-                    use.refused.setdefault(key, why)
-                days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
-    for key, hours in use.days[DEVICES].items():
-        if key not in use.refused and (why := _unpriced(key, hours, use.days[SPEND].get(key, []))) is not None:
+        for labels, points in _daily(prom, use_expr(name, tenants), start, end):
+            key = (labels.get("cluster", ""), labels.get("pool", ""), labels.get("tenant", ""))
+            if (why := _refused(key, WHAT[name], points)) is not None:
+                use.refused.setdefault(key, why)
+            days.setdefault(key, []).extend((t, v) for t, v in points if finite(v) and v >= 0)
+    hours, spend = names
+    for key, points in use.days[hours].items():
+        if key not in use.refused and (why := _unpriced(key, hours, spend, points, use.days[spend].get(key, []))) is not None:
             use.refused[key] = why
     return use
+
+
+def _idle(groups: dict[tuple[str, str], spec.Group], idle: _Use, usage: Days, period: Period) -> list[Idle]:
+    """Per pool and edge group of the environment: its idle device-hours and their cost, beside what its tenants held."""
+    out = []
+    for (cluster, pool), group in sorted(groups.items()):
+        held = round(sum(v for (c, p, _), points in usage.items() if (c, p) == (cluster, pool) for _, v in points), ROUND)
+        key = (cluster, pool, "")
+        why = idle.refused.get(key)
+        if key not in idle.days[IDLE_DEVICES]:
+            why = f"{cluster}/{pool}: no {IDLE_DEVICES} in {period.name} (no kube_node_status_allocatable of its nodes, metering rules older than it, or lost): unknown, not 0"
+        hours = None if why else round(sum(v for _, v in idle.days[IDLE_DEVICES][key]), ROUND)
+        amount = None if why else round(sum(v for _, v in idle.days[IDLE_SPEND].get(key, [])), ROUND)
+        share = round(hours / (hours + held), ROUND) if hours is not None and hours + held else None
+        out.append(Idle(cluster, pool, group.device.model, group.device.resource, hours, held, share, amount, why))
+    return out
 
 
 def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements:
     """Read the period (and the prepaid tenants' spend before it) and write every tenant's statement."""
     start, end = _unix(period.start), _unix(period.end)
-    use = _read(prom, start, end)
+    use = _read(prom, start, end, TENANTS)
     usage = use.days[DEVICES]
     if not usage:
         raise StatementError(f"{prom.url}: no {DEVICES} between {period.start:%Y-%m-%d} and {period.end:%Y-%m-%d}: is the "
                              f"PrometheusRule fleetops-metering loaded and kube-state-metrics scraped? (read as no answer, never as zero use)")
+    idle = _read(prom, start, end, IDLE)
     deployed = _deployed(prom, start, end)
     prepaid = {t.name: t for t in env.tenants if t.billing.mode == Mode.PREPAID}
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
-    before = _read(prom, earliest, start, prepaid) if earliest is not None else _Use()
+    before = _read(prom, earliest, start, TENANTS, prepaid) if earliest is not None else _Use({name: {} for name in TENANTS})
 
     groups = {(c.name, g.name): g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
     tenants = {t.name for t in env.tenants}
-    unknown = sorted({f"{cluster}/{pool}/{tenant}" for cluster, pool, tenant in usage
-                      if tenant not in tenants or (cluster, pool) not in groups})
+    unknown = sorted({f"{cluster}/{pool}/{tenant}" for cluster, pool, tenant in usage if tenant not in tenants or (cluster, pool) not in groups}
+                     | {f"{cluster}/{pool} (idle)" for cluster, pool, _ in idle.days[IDLE_DEVICES] if (cluster, pool) not in groups})
     measured = {cluster for cluster, _, _ in usage}
     metered = {c.name for c in env.clusters if c.pools or c.edge_groups}
 
@@ -302,7 +356,7 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
                               tenant.billing.low_balance_at)
         revisions = {cluster: deployed.get(cluster) for cluster in sorted({line.cluster for line in lines})}
         out.append(Statement(tenant.name, Mode(tenant.billing.mode), period.name, env.budget.currency, lines, total, balance, revisions))
-    return Statements(env.environment, period, prom.url, prom.queries, out, unknown, incomplete)
+    return Statements(env.environment, period, prom.url, prom.queries, out, unknown, incomplete, _idle(groups, idle, usage, period))
 
 
 # --- in the audit report ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Statements as CSV (`statements --output csv`): one row per invoice line, total, top-up and balance."""
+"""Statements as CSV (`statements --output csv`): one row per invoice line, total, top-up and balance; and per pool its idle capacity."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 from collections.abc import Iterable
 from dataclasses import asdict
 
-from fleetops.metering.statements import Statement
+from fleetops.metering.statements import Idle, Statement
 
 CSV_FIELDS = ["tenant", "mode", "period", "kind", "cluster", "pool", "device_model", "resource", "device_hours",
               "price_per_device_hour", "amount", "currency", "note"]
@@ -31,4 +31,15 @@ def csv_text(statements: Iterable[Statement], incomplete: dict[str, list[str]]) 
             for kind, amount in (("top_ups", s.balance.top_ups), ("spent_before", s.balance.spent_before),
                                  ("balance", "" if unknown else s.balance.remaining)):
                 writer.writerow(head | {"kind": kind, "amount": amount})
+    return buffer.getvalue()
+
+
+def idle_csv(rows: Iterable[Idle], period: str, currency: str) -> str:
+    """A row per pool: its idle device-hours and their cost (empty where unknown, the note says why), in the statements' columns."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
+    for row in rows:
+        writer.writerow({"period": period, "kind": "idle", "cluster": row.cluster, "pool": row.pool, "device_model": row.device_model,
+                         "resource": row.resource, "device_hours": "" if row.device_hours is None else row.device_hours,
+                         "amount": "" if row.amount is None else row.amount, "currency": currency, "note": row.unknown or ""})
     return buffer.getvalue()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetops.metering.statements import Mode, Statement
+from fleetops.metering.statements import Idle, Mode, Statement
 from fleetops.metrics import REVISION
 from fleetops.whatif import report
 from fleetops.whatif.figures import SideFigures, Waits
@@ -33,6 +33,21 @@ def statement(statement: Statement, unknown: list[str]) -> str:
             spent, left = f"{b.spent_in_period:,.2f}", f"{b.remaining:,.2f}{' (overdrawn)' if b.remaining < 0 else low}"
         rows.append(f"  top-ups to the period's end {b.top_ups:,.2f} - spent before {b.spent_before:,.2f} - this period {spent} = balance {left}")
     return "\n".join(rows) + "\n"
+
+
+def idle(rows: list[Idle], period: str, currency: str) -> str:
+    """Each pool's capacity no tenant held in the period and its cost; unknown where it cannot be read, and then so is the total."""
+    out = [f"Idle capacity, {period} ({currency}): device-hours no tenant's running pod held, at the prices recorded"]
+    for row in rows:
+        where = f"  {row.cluster}/{row.pool} {row.device_model}: "
+        if row.device_hours is None or row.amount is None:
+            out.append(where + f"unknown ({row.unknown})")
+            continue
+        share = "" if row.share is None else f" ({row.share:.1%} of {row.device_hours + row.tenant_device_hours:,.2f})"
+        out.append(where + f"{row.device_hours:,.2f} device-hours idle{share} = {row.amount:,.2f}")
+    known = sum(row.amount for row in rows if row.amount is not None)
+    out.append(f"  total: unknown (at least {known:,.2f})" if any(row.amount is None for row in rows) else f"  total: {known:,.2f}")
+    return "\n".join(out) + "\n"
 
 
 def _cells(w: Waits) -> str:

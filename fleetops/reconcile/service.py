@@ -110,8 +110,13 @@ def readiness(result: PassResult | None) -> Readiness:
         why = f"the last pass failed in {len(failing)} cluster(s): " + "; ".join(result.clusters[n].errors[0] for n in failing)
     else:
         return Readiness()
-    why = redact(why)
-    return Readiness(why if len(why) <= READY_REASON_CHARS else why[:READY_REASON_CHARS] + "...")
+    return Readiness(said(why))
+
+
+def said(why: str) -> str:
+    """A reason as an HTTP answer gives it: redacted of URL credentials, on one line, at most READY_REASON_CHARS."""
+    why = " ".join(redact(why).split())
+    return why if len(why) <= READY_REASON_CHARS else why[:READY_REASON_CHARS] + "..."
 
 
 class Shared:
@@ -162,7 +167,7 @@ def serve_http(host: str, port: int, metrics: Metrics, ready: Callable[[], Readi
                 try:
                     self._send(200, shared(), "application/json")
                 except Exception as exc:  # noqa: BLE001 - one line, never a traceback to the client
-                    self._send(503, f"drift not read: {redact(f'{type(exc).__name__}: {exc}')}\n".encode())
+                    self._send(503, f"drift not read: {said(f'{type(exc).__name__}: {exc}')}\n".encode())
             elif self.path == "/metrics":
                 self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":

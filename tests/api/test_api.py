@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from fleetops.api import app as api_app
 from fleetops.api import auth, metering as api_metering, snapshot as snapshot_mod
 from fleetops.prometheus import Prometheus
-from fleetops.metrics import REVISION, SPEND
+from fleetops.metrics import IDLE_DEVICES, IDLE_SPEND, REVISION, SPEND
 from fleetops.errors import ApiError
 from fleetops.reconcile.status import STATUS_CONFIGMAP
 from tests.command import fleetops_command, run
@@ -140,7 +140,7 @@ VISION_H100 = {"cluster": "center-bj", "pool": "h100-train", "tenant": "vision",
 
 
 # Every other cluster measured too, its tenant holding nothing: a cluster without any series is unknown use, not 0.
-IDLE = [{"cluster": "center-sh", "pool": "a100-train", "tenant": "recsys", "resource": "nvidia.com/gpu"},
+QUIET = [{"cluster": "center-sh", "pool": "a100-train", "tenant": "recsys", "resource": "nvidia.com/gpu"},
         {"cluster": "edge-sh-factory", "pool": "jetson-line-1", "tenant": "factory-vision", "resource": "nvidia.com/gpu"},
         {"cluster": "edge-gz-gateway", "pool": "npu-gateway", "tenant": "gateway-ocr", "resource": "huawei.com/Ascend310P"}]
 
@@ -152,9 +152,12 @@ def metering(form: dict[str, str]) -> bytes:
         return success({"resultType": "matrix", "result": []})
     first, last = int(float(form["start"])), int(float(form["end"]))
     per_day = lambda value: [[t, str(value)] for t in range(first, last + 1, DAY)]  # noqa: E731 - on the asked steps
+    if IDLE_DEVICES in form["query"] or IDLE_SPEND in form["query"]:  # of center-bj's H100 training pool, 80 of its 128 GPUs idle
+        idle = [{"metric": {"cluster": "center-bj", "pool": "h100-train"}, "values": per_day(80 * 24 * (2.9 if IDLE_SPEND in form["query"] else 1))}]
+        return success({"resultType": "matrix", "result": idle})
     per_hour = 2.9 if SPEND in form["query"] else 1
     series = [] if "tenant=~" in form["query"] else [{"metric": VISION_H100, "values": per_day(48 * 24 * per_hour)},
-                                                     *({"metric": labels, "values": per_day(0)} for labels in IDLE)]
+                                                     *({"metric": labels, "values": per_day(0)} for labels in QUIET)]
     return success({"resultType": "matrix", "result": series})
 
 
@@ -181,11 +184,24 @@ def test_statements_and_use_are_metering_s_figures_read_once_per_revision_and_pe
                             "device_hours": 34560, "spend": 100224}]}
     research = client.get("/v1/tenants/research/statements", params={"period": "2026-11"}, headers=bearer(OPERATOR)).json()
     assert research["lines"] == [] and research["balance"]["remaining"] == 250000  # both top-ups, nothing spent
-    # Every tenant's month from metering's five queries (device-hours, spend and the revisions applied of the month,
+    # Every tenant's month from metering's seven queries (device-hours, spend, idle device-hours, idle spend and the revisions applied of the month,
     # device-hours and spend of the prepaid tenants before it), not a set per request.
-    assert [form["query"].split(" ")[0] for _, form, _ in script.asked] == ["sum", "sum", "max", "sum", "sum"]
+    assert [form["query"].split(" ")[0] for _, form, _ in script.asked] == ["sum", "sum", "sum", "sum", "max", "sum", "sum"]
     client.get("/v1/tenants/speech/use", params={"period": "2026-10"}, headers=bearer(OPERATOR))
-    assert len(script.asked) == 8  # another period is read on its own (three queries: no top-up before October to spend from)
+    assert len(script.asked) == 12  # another period is read on its own (five queries: no top-up before October to spend from)
+
+
+def test_idle_capacity_is_the_operator_s_with_what_cannot_be_read_said(metered: TestClient) -> None:
+    """The statements' idle capacity per pool, from the same reading; a tenant's token sees none of it."""
+    answer = metered.get("/v1/idle", params={"period": "2026-11"}, headers=bearer(OPERATOR))
+    assert answer.status_code == 200, answer.text
+    rows = {(row["cluster"], row["pool"]): row for row in answer.json()}
+    assert rows[("center-bj", "h100-train")] == {"cluster": "center-bj", "pool": "h100-train", "device_model": "H100-SXM-80GB",
+                                                 "resource": "nvidia.com/gpu", "device_hours": 57600, "tenant_device_hours": 34560,
+                                                 "share": 0.625, "amount": 167040, "unknown": None}
+    unread = rows[("center-sh", "a100-train")]
+    assert unread["amount"] is None and unread["unknown"].startswith("center-sh/a100-train: no fleetops:pool_idle_devices:physical in 2026-11")
+    assert_problem(metered.get("/v1/idle", params={"period": "2026-11"}, headers=bearer(VISION)), 403, "forbidden")
 
 
 def test_use_defaults_to_the_month_to_date(served: Served, server: tuple[str, Script]) -> None:  # noqa: F811
@@ -205,10 +221,10 @@ def test_the_statements_kept_are_read_again_after_their_ttl(served: Served, serv
     ask = lambda: client.get("/v1/tenants/vision/use", params={"period": "2026-11"}, headers=bearer(VISION))  # noqa: E731
     ask(), ask()
     now[0] = 59.0
-    assert ask().status_code == 200 and len(script.asked) == 5
+    assert ask().status_code == 200 and len(script.asked) == 7
     now[0] = 60.0
     ask()
-    assert len(script.asked) == 10
+    assert len(script.asked) == 14
 
 
 def test_prometheus_unreachable_is_503_naming_the_url_without_credentials_or_token(served: Served, tmp_path: Path) -> None:

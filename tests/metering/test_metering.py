@@ -46,6 +46,12 @@ def node(name: str, pool: str) -> dict[str, str]:
     return {"series": f'kube_node_labels{{node="{name}",label_fleetops_io_pool="{pool}",job="kube-state-metrics"}}', "values": "1x60"}
 
 
+def allocatable(name: str, units: dict[str, int]) -> list[dict[str, str]]:
+    """kube-state-metrics' allocatable of one node: what its device plugins advertise, per resource."""
+    return [{"series": f'kube_node_status_allocatable{{node="{name}",resource="{resource}",unit="integer",job="kube-state-metrics"}}',
+             "values": f"{count}x60"} for resource, count in sorted(units.items())]
+
+
 def namespace(name: str, tenant: bool = True) -> dict[str, str]:
     label = f',label_fleetops_io_tenant="{name}"' if tenant else ""
     return {"series": f'kube_namespace_labels{{namespace="{name}"{label},job="kube-state-metrics"}}', "values": "1x60"}
@@ -59,7 +65,10 @@ def test_devices_count_physical_devices_of_running_tenant_pods_and_spend_prices_
     env = spec.load_environment(PROD)
     center_sh = spec.cluster_by_name(env, "center-sh")
     series = [
-        node("sh-m-1", "a100-mig"), node("sh-t-1", "a100-train"),
+        node("sh-m-1", "a100-mig"), node("sh-t-1", "a100-train"), node("sh-t-2", "a100-train"),
+        # 8 A100s cut into one 3g.20gb and two 2g.10gb each, as the device plugin advertises them: 8 GPUs.
+        *allocatable("sh-m-1", {"nvidia_com_mig_3g_20gb": 8, "nvidia_com_mig_2g_10gb": 16}),
+        *allocatable("sh-t-1", {"nvidia_com_gpu": 8}), *allocatable("sh-t-2", {"nvidia_com_gpu": 8}),
         namespace("recsys"), namespace("research"), namespace("kube-system", tenant=False),
         # MIG mixed on A100-SXM4-40GB: a 3g.20gb instance is half a GPU, a 2g.10gb a quarter: 1/2 + 2/4 = 1 GPU.
         *ksm("recsys", "serve", "sh-m-1", {"nvidia_com_mig_3g_20gb": "1x60", "nvidia_com_mig_2g_10gb": "2x60"}, "1x60"),
@@ -67,10 +76,12 @@ def test_devices_count_physical_devices_of_running_tenant_pods_and_spend_prices_
         *ksm("recsys", "train", "sh-t-1", {"nvidia_com_gpu": "8x60"}, "1x10 0x50"),
         # Pending all along: requests, but holds nothing.
         *ksm("research", "queued", "sh-t-1", {"nvidia_com_gpu": "4x60"}, "0x60"),
-        # Not a tenant's namespace: not metered.
-        *ksm("kube-system", "probe", "sh-t-1", {"nvidia_com_gpu": "1x60"}, "1x60"),
+        # Not a tenant's namespace: not metered, and its GPU is idle capacity (no tenant's).
+        *ksm("kube-system", "probe", "sh-t-2", {"nvidia_com_gpu": "1x60"}, "1x60"),
     ]
     where = {"cluster": "center-sh", "resource": "nvidia.com/gpu"}
+    mig, train = {"cluster": "center-sh", "pool": "a100-mig"}, {"cluster": "center-sh", "pool": "a100-train"}
+    usd = {"currency": "USD"}
     tests = {"tests": [{
         "interval": "1m",
         "input_series": series,
@@ -89,19 +100,33 @@ def test_devices_count_physical_devices_of_running_tenant_pods_and_spend_prices_
                 sample(metering.SPEND, 1.5, cluster="center-sh", pool="a100-mig", tenant="recsys", currency="USD"),  # A100-SXM4-40GB: 1.5/h
                 sample(metering.SPEND, 14.4, cluster="center-sh", pool="a100-train", tenant="recsys", currency="USD"),  # 8 x 1.8/h
             ]},
+            # Capacity in physical GPUs, whatever the cut; what no tenant holds of it is idle, at the same price.
+            {"expr": metering.POOL_DEVICES, "eval_time": "5m", "exp_samples": [
+                sample(metering.POOL_DEVICES, 8, pool="a100-mig", **where), sample(metering.POOL_DEVICES, 16, pool="a100-train", **where)]},
+            {"expr": metering.IDLE_DEVICES, "eval_time": "5m", "exp_samples": [
+                sample(metering.IDLE_DEVICES, 7, **mig), sample(metering.IDLE_DEVICES, 8, **train)]},
+            {"expr": metering.IDLE_DEVICES, "eval_time": "20m", "exp_samples": [
+                sample(metering.IDLE_DEVICES, 7, **mig), sample(metering.IDLE_DEVICES, 16, **train)]},
+            {"expr": metering.IDLE_SPEND, "eval_time": "5m", "exp_samples": [
+                sample(metering.IDLE_SPEND, 10.5, **mig, **usd), sample(metering.IDLE_SPEND, 14.4, **train, **usd)]},
         ],
     }]}
     test_rules(metering.rule_groups(center_sh, env), tests)
 
 
-def test_time_slicing_divides_by_its_replicas() -> None:
+def test_time_slicing_divides_by_its_replicas_and_a_pool_no_tenant_ran_on_is_idle_whole() -> None:
     env = spec.load_environment(PROD)
     center_bj = spec.cluster_by_name(env, "center-bj")
-    series = [node("bj-a100-1", "a100-infer"), namespace("speech"),
+    series = [node("bj-a100-1", "a100-infer"), node("bj-h100-m-1", "h100-mig"), namespace("speech"),
+              *allocatable("bj-a100-1", {"nvidia_com_gpu": 16}),  # 4 A100-PCIE, 4 replicas each
+              *allocatable("bj-h100-m-1", {"nvidia_com_gpu": 56}),  # 8 GPUs, 7 1g.10gb each (strategy single)
               *ksm("speech", "asr", "bj-a100-1", {"nvidia_com_gpu": "6x60"}, "1x60")]  # 6 slices of 4 per GPU
+    infer, h100_mig = {"cluster": "center-bj", "pool": "a100-infer"}, {"cluster": "center-bj", "pool": "h100-mig"}
     tests = {"tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
         {"expr": metering.DEVICES, "eval_time": "3m",
          "exp_samples": [sample(metering.DEVICES, 1.5, cluster="center-bj", pool="a100-infer", tenant="speech", resource="nvidia.com/gpu")]},
+        {"expr": metering.IDLE_DEVICES, "eval_time": "3m",
+         "exp_samples": [sample(metering.IDLE_DEVICES, 2.5, **infer), sample(metering.IDLE_DEVICES, 8, **h100_mig)]},
     ]}]}
     test_rules(metering.rule_groups(center_bj, env), tests)
 

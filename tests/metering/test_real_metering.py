@@ -66,7 +66,7 @@ def recorded(url: str, record: str, sides: list[tuple[spec.Environment, int, int
                 if rule["record"] != record:
                     continue
                 for series in client.query_range(rule["expr"], start, end, HOUR):
-                    labels = ",".join(f'{k}="{v}"' for k, v in sorted({**series.labels, **rule["labels"]}.items()))
+                    labels = ",".join(f'{k}="{v}"' for k, v in sorted({**series.labels, **rule.get("labels", {})}.items()))
                     lines += [f"{record}{{{labels}}} {v!r} {t:.0f}" for t, v in series.points]
     return "\n".join(lines) + "\n"
 
@@ -92,10 +92,14 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
     (directory / "prod.yaml").write_text(yaml.safe_dump(repriced(raw), sort_keys=False))
     after = spec.load_environment(directory / "prod.yaml")
     text = data.openmetrics(raw, pods, START, END).removesuffix("# EOF\n")
-    with prometheus_server(directory / "raw", text + "# EOF\n", lookback="1h") as raw_server:
-        text += recorded(raw_server.url, metering.DEVICES, [(before, START, END)])
-    with prometheus_server(directory / "devices", text + "# EOF\n", lookback="1h") as devices_server:
-        text += recorded(devices_server.url, metering.SPEND, [(before, START, CHANGE - HOUR), (after, CHANGE, END)])
+    priced = [(before, START, CHANGE - HOUR), (after, CHANGE, END)]
+    # Each stage's rules read what the stages before it recorded, as the rule group's order has it in a cluster.
+    stages = [[(metering.DEVICES, [(before, START, END)]), (metering.POOL_DEVICES, [(before, START, END)])],
+              [(metering.SPEND, priced), (metering.IDLE_DEVICES, [(before, START, END)])],
+              [(metering.IDLE_SPEND, priced)]]
+    for n, stage in enumerate(stages):
+        with prometheus_server(directory / f"stage{n}", text + "# EOF\n", lookback="1h") as stage_server:
+            text += "".join(recorded(stage_server.url, record, sides) for record, sides in stage)
     text += applied(before, START, END)
     with prometheus_server(directory / "both", text + "# EOF\n", lookback="1h") as server:
         yield server, pods
@@ -136,8 +140,9 @@ def test_prod_statements_for_a_month_with_a_price_change_are_what_each_hour_cost
     code, out, err = statements(server, "--period", "2026-11", "--output", "json")
     assert code == 0, err
     document = json.loads(out)
-    # device-hours, spend and the revisions applied of the month, device-hours and spend of the prepaid tenants before it: whatever the tenants
-    assert document["queries"] == 5
+    # device-hours, spend, idle device-hours, idle spend and the revisions applied of the month, device-hours and spend of the prepaid
+    # tenants before it: whatever the tenants
+    assert document["queries"] == 7
     raw = yaml.safe_load(PROD.read_text())
     got = {s["tenant"]: s for s in document["statements"]}
     assert set(got) == {t["name"] for t in raw["tenants"]}
@@ -158,6 +163,29 @@ def test_prod_statements_for_a_month_with_a_price_change_are_what_each_hour_cost
     deployed = [{"revision": BEFORE, "first_day": "2026-11-01", "last_day": "2026-11-15"}, {"revision": AFTER, "first_day": "2026-11-15", "last_day": "2026-11-30"}]
     for s in got.values():
         assert s["revisions"] == {cluster: deployed for cluster in sorted({x["cluster"] for x in s["lines"]})}
+
+    # Every pool's capacity is its tenants' device-hours and its idle ones, its whole devices' cost their spend and the idle spend,
+    # to the cent: a time-sliced GPU's replica is a quarter of its cost, a 3g.20gb MIG instance half an A100-40GB's; none is left or
+    # counted twice. The system pod's GPU is no tenant's: idle here.
+    idle = {(row["cluster"], row["pool"]): row for row in document["idle"]}
+    groups = {(c["name"], g["name"]): g for c in raw["clusters"] for kind in ("pools", "edge_groups") for g in c.get(kind, [])}
+    assert set(idle) == set(groups)
+    hours_before, hours_after = (CHANGE - MONTH[0]) / HOUR, (MONTH[1] - CHANGE) / HOUR
+    for (cluster, pool), group in groups.items():
+        devices = group["nodes"] * group["device"]["per_node"]
+        units = data.allocatable(group)
+        assert sum(n * data.per_unit(group)[r] for r, n in units.items()) == pytest.approx(devices)  # test setup: the test's own reading
+        assert sum(p.physical for p in pods if (p.cluster, p.pool) == (cluster, pool)) <= devices  # test setup: never above capacity
+        price = raw["prices"][group["device"]["model"]]
+        tenants = [use for (_, c, p), use in month_use.items() if (c, p) == (cluster, pool)]
+        row = idle[(cluster, pool)]
+        assert row["tenant_device_hours"] == pytest.approx(sum(h for h, _ in tenants), abs=1e-5)
+        assert row["device_hours"] == pytest.approx(devices * (hours_before + hours_after) - row["tenant_device_hours"], abs=1e-5)
+        whole = devices * (hours_before * price + hours_after * round(price * RAISE, 4))
+        assert row["amount"] == pytest.approx(whole - sum(cost for _, cost in tenants), abs=0.005)
+        assert row["unknown"] is None
+    shared = [idle[("center-bj", "a100-infer")], idle[("center-sh", "a100-mig")]]  # time-slicing, MIG mixed: each tenant held some
+    assert all(0 < row["share"] < 1 and row["tenant_device_hours"] > 0 for row in shared)
 
     research = got["research"]
     assert research["mode"] == "prepaid"

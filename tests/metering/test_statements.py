@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetops.metering.statements import Period, StatementError, use_expr
-from fleetops.metrics import DEVICES, REVISION, SPEND
+from fleetops.metrics import DEVICES, IDLE_DEVICES, IDLE_SPEND, REVISION, SPEND
 from tests.command import run
 from tests.fake_prometheus import server, success  # noqa: F401 - server is a fixture
 from tests.helpers import ROOT
@@ -43,6 +43,16 @@ def use(key: dict[str, str], points: list[list[object]], price: float | None) ->
     return (({**key, "series": DEVICES}, points),) + ((({**key, "series": SPEND}, spent),) if spent is not None else ())
 
 
+def idle(cluster: str, pool: str, points: list[list[object]], price: float) -> tuple[Series, ...]:
+    """A pool's idle device-hours and the idle spend the metering rules recorded for them at `price`."""
+    return (({"cluster": cluster, "pool": pool, "series": IDLE_DEVICES}, points),
+            ({"cluster": cluster, "pool": pool, "series": IDLE_SPEND}, [[t, str(float(str(v)) * price)] for t, v in points]))
+
+
+# Every pool and edge group of dev with its idle capacity recorded: none of it unknown.
+IDLE = (*idle("dev-center", "dev-a100", days(0), 1.4), *idle("dev-center", "dev-spot", days(0), 0.5),
+        *idle("dev-center", "dev-ascend", days(0), 1.1), *idle("dev-edge", "dev-jetson", days(0), 0.3))
+
 # dev's edge cluster measured too (its tenant held nothing): a cluster without any series is unknown use, not 0
 EDGE = use({"cluster": "dev-edge", "pool": "dev-jetson", "tenant": "edge-dev"}, days(0), 0.3)
 
@@ -59,7 +69,8 @@ def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server
     applied = [({"cluster": "dev-center", "revision": "a" * 40, "series": REVISION}, days(1, count=15)),
                ({"cluster": "dev-center", "revision": "b" * 40, "series": REVISION}, days(1, NOVEMBER + 14 * DAY, 16))]
     script.answer = matrix(*use({**sandbox, "pool": "dev-a100"}, days(48), 1.4), *use({**sandbox, "pool": "dev-spot"}, days(10), 0.5),
-                         *use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone"}, days(1), 1.4), *EDGE, *applied)
+                         *use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "gone"}, days(1), 1.4), *EDGE, *applied,
+                         *idle("dev-center", "dev-a100", days(10), 1.4), *IDLE[2:])  # dev-spot, dev-ascend, dev-jetson: none idle
     code, out, err = statements(url, "--output", "json")
     assert code == 1
     assert err.splitlines() == ["warning: dev-center/dev-a100/gone: metered, but no such tenant or pool in dev: not billed",
@@ -76,19 +87,29 @@ def test_an_overdrawn_prepaid_tenant_exits_1_and_spend_is_priced_per_pool(server
     text = statements(url)[1]
     assert f"prices of revisions: dev-center {'a' * 12} (2026-11-01 to 2026-11-15), {'b' * 12} (2026-11-15 to 2026-11-30)" in text
     assert f"prices of revisions: dev-edge unknown (no {REVISION} recorded)" in text
-    # The month's three queries only: dev's prepaid tenant was topped up on the month's first day, so there is no use before it to read.
-    assert [path for path, _, _ in script.asked[:3]] == ["/api/v1/query_range"] * 3 and len(script.asked) == 6
+    # Beside the tenants' statements, each pool's idle capacity: what no tenant held of it, and its cost as recorded.
+    idle_a100 = next(row for row in document["idle"] if row["pool"] == "dev-a100")
+    assert idle_a100 == {"cluster": "dev-center", "pool": "dev-a100", "device_model": "A100-PCIE-40GB", "resource": "nvidia.com/gpu",
+                         "device_hours": 300, "tenant_device_hours": 1470, "share": round(300 / 1770, 6), "amount": 420, "unknown": None}
+    assert [row["pool"] for row in document["idle"]] == ["dev-a100", "dev-ascend", "dev-spot", "dev-jetson"]
+    assert ("Idle capacity, 2026-11 (USD): device-hours no tenant's running pod held, at the prices recorded\n"
+            "  dev-center/dev-a100 A100-PCIE-40GB: 300.00 device-hours idle (16.9% of 1,770.00) = 420.00\n") in text
+    assert text.endswith("  dev-edge/dev-jetson Jetson-AGX-Orin: 0.00 device-hours idle = 0.00\n  total: 420.00\n")  # no capacity: no share
+    # The month's five queries only: dev's prepaid tenant was topped up on the month's first day, so there is no use before it to read.
+    assert [path for path, _, _ in script.asked[:5]] == ["/api/v1/query_range"] * 5 and len(script.asked) == 10
 
 
 def test_the_queries_are_grouped_never_one_per_tenant(server) -> None:  # noqa: F811
     url, script = server
-    script.answer = matrix(*use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}, days(1), 1.4), *EDGE)
+    script.answer = matrix(*use({"cluster": "dev-center", "pool": "dev-a100", "tenant": "platform-dev"}, days(1), 1.4), *EDGE, *IDLE)
     assert statements(url)[0] == 0
-    devices, spend, revisions = (form for _, form, _ in script.asked)
+    devices, spend, idle_devices, idle_spend, revisions = (form for _, form, _ in script.asked)
     assert revisions["query"] == "max by (cluster, revision) (max_over_time(fleetops_revision_info[1d]))"
     assert devices["query"] == use_expr(DEVICES) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_devices:physical[1d:1m])) / 60"
     assert spend["query"] == use_expr(SPEND) == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:tenant_spend:per_hour[1d:1m])) / 60"
-    assert {(form["start"], form["step"]) for form in (devices, spend, revisions)} == {(f"{NOVEMBER + DAY - 30}.000", "86400")}
+    assert idle_devices["query"] == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:pool_idle_devices:physical[1d:1m])) / 60"
+    assert idle_spend["query"] == "sum by (cluster, pool, tenant) (sum_over_time(fleetops:pool_idle_spend:per_hour[1d:1m])) / 60"
+    assert {(form["start"], form["step"]) for form in (devices, spend, idle_devices, idle_spend, revisions)} == {(f"{NOVEMBER + DAY - 30}.000", "86400")}
 
 
 def test_no_metering_in_the_month_is_exit_2_not_zero_use(server) -> None:  # noqa: F811
@@ -118,8 +139,18 @@ def test_a_period_is_a_month(text: str) -> None:
 
 
 def test_february_of_a_leap_year_has_29_days() -> None:
-    period = Period.parse("2028-02")
+    period = Period.parse("2028-02", now=datetime.datetime(2028, 3, 1, tzinfo=datetime.timezone.utc))
     assert (period.end - period.start).days == 29
+
+
+def test_a_month_to_come_is_refused_before_any_query(server) -> None:  # noqa: F811
+    """Not read as no use, and not read at all: its prepaid balance would be asked from the first top-up to it, a query
+    per 31 days of each series (two for the year 2871, 20,000 for its prepaid history)."""
+    url, script = server
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4), *EDGE, *IDLE)
+    done = run("statements", "--env", "dev", "--environments", ROOT / "environments", "--prometheus", url, "--period", "2871-10")
+    assert done.returncode == 2 and done.stdout == "" and script.asked == []
+    assert done.stderr.strip().startswith("--period 2871-10: the month has not begun (it is ")
 
 
 # --- use that cannot be read is unknown, never 0 ------------------------------------------------------------
@@ -132,7 +163,7 @@ def test_a_day_without_a_number_makes_the_statement_incomplete_and_exits_2(serve
     url, script = server
     points = days(24)
     points[2][1] = value  # 2026-11-03
-    script.answer = matrix(use(PLATFORM, points, None)[0], use(PLATFORM, days(24), 1.4)[1], *EDGE)
+    script.answer = matrix(use(PLATFORM, points, None)[0], use(PLATFORM, days(24), 1.4)[1], *EDGE, *IDLE)
     code, out, err = statements(url, "--output", "json")
     assert code == 2
     why = f"dev-center/dev-a100: device-hours {said} on 2026-11-03: unknown, not 0"
@@ -147,7 +178,7 @@ def test_a_day_without_a_number_makes_the_statement_incomplete_and_exits_2(serve
 
 def test_a_cluster_missing_from_the_answer_is_unknown_use_and_nothing_is_written(server, tmp_path: Path) -> None:  # noqa: F811
     url, script = server
-    script.answer = matrix(*use(PLATFORM, days(2), 1.4))  # dev-edge: no series at all
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4), *IDLE)  # dev-edge: no series at all
     code, out, err = statements(url, "--out", str(tmp_path))
     assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
     assert err.splitlines() == [
@@ -222,7 +253,7 @@ def test_use_without_recorded_spend_is_an_unknown_cost_not_todays_price(server) 
     url, script = server
     hours = days(24)
     spend = [[t, str(24 * 1.4)] for t, _ in hours[:28]]  # the 29th and 30th: the rules that price it were not loaded
-    script.answer = matrix(({**PLATFORM, "series": DEVICES}, hours), ({**PLATFORM, "series": SPEND}, spend), *EDGE)
+    script.answer = matrix(({**PLATFORM, "series": DEVICES}, hours), ({**PLATFORM, "series": SPEND}, spend), *EDGE, *IDLE)
     code, out, err = statements(url, "--output", "json")
     assert code == 2
     why = "dev-center/dev-a100: device-hours but no fleetops:tenant_spend:per_hour on 2026-11-29, 2026-11-30: its cost unknown, not 0"
@@ -259,4 +290,28 @@ def test_a_long_prepaid_history_is_read_a_month_at_a_time_and_every_day_of_it_sp
     august = int(datetime.datetime(2026, 8, 1, tzinfo=datetime.timezone.utc).timestamp())
     assert spans[0][0] == august and spans[-1][1] == NOVEMBER and len(spans) == 3
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and all(end - start <= 31 * DAY for start, end in spans)
-    assert len(script.asked) == 3 + 2 * 3  # the month's three, and two per span before it
+    assert len(script.asked) == 5 + 2 * 3  # the month's five, and two per span before it
+
+
+def test_idle_capacity_that_cannot_be_read_is_unknown_and_the_tenants_statements_stand(server) -> None:  # noqa: F811
+    """A pool whose nodes' allocatable was never recorded, or whose idle device-hours have no recorded spend some day,
+    has no idle figure, said on standard error, and the idle total is a lower bound; the tenants' statements are whole."""
+    url, script = server
+    a100_idle = idle("dev-center", "dev-a100", days(5), 1.4)
+    script.answer = matrix(*use(PLATFORM, days(2), 1.4), *EDGE, a100_idle[0], (a100_idle[1][0], a100_idle[1][1][:29]),
+                           *idle("dev-center", "dev-spot", days(4), 0.5), *IDLE[4:6])  # dev-jetson: no idle series
+    code, out, err = statements(url, "--output", "json")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "idle unknown: dev-center/dev-a100: idle device-hours but no fleetops:pool_idle_spend:per_hour on 2026-11-30: its cost unknown, not 0",
+        "idle unknown: dev-edge/dev-jetson: no fleetops:pool_idle_devices:physical in 2026-11 (no kube_node_status_allocatable of its "
+        "nodes, metering rules older than it, or lost): unknown, not 0"]
+    rows = {row["pool"]: row for row in json.loads(out)["idle"]}
+    assert (rows["dev-a100"]["device_hours"], rows["dev-a100"]["amount"]) == (None, None)
+    assert (rows["dev-spot"]["device_hours"], rows["dev-spot"]["amount"]) == (120, 60)
+    assert rows["dev-jetson"]["amount"] is None and rows["dev-jetson"]["unknown"].startswith("dev-edge/dev-jetson: no fleetops:pool_idle_devices")
+    _, text, _ = statements(url)
+    assert "  dev-center/dev-a100 A100-PCIE-40GB: unknown (dev-center/dev-a100: idle device-hours but no" in text
+    assert text.endswith("  total: unknown (at least 60.00)\n")
+    _, table, _ = statements(url, "--output", "csv")
+    assert ",2026-11,idle,dev-center,dev-spot,A100-PCIE-40GB,nvidia.com/gpu,120.0,,60.0,USD,\n" in table

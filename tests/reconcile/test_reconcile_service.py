@@ -283,7 +283,8 @@ def test_drift_requests_share_passes_one_at_a_time_each_answered_by_a_pass_begun
 
 
 def test_a_drift_pass_that_fails_answers_503_in_one_line_and_the_next_request_runs_again() -> None:
-    failures = iter([RuntimeError("list failed at https://user:TOKEN@git.example.com/fleet"), None])
+    # A client library's error of many lines and any length: the answer is one line, bounded as /readyz's reason is.
+    failures = iter([RuntimeError("list failed at https://user:TOKEN@git.example.com/fleet\n" + "body: " + "x" * 20000), None])
 
     def drift() -> bytes:
         failure = next(failures)
@@ -298,6 +299,7 @@ def test_a_drift_pass_that_fails_answers_503_in_one_line_and_the_next_request_ru
     finally:
         server.shutdown()
     assert failed[0] == 503 and failed[1].count("\n") == 1 and "RuntimeError: list failed" in failed[1] and "TOKEN" not in failed[1]
+    assert len(failed[1]) <= len("drift not read: ...\n") + reconcile.service.READY_REASON_CHARS
     assert again == (200, '{"drift": 0}')
 
 

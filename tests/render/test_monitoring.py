@@ -160,6 +160,39 @@ def test_dashboards_reach_the_grafana_sidecar_with_datasource_and_variables(stat
             assert f"{scope}=~\"${scope}\"" in panel["targets"][0]["expr"] or "namespace=~\"$tenant\"" in panel["targets"][0]["expr"], panel["title"]
 
 
+def strict(tmp_path: Path, boards: dict[str, Any]) -> tuple[int, list[str]]:
+    """grafana-foundation-sdk's Go types decoding each dashboard strictly (`make tools`): exit code, and its lines without the folder."""
+    import subprocess
+
+    from tests.servers import tool
+
+    for name, board in boards.items():
+        (tmp_path / name).write_text(json.dumps(board))
+    done = subprocess.run([tool("dashboard-strict"), *sorted(boards)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout.splitlines()
+
+
+@pytest.mark.real
+def test_every_dashboard_decodes_strictly_into_the_foundation_sdk_s_go_types(tmp_path: Path) -> None:
+    """The dashboards the Python builders write, read by the SDK's Go types: no field they lack, no value of a wrong type,
+    in the dashboard, its variables, its panels' options and field config, and their Prometheus queries."""
+    boards = {name: json.loads(text) for name, text in dashboards.configmap_data().items()}
+    assert strict(tmp_path, boards) == (0, [])
+
+
+@pytest.mark.real
+def test_a_field_grafana_does_not_have_is_refused_at_its_path(tmp_path: Path) -> None:
+    board = json.loads(dashboards.configmap_data()["fleetops-pools.json"])
+    board["panels"][0]["gridPoss"] = board["panels"][0]["gridPos"]  # a typo Grafana would drop without a word
+    board["panels"][1]["targets"][0]["legendFormatt"] = "{{pool}}"
+    board["refresh"] = 60  # a string in Grafana's schema
+    code, lines = strict(tmp_path, {"pools.json": board})
+    assert code == 1
+    assert sorted(lines) == sorted(["pools.json: panels[0].Panel: unexpected field 'gridPoss'",
+                                    "pools.json: panels[1].targets[0].Dataquery: unexpected field 'legendFormatt'",
+                                    "pools.json: refresh: json: cannot unmarshal number into Go value of type string"]), lines
+
+
 def test_the_shipped_dashboards_are_those_the_sdk_builds() -> None:
     # render reads them from modules/dashboards.json while it was written from modules/dashboards.py
     assert dashboards.SHIPPED.read_text() == dashboards.shipped_json(), "the dashboards changed: run `make generated`"

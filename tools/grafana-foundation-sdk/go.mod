@@ -1,0 +1,5 @@
+module fleetops.dev/tools/grafana-foundation-sdk
+
+go 1.26
+
+require github.com/grafana/grafana-foundation-sdk/go v0.0.22
