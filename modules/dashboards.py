@@ -1,9 +1,9 @@
 """Grafana dashboards per pool and per tenant, built with Grafana's foundation SDK (not hand-written JSON).
 
 Both pick their Prometheus with a `datasource` variable and filter with `cluster` and `pool` or `tenant`
-variables over the labels the scrapes add (modules/monitoring.py). The tenant dashboard also reads the
-metering recording rules (`fleetops:tenant_devices:physical`, `fleetops:tenant_spend:per_hour`), which
-modules/metering.py renders. Every series is named in fleetops/metrics.py.
+variables over the labels the scrapes add (modules/monitoring.py). Both also read the metering recording
+rules modules/metering.py renders: `fleetops:tenant_devices:physical`, and the pools' idle devices or the
+tenants' spend. Every series is named in fleetops/metrics.py.
 
 Both are the same for every environment: `python -m modules.dashboards` (`make generated`) writes them
 to `modules/dashboards.json` with the digest of this file, and render reads them from there while
@@ -57,6 +57,8 @@ POOLS = Board(
         Panel("GPU memory used by pool", f'sum by (cluster, pool) ({metrics.GPU_MEMORY_USED}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "decmbytes"),
         Panel("Physical devices held by tenants", f'sum by (cluster, pool) ({metrics.DEVICES}{{cluster=~"$cluster", pool=~"$pool"}})',
+              "{{cluster}} / {{pool}}", "short"),
+        Panel("Physical devices no tenant holds (idle)", f'sum by (cluster, pool) ({metrics.IDLE_DEVICES}{{cluster=~"$cluster", pool=~"$pool"}})',
               "{{cluster}} / {{pool}}", "short"),
     ),
 )

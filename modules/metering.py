@@ -97,24 +97,29 @@ def capacity_expr(group: spec.Group) -> str:
 
 
 def metering_rules(cluster: spec.Cluster, env: spec.Environment) -> list[dict[str, Any]]:
-    """Per pool and edge group: its tenants' physical devices and their spend per hour; its capacity, the part of it
-    no tenant held and what that cost."""
-    rules: list[dict[str, Any]] = []
+    """Per pool and edge group: its tenants' physical devices and their spend per hour, and its capacity; then what no
+    tenant held of each, one rule for the cluster (a rule per pool was 0.3 MB more policy input for the large fleet),
+    and what that cost, at each pool's price."""
+    tenants: list[dict[str, Any]] = []
+    priced_idle: list[dict[str, Any]] = []
     currency = {"currency": env.budget.currency}
     for group in (*cluster.pools, *cluster.edge_groups):
         where = {"cluster": cluster.name, "pool": group.name}
         selector = f'{{cluster="{cluster.name}", pool="{group.name}"}}'
         price = _number(spec.device_hour_price(env, group))
-        capacity = f"sum by (cluster, pool) ({POOL_DEVICES}{selector})"
-        rules += [
+        tenants += [
             {"record": DEVICES, "expr": devices_expr(group), "labels": {**where, "resource": group.device.resource}},
             {"record": SPEND, "expr": f"sum without (resource) ({DEVICES}{selector}) * {price}", "labels": currency},
             {"record": POOL_DEVICES, "expr": capacity_expr(group), "labels": {**where, "resource": group.device.resource}},
-            # No tenant series at all is no tenant's use: the whole capacity is idle.
-            {"record": IDLE_DEVICES, "expr": f"clamp_min({capacity} - (sum by (cluster, pool) ({DEVICES}{selector}) or {capacity} * 0), 0)"},
-            {"record": IDLE_SPEND, "expr": f"{IDLE_DEVICES}{selector} * {price}", "labels": currency},
         ]
-    return rules
+        priced_idle.append({"record": IDLE_SPEND, "expr": f"{IDLE_DEVICES}{selector} * {price}", "labels": currency})
+    if not tenants:
+        return []
+    on = f'{{cluster="{cluster.name}"}}'
+    capacity = f"sum by (cluster, pool) ({POOL_DEVICES}{on})"
+    # A pool without any tenant series is no tenant's use: its whole capacity is idle; one without capacity has no idle series.
+    idle = {"record": IDLE_DEVICES, "expr": f"clamp_min({capacity} - (sum by (cluster, pool) ({DEVICES}{on}) or {capacity} * 0), 0)"}
+    return [*tenants, idle, *priced_idle]
 
 
 def _this_month() -> str:

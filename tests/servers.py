@@ -588,10 +588,11 @@ def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | Non
 @contextlib.contextmanager
 def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
                       scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m",
-                      max_block_duration: str | None = None) -> Iterator[Prometheus]:
+                      max_block_duration: str | None = None, rule_groups: list[dict[str, Any]] | None = None) -> Iterator[Prometheus]:
     """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
     and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
-    its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
+    its age. `lookback` is how long a sample answers for (--query.lookback-delta); `rule_groups` are
+    loaded as a rule file and evaluated live."""
     binary = debian_tool(PROMETHEUS)
     data = directory / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -600,7 +601,11 @@ def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: I
             if block.is_dir():
                 shutil.move(str(block), data / block.name)
     config = directory / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or []}))
+    rules = {}
+    if rule_groups:
+        (directory / "rules.yml").write_text(yaml.safe_dump({"groups": rule_groups}))
+        rules = {"rule_files": [str(directory / "rules.yml")]}
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or [], **rules}))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = Process("prometheus", [

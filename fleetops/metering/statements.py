@@ -52,7 +52,7 @@ from pydantic import BaseModel
 
 from fleetops import spec
 from fleetops.errors import FleetopsError
-from fleetops.metrics import DEVICES, IDLE_DEVICES, IDLE_SPEND, REVISION, SPEND
+from fleetops.metrics import DEVICES, IDLE_DEVICES, IDLE_SPEND, NODE_ALLOCATABLE, REVISION, SPEND
 from fleetops.prometheus import Prometheus, finite
 
 DAY = 86400
@@ -291,7 +291,7 @@ def _idle(groups: dict[tuple[str, str], spec.Group], idle: _Use, usage: Days, pe
         key = (cluster, pool, "")
         why = idle.refused.get(key)
         if key not in idle.days[IDLE_DEVICES]:
-            why = f"{cluster}/{pool}: no {IDLE_DEVICES} in {period.name} (no kube_node_status_allocatable of its nodes, metering rules older than it, or lost): unknown, not 0"
+            why = f"{cluster}/{pool}: no {IDLE_DEVICES} in {period.name} (no {NODE_ALLOCATABLE} of its nodes, metering rules older than it, or lost): unknown, not 0"
         hours = None if why else round(sum(v for _, v in idle.days[IDLE_DEVICES][key]), ROUND)
         amount = None if why else round(sum(v for _, v in idle.days[IDLE_SPEND].get(key, [])), ROUND)
         share = round(hours / (hours + held), ROUND) if hours is not None and hours + held else None

@@ -28,8 +28,8 @@ from fleetops.kube import DNS_LABEL, LABEL_KEY, LABEL_VALUE, RESOURCE_NAME
 # in chunks: policies judge sums across tenants and clusters, which no part of the fleet shows alone.
 POLICY_INPUT_BYTES = 64 << 20
 # What one tenant of the generated fleet brings into the policy input, with the objects rendered for it
-# (measured: 16,759,569 bytes at 1,000 tenants, scale 1; 65,838,322 at 4,000, scale 4): the model holds as many
-# tenants as the policy input does (tests/policy/test_policy.py holds the figure to the fleet rendered today).
+# (measured: 16,975,558 bytes at 1,000 tenants, scale 1; 66,646,209 at 4,000, scale 4, 16,662 a tenant): the model
+# holds as many tenants as the policy input does (tests/policy/test_policy.py holds the largest fleet rendered today to it).
 TENANT_INPUT_BYTES = 16_777
 
 
