@@ -229,7 +229,6 @@ class _Use:
 
 
 WHAT = {DEVICES: "device-hours", SPEND: "spend", IDLE_DEVICES: "idle device-hours", IDLE_SPEND: "idle spend"}
-PRICED_BY = {DEVICES: SPEND, IDLE_DEVICES: IDLE_SPEND}  # device-hours -> the spend recorded for them
 TENANTS = (DEVICES, SPEND)
 IDLE = (IDLE_DEVICES, IDLE_SPEND)
 
