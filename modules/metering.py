@@ -100,26 +100,26 @@ def metering_rules(cluster: spec.Cluster, env: spec.Environment) -> list[dict[st
     """Per pool and edge group: its tenants' physical devices and their spend per hour, and its capacity; then what no
     tenant held of each, one rule for the cluster (a rule per pool was 0.3 MB more policy input for the large fleet),
     and what that cost, at each pool's price."""
-    tenants: list[dict[str, Any]] = []
+    per_pool: list[dict[str, Any]] = []
     priced_idle: list[dict[str, Any]] = []
     currency = {"currency": env.budget.currency}
     for group in (*cluster.pools, *cluster.edge_groups):
         where = {"cluster": cluster.name, "pool": group.name}
         selector = f'{{cluster="{cluster.name}", pool="{group.name}"}}'
         price = _number(spec.device_hour_price(env, group))
-        tenants += [
+        per_pool += [
             {"record": DEVICES, "expr": devices_expr(group), "labels": {**where, "resource": group.device.resource}},
             {"record": SPEND, "expr": f"sum without (resource) ({DEVICES}{selector}) * {price}", "labels": currency},
             {"record": POOL_DEVICES, "expr": capacity_expr(group), "labels": {**where, "resource": group.device.resource}},
         ]
         priced_idle.append({"record": IDLE_SPEND, "expr": f"{IDLE_DEVICES}{selector} * {price}", "labels": currency})
-    if not tenants:
+    if not per_pool:
         return []
     on = f'{{cluster="{cluster.name}"}}'
     capacity = f"sum by (cluster, pool) ({POOL_DEVICES}{on})"
     # A pool without any tenant series is no tenant's use: its whole capacity is idle; one without capacity has no idle series.
     idle = {"record": IDLE_DEVICES, "expr": f"clamp_min({capacity} - (sum by (cluster, pool) ({DEVICES}{on}) or {capacity} * 0), 0)"}
-    return [*tenants, idle, *priced_idle]
+    return [*per_pool, idle, *priced_idle]
 
 
 def _this_month() -> str:

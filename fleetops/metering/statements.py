@@ -227,6 +227,11 @@ class _Use:
     days: dict[str, Days] = field(default_factory=dict)
     refused: dict[Key, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, names: tuple[str, str]) -> _Use:
+        """Nothing read yet of these series."""
+        return cls({name: {} for name in names})
+
 
 WHAT = {DEVICES: "device-hours", SPEND: "spend", IDLE_DEVICES: "idle device-hours", IDLE_SPEND: "idle spend"}
 TENANTS = (DEVICES, SPEND)
@@ -268,7 +273,7 @@ def _read(prom: Prometheus, start: float, end: float, names: tuple[str, str], te
     that reads as a number, and per key why some days do not (no number, or device-hours without recorded spend).
     Each point is asked EARLY seconds before its day's end, so that its `[1d:1m]` window holds exactly the day's
     1,440 minutes (from 00:00 to 23:59) whether the server's ranges include their start (Prometheus 2) or not (3)."""
-    use = _Use({name: {} for name in names})
+    use = _Use.of(names)
     for name, days in use.days.items():
         for labels, points in _daily(prom, use_expr(name, tenants), start, end):
             key = (labels.get("cluster", ""), labels.get("pool", ""), labels.get("tenant", ""))
@@ -284,17 +289,20 @@ def _read(prom: Prometheus, start: float, end: float, names: tuple[str, str], te
 
 def _idle(groups: dict[tuple[str, str], spec.Group], idle: _Use, usage: Days, period: Period) -> list[Idle]:
     """Per pool and edge group of the environment: its idle device-hours and their cost, beside what its tenants held."""
+    held: dict[tuple[str, str], float] = {}
+    for (cluster, pool, _), points in usage.items():
+        held[(cluster, pool)] = held.get((cluster, pool), 0.0) + sum(v for _, v in points)
     out = []
     for (cluster, pool), group in sorted(groups.items()):
-        held = round(sum(v for (c, p, _), points in usage.items() if (c, p) == (cluster, pool) for _, v in points), ROUND)
+        tenants_held = round(held.get((cluster, pool), 0.0), ROUND)
         key = (cluster, pool, "")
         why = idle.refused.get(key)
         if key not in idle.days[IDLE_DEVICES]:
             why = f"{cluster}/{pool}: no {IDLE_DEVICES} in {period.name} (no {NODE_ALLOCATABLE} of its nodes, metering rules older than it, or lost): unknown, not 0"
         hours = None if why else round(sum(v for _, v in idle.days[IDLE_DEVICES][key]), ROUND)
         amount = None if why else round(sum(v for _, v in idle.days[IDLE_SPEND].get(key, [])), ROUND)
-        share = round(hours / (hours + held), ROUND) if hours is not None and hours + held else None
-        out.append(Idle(cluster, pool, group.device.model, group.device.resource, hours, held, share, amount, why))
+        share = round(hours / (hours + tenants_held), ROUND) if hours is not None and hours + tenants_held else None
+        out.append(Idle(cluster, pool, group.device.model, group.device.resource, hours, tenants_held, share, amount, why))
     return out
 
 
@@ -311,7 +319,7 @@ def build(env: spec.Environment, prom: Prometheus, period: Period) -> Statements
     prepaid = {t.name: t for t in env.tenants if t.billing.mode == Mode.PREPAID}
     first_top_up = {name: min(_unix(u.date) for u in t.billing.top_ups) for name, t in prepaid.items()}
     earliest = min((f for f in first_top_up.values() if f < start), default=None)
-    before = _read(prom, earliest, start, TENANTS, prepaid) if earliest is not None else _Use({name: {} for name in TENANTS})
+    before = _read(prom, earliest, start, TENANTS, prepaid) if earliest is not None else _Use.of(TENANTS)
 
     groups = {(c.name, g.name): g for c in env.clusters for g in (*c.pools, *c.edge_groups)}
     tenants = {t.name for t in env.tenants}
