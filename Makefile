@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py fleetops/_yamlwriter.pyx
 
 setup: $(STAMP)  ## create .venv with fleetops and its pinned dependencies
 
-tools:  ## build the real servers and readers the tests run against (OPA, etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue, Pulumi, kube-router, prometheus-adapter, grafana-foundation-sdk's strict decoder) into .tools/; cached
+tools:  ## build the real servers and readers the tests run against (OPA, etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue, Pulumi, kube-router, prometheus-adapter, prometheus-operator, Prometheus and promtool, grafana-foundation-sdk's strict decoder) into .tools/; cached
 	tools/build.sh
 
 image: $(STAMP)  ## the reconciler's OCI image in build/image (root and debootstrap; no container engine)

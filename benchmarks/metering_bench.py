@@ -1,14 +1,14 @@
 """A month's statements for 1,000 tenants from a real Prometheus: queries, wall and CPU time, peak memory.
 
 The generated large fleet (benchmarks/generate.py, scale 1: 1,000 tenants), one in ten of them
-prepaid with a top-up before the month. Prometheus (Debian's /usr/bin/prometheus, as in the tests)
+prepaid with a top-up before the month. Prometheus (`make tools`' 3.5.3, as in the tests)
 holds `fleetops:tenant_devices:physical` and `fleetops:tenant_spend:per_hour` (the devices at the pool's
 price) every 6 hours for each tenant on one of its pools, and each pool's `fleetops:pool_idle_devices:physical`
 and `fleetops:pool_idle_spend:per_hour`, from a week before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
 a sample for 6 hours (--query.lookback-delta): the server's work for the statements is the same as over
 minute samples (the query steps every minute whatever the samples), and promtool 2.42 writes a block
 per 2 hours of history, so hourly samples for 1,000 tenants took over 10 minutes to import on the
-shared 2-core machine. Not in `make bench`: it needs that server (`apt-get install prometheus`).
+shared 2-core machine. Not in `make bench`: it needs that server (`make tools`).
 
     .venv/bin/python benchmarks/metering_bench.py [--tenants-scale 1] [--keep DIR]
 """

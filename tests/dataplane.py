@@ -18,8 +18,6 @@ the source's namespace (setns(2)) just for the socket call. kube-router refuses 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import secrets
 import selectors
 import shutil
@@ -35,28 +33,10 @@ from typing import Any
 from fleetops import spec
 from tests import servers
 from tests.netmatrix import Party
-from tests.netns import NetnsHost, netns_host
+from tests.netns import NetnsHost, inside, netns_host
 
 NODE = "fleetops-node"
-CLONE_NEWNET = 0x40000000
 PROBE_TIMEOUT = 2.0  # seconds a probe may wait: a refusal is immediate, so only a dropped packet waits this long
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-@contextlib.contextmanager
-def inside(namespace: str) -> Iterator[None]:
-    """This thread in the network namespace `namespace` (ip netns's /run/netns/NAME) for the block."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
-    try:
-        if _libc.setns(target, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-        yield
-    finally:
-        if _libc.setns(own, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns back")
-        os.close(own)
-        os.close(target)
 
 
 def _ip(*args: str) -> None:

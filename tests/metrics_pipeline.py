@@ -4,8 +4,8 @@
     host, tests/netns.py) <- kube-apiserver's aggregator (custom.metrics.k8s.io, external.metrics.k8s.io)
     <- the HPA controller of kube-controller-manager
 
-The exporter is a Python HTTP server whose values the test sets. Prometheus is Debian's
-(/usr/bin/prometheus); prometheus-adapter is built from its Go module (tools/build.sh). The adapter
+The exporter is a Python HTTP server whose values the test sets. Prometheus and prometheus-adapter are
+built from their Go modules (tools/build.sh). The adapter
 serves on the test host because the aggregator refuses loopback endpoints; it is registered as a
 platform team registers it: a Service (selector-less here: no pod runs it) with an EndpointSlice
 naming its address, and an APIService per group carrying its serving certificate's CA.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -75,10 +74,8 @@ def exporter(samples: Callable[[], Iterable[Sample]]) -> Iterator[str]:
 
 @contextlib.contextmanager
 def prometheus(directory: Path, address: str, target: str) -> Iterator[str]:
-    """Debian's Prometheus on `address`, scraping `target` every second; its URL."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        servers.missing("no prometheus (Debian's package `prometheus`): the HPA test reads a real Prometheus")
+    """Prometheus on `address`, scraping `target` every second; its URL."""
+    binary = str(servers.tool("prometheus"))
     directory.mkdir(parents=True, exist_ok=True)
     config = {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},

@@ -12,8 +12,10 @@ whatever happened inside it. Needs `ip` (iproute2) and CAP_NET_ADMIN; a test wit
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import json
+import os
 import random
 import secrets
 import shutil
@@ -25,6 +27,8 @@ from tests import servers
 
 # Private space for test hosts (RFC 1918), clear of the API server's service range (10.0.0.0/24).
 POOL = ipaddress.ip_network("10.200.0.0/16")
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,20 @@ def netns_host() -> Iterator[NetnsHost]:
             _ip("link", "del", outer)
         with contextlib.suppress(subprocess.CalledProcessError):
             _ip("netns", "del", namespace)
+
+
+@contextlib.contextmanager
+def inside(namespace: str) -> Iterator[None]:
+    """This thread in the network namespace `namespace` (ip netns's /run/netns/NAME) for the block: a socket made in it
+    belongs to that namespace for good, whichever thread then serves it."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        yield
+    finally:
+        if _libc.setns(own, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns back")
+        os.close(own)
+        os.close(target)

@@ -1,4 +1,4 @@
-"""The real `promtool` (Debian's `prometheus` package) run over the rule groups fleetops renders.
+"""The real `promtool` (`make tools` builds it with Prometheus, from its Go module) run over the rule groups fleetops renders.
 
 `check_rules(...)` runs `promtool check rules`; `check_config(...)` `promtool check config`; `test_rules(groups, tests)` runs `promtool test rules`
 with synthetic series (https://prometheus.io/docs/prometheus/latest/configuration/unit_testing_rules/).
@@ -8,7 +8,6 @@ fails under FLEETOPS_REAL_SERVERS=required (CI), like every other real tool (tes
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tests.servers import missing
+from tests.servers import tool
 
 TIMEOUT = 120.0
 
@@ -28,10 +27,7 @@ class PromtoolFailed(AssertionError):
 
 def promtool() -> str:
     """The promtool binary; skip (or, in CI, fail) without it."""
-    path = shutil.which("promtool")
-    if path is None:
-        missing("no promtool: `apt-get install prometheus` (Debian) provides it")
-    return path
+    return str(tool("promtool"))
 
 
 def rule_groups(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -286,14 +286,22 @@ def write_kubeconfig(path: Path, contexts: dict[str, tuple[ApiServer, str]]) -> 
     return path
 
 
-def _crds(directory: Path) -> list[dict[str, Any]]:
-    return [doc for path in sorted(directory.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` as its `value` type, which PyYAML does not construct; the operator's CRDs list `=` as an
+    enum value (a relabelling action's alias of `replace`), as the string YAML 1.2 makes of it."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+def crds_in(directory: Path) -> list[dict[str, Any]]:
+    return [doc for path in sorted(directory.glob("*.yaml")) for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader)
             if doc and doc.get("kind") == "CustomResourceDefinition"]
 
 
 def shipped_crds() -> list[dict[str, Any]]:
     """The upstream CRDs fleetops ships and render checks against (fleetops/crds/)."""
-    return _crds(CRD_DIR)
+    return crds_in(CRD_DIR)
 
 
 def install_crds(server: ApiServer, crds: list[dict[str, Any]] | None = None) -> list[str]:
@@ -408,7 +416,7 @@ class KueueServer(product.Kueue):
 
 
 def kueue_crds() -> list[dict[str, Any]]:
-    return _crds(kueue_assets() / "crds")
+    return crds_in(kueue_assets() / "crds")
 
 
 def rendered_kueue_configuration(manifests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -554,16 +562,6 @@ def condition(obj: Any, kind: str) -> Any:
 
 # --- Prometheus -------------------------------------------------------------------------------------
 
-# Debian's `prometheus` package (also promtool): CI installs it (.ci/run), as `make tools` builds the others.
-PROMETHEUS = Path("/usr/bin/prometheus")
-
-
-def debian_tool(path: Path) -> Path:
-    if not path.exists():
-        missing(f"no {path}: `apt-get install prometheus` (Debian) provides it")
-    return path
-
-
 @dataclass
 class Prometheus:
     url: str
@@ -579,7 +577,7 @@ def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | Non
     source.write_text(text)
     blocks = directory / "blocks"
     longer = [f"--max-block-duration={max_block_duration}"] if max_block_duration else []
-    subprocess.run([str(debian_tool(PROMETHEUS.with_name("promtool"))), "tsdb", "create-blocks-from", "openmetrics", "--quiet", *longer,
+    subprocess.run([str(tool("promtool")), "tsdb", "create-blocks-from", "openmetrics", "--quiet", *longer,
                     str(source), str(blocks)], check=True, capture_output=True, timeout=600)
     source.unlink()
     return blocks
@@ -588,12 +586,11 @@ def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | Non
 @contextlib.contextmanager
 def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
                       scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m",
-                      max_block_duration: str | None = None, rule_groups: list[dict[str, Any]] | None = None) -> Iterator[Prometheus]:
-    """Debian's /usr/bin/prometheus on a free loopback port over TSDB blocks: those of `openmetrics`
+                      max_block_duration: str | None = None) -> Iterator[Prometheus]:
+    """Prometheus (`make tools`) on a free loopback port over TSDB blocks: those of `openmetrics`
     and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
-    its age. `lookback` is how long a sample answers for (--query.lookback-delta); `rule_groups` are
-    loaded as a rule file and evaluated live."""
-    binary = debian_tool(PROMETHEUS)
+    its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
+    binary = tool("prometheus")
     data = directory / "data"
     data.mkdir(parents=True, exist_ok=True)
     for source in [*([openmetrics_blocks(openmetrics, directory / "import", max_block_duration)] if openmetrics is not None else []), *blocks]:
@@ -601,11 +598,7 @@ def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: I
             if block.is_dir():
                 shutil.move(str(block), data / block.name)
     config = directory / "prometheus.yml"
-    rules = {}
-    if rule_groups:
-        (directory / "rules.yml").write_text(yaml.safe_dump({"groups": rule_groups}))
-        rules = {"rule_files": [str(directory / "rules.yml")]}
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or [], **rules}))
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or []}))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = Process("prometheus", [

@@ -1,4 +1,4 @@
-"""`fleetops plan --prometheus` against the real Prometheus (Debian's /usr/bin/prometheus), holding 30
+"""`fleetops plan --prometheus` against the real Prometheus (`make tools`), holding 30
 days of the metering series written with `promtool tsdb create-blocks-from openmetrics`: the plan's
 utilisation and spend equal the averages this test computes from the series it wrote."""
 

@@ -223,8 +223,9 @@ RELABEL_FIELDS = {"sourceLabels": "source_labels", "separator": "separator", "ta
 
 
 def scrape_config(monitor: dict[str, Any]) -> dict[str, Any]:
-    """The scrape job prometheus-operator generates for a ServiceMonitor or PodMonitor, as far as promtool checks it
-    (relabel actions, regexes, target labels)."""
+    """A ServiceMonitor's or PodMonitor's scrape job as far as `promtool check config` checks it (relabel actions, regexes,
+    target labels), for every bundled environment without an API server. What prometheus-operator itself makes of the
+    monitors, and Prometheus of that, runs end to end in tests/render/test_real_prometheus_operator.py."""
     service = monitor["kind"] == "ServiceMonitor"
     endpoint = monitor["spec"]["endpoints" if service else "podMetricsEndpoints"][0]
 
@@ -233,7 +234,7 @@ def scrape_config(monitor: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "honor_labels": endpoint.get("honorLabels", False),
-        # Debian's Prometheus is built without Kubernetes discovery: a static target stands in for it.
+        # No API server to discover from: a static target stands in.
         "static_configs": [{"targets": ["127.0.0.1:9400"]}],
         "relabel_configs": relabel(endpoint.get("relabelings", [])),
         "metric_relabel_configs": relabel(endpoint.get("metricRelabelings", [])),
