@@ -13,7 +13,7 @@ namespace of its own in which /run (and so /var/run) holds its service account's
 pod has them: client-go's in-cluster configuration reads them there, and so does the `bearerTokenFile` of a monitor.
 The configuration is what the operator wrote, with two changes the pod would see made for it: the config reloader's
 $(POD_NAME) and $(SHARD) substitution, and /etc/prometheus/ (where its volumes are mounted) as a folder of the test.
-Prometheus' own flags are the test's: a free loopback port, a storage folder, and no web UI.
+Prometheus' own flags are the test's: a free loopback port and a storage folder.
 """
 
 from __future__ import annotations

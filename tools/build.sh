@@ -110,7 +110,37 @@ grafana-foundation-sdk() {
   build_tool grafana-foundation-sdk "$v" dashboard-strict -- -ldflags "-s -w" .
 }
 
-ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter kube-router grafana-foundation-sdk)
+# prometheus-operator: the reader of the ServiceMonitors, PodMonitors and PrometheusRules fleetops renders; it writes
+# the configuration Prometheus runs (tests/monitoring_stack.py). Its CRDs and upstream's RBAC for it and for Prometheus
+# come from the same module, beside its binary: the tests install exactly what this operator serves.
+prometheus-operator() {
+  local mod=github.com/prometheus-operator/prometheus-operator v dir dest
+  v=$(version prometheus-operator "$mod")
+  build_tool prometheus-operator "$v" prometheus-operator -- -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" "$mod/cmd/operator"
+  dest=$TOOLS/prometheus-operator/$v
+  if [[ ! -d $dest/crds ]]; then
+    dir=$(cd tools/prometheus-operator && go mod download "$mod" && go list -m -f '{{.Dir}}' "$mod")
+    rm -rf "$dest/crds.tmp" && mkdir -p "$dest/crds.tmp/rbac"
+    cp -f "$dir"/example/prometheus-operator-crd/*.yaml "$dest/crds.tmp/"
+    cp -f "$dir/example/rbac/prometheus-operator/prometheus-operator-cluster-role.yaml" "$dir/example/rbac/prometheus/prometheus-cluster-role.yaml" "$dest/crds.tmp/rbac/"
+    chmod -R u+w "$dest/crds.tmp"
+    mv "$dest/crds.tmp" "$dest/crds"
+  fi
+}
+
+# Prometheus and promtool of one release, the LTS line prometheus-operator supports: the module's v0.3MM.P is
+# Prometheus 3.MM.P. Without the web UI's assets (the builtinassets tag is off): the tests use its HTTP API only.
+prometheus() {
+  local mod=github.com/prometheus/prometheus v minor patch release
+  v=$(version prometheus "$mod")
+  IFS=. read -r _ minor patch <<<"${v#v}"
+  release=$((minor / 100)).$((minor % 100)).$patch
+  for binary in prometheus promtool; do
+    build_tool prometheus "$v" "$binary" -- -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" "$mod/cmd/$binary"
+  done
+}
+
+ALL=(opa etcd kube-apiserver kube-controller-manager kube-scheduler pulumi pulumi-kubernetes kueue prometheus-adapter kube-router grafana-foundation-sdk prometheus-operator prometheus)
 for tool in "${@:-${ALL[@]}}"; do
   case " ${ALL[*]} " in *" $tool "*) "$tool" ;; *) echo "tools/build.sh: unknown tool $tool (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done
