@@ -6,7 +6,7 @@ holds `fleetops:tenant_devices:physical` and `fleetops:tenant_spend:per_hour` (t
 price) every 6 hours for each tenant on one of its pools, and each pool's `fleetops:pool_idle_devices:physical`
 and `fleetops:pool_idle_spend:per_hour`, from a week before the month to its end, backfilled with `promtool tsdb create-blocks-from openmetrics`, and answers
 a sample for 6 hours (--query.lookback-delta): the server's work for the statements is the same as over
-minute samples (the query steps every minute whatever the samples), and promtool 2.42 writes a block
+minute samples (the query steps every minute whatever the samples), and promtool writes a block
 per 2 hours of history, so hourly samples for 1,000 tenants took over 10 minutes to import on the
 shared 2-core machine. Not in `make bench`: it needs that server (`make tools`).
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -73,19 +74,21 @@ def service_account(api: servers.ApiServer, name: str, role_file: str) -> str:
 
 def in_pod(api: servers.ApiServer, directory: Path, name: str, token: str, argv: list[str]) -> servers.Process:
     """`argv` as a pod's container runs it, as far as in-cluster clients look: the service account's files under
-    /run/secrets/kubernetes.io/serviceaccount (a bind mount in a mount namespace of its own) and the API server's
-    address in KUBERNETES_SERVICE_HOST and _PORT."""
+    /run/secrets/kubernetes.io/serviceaccount (a bind mount in a mount namespace of its own), the API server's address
+    in KUBERNETES_SERVICE_HOST and _PORT, and no other variable of the test's: a KUBECONFIG left in this process (the
+    deploy's inline Pulumi program sets one) would win over the in-cluster configuration."""
     run = directory / "run"
     account = run / SECRETS
     account.mkdir(parents=True, exist_ok=True)
     (account / "token").write_text(token)
     (account / "namespace").write_text(NAMESPACE)
     shutil.copyfile(api.ca_file, account / "ca.crt")
-    if shutil.which("unshare") is None:
-        servers.missing("no unshare (util-linux): a pod's service account is mounted in a mount namespace")
+    for command in ("unshare", "mount"):
+        if shutil.which(command) is None:
+            servers.missing(f"no {command} (util-linux, mount): a pod's service account is mounted in a mount namespace")
+    environment = ["env", "-i", f"PATH={os.environ['PATH']}", f"KUBERNETES_SERVICE_HOST={api.address}", f"KUBERNETES_SERVICE_PORT={api.port}"]
     mounted = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
-    return servers.Process(name, [*mounted, *argv], directory,
-                           env={"KUBERNETES_SERVICE_HOST": api.address, "KUBERNETES_SERVICE_PORT": str(api.port)})
+    return servers.Process(name, [*environment, *mounted, *argv], directory)
 
 
 def prometheus_object(selector: dict[str, str]) -> dict[str, Any]:
@@ -106,14 +109,14 @@ def prometheus_object(selector: dict[str, str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Generated:
-    """What the operator wrote for the Prometheus object: its configuration, and its rule files by ConfigMap."""
+    """What the operator wrote for the Prometheus object: its configuration as written, and its rule files by ConfigMap."""
 
-    config: dict[str, Any]
+    text: str
     rule_files: dict[str, dict[str, str]]
 
     @property
     def jobs(self) -> list[str]:
-        return [job["job_name"] for job in self.config.get("scrape_configs", [])]
+        return [job["job_name"] for job in yaml.safe_load(self.text).get("scrape_configs") or []]
 
 
 def generated(api: servers.ApiServer) -> Generated | None:
@@ -128,7 +131,7 @@ def generated(api: servers.ApiServer) -> Generated | None:
         raise
     text = gzip.decompress(base64.b64decode(secret.data["prometheus.yaml.gz"])).decode()
     maps = core.list_namespaced_config_map(NAMESPACE, label_selector=f"prometheus-name={NAME}").items
-    return Generated(yaml.safe_load(text), {m.metadata.name: dict(m.data or {}) for m in maps})
+    return Generated(text, {m.metadata.name: dict(m.data or {}) for m in maps})
 
 
 def _as_mounted(text: str, root: Path) -> str:
@@ -182,7 +185,7 @@ def prometheus(api: servers.ApiServer, directory: Path, operator_process: server
         for file, text in files.items():
             (rules / name / file).write_text(text)
     path = root / "prometheus.env.yaml"
-    path.write_text(_as_mounted(yaml.safe_dump(config.config), root))
+    path.write_text(_as_mounted(config.text, root))
     port = servers.free_port()
     url = f"http://127.0.0.1:{port}"
     process = in_pod(api, root, "prometheus", token, [

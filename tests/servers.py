@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -584,21 +584,17 @@ def openmetrics_blocks(text: str, directory: Path, max_block_duration: str | Non
 
 
 @contextlib.contextmanager
-def prometheus_server(directory: Path, openmetrics: str | None = None, blocks: Iterable[Path] = (),
-                      scrape_configs: list[dict[str, Any]] | None = None, lookback: str = "5m",
-                      max_block_duration: str | None = None) -> Iterator[Prometheus]:
-    """Prometheus (`make tools`) on a free loopback port over TSDB blocks: those of `openmetrics`
-    and `blocks` (moved into its storage). Retention is ten years: backfilled history is kept whatever
-    its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
+def prometheus_server(directory: Path, openmetrics: str, lookback: str = "5m", max_block_duration: str | None = None) -> Iterator[Prometheus]:
+    """Prometheus (`make tools`) on a free loopback port over the TSDB blocks of `openmetrics`. Retention is ten years:
+    backfilled history is kept whatever its age. `lookback` is how long a sample answers for (--query.lookback-delta)."""
     binary = tool("prometheus")
     data = directory / "data"
     data.mkdir(parents=True, exist_ok=True)
-    for source in [*([openmetrics_blocks(openmetrics, directory / "import", max_block_duration)] if openmetrics is not None else []), *blocks]:
-        for block in source.iterdir():
-            if block.is_dir():
-                shutil.move(str(block), data / block.name)
+    for block in openmetrics_blocks(openmetrics, directory / "import", max_block_duration).iterdir():
+        if block.is_dir():
+            shutil.move(str(block), data / block.name)
     config = directory / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}, "scrape_configs": scrape_configs or []}))
+    config.write_text(yaml.safe_dump({"scrape_configs": []}))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = Process("prometheus", [

@@ -9,13 +9,15 @@ kube-state-metrics' ServiceMonitor as kube-prometheus-stack ships it. Every expo
 test's own network namespace (tests/netns.py: the pods' network; Endpoints refuse loopback) on its upstream's port,
 serving the series its upstream names, in one of two states:
 
-- quiet: every device busy, quotas half used, nothing pending in Kueue, every Jetson Ready;
+- quiet: every device busy, quotas under 90% used, nothing pending in Kueue and admissions within a minute, every
+  Jetson Ready;
 - alarming: devices idle, a quota full, workloads pending and admitted after an hour, a Jetson not Ready.
 
-Checked: every rendered monitor is a scrape job whose targets are up with the labels its relabelings give; every
-alerting rule is inactive while quiet and active once alarming, with its labels and its annotations expanded; every
+Checked: every rendered monitor is a scrape job whose targets are up with the labels its relabelings give (`cluster`,
+and `pool` and `node` as the test's Nodes and Endpoints say); every alerting rule is inactive while quiet (every target
+scraped twice, so rates have samples) and active once alarming, with its labels and its annotations expanded; every
 recording rule records; and (center-a) every dashboard variable lists values and every panel returns series, asked as
-Grafana's Prometheus data source asks. An alert's `for` is not waited out (15 to 30 minutes): promtool's unit tests of
+Grafana's Prometheus data source asks. An alert's `for` is not waited out (4 to 30 minutes): promtool's unit tests of
 the same rules prove it (tests/render/test_monitoring.py). The budget group runs every 5 minutes, so its first
 evaluation may be that far away: it is loaded, and its first rule's expression is asked directly (the second sums the
 first's records over the month: promtool's unit tests and the month in tests/metering/test_real_metering.py prove it).
@@ -34,6 +36,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -52,9 +55,10 @@ from tests.render.test_monitoring import monitored_env
 pytestmark = pytest.mark.real
 
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+# Two 30 s scrapes of every target and the evaluations after them, on a loaded machine.
 ALERT_WAIT = 150.0
 # Runs every 5 minutes: its first evaluation may be that far away (modules/metering.py).
-BUDGET = "fleetops.budget"  # two 30 s scrapes of every target and the evaluations after them, on a loaded machine
+BUDGET = "fleetops.budget"
 
 
 # --- the stand-in exporters -----------------------------------------------------------------------
@@ -72,11 +76,12 @@ def _lines(*series: tuple[str, dict[str, str], float]) -> str:
 
 
 def _admission_wait(queue: str, alarming: bool) -> str:
-    """Kueue's admission-wait histogram: ten workloads admitted within a minute, and once alarming a hundred more
-    admitted after an hour (the 0.9 quantile of the increase is then past 30 minutes)."""
-    late = 100 if alarming else 0
+    """Kueue's admission-wait histogram: a workload admitted within a minute every second all along (a counter that
+    grows between scrapes, so the quiet rate is there to read), and once alarming a thousand more admitted after an
+    hour (the 0.9 quantile of the increase is then past 30 minutes)."""
+    soon, late = int(time.time()), 1000 if alarming else 0
     return _lines(*[(f"{metrics.KUEUE_ADMISSION_WAIT}_bucket", {"cluster_queue": queue, "le": le}, count)
-                    for le, count in (("60", 10), ("1800", 10), ("3600", 10 + late), ("+Inf", 10 + late))])
+                    for le, count in (("60", soon), ("1800", soon), ("3600", soon + late), ("+Inf", soon + late))])
 
 
 def center_a(s: Scenario) -> dict[str, str]:
@@ -245,8 +250,11 @@ def create(api: servers.ApiServer, objects: list[dict[str, Any]]) -> None:
     for obj in objects:
         resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         namespace = obj["metadata"].get("namespace")
-        with contextlib.suppress(client.ApiException) if obj["kind"] in ("Namespace", "ServiceAccount") else contextlib.nullcontext():  # one per namespace
+        try:
             resource.create(body={k: v for k, v in obj.items() if k != "status"}, namespace=namespace)
+        except client.ApiException as exc:
+            if not (exc.status == 409 and obj["kind"] in ("Namespace", "ServiceAccount")):  # several exporters share one
+                raise
         if "status" in obj:
             resource.status.patch(body={"status": obj["status"]}, name=obj["metadata"]["name"], namespace=namespace,
                                   content_type="application/merge-patch+json")
@@ -271,21 +279,18 @@ def rules(url: str) -> list[dict[str, Any]]:
     return [rule | {"group": group["name"]} for group in get(url, "/api/v1/rules")["groups"] for rule in group["rules"]]
 
 
-def scraped(url: str, jobs: int) -> bool:
-    """Every job has a target, every target has been scraped and is up."""
+def scraped(url: str, jobs: int, times: int) -> bool:
+    """Every job has a target, every target is up and has been scraped `times` times (a rate needs two samples)."""
     found = targets(url)
-    return len({t["scrapePool"] for t in found}) == jobs and all(t["health"] == "up" for t in found)
+    if len({t["scrapePool"] for t in found}) != jobs or any(t["health"] != "up" for t in found):
+        return False
+    counts = get(url, "/api/v1/query", {"query": f"count_over_time({metrics.UP}[10m])"})["result"]
+    return len(counts) == len(found) and all(float(c["value"][1]) >= times for c in counts)
 
 
 def evaluated_since(url: str, since: float) -> bool:
     """Every alerting rule evaluated after `since` (their groups run every second)."""
-    return all(_when(r["lastEvaluation"]) > since for r in rules(url) if r["type"] == "alerting")
-
-
-def _when(stamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", stamp.replace("Z", "+00:00"))).timestamp()
+    return all(datetime.fromisoformat(r["lastEvaluation"]).timestamp() > since for r in rules(url) if r["type"] == "alerting")
 
 
 # --- Grafana's queries ---------------------------------------------------------------------------
@@ -409,7 +414,7 @@ def test_the_operator_reads_what_fleetops_renders_and_prometheus_runs_it(name: s
 
             with monitoring_stack.prometheus(api, tmp_path, operator, complete, token) as stack:
                 url = stack.prometheus_url
-                servers.wait_until(lambda: scraped(url, jobs), "every scrape job's targets up", stack.prometheus, timeout=ALERT_WAIT)
+                servers.wait_until(lambda: scraped(url, jobs, 2), "every target up and scraped twice", stack.prometheus, timeout=ALERT_WAIT)
                 quiet_since = time.time()
                 servers.wait_until(lambda: evaluated_since(url, quiet_since), "alerting rules evaluated on the quiet series", stack.prometheus)
                 quiet = {r["name"]: r["state"] for r in rules(url) if r["type"] == "alerting"}
@@ -422,24 +427,36 @@ def test_the_operator_reads_what_fleetops_renders_and_prometheus_runs_it(name: s
                                        "every alert active", stack.prometheus, timeout=ALERT_WAIT)
                 alarmed = [r for r in rules(url) if r["type"] == "alerting"]
 
-                live = [r for r in rules(url) if r["type"] == "recording" and r["group"] != BUDGET]
-
                 def count(query: str) -> int:
                     return len(get(url, "/api/v1/query", {"query": query})["result"])
 
+                def recorded() -> dict[str, bool]:
+                    """Each recording rule: evaluated without error, its own expression answers now (several rules record
+                    one name, each for its pool), and the name holds what it recorded."""
+                    live = [r for r in rules(url) if r["type"] == "recording" and r["group"] != BUDGET]
+                    return {f"{r['group']} #{i} {_selector(r)}": r["health"] == "ok" and count(r["query"]) > 0 and count(_selector(r)) > 0
+                            for i, r in enumerate(live)}
+
                 with contextlib.suppress(WhatifError):  # what recorded nothing is named below
-                    servers.wait_until(lambda: all(count(_selector(r)) for r in live), "every recording rule recorded", stack.prometheus, timeout=ALERT_WAIT)
-                series = {_selector(r): count(_selector(r)) for r in live}
+                    servers.wait_until(lambda: all(recorded().values()), "every recording rule recorded", stack.prometheus, timeout=ALERT_WAIT)
+                series = recorded()
                 budget = [r for r in rules(url) if r["group"] == BUDGET]
                 if budget:
-                    series |= {f"{budget[0]['name']} (its expression)": count(budget[0]["query"])}
+                    series |= {f"{BUDGET} {budget[0]['name']} (its expression)": count(budget[0]["query"]) > 0}
                 loaded = {(r["group"], r["name"]) for r in rules(url)}
-                boards = {}
-                if name == "center-a":
-                    for board_name, text in dashboards.configmap_data().items():
+
+                def asked() -> dict[str, tuple[dict[str, list[str]], dict[str, int]]]:
+                    answers = {}
+                    for board_name, text in (dashboards.configmap_data().items() if name == "center-a" else ()):
                         board = json.loads(text)
                         listed = variables(url, board)
-                        boards[board_name] = (listed, panels(url, board, listed))
+                        answers[board_name] = (listed, panels(url, board, listed))
+                    return answers
+
+                with contextlib.suppress(WhatifError):  # what did not answer is named below
+                    servers.wait_until(lambda: all(all(listed.values()) and all(counts.values()) for listed, counts in asked().values()),
+                                       "every variable and panel answered", stack.prometheus)
+                boards = asked()
                 generated = stack.generated
     record_property("timings", f"{name}: {time.monotonic() - started:.0f} s, operator to alerts")
 
@@ -451,33 +468,39 @@ def test_the_operator_reads_what_fleetops_renders_and_prometheus_runs_it(name: s
         up = [t for t in found_targets if t["scrapePool"] == job]
         assert up and all(t["health"] == "up" for t in up), f"{job}: {up}"
         for target in up:
+            labels = target["labels"]
             if _sets_cluster(monitor):
-                assert target["labels"]["cluster"] == name, f"{job}: {target['labels']}"
-            if monitor["spec"].get("attachMetadata"):
-                assert {"pool", "node"} <= set(target["labels"]), f"{job}: no pool or node from the node's labels: {target['labels']}"
+                assert labels["cluster"] == name, f"{job}: {labels}"
+            if monitor["spec"].get("attachMetadata"):  # pool and node: the labels of the Node its Endpoints or Pod name
+                assert labels.get("node") in cluster.nodes and labels.get("pool") in cluster.nodes[labels["node"]].values(), f"{job}: {labels}"
 
     # DCGM's series carry the GPU's pool, node and cluster, and the tenant of the pod that holds it; its pod on a node of
     # another pool is no target.
     if name == "center-a":
         assert [t["labels"]["node"] for t in found_targets if t["scrapePool"] == "serviceMonitor/monitoring/dcgm-exporter/0"] == ["n1"]
-        assert sorted((g["gpu"], g["pool"], g["node"], g["cluster"], g.get("tenant")) for g in gpus) == [
-            ("0", "a100-ts", "n1", "center-a", "vision"), ("1", "a100-ts", "n1", "center-a", None)]
+        # honorLabels: the held GPU keeps the exporter's `namespace` (its pod's); the idle one gets the target's
+        assert sorted((g["gpu"], g["pool"], g["node"], g["cluster"], g["namespace"], g.get("tenant")) for g in gpus) == [
+            ("0", "a100-ts", "n1", "center-a", "vision", "vision"), ("1", "a100-ts", "n1", "center-a", "gpu-monitoring", None)]
 
     # Every alert stays silent while the stand-ins are quiet, and goes active once they alarm, with its labels and notes.
     assert set(quiet) == alerting and set(quiet.values()) == {"inactive"}, quiet
+    assert {r["name"] for r in alarmed} == alerting
     assert [r["name"] for r in alarmed if r["state"] == "inactive"] == [], "alerts that stayed silent when they should fire"
     for rule in alarmed:
         got = [{k: v for k, v in a["labels"].items() if k in want} for a in rule["alerts"] for want in cluster.alarms[rule["name"]]]
         assert all(want in got for want in cluster.alarms[rule["name"]]), (rule["name"], [a["labels"] for a in rule["alerts"]])
+        # Prometheus expands a label an alert lacks to "" (missingkey=zero): every label the notes name must be there.
+        named = set(re.findall(r"\$labels\.(\w+)", " ".join(rule["annotations"].values())))
         for alert in rule["alerts"]:
             notes = alert["annotations"]
-            assert notes["summary"] and "{{" not in notes["summary"] and "{{" not in notes["description"], notes
+            assert named <= set(alert["labels"]), (rule["name"], named - set(alert["labels"]))
+            assert notes["summary"] and notes["description"] and not any("<error expanding" in v or "{{" in v for v in notes.values()), notes
             assert notes["runbook_url"].endswith(f"#{rule['name'].lower()}")
 
     # Prometheus loaded every rule rendered for the cluster; every recording rule records, and the budget group's first
     # rule's expression answers (the second reads the first's records).
     assert loaded == {(g["name"], r.get("alert") or r["record"]) for m in prometheus_rules for g in m["spec"]["groups"] for r in g["rules"]}
-    assert live and len(budget) in (0, 2) and [r for r, count in series.items() if not count] == [], series
+    assert series and len(budget) in (0, 2) and [r for r, ok in series.items() if not ok] == [], series
 
     # The dashboards: every variable lists values and every panel returns series.
     if name == "center-a":
