@@ -49,6 +49,7 @@ from modules import dashboards
 from tests import monitoring_stack, servers
 from tests.conftest import ApiServers
 from tests.helpers import render_env
+from tests.metrics_pipeline import exposition
 from tests.netns import NetnsHost, inside, netns_host
 from tests.render.test_monitoring import monitored_env
 
@@ -71,17 +72,13 @@ class Scenario:
     alarming: bool = False
 
 
-def _lines(*series: tuple[str, dict[str, str], float]) -> str:
-    return "".join(f"{name}{{{','.join(f'{k}={json.dumps(v)}' for k, v in labels.items())}}} {value}\n" for name, labels, value in series)
-
-
 def _admission_wait(queue: str, alarming: bool) -> str:
     """Kueue's admission-wait histogram: a workload admitted within a minute every second all along (a counter that
     grows between scrapes, so the quiet rate is there to read), and once alarming a thousand more admitted after an
     hour (the 0.9 quantile of the increase is then past 30 minutes)."""
     soon, late = int(time.time()), 1000 if alarming else 0
-    return _lines(*[(f"{metrics.KUEUE_ADMISSION_WAIT}_bucket", {"cluster_queue": queue, "le": le}, count)
-                    for le, count in (("60", soon), ("1800", soon), ("3600", soon + late), ("+Inf", soon + late))])
+    return exposition((f"{metrics.KUEUE_ADMISSION_WAIT}_bucket", {"cluster_queue": queue, "le": le}, count)
+                      for le, count in (("60", soon), ("1800", soon), ("3600", soon + late), ("+Inf", soon + late)))
 
 
 def center_a(s: Scenario) -> dict[str, str]:
@@ -91,12 +88,12 @@ def center_a(s: Scenario) -> dict[str, str]:
     gpu = {"gpu": "0", "Hostname": "n1", "namespace": "vision", "pod": "train-0", "container": "main"}
     return {
         # GPU 1 is held by no pod: dcgm-exporter's pod mapping names no namespace, so no tenant
-        "dcgm": _lines((metrics.GPU_UTIL, gpu, util), (metrics.GPU_MEMORY_USED, gpu, 20000), (metrics.GPU_UTIL, {"gpu": "1", "Hostname": "n1"}, util)),
-        "npu": _lines((metrics.NPU_UTIL, {"id": "0", "model_name": "Ascend910B", "namespace": "vision", "pod_name": "infer-0"}, util)),
-        "kueue": _lines((metrics.KUEUE_PENDING, {"cluster_queue": "vision", "status": "active"}, 3 if s.alarming else 0))
+        "dcgm": exposition([(metrics.GPU_UTIL, gpu, util), (metrics.GPU_MEMORY_USED, gpu, 20000), (metrics.GPU_UTIL, {"gpu": "1", "Hostname": "n1"}, util)]),
+        "npu": exposition([(metrics.NPU_UTIL, {"id": "0", "model_name": "Ascend910B", "namespace": "vision", "pod_name": "infer-0"}, util)]),
+        "kueue": exposition([(metrics.KUEUE_PENDING, {"cluster_queue": "vision", "status": "active"}, 3 if s.alarming else 0)])
         + _admission_wait("vision", s.alarming),
-        "reconciler": _lines((metrics.CLUSTER_UP, {"cluster": "center-a"}, 1)),
-        "ksm": _lines(
+        "reconciler": exposition([(metrics.CLUSTER_UP, {"cluster": "center-a"}, 1)]),
+        "ksm": exposition([
             *[(metrics.NODE_LABELS, {"node": n, "label_fleetops_io_pool": p}, 1) for n, p in (("n1", "a100-ts"), ("n2", "ascend"), ("n3", "h100-mig"))],
             (metrics.NODE_ALLOCATABLE, {"node": "n1", "resource": "nvidia_com_gpu", "unit": "integer"}, 16),
             (metrics.NODE_ALLOCATABLE, {"node": "n2", "resource": "huawei_com_Ascend910", "unit": "integer"}, 8),
@@ -109,7 +106,7 @@ def center_a(s: Scenario) -> dict[str, str]:
             (metrics.RESOURCE_QUOTA, {"namespace": "vision", "resourcequota": "fleetops-devices", "resource": "requests.nvidia.com/gpu", "type": "used"},
              8 if s.alarming else 4),
             (metrics.RESOURCE_QUOTA, {"namespace": "vision", "resourcequota": "fleetops-devices", "resource": "requests.nvidia.com/gpu", "type": "hard"}, 8),
-        ),
+        ]),
     }
 
 
@@ -118,10 +115,10 @@ def edge_b(s: Scenario) -> dict[str, str]:
     exporter's own series: it is scraped for its target alone."""
     return {
         "jetson": "# jetson_stats_node_exporter: no series fleetops reads\n",
-        "kueue": _lines((metrics.KUEUE_PENDING, {"cluster_queue": "factory", "status": "active"}, 2 if s.alarming else 0))
+        "kueue": exposition([(metrics.KUEUE_PENDING, {"cluster_queue": "factory", "status": "active"}, 2 if s.alarming else 0)])
         + _admission_wait("factory", s.alarming),
-        "reconciler": _lines((metrics.CLUSTER_UP, {"cluster": "edge-b"}, 1)),
-        "ksm": _lines(
+        "reconciler": exposition([(metrics.CLUSTER_UP, {"cluster": "edge-b"}, 1)]),
+        "ksm": exposition([
             (metrics.NODE_LABELS, {"node": "jetson-0", "label_fleetops_io_edge_group": "jetson"}, 1),
             (metrics.NODE_ALLOCATABLE, {"node": "jetson-0", "resource": "nvidia_com_gpu", "unit": "integer"}, 1),
             (metrics.NODE_CONDITION, {"node": "jetson-0", "condition": "Ready", "status": "true"}, 0 if s.alarming else 1),
@@ -131,7 +128,7 @@ def edge_b(s: Scenario) -> dict[str, str]:
             (metrics.RESOURCE_QUOTA, {"namespace": "factory", "resourcequota": "fleetops-devices", "resource": "requests.nvidia.com/gpu", "type": "used"},
              3 if s.alarming else 1),
             (metrics.RESOURCE_QUOTA, {"namespace": "factory", "resourcequota": "fleetops-devices", "resource": "requests.nvidia.com/gpu", "type": "hard"}, 3),
-        ),
+        ]),
     }
 
 
